@@ -1,0 +1,72 @@
+#include "core/arena.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace megadlm {
+
+static size_t round_up64(size_t n) { return (n + 63) / 64 * 64; }
+
+Arena::Arena(size_t initial_bytes) {
+  if (initial_bytes) {
+    capacity_ = round_up64(initial_bytes);
+    block_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
+    MDLM_CHECK(block_ != nullptr, "out of memory reserving an activation arena of ", capacity_, " bytes");
+    ++heap_allocations_;
+  }
+}
+
+Arena::~Arena() {
+  for (void* p : overflow_) std::free(p);
+  std::free(block_);
+}
+
+void* Arena::allocate(size_t bytes) {
+  bytes = round_up64(bytes == 0 ? 64 : bytes);
+  if (overflow_.empty() && used_ + bytes <= capacity_) {
+    void* p = block_ + used_;
+    used_ += bytes;
+    if (used_ > high_water_) high_water_ = used_;
+    return p;
+  }
+  // Overflow: serve from the heap this time; reset() will grow the block to fit.
+  void* p = std::aligned_alloc(64, bytes);
+  MDLM_CHECK(p != nullptr, "out of memory: the activation arena needs ", used_ + bytes, " bytes");
+  ++heap_allocations_;
+  overflow_.push_back(p);
+  used_ += bytes;
+  if (used_ > high_water_) high_water_ = used_;
+  return p;
+}
+
+Tensor Arena::tensor(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  return Tensor::borrow(allocate(bytes), shape, dtype);
+}
+
+Tensor Arena::zeros(const Shape& shape, DType dtype) {
+  Tensor t = tensor(shape, dtype);
+  t.zero_();
+  return t;
+}
+
+void Arena::reset() {
+  if (!overflow_.empty()) {
+    for (void* p : overflow_) std::free(p);
+    overflow_.clear();
+    std::free(block_);
+    capacity_ = round_up64(high_water_);
+    block_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
+    MDLM_CHECK(block_ != nullptr, "out of memory growing the activation arena to ", capacity_, " bytes");
+    ++heap_allocations_;
+  }
+  used_ = 0;
+}
+
+void Arena::release(size_t mark) {
+  MDLM_CHECK(mark <= used_, "Arena::release to a mark beyond the used size");
+  if (overflow_.empty()) used_ = mark;  // with overflow chunks live, memory is returned at reset()
+}
+
+}  // namespace megadlm

@@ -1,0 +1,46 @@
+#pragma once
+// Arena: a bump allocator for activations. A training step allocates its temporaries from the arena
+// and calls reset() when done. If a step needs more than the arena holds, the overflow is served from
+// extra chunks and, at the next reset(), the arena is regrown into one block of the high-water size.
+// After the first step the steady state therefore makes no heap allocation at all.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace megadlm {
+
+class Arena {
+ public:
+  explicit Arena(size_t initial_bytes = 0);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  void* allocate(size_t bytes);  // 64-byte aligned, uninitialised
+  Tensor tensor(const Shape& shape, DType dtype = DType::F32);
+  Tensor zeros(const Shape& shape, DType dtype = DType::F32);
+
+  // Frees everything allocated since construction (or the last reset).
+  void reset();
+  // A mark to free back to: everything allocated after mark() is released by release(mark).
+  size_t mark() const { return used_; }
+  void release(size_t mark);
+
+  size_t capacity() const { return capacity_; }
+  size_t used() const { return used_; }
+  size_t high_water() const { return high_water_; }
+  size_t heap_allocations() const { return heap_allocations_; }  // block (re)allocations so far
+
+ private:
+  char* block_ = nullptr;
+  size_t capacity_ = 0;
+  size_t used_ = 0;  // bytes handed out (block + overflow), for marks and statistics
+  size_t high_water_ = 0;
+  size_t heap_allocations_ = 0;
+  std::vector<void*> overflow_;
+};
+
+}  // namespace megadlm

@@ -1,0 +1,151 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace megadlm {
+
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+Shape::Shape(std::initializer_list<int64_t> dims) {
+  MDLM_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), "tensor rank ", dims.size(),
+             " exceeds the maximum of ", kMaxDims);
+  for (int64_t v : dims) d[n++] = v;
+}
+
+int64_t Shape::numel() const {
+  int64_t p = 1;
+  for (int i = 0; i < n; ++i) p *= d[i];
+  return p;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (n != o.n) return false;
+  for (int i = 0; i < n; ++i)
+    if (d[i] != o.d[i]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::ostringstream os;
+  os << '[';
+  for (int i = 0; i < n; ++i) os << (i ? ", " : "") << d[i];
+  os << ']';
+  return os.str();
+}
+
+static void check_shape(const Shape& s) {
+  for (int i = 0; i < s.n; ++i) MDLM_CHECK(s.d[i] >= 0, "negative dimension in shape ", s.str());
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  check_shape(shape);
+  MDLM_CHECK(device == Device::CPU, "Tensor::empty on ", device_name(device),
+             " needs the CUDA backend's allocator");
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  const size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  if (bytes > 0) {
+    void* p = std::aligned_alloc(64, bytes);
+    MDLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
+               shape.str());
+    t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    t.data_ = p;
+  }
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero_();
+  return t;
+}
+
+Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, Device device) {
+  check_shape(shape);
+  Tensor t;
+  t.data_ = data;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  return t;
+}
+
+int64_t Tensor::size(int i) const {
+  const int j = i < 0 ? i + shape_.n : i;
+  MDLM_CHECK(j >= 0 && j < shape_.n, "dimension ", i, " out of range for shape ", shape_.str());
+  return shape_.d[j];
+}
+
+void Tensor::check_type(size_t elem_size) const {
+  MDLM_CHECK(elem_size == dtype_size(dtype_), "tensor of dtype ", dtype_name(dtype_),
+             " accessed with an element of ", elem_size, " bytes");
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  Shape s = shape;
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < s.n; ++i) {
+    if (s.d[i] == -1) {
+      MDLM_CHECK(infer < 0, "view shape ", shape.str(), " has more than one -1");
+      infer = i;
+    } else {
+      known *= s.d[i];
+    }
+  }
+  if (infer >= 0) {
+    MDLM_CHECK(known > 0 && numel() % known == 0, "cannot view ", shape_.str(), " as ", shape.str());
+    s.d[infer] = numel() / known;
+  }
+  MDLM_CHECK(s.numel() == numel(), "cannot view ", shape_.str(), " as ", shape.str());
+  Tensor t = *this;
+  t.shape_ = s;
+  return t;
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+  MDLM_CHECK(shape_.n >= 1, "slice of a 0-d tensor");
+  MDLM_CHECK(0 <= begin && begin <= end && end <= shape_.d[0], "slice [", begin, ", ", end,
+             ") out of range for shape ", shape_.str());
+  const int64_t row = shape_.n > 1 ? numel() / shape_.d[0] : 1;
+  Tensor t = *this;
+  t.shape_.d[0] = end - begin;
+  t.data_ = static_cast<char*>(data_) + begin * row * dtype_size(dtype_);
+  return t;
+}
+
+Tensor Tensor::operator[](int64_t i) const {
+  Tensor t = slice(i, i + 1);
+  for (int k = 0; k + 1 < t.shape_.n; ++k) t.shape_.d[k] = t.shape_.d[k + 1];
+  t.shape_.n -= 1;
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_, device_);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  MDLM_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: ", src.shape_.str(), " ",
+             dtype_name(src.dtype_), " into ", shape_.str(), " ", dtype_name(dtype_));
+  MDLM_CHECK(device_ == Device::CPU && src.device_ == Device::CPU, "copy_from: CPU tensors only");
+  if (nbytes()) std::memcpy(data_, src.data_, nbytes());
+}
+
+void Tensor::zero_() {
+  MDLM_CHECK(device_ == Device::CPU, "zero_: CPU tensors only");
+  if (nbytes()) std::memset(data_, 0, nbytes());
+}
+
+void Tensor::fill_(float value) {
+  float* p = data<float>();
+  for (int64_t i = 0; i < numel(); ++i) p[i] = value;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,34 @@
+#pragma once
+// Scaled dot-product attention, memory-efficient: tiled over queries and keys with an online softmax,
+// so it never materialises a [T, T] matrix per head (flash-attention's algorithm on CPU).
+// Legend: B batch, T sequence, H query heads, K key/value heads (H % K == 0; GQA when K < H), D head dim.
+#include <cstdint>
+
+namespace megadlm::cpu {
+
+enum class MaskType : uint8_t {
+  None,         // bidirectional: every query sees every key
+  Causal,       // key j visible to query i iff j <= i
+  BlockCausal,  // key j visible to query i iff j / block_size <= i / block_size
+};
+
+struct AttentionMask {
+  MaskType type = MaskType::Causal;
+  int64_t block_size = 0;              // for BlockCausal
+  const int32_t* segment_ids = nullptr;  // [B, T] or null; when set, additionally key j is visible to
+                                         // query i only if segment_ids[b,i] == segment_ids[b,j]
+                                         // (documents packed in one sequence)
+};
+
+// q [B,T,H,D], k [B,T,K,D], v [B,T,K,D] -> out [B,T,H,D] and lse [B,H,T] (log-sum-exp of the scaled
+// scores of each query row, saved for the backward). scale is usually 1/sqrt(D). A query with no
+// visible key gets out = 0 and lse = -inf.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                       int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask, float scale);
+
+// dout [B,T,H,D] -> dq [B,T,H,D], dk [B,T,K,D], dv [B,T,K,D], all written (not accumulated).
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                        int64_t K, int64_t D, const AttentionMask& mask, float scale);
+
+}  // namespace megadlm::cpu

@@ -1,0 +1,34 @@
+#pragma once
+// Pointwise kernels. Legend: N rows (tokens, B*T), C columns (hidden), F ffn hidden.
+// Convention for every backward in kernels/: input gradients are WRITTEN (overwritten), parameter
+// gradients are ACCUMULATED (+=), so gradient accumulation over micro-batches needs no extra pass.
+// out and inp may alias in every forward here.
+#include <cstdint>
+
+namespace megadlm::cpu {
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);  // dinp may alias dout
+
+// SiLU: x * sigmoid(x).
+void silu_forward(float* out, const float* inp, int64_t n);
+void silu_backward(float* dinp, const float* inp, const float* dout, int64_t n);  // dinp may alias dout
+
+// SwiGLU over Megatron's fused fc1 output: gate_up [N, 2F] holds gate in columns [0, F) and up in
+// [F, 2F); out [N, F] = silu(gate) * up.
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F);
+// dgate_up [N, 2F] (written), gate_up [N, 2F], dout [N, F].
+void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F);
+
+// out [N, C] += bias [C]
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
+// dbias [C] += sum over rows of dout [N, C]; deterministic for any thread count.
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
+
+// out = a + b (out may alias a or b); a += b.
+void residual_add(float* out, const float* a, const float* b, int64_t n);
+void add_inplace(float* a, const float* b, int64_t n);
+void scale_inplace(float* a, float s, int64_t n);
+
+}  // namespace megadlm::cpu

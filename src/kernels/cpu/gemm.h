@@ -1,0 +1,26 @@
+#pragma once
+// Matrix products through oneDNN. Row-major throughout, as in numpy / PyTorch.
+//
+//   C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C[M,N]
+//
+// op(X) is X when trans_x is false and X^T when true; so A is stored [M,K] (lda >= K) or, transposed,
+// [K,M] (lda >= M); B is stored [K,N] (ldb >= N) or, transposed, [N,K] (ldb >= K). beta = 1 accumulates
+// into C (gradient sums); beta = 0 overwrites C without reading it (C may hold NaN).
+#include <cstdint>
+
+namespace megadlm::cpu {
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// bf16 inputs (raw bf16 bits), fp32 accumulation and fp32 output.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+// `batch` independent products; matrix i of A starts at A + i * stride_a (likewise B, C).
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                  float beta, float* C, int64_t ldc, int64_t stride_c);
+
+}  // namespace megadlm::cpu

@@ -1,0 +1,15 @@
+#pragma once
+// The dispatch point between backends. Modules in nn/ call kernels through the per-device switch in
+// `backend_for`; the CPU kernels under kernels/cpu/ are always built, the CUDA kernels under
+// kernels/cuda/ only with -DMEGADLM_CUDA=ON (and run only where a GPU exists).
+#include "core/tensor.h"
+
+namespace megadlm {
+
+bool cuda_compiled();   // built with -DMEGADLM_CUDA=ON
+bool cuda_available();  // compiled and a device is visible
+
+// Throws Error naming the op when the tensor's device has no backend in this build.
+void require_backend(Device device, const char* op);
+
+}  // namespace megadlm
