@@ -60,4 +60,7 @@ class Tokenizer {
 // file or field at fault.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec);
 
+// The whole content of a tokenizer file; throws Error naming `what` and the path when it can't be read.
+std::string read_tokenizer_file(const std::string& path, std::string_view what);
+
 }  // namespace megadlm

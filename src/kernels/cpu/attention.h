@@ -1,6 +1,8 @@
 #pragma once
 // Scaled dot-product attention, memory-efficient: tiled over queries and keys with an online softmax,
-// so it never materialises a [T, T] matrix per head (flash-attention's algorithm on CPU).
+// so it never materialises a [T, T] matrix per head (flash-attention's algorithm on CPU). Scratch is
+// per thread and tile-sized; fully masked tiles are skipped. Results are bitwise identical whatever the
+// number of OpenMP threads (every output element is computed by one task in a fixed order).
 // Legend: B batch, T sequence, H query heads, K key/value heads (H % K == 0; GQA when K < H), D head dim.
 #include <cstdint>
 
@@ -27,6 +29,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
                        int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask, float scale);
 
 // dout [B,T,H,D] -> dq [B,T,H,D], dk [B,T,K,D], dv [B,T,K,D], all written (not accumulated).
+// Recomputes the probabilities from lse (flash-attention 2); out and lse are the forward's outputs.
+// Under GQA, dk and dv sum over the H/K query heads that share each kv head.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
                         int64_t K, int64_t D, const AttentionMask& mask, float scale);

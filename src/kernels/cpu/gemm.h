@@ -23,4 +23,8 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
                   const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                   float beta, float* C, int64_t ldc, int64_t stride_c);
 
+// Number of oneDNN matmul primitives held in the cache (bf16 and batched products keep one per shape,
+// strides, alpha and beta == 0 or not). For tests and diagnostics.
+int64_t gemm_cache_size();
+
 }  // namespace megadlm::cpu

@@ -1,0 +1,67 @@
+// preprocess_data: .jsonl (or .jsonl.gz) -> Megatron MMIDIDX token data, with Megatron's flags:
+//   preprocess_data --input corpus.jsonl --output-prefix data/corpus --tokenizer-type GPT2BPETokenizer
+//       --vocab-file vocab.json --merge-file merges.txt --append-eod --workers 2
+// writes data/corpus_text_document.{bin,idx} and data/corpus_text_document.tokenizer.json.
+#include <cstdio>
+#include <exception>
+
+#include "core/error.h"
+#include "data/cli_flags.h"
+#include "data/preprocess.h"
+
+using namespace megadlm;
+
+int main(int argc, char** argv) {
+  try {
+    CliFlags flags("preprocess_data",
+                   "Tokenizes a .jsonl corpus (one JSON object per line) into Megatron .bin/.idx files.");
+    flags.add_string("input", "", "input .jsonl or .jsonl.gz file", true);
+    flags.add_list("json-keys", {"text"}, "keys to extract; one dataset per key");
+    flags.add_string("output-prefix", "", "output path without suffix (<prefix>_<key>_document.bin/.idx)", true);
+    flags.add_bool("append-eod", "append the end-of-document token to every document");
+    flags.add_int("workers", 1, "tokenizer threads");
+    flags.add_string("tokenizer-type", "", "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
+                                           "Llama2Tokenizer, NullTokenizer, ByteTokenizer", true);
+    flags.add_string("vocab-file", "", "vocab.json (GPT2BPETokenizer)");
+    flags.add_string("merge-file", "", "merges.txt (GPT2BPETokenizer)");
+    flags.add_string("tokenizer-model", "", "tokenizer.json (HuggingFace) or .model (SentencePiece)");
+    flags.add_int("vocab-size", 0, "vocabulary size (NullTokenizer)");
+    flags.add_bool("strict", "stop at the first bad line (default: report it, skip it, go on)");
+    flags.add_int("log-interval", 1000, "documents between progress lines (0: none)");
+    flags.add_string("dataset-impl", "mmap", "accepted for old Megatron scripts; only mmap exists");
+    flags.parse(argc, argv);
+    if (flags.help_requested()) {
+      std::fputs(flags.help().c_str(), stdout);
+      return 0;
+    }
+    MDLM_CHECK(flags.get_string("dataset-impl") == "mmap", "--dataset-impl ", flags.get_string("dataset-impl"),
+               " is not supported (only mmap)");
+
+    PreprocessOptions o;
+    o.input = flags.get_string("input");
+    o.json_keys = flags.get_list("json-keys");
+    o.output_prefix = flags.get_string("output-prefix");
+    o.append_eod = flags.get_bool("append-eod");
+    const int64_t workers = flags.get_int("workers");
+    MDLM_CHECK(workers >= 1 && workers <= 1024, "--workers ", workers, " must be in [1, 1024]");
+    o.workers = static_cast<int>(workers);
+    o.tokenizer.type = flags.get_string("tokenizer-type");
+    o.tokenizer.vocab_file = flags.get_string("vocab-file");
+    o.tokenizer.merge_file = flags.get_string("merge-file");
+    o.tokenizer.tokenizer_model = flags.get_string("tokenizer-model");
+    o.tokenizer.null_vocab_size = flags.get_int("vocab-size");
+    o.strict = flags.get_bool("strict");
+    o.log_interval = flags.get_int("log-interval");
+    const PreprocessResult r = preprocess_jsonl(o);
+    for (size_t k = 0; k < r.output_prefixes.size(); ++k)
+      std::printf("%s: %lld documents, %lld tokens\n", r.output_prefixes[k].c_str(),
+                  static_cast<long long>(r.documents), static_cast<long long>(r.tokens[k]));
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "preprocess_data: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "preprocess_data: internal error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,29 @@
+#include "checkpoint/model_loader.h"
+
+#include "core/error.h"
+#include "models/config_json.h"
+#include "models/layer_specs.h"
+
+namespace megadlm {
+
+LoadedModel load_model(const std::string& path) {
+  LoadedModel m;
+  m.dir = resolve_checkpoint_dir(path);
+  MDLM_CHECK(!m.dir.empty(), path, ": no checkpoint there (no state.json and no latest_checkpointed_iteration.txt)");
+  m.state = read_checkpoint_state(m.dir);
+  const nlohmann::json& meta = m.state.meta;
+  const std::string where = m.dir + "/state.json";
+  MDLM_CHECK(meta.contains("config") && meta.contains("model_type"), where, ": lacks the model config or type");
+  const TransformerConfig cfg = config_from_json(meta["config"], where);
+  const ModelType type = model_type_from_name(meta["model_type"].get<std::string>());
+  m.diffusion = type == ModelType::DiffLM;
+  m.mask_token = meta.value("mask_token", -1);
+  m.eod = meta.value("eod", -1);
+  const LayerSpec spec = m.diffusion ? difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size)
+                                     : gpt_layer_spec(cfg);
+  m.model = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
+  load_checkpoint_tensors(m.dir, *m.model, nullptr);
+  return m;
+}
+
+}  // namespace megadlm

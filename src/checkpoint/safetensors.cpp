@@ -1,0 +1,230 @@
+#include "checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace megadlm {
+
+const char* safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::F8E4M3: return "F8_E4M3";
+    case DType::F8E5M2: return "F8_E5M2";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U16: return "U16";
+    case DType::U8: return "U8";
+  }
+  return "?";
+}
+
+DType safetensors_dtype_from_name(const std::string& s, const std::string& file) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I32, DType::I64,
+                  DType::U16, DType::U8})
+    if (s == safetensors_dtype_name(t)) return t;
+  fail(file, ": unsupported safetensors dtype '", s, "'");
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  MDLM_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail(path, ": cannot stat");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    fail(path, ": truncated safetensors file (", size_, " bytes, no header length)");
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  MDLM_CHECK(map_ != MAP_FAILED, path, ": mmap failed");
+  const auto* bytes = static_cast<const unsigned char*>(map_);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  try {
+    MDLM_CHECK(header_len <= size_ - 8, path, ": header length ", header_len, " runs past the end of the file (",
+               size_, " bytes)");
+    const char* header = static_cast<const char*>(map_) + 8;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(header, header + header_len);
+    } catch (const nlohmann::json::exception& e) {
+      fail(path, ": header is not valid JSON (", e.what(), ")");
+    }
+    MDLM_CHECK(j.is_object(), path, ": header is not a JSON object");
+    data_ = header + header_len;
+    const uint64_t buffer_size = size_ - 8 - header_len;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        MDLM_CHECK(it->is_object(), path, ": __metadata__ is not an object");
+        for (auto m = it->begin(); m != it->end(); ++m)
+          if (m->is_string()) metadata_[m.key()] = m->get<std::string>();
+        continue;
+      }
+      const std::string& name = it.key();
+      const auto& v = *it;
+      MDLM_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), path,
+                 ": tensor '", name, "' lacks dtype, shape or data_offsets");
+      MDLM_CHECK(v["dtype"].is_string(), path, ": tensor '", name, "' has a non-string dtype");
+      Entry e;
+      e.dtype = safetensors_dtype_from_name(v["dtype"].get<std::string>(), path);
+      MDLM_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<size_t>(Shape::kMaxDims), path,
+                 ": tensor '", name, "' has a bad shape");
+      uint64_t numel = 1;
+      for (const auto& d : v["shape"]) {
+        MDLM_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), path, ": tensor '",
+                   name, "' has a negative or non-integer dimension");
+        const uint64_t dim = d.get<uint64_t>();
+        MDLM_CHECK(dim == 0 || numel <= buffer_size / dim, path, ": tensor '", name, "' is larger than the file");
+        numel *= dim;
+        e.shape.d[e.shape.n++] = static_cast<int64_t>(dim);
+      }
+      const auto& off = v["data_offsets"];
+      MDLM_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                 path, ": tensor '", name, "' has malformed data_offsets");
+      e.begin = off[0].get<uint64_t>();
+      e.end = off[1].get<uint64_t>();
+      MDLM_CHECK(e.begin <= e.end && e.end <= buffer_size, path, ": tensor '", name, "' data_offsets [", e.begin,
+                 ", ", e.end, ") are outside the data buffer of ", buffer_size, " bytes");
+      MDLM_CHECK(e.end - e.begin == numel * dtype_size(e.dtype), path, ": tensor '", name, "' has ",
+                 e.end - e.begin, " bytes but its shape and dtype need ", numel * dtype_size(e.dtype));
+      if (e.end > e.begin) ranges.emplace_back(e.begin, e.end);
+      entries_[name] = e;
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i)
+      MDLM_CHECK(ranges[i].first >= ranges[i - 1].second, path, ": tensor data ranges overlap at byte ",
+                 ranges[i].first);
+  } catch (...) {
+    ::munmap(map_, size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, size_);
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : entries_) out.push_back(k);
+  return out;
+}
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  auto it = entries_.find(name);
+  MDLM_CHECK(it != entries_.end(), path_, ": no tensor named '", name, "'");
+  const Entry& e = it->second;
+  return Tensor::borrow(const_cast<char*>(data_ + e.begin), e.shape, e.dtype);
+}
+
+void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
+  Tensor src = get(name);
+  MDLM_CHECK(src.numel() == dst.numel(), path_, ": tensor '", name, "' has shape ", src.shape().str(),
+             " but the model expects ", dst.shape().str());
+  if (src.dtype() == dst.dtype()) {
+    std::memcpy(dst.raw(), src.raw(), dst.nbytes());
+    return;
+  }
+  MDLM_CHECK(dst.dtype() == DType::F32, path_, ": cannot convert '", name, "' from ", dtype_name(src.dtype()),
+             " to ", dtype_name(dst.dtype()));
+  float* out = dst.data<float>();
+  const int64_t n = dst.numel();
+  if (src.dtype() == DType::BF16) {
+    const auto* in = static_cast<const uint16_t*>(src.raw());
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+  } else if (src.dtype() == DType::F16) {
+    const auto* in = static_cast<const uint16_t*>(src.raw());
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(in[i]);
+  } else {
+    fail(path_, ": cannot convert '", name, "' from ", dtype_name(src.dtype()), " to float32");
+  }
+}
+
+// ---- writing -------------------------------------------------------------------------------------
+static void write_all(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    MDLM_CHECK(w > 0, path, ": write failed (", std::strerror(errno), ")");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// Writes the pieces to path.tmp, fsyncs, renames over path. On failure removes the temp file.
+static void write_pieces_atomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& pieces) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  MDLM_CHECK(fd >= 0, tmp, ": cannot create (", std::strerror(errno), ")");
+  try {
+    for (const auto& [p, n] : pieces) write_all(fd, p, n, tmp);
+    MDLM_CHECK(::fsync(fd) == 0, tmp, ": fsync failed (", std::strerror(errno), ")");
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(path, ": rename failed (", std::strerror(err), ")");
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_pieces_atomic(path, {{bytes.data(), bytes.size()}});
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MDLM_CHECK(in.good(), path, ": cannot open");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    MDLM_CHECK(t.tensor.device() == Device::CPU, path, ": tensor '", t.name, "' is not on the CPU");
+    std::vector<int64_t> shape(t.tensor.shape().d, t.tensor.shape().d + t.tensor.dim());
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.tensor.dtype())},
+                      {"shape", shape},
+                      {"data_offsets", {offset, offset + t.tensor.nbytes()}}};
+    offset += t.tensor.nbytes();
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8) h.push_back(' ');  // the data buffer starts 8-byte aligned
+  char len[8];
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  std::vector<std::pair<const char*, size_t>> pieces = {{len, 8}, {h.data(), h.size()}};
+  for (const auto& t : tensors) pieces.emplace_back(static_cast<const char*>(t.tensor.raw()), t.tensor.nbytes());
+  write_pieces_atomic(path, pieces);
+}
+
+}  // namespace megadlm

@@ -1,0 +1,660 @@
+#include "data/bpe_gpt2.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "core/error.h"
+#include "data/unicode.h"
+
+namespace megadlm {
+
+using unicode::CharClass;
+using unicode::kLetter;
+using unicode::kNumber;
+using unicode::kOther;
+using unicode::kSpace;
+
+// ==== 1. pre-tokenizer =============================================================================
+
+const char* const kPretokenizerRegex[3] = {
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+};
+
+PretokenizerPattern pattern_from_regex(const std::string& regex, const std::string& where) {
+  for (int p = 0; p < 3; ++p)
+    if (regex == kPretokenizerRegex[p]) return static_cast<PretokenizerPattern>(p);
+  fail(where, ": the split regex ", regex,
+       " is not supported (known: the GPT-2, LLaMA-3 and Qwen2 pre-tokenizer patterns)");
+}
+
+namespace {
+
+// One character: its code point class and length in bytes (invalid bytes: kOther, 1 byte).
+struct Ch {
+  CharClass cls;
+  uint32_t len;
+};
+
+inline Ch peek(const uint8_t* s, size_t n, size_t i) {
+  const uint8_t c = s[i];
+  if (c < 0x80) return {static_cast<CharClass>(unicode::detail::kAsciiClass[c]), 1};
+  uint32_t cp;
+  const int len = unicode::detail::decode_utf8_multibyte(s + i, n - i, &cp);
+  return {unicode::char_class(cp), static_cast<uint32_t>(len)};
+}
+
+// End of the run of characters of class `cls` that continues at i.
+inline size_t run_end(const uint8_t* s, size_t n, size_t i, CharClass cls) {
+  while (i < n) {
+    const Ch c = peek(s, n, i);
+    if (c.cls != cls) break;
+    i += c.len;
+  }
+  return i;
+}
+
+// \s+(?!\S)|\s+ at a whitespace character i: the whole run when it ends the text or is one character
+// long; otherwise the run less its last character (which then starts the next piece, so that " word"
+// keeps its space).
+inline size_t space_run_end(const uint8_t* s, size_t n, size_t i) {
+  size_t last = i, j = i;
+  while (j < n) {
+    const Ch c = peek(s, n, j);
+    if (c.cls != kSpace) break;
+    last = j;
+    j += c.len;
+  }
+  return (j == n || last == i) ? j : last;
+}
+
+// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+size_t gpt2_next(const uint8_t* s, size_t n, size_t i) {
+  const uint8_t c = s[i];
+  if (c == '\'' && i + 1 < n) {
+    const uint8_t a = s[i + 1];
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if (i + 2 < n) {
+      const uint8_t b = s[i + 2];
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    }
+  }
+  Ch first = peek(s, n, i);
+  size_t j = i;
+  if (c == ' ' && i + 1 < n) {  // the optional leading space of the three run alternatives
+    const Ch next = peek(s, n, i + 1);
+    if (next.cls != kSpace) j = i + 1, first = next;
+  }
+  if (first.cls != kSpace) return run_end(s, n, j + first.len, first.cls);
+  return space_run_end(s, n, i);
+}
+
+inline uint8_t ascii_lower(uint8_t x) { return (x >= 'A' && x <= 'Z') ? static_cast<uint8_t>(x + 32) : x; }
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+// \s*[\r\n]+|\s+(?!\S)|\s+
+size_t llama3_next(const uint8_t* s, size_t n, size_t i, int max_digits) {
+  const uint8_t c = s[i];
+  if (c == '\'' && i + 1 < n) {
+    const uint8_t a = ascii_lower(s[i + 1]);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    // Oniguruma's case folding also matches U+017F LATIN SMALL LETTER LONG S (C5 BF) for 's'.
+    if (s[i + 1] == 0xC5 && i + 2 < n && s[i + 2] == 0xBF) return i + 3;
+    if (i + 2 < n) {
+      const uint8_t b = ascii_lower(s[i + 2]);
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    }
+  }
+  const Ch first = peek(s, n, i);
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  if (first.cls == kLetter) return run_end(s, n, i + first.len, kLetter);
+  if (first.cls != kNumber && c != '\r' && c != '\n' && i + first.len < n) {
+    const Ch next = peek(s, n, i + first.len);
+    if (next.cls == kLetter) return run_end(s, n, i + first.len + next.len, kLetter);
+  }
+  // \p{N}{1,max_digits}
+  if (first.cls == kNumber) {
+    size_t j = i + first.len;
+    for (int k = 1; k < max_digits && j < n; ++k) {
+      const Ch d = peek(s, n, j);
+      if (d.cls != kNumber) break;
+      j += d.len;
+    }
+    return j;
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+  size_t j = i;
+  Ch f = first;
+  if (c == ' ' && i + 1 < n) {
+    const Ch next = peek(s, n, i + 1);
+    if (next.cls == kOther) j = i + 1, f = next;
+  }
+  if (f.cls == kOther) {
+    size_t e = run_end(s, n, j + f.len, kOther);
+    while (e < n && (s[e] == '\r' || s[e] == '\n')) ++e;
+    return e;
+  }
+  // \s*[\r\n]+: the whitespace run up to and including its last \r or \n; else \s+(?!\S)|\s+.
+  size_t nl_end = 0, last = i, k = i;
+  while (k < n) {
+    const Ch w = peek(s, n, k);
+    if (w.cls != kSpace) break;
+    if (s[k] == '\r' || s[k] == '\n') nl_end = k + 1;
+    last = k;
+    k += w.len;
+  }
+  if (nl_end) return nl_end;
+  return (k == n || last == i) ? k : last;
+}
+
+}  // namespace
+
+size_t next_piece(PretokenizerPattern pattern, const uint8_t* text, size_t n, size_t pos) {
+  switch (pattern) {
+    case PretokenizerPattern::Gpt2: return gpt2_next(text, n, pos);
+    case PretokenizerPattern::Llama3: return llama3_next(text, n, pos, 3);
+    case PretokenizerPattern::Qwen2: return llama3_next(text, n, pos, 1);
+  }
+  return n;
+}
+
+std::vector<std::pair<size_t, size_t>> split_pieces(PretokenizerPattern pattern, std::string_view text) {
+  std::vector<std::pair<size_t, size_t>> out;
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const size_t e = next_piece(pattern, s, text.size(), i);
+    out.emplace_back(i, e);
+    i = e;
+  }
+  return out;
+}
+
+// ==== 2. byte-level model ==========================================================================
+
+const std::array<uint32_t, 256>& byte_to_unicode() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    uint32_t shifted = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      t[b] = printable ? b : shifted++;
+    }
+    return t;
+  }();
+  return table;
+}
+
+namespace {
+// Inverse of byte_to_unicode over code points 0..323; -1 where a code point stands for no byte.
+const std::array<int16_t, 324>& unicode_to_byte() {
+  static const std::array<int16_t, 324> table = [] {
+    std::array<int16_t, 324> t;
+    t.fill(-1);
+    for (int b = 0; b < 256; ++b) t[byte_to_unicode()[b]] = static_cast<int16_t>(b);
+    return t;
+  }();
+  return table;
+}
+
+// Decodes a vocabulary spelling; sets *pure when every character is in the byte map.
+std::string spelling_to_bytes(std::string_view token, bool* pure) {
+  std::string out;
+  out.reserve(token.size());
+  *pure = true;
+  const auto* s = reinterpret_cast<const uint8_t*>(token.data());
+  for (size_t i = 0; i < token.size();) {
+    uint32_t cp;
+    const int len = unicode::decode_utf8(s + i, token.size() - i, &cp);
+    if (cp < 324 && unicode_to_byte()[cp] >= 0) {
+      out.push_back(static_cast<char>(unicode_to_byte()[cp]));
+    } else {
+      out.append(token.substr(i, len));
+      *pure = false;
+    }
+    i += len;
+  }
+  return out;
+}
+
+// A fast 64-bit hash of a short byte string (never 0: 0 marks an empty cache slot).
+inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  if (n) {
+    uint64_t v = 0;
+    std::memcpy(&v, p, n);
+    h = (h ^ v) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+  }
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  return h | 1;
+}
+
+constexpr uint32_t kNoRank = 0xFFFFFFFFu;
+std::atomic<uint64_t> g_next_instance{1};
+}  // namespace
+
+std::string bytes_to_byte_level(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) unicode::append_utf8(byte_to_unicode()[b], out);
+  return out;
+}
+
+std::string byte_level_to_bytes(std::string_view token) {
+  bool pure;
+  return spelling_to_bytes(token, &pure);
+}
+
+// (id_a, id_b) -> (rank, merged id), open addressing with linear probing at load <= 1/2. One lookup
+// per candidate pair is the inner loop of BPE, so this avoids std::unordered_map's node chasing.
+struct ByteLevelBPE::MergeTable {
+  struct Slot {
+    uint64_t key;
+    uint32_t rank;
+    int32_t merged;
+  };
+  static constexpr uint64_t kEmpty = ~0ull;
+  std::vector<Slot> slots;
+  uint64_t mask = 0;
+
+  explicit MergeTable(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    slots.assign(cap, Slot{kEmpty, kNoRank, -1});
+    mask = cap - 1;
+  }
+  static uint64_t key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  static uint64_t mix(uint64_t k) {
+    k ^= k >> 31;
+    k *= 0x9E3779B97F4A7C15ull;
+    k ^= k >> 29;
+    return k;
+  }
+  void put(int32_t a, int32_t b, uint32_t rank, int32_t merged) {
+    const uint64_t k = key(a, b);
+    for (uint64_t i = mix(k) & mask;; i = (i + 1) & mask) {
+      if (slots[i].key == kEmpty || slots[i].key == k) {
+        slots[i] = Slot{k, rank, merged};  // a repeated pair takes the later rank
+        return;
+      }
+    }
+  }
+  const Slot* get(int32_t a, int32_t b) const {
+    const uint64_t k = key(a, b);
+    for (uint64_t i = mix(k) & mask;; i = (i + 1) & mask) {
+      const Slot& s = slots[i];
+      if (s.key == k) return &s;
+      if (s.key == kEmpty) return nullptr;
+    }
+  }
+};
+
+// Piece bytes -> ids for the pieces seen recently, one per thread and tokenizer: text repeats its
+// words, so most pieces are found here and skip BPE. Cleared when full (cheap, and keeps memory flat).
+struct ByteLevelBPE::WordCache {
+  struct Slot {
+    uint64_t hash;  // 0 = empty
+    uint32_t key_off, ids_off;
+    uint16_t key_len, ids_len;
+  };
+  static constexpr size_t kSlots = size_t{1} << 17;
+  static constexpr size_t kMaxEntries = kSlots / 2;
+  static constexpr size_t kMaxKeyLen = 128;  // longer pieces are rare: not worth caching
+  std::vector<Slot> slots = std::vector<Slot>(kSlots, Slot{0, 0, 0, 0, 0});
+  std::string keys;
+  std::vector<int32_t> ids;
+  size_t entries = 0;
+
+  void clear() {
+    std::fill(slots.begin(), slots.end(), Slot{0, 0, 0, 0, 0});
+    keys.clear();
+    ids.clear();
+    entries = 0;
+  }
+};
+
+ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& vocab,
+                           const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
+                           const std::string& source)
+    : ignore_merges_(ignore_merges), instance_id_(g_next_instance.fetch_add(1)) {
+  MDLM_CHECK(!vocab.empty(), source, ": the vocabulary is empty");
+  int32_t max_id = -1;
+  for (const auto& [tok, id] : vocab) {
+    MDLM_CHECK(id >= 0, source, ": token '", tok, "' has negative id ", id);
+    max_id = std::max(max_id, id);
+  }
+  MDLM_CHECK(max_id < (1 << 30), source, ": id ", max_id, " is too large");
+  std::vector<std::string> bytes_of(max_id + 1);
+  std::vector<const std::string*> spelling_of(max_id + 1, nullptr);
+  present_.assign(max_id + 1, 0);
+  spelling_to_id_.reserve(vocab.size());
+  for (const auto& [tok, id] : vocab) {
+    MDLM_CHECK(!present_[id], source, ": id ", id, " is used by both '", *spelling_of[id], "' and '", tok, "'");
+    present_[id] = 1;
+    spelling_of[id] = &tok;
+    bool pure;
+    bytes_of[id] = spelling_to_bytes(tok, &pure);
+    spelling_to_id_.emplace(tok, id);
+    // Only true byte-level spellings are BPE results; a token such as "<|endoftext|>" is both, and a
+    // spelling outside the byte map (a special written in plain UTF-8) never comes out of BPE.
+    if (pure) bytes_to_id_.emplace(bytes_of[id], id);
+  }
+  token_offset_.resize(max_id + 2);
+  token_offset_[0] = 0;
+  for (int32_t id = 0; id <= max_id; ++id) {
+    token_bytes_ += bytes_of[id];
+    token_offset_[id + 1] = static_cast<uint32_t>(token_bytes_.size());
+  }
+  for (int b = 0; b < 256; ++b) {
+    const int32_t id = id_of_bytes(std::string(1, static_cast<char>(b)));
+    if (id < 0) {
+      std::string spelling;
+      unicode::append_utf8(byte_to_unicode()[b], spelling);
+      fail(source, ": the vocabulary has no token for byte ", b, " (spelled '", spelling,
+           "'): a byte-level vocabulary needs all 256 (truncated vocabulary?)");
+    }
+    byte_id_[b] = id;
+  }
+  merges_ = std::make_unique<MergeTable>(merges.size());
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const auto& [a, b] = merges[r];
+    const int32_t ia = id_of(a), ib = id_of(b), im = id_of(a + b);
+    auto where = [&] { return detail::concat(source, ": merge ", r + 1, " ('", a, " ", b, "'): "); };
+    MDLM_CHECK(ia >= 0, where(), "'", a, "' is not in the vocabulary");
+    MDLM_CHECK(ib >= 0, where(), "'", b, "' is not in the vocabulary");
+    MDLM_CHECK(im >= 0, where(), "the merged token '", a + b, "' is not in the vocabulary");
+    merges_->put(ia, ib, static_cast<uint32_t>(r), im);
+  }
+}
+
+ByteLevelBPE::~ByteLevelBPE() = default;
+
+int32_t ByteLevelBPE::id_of(std::string_view spelling) const {
+  const auto it = spelling_to_id_.find(std::string(spelling));
+  return it == spelling_to_id_.end() ? -1 : it->second;
+}
+
+int32_t ByteLevelBPE::id_of_bytes(std::string_view raw) const {
+  const auto it = bytes_to_id_.find(std::string(raw));
+  return it == bytes_to_id_.end() ? -1 : it->second;
+}
+
+inline uint32_t ByteLevelBPE::pair_rank(int32_t a, int32_t b, int32_t* merged) const {
+  const MergeTable::Slot* s = merges_->get(a, b);
+  if (!s) return kNoRank;
+  *merged = s->merged;
+  return s->rank;
+}
+
+// Quadratic but tight for short pieces (almost all of them): the rank of every neighbouring pair sits
+// in an array; each step merges the leftmost pair of lowest rank and looks up only the two new pairs.
+void ByteLevelBPE::merge_small(std::vector<int32_t>& sym) const {
+  size_t m = sym.size();
+  if (m < 2) return;
+  thread_local std::vector<uint32_t> rank;
+  thread_local std::vector<int32_t> merged;
+  rank.resize(m - 1);
+  merged.resize(m - 1);
+  for (size_t k = 0; k + 1 < m; ++k) rank[k] = pair_rank(sym[k], sym[k + 1], &merged[k]);
+  while (m > 1) {
+    size_t best = 0;
+    for (size_t k = 1; k + 1 < m; ++k)
+      if (rank[k] < rank[best]) best = k;
+    if (rank[best] == kNoRank) break;
+    sym[best] = merged[best];
+    // Remove symbol best+1 and pair best; pairs best-1 and best (new neighbours) change.
+    for (size_t k = best + 1; k + 1 < m; ++k) sym[k] = sym[k + 1];
+    for (size_t k = best; k + 2 < m; ++k) rank[k] = rank[k + 1], merged[k] = merged[k + 1];
+    --m;
+    if (best > 0) rank[best - 1] = pair_rank(sym[best - 1], sym[best], &merged[best - 1]);
+    if (best + 1 < m) rank[best] = pair_rank(sym[best], sym[best + 1], &merged[best]);
+  }
+  sym.resize(m);
+}
+
+// O(n log n) for long pieces (a 100k-character run has no spaces to split it): symbols in a linked
+// list, candidate pairs in a min-heap by (rank, position); an entry is stale when either symbol has
+// changed since it was pushed (ids only grow into longer tokens, so equal ids mean the same pair).
+void ByteLevelBPE::merge_large(std::vector<int32_t>& sym) const {
+  const int32_t m = static_cast<int32_t>(sym.size());
+  if (m < 2) return;
+  struct Cand {
+    uint32_t rank;
+    int32_t pos, left, right, merged;
+  };
+  auto worse = [](const Cand& x, const Cand& y) { return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos; };
+  thread_local std::vector<int32_t> next, prev;
+  thread_local std::vector<Cand> heap;
+  next.resize(m);
+  prev.resize(m);
+  heap.clear();
+  for (int32_t i = 0; i < m; ++i) next[i] = i + 1 < m ? i + 1 : -1, prev[i] = i - 1;
+  auto push = [&](int32_t pos, int32_t right_pos) {
+    Cand c{0, pos, sym[pos], sym[right_pos], -1};
+    c.rank = pair_rank(c.left, c.right, &c.merged);
+    if (c.rank == kNoRank) return;
+    heap.push_back(c);
+    std::push_heap(heap.begin(), heap.end(), worse);
+  };
+  for (int32_t i = 0; i + 1 < m; ++i) push(i, i + 1);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    const Cand c = heap.back();
+    heap.pop_back();
+    const int32_t r = next[c.pos];
+    if (sym[c.pos] != c.left || r < 0 || sym[r] != c.right) continue;  // stale
+    sym[c.pos] = c.merged;
+    sym[r] = -1;  // dead
+    next[c.pos] = next[r];
+    if (next[r] >= 0) prev[next[r]] = c.pos;
+    if (prev[c.pos] >= 0) push(prev[c.pos], c.pos);
+    if (next[c.pos] >= 0) push(c.pos, next[c.pos]);
+  }
+  int32_t out = 0;
+  for (int32_t i = 0; i >= 0; i = next[i]) sym[out++] = sym[i];
+  sym.resize(out);
+}
+
+void ByteLevelBPE::encode_uncached(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {
+    const int32_t whole = id_of_bytes(std::string_view(reinterpret_cast<const char*>(p), n));
+    if (whole >= 0) {
+      out.push_back(whole);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> sym;
+  sym.resize(n);
+  for (size_t i = 0; i < n; ++i) sym[i] = byte_id_[p[i]];
+  if (n <= 48) {
+    merge_small(sym);
+  } else {
+    merge_large(sym);
+  }
+  out.insert(out.end(), sym.begin(), sym.end());
+}
+
+ByteLevelBPE::WordCache& ByteLevelBPE::thread_cache() const {
+  struct Entry {
+    uint64_t owner = 0;
+    std::unique_ptr<WordCache> cache;
+  };
+  thread_local std::array<Entry, 4> entries;
+  thread_local unsigned victim = 0;
+  for (Entry& e : entries)
+    if (e.owner == instance_id_) return *e.cache;
+  Entry& e = entries[victim++ % entries.size()];
+  e.owner = instance_id_;
+  if (e.cache) {
+    e.cache->clear();
+  } else {
+    e.cache = std::make_unique<WordCache>();
+  }
+  return *e.cache;
+}
+
+void ByteLevelBPE::encode_piece(const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
+  encode_pieces(nullptr, p, n, out);
+}
+
+void ByteLevelBPE::encode_text(PretokenizerPattern pattern, const uint8_t* p, size_t n,
+                               std::vector<int32_t>& out) const {
+  encode_pieces(&pattern, p, n, out);
+}
+
+void ByteLevelBPE::encode_pieces(const PretokenizerPattern* pattern, const uint8_t* text, size_t n,
+                                 std::vector<int32_t>& out) const {
+  WordCache& cache = thread_cache();
+  for (size_t i = 0; i < n;) {
+    const size_t e = pattern ? next_piece(*pattern, text, n, i) : n;
+    const uint8_t* p = text + i;
+    const size_t len = e - i;
+    i = e;
+    if (len == 1) {
+      out.push_back(byte_id_[p[0]]);
+      continue;
+    }
+    if (len > WordCache::kMaxKeyLen) {
+      encode_uncached(p, len, out);
+      continue;
+    }
+    const uint64_t h = hash_bytes(p, len);
+    const uint64_t mask = WordCache::kSlots - 1;
+    uint64_t slot = h & mask;
+    bool found = false;
+    for (;; slot = (slot + 1) & mask) {
+      const WordCache::Slot& s = cache.slots[slot];
+      if (s.hash == 0) break;
+      if (s.hash == h && s.key_len == len && std::memcmp(cache.keys.data() + s.key_off, p, len) == 0) {
+        out.insert(out.end(), cache.ids.begin() + s.ids_off, cache.ids.begin() + s.ids_off + s.ids_len);
+        found = true;
+        break;
+      }
+    }
+    if (found) continue;
+    const size_t before = out.size();
+    encode_uncached(p, len, out);
+    if (cache.entries >= WordCache::kMaxEntries) {
+      cache.clear();
+      for (slot = h & mask; cache.slots[slot].hash != 0; slot = (slot + 1) & mask) {
+      }
+    }
+    WordCache::Slot& s = cache.slots[slot];
+    s.hash = h;
+    s.key_off = static_cast<uint32_t>(cache.keys.size());
+    s.key_len = static_cast<uint16_t>(len);
+    s.ids_off = static_cast<uint32_t>(cache.ids.size());
+    s.ids_len = static_cast<uint16_t>(out.size() - before);
+    cache.keys.append(reinterpret_cast<const char*>(p), len);
+    cache.ids.insert(cache.ids.end(), out.begin() + before, out.end());
+    ++cache.entries;
+  }
+}
+
+// ==== 3. GPT2BPETokenizer ==========================================================================
+
+GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec) {
+  spec_ = spec;
+  spec_.added_special_tokens.clear();
+  MDLM_CHECK(!spec.vocab_file.empty(), "GPT2BPETokenizer needs --vocab-file (vocab.json)");
+  MDLM_CHECK(!spec.merge_file.empty(), "GPT2BPETokenizer needs --merge-file (merges.txt)");
+
+  const std::string vocab_text = read_tokenizer_file(spec.vocab_file, "vocab file");
+  nlohmann::json vj;
+  try {
+    vj = nlohmann::json::parse(vocab_text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("vocab file '", spec.vocab_file, "' is not valid JSON: ", e.what());
+  }
+  MDLM_CHECK(vj.is_object(), "vocab file '", spec.vocab_file, "' must hold a JSON object {token: id}");
+  std::vector<std::pair<std::string, int32_t>> vocab;
+  vocab.reserve(vj.size());
+  for (auto it = vj.begin(); it != vj.end(); ++it) {
+    MDLM_CHECK(it.value().is_number_integer(), "vocab file '", spec.vocab_file, "': the id of '", it.key(),
+               "' is not an integer");
+    vocab.emplace_back(it.key(), it.value().get<int32_t>());
+  }
+
+  const std::string merges_text = read_tokenizer_file(spec.merge_file, "merge file");
+  std::vector<std::pair<std::string, std::string>> merges;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < merges_text.size();) {
+    size_t end = merges_text.find('\n', pos);
+    if (end == std::string::npos) end = merges_text.size();
+    std::string_view line(merges_text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.substr(0, 9) == "#version:")) continue;
+    const size_t sp = line.find(' ');
+    MDLM_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
+                   line.find(' ', sp + 1) == std::string_view::npos,
+               "merge file '", spec.merge_file, "' line ", line_no, ": expected two tokens 'a b', got '", line, "'");
+    merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
+  }
+  MDLM_CHECK(!merges.empty(), "merge file '", spec.merge_file, "' holds no merges");
+  bpe_ = std::make_unique<ByteLevelBPE>(vocab, merges, /*ignore_merges=*/false,
+                                        "'" + spec.vocab_file + "' + '" + spec.merge_file + "'");
+  eod_ = token_to_id("<|endoftext|>");
+  if (eod_ < 0) eod_ = add_special_token("<|endoftext|>");
+  for (const std::string& t : spec.added_special_tokens) add_special_token(t);
+}
+
+GPT2BPETokenizer::~GPT2BPETokenizer() = default;
+
+void GPT2BPETokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+  bpe_->encode_text(PretokenizerPattern::Gpt2, reinterpret_cast<const uint8_t*>(text.data()), text.size(), out);
+}
+
+std::string GPT2BPETokenizer::decode(const int32_t* ids, size_t n) const {
+  std::string out;
+  out.reserve(n * 4);
+  const int64_t base = bpe_->size();
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t id = ids[i];
+    if (bpe_->has_id(id)) {
+      out += bpe_->token_bytes(id);
+    } else if (id >= base && id < vocab_size()) {
+      out += added_[id - base];
+    } else {
+      fail("GPT2BPETokenizer: cannot decode id ", id, " (vocabulary size ", vocab_size(), ")");
+    }
+  }
+  return out;
+}
+
+int32_t GPT2BPETokenizer::token_to_id(std::string_view token) const {
+  const int32_t id = bpe_->id_of(token);
+  if (id >= 0) return id;
+  for (size_t i = 0; i < added_.size(); ++i)
+    if (added_[i] == token) return static_cast<int32_t>(bpe_->size() + i);
+  return -1;
+}
+
+int32_t GPT2BPETokenizer::add_special_token(const std::string& token) {
+  MDLM_CHECK(!token.empty(), "add_special_token: the token is empty");
+  int32_t id = token_to_id(bytes_to_byte_level(token));
+  if (id < 0) id = token_to_id(token);
+  if (id < 0) {
+    id = static_cast<int32_t>(vocab_size());
+    added_.push_back(token);
+  }
+  auto& list = spec_.added_special_tokens;
+  if (std::find(list.begin(), list.end(), token) == list.end() && token != "<|endoftext|>") list.push_back(token);
+  return id;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,187 @@
+#include "data/cli_flags.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace megadlm {
+
+namespace {
+
+bool is_flag_token(const std::string& s) { return s.size() > 2 && s[0] == '-' && s[1] == '-'; }
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE)
+    fail("--", flag, " expects an integer, got '", v, "'");
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE)
+    fail("--", flag, " expects a number, got '", v, "'");
+  return x;
+}
+
+bool parse_bool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  fail("--", flag, " expects true or false, got '", v, "'");
+}
+
+}  // namespace
+
+CliFlags::CliFlags(std::string program, std::string description)
+    : program_(std::move(program)), description_(std::move(description)) {}
+
+void CliFlags::declare(const std::string& name, Kind kind, std::vector<std::string> def, const std::string& help,
+                       bool required) {
+  MDLM_CHECK(!name.empty() && name[0] != '-', "flag names are declared without dashes: '", name, "'");
+  MDLM_CHECK(!flags_.count(name), "flag --", name, " declared twice");
+  Flag f;
+  f.kind = kind;
+  f.help = help;
+  f.required = required;
+  f.values = std::move(def);
+  flags_.emplace(name, std::move(f));
+  order_.push_back(name);
+}
+
+void CliFlags::add_string(const std::string& name, const std::string& def, const std::string& help, bool required) {
+  declare(name, Kind::String, {def}, help, required);
+}
+void CliFlags::add_int(const std::string& name, int64_t def, const std::string& help, bool required) {
+  declare(name, Kind::Int, {std::to_string(def)}, help, required);
+}
+void CliFlags::add_double(const std::string& name, double def, const std::string& help, bool required) {
+  std::ostringstream os;
+  os << def;
+  declare(name, Kind::Double, {os.str()}, help, required);
+}
+void CliFlags::add_bool(const std::string& name, const std::string& help) {
+  declare(name, Kind::Bool, {"false"}, help, false);
+}
+void CliFlags::add_list(const std::string& name, const std::vector<std::string>& def, const std::string& help,
+                        bool required) {
+  declare(name, Kind::List, def, help, required);
+}
+
+void CliFlags::parse(int argc, const char* const* argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  parse(args);
+}
+
+void CliFlags::parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& tok = args[i];
+    if (tok == "--help" || tok == "-h") {
+      help_requested_ = true;
+      continue;
+    }
+    if (!is_flag_token(tok)) fail("unexpected argument '", tok, "' (flags start with --; see --help)");
+    std::string name = tok.substr(2), inline_value;
+    bool has_inline = false;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      inline_value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_inline = true;
+    }
+    auto it = flags_.find(name);
+    if (it == flags_.end()) fail("unknown flag --", name, " (see --help)");
+    Flag& f = it->second;
+    if (f.given && f.kind != Kind::List) fail("flag --", name, " given twice");
+    std::vector<std::string> values;
+    if (has_inline) {
+      values.push_back(inline_value);
+    } else if (f.kind == Kind::Bool) {
+      values.push_back("true");
+    } else if (f.kind == Kind::List) {
+      while (i + 1 < args.size() && !is_flag_token(args[i + 1])) values.push_back(args[++i]);
+    } else {
+      // A value may itself start with '-' (a negative number) but not with "--".
+      if (i + 1 >= args.size() || is_flag_token(args[i + 1])) fail("flag --", name, " expects a value");
+      values.push_back(args[++i]);
+    }
+    if (f.kind == Kind::List && values.empty()) fail("flag --", name, " expects at least one value");
+    switch (f.kind) {
+      case Kind::Int: parse_int(name, values[0]); break;
+      case Kind::Double: parse_double(name, values[0]); break;
+      case Kind::Bool: values[0] = parse_bool(name, values[0]) ? "true" : "false"; break;
+      default: break;
+    }
+    if (f.kind == Kind::List && f.given) {
+      f.values.insert(f.values.end(), values.begin(), values.end());  // repeated list flags accumulate
+    } else {
+      f.values = std::move(values);
+    }
+    f.given = true;
+  }
+  if (help_requested_) return;  // do not complain about missing flags when help was asked for
+  for (const std::string& name : order_) {
+    const Flag& f = flags_.at(name);
+    if (f.required && !f.given) fail("missing required flag --", name, " (see --help)");
+  }
+}
+
+std::string CliFlags::help() const {
+  std::ostringstream os;
+  os << "usage: " << program_ << " [flags]\n";
+  if (!description_.empty()) os << description_ << "\n";
+  os << "\nflags:\n";
+  for (const std::string& name : order_) {
+    const Flag& f = flags_.at(name);
+    std::string spec = "  --" + name;
+    switch (f.kind) {
+      case Kind::String: spec += " STR"; break;
+      case Kind::Int: spec += " INT"; break;
+      case Kind::Double: spec += " NUM"; break;
+      case Kind::List: spec += " VALUE..."; break;
+      case Kind::Bool: break;
+    }
+    os << spec;
+    if (spec.size() < 30) os << std::string(30 - spec.size(), ' ');
+    else os << "  ";
+    os << f.help;
+    if (f.required) {
+      os << " (required)";
+    } else if (f.kind != Kind::Bool) {
+      std::string def;
+      for (size_t k = 0; k < f.values.size(); ++k) def += (k ? " " : "") + f.values[k];
+      if (!def.empty()) os << " (default: " << def << ")";
+    }
+    os << "\n";
+  }
+  os << "  --help" << std::string(30 - 8, ' ') << "print this help\n";
+  return os.str();
+}
+
+const CliFlags::Flag& CliFlags::lookup(const std::string& name, Kind kind) const {
+  auto it = flags_.find(name);
+  MDLM_CHECK(it != flags_.end(), "flag --", name, " was never declared");
+  MDLM_CHECK(it->second.kind == kind, "flag --", name, " read as the wrong type");
+  return it->second;
+}
+
+bool CliFlags::given(const std::string& name) const {
+  auto it = flags_.find(name);
+  MDLM_CHECK(it != flags_.end(), "flag --", name, " was never declared");
+  return it->second.given;
+}
+
+std::string CliFlags::get_string(const std::string& name) const { return lookup(name, Kind::String).values.at(0); }
+int64_t CliFlags::get_int(const std::string& name) const { return parse_int(name, lookup(name, Kind::Int).values.at(0)); }
+double CliFlags::get_double(const std::string& name) const {
+  return parse_double(name, lookup(name, Kind::Double).values.at(0));
+}
+bool CliFlags::get_bool(const std::string& name) const { return lookup(name, Kind::Bool).values.at(0) == "true"; }
+std::vector<std::string> CliFlags::get_list(const std::string& name) const { return lookup(name, Kind::List).values; }
+
+}  // namespace megadlm

@@ -1,0 +1,378 @@
+#include "data/preprocess.h"
+
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "data/indexed_dataset.h"
+#include "data/jsonl.h"
+
+namespace megadlm {
+
+std::string document_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_document";
+}
+
+std::string sidecar_path(const std::string& data_prefix) { return data_prefix + ".tokenizer.json"; }
+
+namespace {
+
+// Keys the sidecar adds beside the TokenizerSpec fields.
+constexpr const char* kSidecarExtraKeys[] = {"vocab_size", "eod", "dtype", "json_key", "append_eod"};
+
+// One chunk of input lines, tokenized.
+struct ChunkResult {
+  int64_t lines = 0, documents = 0, blank = 0, bytes = 0;
+  std::vector<BadLine> bad;  // every bad line of the chunk, in order
+  struct PerKey {
+    std::vector<int32_t> tokens;         // all documents' tokens back to back
+    std::vector<int32_t> seq_lengths;    // all documents' sequence lengths back to back
+    std::vector<int32_t> seqs_per_doc;   // [documents]
+  };
+  std::vector<PerKey> keys;
+};
+
+void tokenize_chunk(const LineChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok, ChunkResult& out) {
+  const size_t nk = opt.json_keys.size();
+  out.keys.assign(nk, {});
+  out.lines = chunk.num_lines;
+  out.bytes = static_cast<int64_t>(chunk.text.size());
+  std::vector<int32_t> ids;
+  for_each_line(chunk, [&](int64_t line_no, std::string_view line) {
+    ParsedLine p = parse_jsonl_line(line, opt.json_keys);
+    if (p.status == LineStatus::Blank) {
+      ++out.blank;
+      return;
+    }
+    if (p.status != LineStatus::Ok) {
+      out.bad.push_back({line_no, std::move(p.error)});
+      return;
+    }
+    // A text the tokenizer rejects (NullTokenizer given words) makes the line bad; what the line
+    // already appended for earlier keys is taken back so that the datasets stay aligned.
+    std::vector<std::array<size_t, 3>> sizes(nk);
+    for (size_t k = 0; k < nk; ++k)
+      sizes[k] = {out.keys[k].tokens.size(), out.keys[k].seq_lengths.size(), out.keys[k].seqs_per_doc.size()};
+    try {
+      for (size_t k = 0; k < nk; ++k) {
+        ChunkResult::PerKey& pk = out.keys[k];
+        int32_t seqs = 0;
+        for (const std::string& sentence : p.texts[k]) {
+          ids.clear();
+          tok.encode(sentence, ids);
+          if (ids.empty()) continue;  // as Megatron: an empty sentence adds no sequence
+          MDLM_CHECK(ids.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "key '", opt.json_keys[k],
+                     "': ", ids.size(), " tokens do not fit one sequence");
+          pk.tokens.insert(pk.tokens.end(), ids.begin(), ids.end());
+          pk.seq_lengths.push_back(static_cast<int32_t>(ids.size()));
+          ++seqs;
+        }
+        if (seqs > 0 && opt.append_eod) {
+          pk.tokens.push_back(tok.eod());
+          ++pk.seq_lengths.back();
+        }
+        pk.seqs_per_doc.push_back(seqs);
+      }
+    } catch (const Error& e) {
+      for (size_t k = 0; k < nk; ++k) {
+        out.keys[k].tokens.resize(sizes[k][0]);
+        out.keys[k].seq_lengths.resize(sizes[k][1]);
+        out.keys[k].seqs_per_doc.resize(sizes[k][2]);
+      }
+      out.bad.push_back({line_no, std::string("tokenizer: ") + e.what()});
+      return;
+    }
+    ++out.documents;
+  });
+}
+
+// The reader -> workers -> writer pipeline's shared state.
+class Pipeline {
+ public:
+  Pipeline(const PreprocessOptions& opt, const Timer& timer) : opt_(opt), timer_(timer), reader_(opt.input) {
+    max_in_flight_ = static_cast<int64_t>(4 * opt.workers);
+  }
+  ~Pipeline() { shutdown(); }
+
+  void start() {
+    threads_.emplace_back([this] { read_loop(); });
+    for (int w = 0; w < opt_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
+  }
+
+  // The vocabulary size and eod id, from the first worker to load its tokenizer (so that the calling
+  // thread does not spend time loading one more). Rethrows a thread's error.
+  void tokenizer_info(int64_t& vocab_size, int32_t& eod) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return error_ || info_ready_; });
+    if (error_) std::rethrow_exception(error_);
+    vocab_size = vocab_size_;
+    eod = eod_;
+  }
+
+  // Next result in input order; false when the input is exhausted. Rethrows a thread's error.
+  bool next(int64_t id, ChunkResult& out) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return error_ || results_.count(id) || (reader_done_ && id >= chunks_read_); });
+    if (error_) std::rethrow_exception(error_);
+    auto it = results_.find(id);
+    if (it == results_.end()) return false;
+    out = std::move(it->second);
+    results_.erase(it);
+    written_ = id + 1;
+    cv_.notify_all();  // the reader may read ahead again
+    return true;
+  }
+
+  // When the last worker had its tokenizer loaded (valid after shutdown()).
+  double startup_seconds() const { return startup_seconds_; }
+
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+ private:
+  void set_error() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!error_) error_ = std::current_exception();
+    cv_.notify_all();
+  }
+
+  void read_loop() {
+    try {
+      for (int64_t id = 0;; ++id) {
+        {
+          // Bound the memory: at most max_in_flight_ chunks read but not yet written.
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait(lk, [&] { return stop_ || id - written_ < max_in_flight_; });
+          if (stop_) return;
+        }
+        auto chunk = std::make_unique<LineChunk>();
+        const bool more = reader_.next_chunk(*chunk, opt_.chunk_bytes);
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!more) {
+          reader_done_ = true;
+          cv_.notify_all();
+          return;
+        }
+        queue_.emplace_back(id, std::move(chunk));
+        chunks_read_ = id + 1;
+        cv_.notify_all();
+      }
+    } catch (...) {
+      set_error();
+    }
+  }
+
+  void work_loop() {
+    try {
+      // Each worker owns its tokenizer: no assumption about the thread safety of encode().
+      const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt_.tokenizer);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!info_ready_) {
+          vocab_size_ = tok->vocab_size();
+          eod_ = tok->eod();
+          info_ready_ = true;
+          cv_.notify_all();
+        }
+        if (++loaded_ == opt_.workers) startup_seconds_ = timer_.seconds();
+      }
+      for (;;) {
+        std::pair<int64_t, std::unique_ptr<LineChunk>> job;
+        {
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait(lk, [&] { return stop_ || error_ || !queue_.empty() || reader_done_; });
+          if (stop_ || error_) return;
+          if (queue_.empty()) return;  // reader_done_ and nothing left
+          job = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        ChunkResult r;
+        tokenize_chunk(*job.second, opt_, *tok, r);
+        std::lock_guard<std::mutex> lk(mu_);
+        results_.emplace(job.first, std::move(r));
+        cv_.notify_all();
+      }
+    } catch (...) {
+      set_error();
+    }
+  }
+
+  const PreprocessOptions& opt_;
+  const Timer& timer_;
+  JsonlReader reader_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int64_t, std::unique_ptr<LineChunk>>> queue_;
+  std::map<int64_t, ChunkResult> results_;
+  int64_t chunks_read_ = 0, written_ = 0, max_in_flight_ = 8;
+  bool reader_done_ = false, stop_ = false, info_ready_ = false;
+  int64_t vocab_size_ = 0;
+  int32_t eod_ = -1;
+  int loaded_ = 0;
+  double startup_seconds_ = 0;
+  std::exception_ptr error_;
+};
+
+std::string absolute_or_empty(const std::string& p) {
+  if (p.empty()) return p;
+  std::error_code ec;
+  const auto a = std::filesystem::absolute(p, ec);
+  return ec ? p : a.lexically_normal().string();
+}
+
+}  // namespace
+
+PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
+  MDLM_CHECK(!opt.input.empty(), "--input is required");
+  MDLM_CHECK(!opt.output_prefix.empty(), "--output-prefix is required");
+  MDLM_CHECK(!opt.json_keys.empty(), "--json-keys needs at least one key");
+  MDLM_CHECK(opt.workers >= 1 && opt.workers <= 1024, "--workers ", opt.workers, " must be in [1, 1024]");
+  MDLM_CHECK(opt.log_interval >= 0, "--log-interval ", opt.log_interval, " is negative");
+  for (size_t a = 0; a < opt.json_keys.size(); ++a)
+    for (size_t b = a + 1; b < opt.json_keys.size(); ++b)
+      MDLM_CHECK(opt.json_keys[a] != opt.json_keys[b], "--json-keys lists '", opt.json_keys[a], "' twice");
+  const Timer timer;
+
+  // The tokenizer as the sidecar will describe it (paths made absolute so training can run elsewhere).
+  PreprocessOptions o = opt;
+  o.tokenizer.vocab_file = absolute_or_empty(o.tokenizer.vocab_file);
+  o.tokenizer.merge_file = absolute_or_empty(o.tokenizer.merge_file);
+  o.tokenizer.tokenizer_model = absolute_or_empty(o.tokenizer.tokenizer_model);
+  Pipeline pipe(o, timer);
+  pipe.start();
+  int64_t vocab = 0;
+  int32_t eod = -1;
+  pipe.tokenizer_info(vocab, eod);
+  const IndexDType dtype = optimal_index_dtype(vocab);
+
+  PreprocessResult res;
+  res.tokens.assign(o.json_keys.size(), 0);
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  for (const std::string& key : o.json_keys) {
+    res.output_prefixes.push_back(document_prefix(o.output_prefix, key));
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(res.output_prefixes.back(), dtype));
+  }
+  if (o.log)
+    log_info("preprocess: ", o.input, " -> ", o.output_prefix, "_{", [&] {
+      std::string s;
+      for (size_t k = 0; k < o.json_keys.size(); ++k) s += (k ? "," : "") + o.json_keys[k];
+      return s;
+    }(), "}_document.{bin,idx}; ", o.tokenizer.type, " vocab ", vocab, ", eod ", eod, ", ", index_dtype_name(dtype),
+             ", ", o.workers, " worker(s)");
+
+  ChunkResult r;
+  int64_t next_log = o.log_interval > 0 ? o.log_interval : -1;
+  for (int64_t id = 0; pipe.next(id, r); ++id) {
+    for (const BadLine& b : r.bad) {
+      if (o.strict) fail(o.input, ":", b.line, ": ", b.reason, " (--strict: stopping; no output written)");
+      if (o.log && res.bad_lines < o.max_bad_lines_kept)
+        log_info(o.input, ":", b.line, ": ", b.reason, " (line skipped)");
+      if (static_cast<int64_t>(res.bad.size()) < o.max_bad_lines_kept) res.bad.push_back(b);
+      ++res.bad_lines;
+    }
+    for (size_t k = 0; k < writers.size(); ++k) {
+      const ChunkResult::PerKey& pk = r.keys[k];
+      const int32_t* t = pk.tokens.data();
+      const int32_t* l = pk.seq_lengths.data();
+      for (int32_t seqs : pk.seqs_per_doc) {
+        int64_t n = 0;
+        for (int32_t s = 0; s < seqs; ++s) n += l[s];
+        writers[k]->add_document(t, n, l, seqs);
+        t += n;
+        l += seqs;
+      }
+      res.tokens[k] += static_cast<int64_t>(pk.tokens.size());
+    }
+    res.lines += r.lines;
+    res.documents += r.documents;
+    res.blank_lines += r.blank;
+    res.input_bytes += r.bytes;
+    if (o.log && next_log > 0 && res.documents >= next_log) {
+      const double s = std::max(timer.seconds(), 1e-9);
+      log_info("Processed ", res.documents, " documents (", static_cast<int64_t>(res.documents / s), " docs/s, ",
+               static_cast<double>(res.input_bytes) / s / (1 << 20), " MB/s).");
+      while (next_log <= res.documents) next_log += o.log_interval;
+    }
+  }
+  pipe.shutdown();
+  if (res.bad_lines > o.max_bad_lines_kept && o.log)
+    log_info("... ", res.bad_lines - o.max_bad_lines_kept, " more bad lines not shown");
+  if (res.documents == 0 && o.log)
+    log_info("warning: ", o.input, " has no usable documents; writing an empty dataset");
+
+  // Outputs appear under their final names only now, each file renamed into place after it is complete.
+  for (size_t k = 0; k < writers.size(); ++k) {
+    writers[k]->finalize();
+    nlohmann::json j = o.tokenizer.to_json();
+    j["vocab_size"] = vocab;
+    j["eod"] = eod;
+    j["dtype"] = index_dtype_name(dtype);
+    j["json_key"] = o.json_keys[k];
+    j["append_eod"] = o.append_eod;
+    const std::string text = j.dump(2) + "\n";
+    write_file_atomically(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
+  }
+  res.seconds = timer.seconds();
+  res.startup_seconds = pipe.startup_seconds();
+  if (o.log) {
+    const double s = std::max(res.seconds, 1e-9);
+    std::string toks;
+    for (size_t k = 0; k < o.json_keys.size(); ++k)
+      toks += (k ? ", " : "") + o.json_keys[k] + ": " + std::to_string(res.tokens[k]);
+    log_info("Done: ", res.documents, " documents, tokens {", toks, "}, ", res.lines, " lines, ", res.bad_lines,
+             " bad lines skipped, ", res.blank_lines, " blank lines; ", res.seconds, " s (",
+             static_cast<int64_t>(res.documents / s), " docs/s, ", static_cast<double>(res.input_bytes) / s / (1 << 20),
+             " MB/s); tokenizer start-up ", res.startup_seconds, " s, then ",
+             static_cast<double>(res.input_bytes) / std::max(res.seconds - res.startup_seconds, 1e-9) / (1 << 20),
+             " MB/s");
+  }
+  return res;
+}
+
+DataSidecar read_data_sidecar(const std::string& data_prefix) {
+  const std::string path = sidecar_path(data_prefix);
+  std::ifstream in(path);
+  MDLM_CHECK(in.good(), path, ": cannot open the tokenizer sidecar (was the data made by preprocess_data?)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": invalid JSON (", e.what(), ")");
+  }
+  MDLM_CHECK(j.is_object(), path, ": not a JSON object");
+  DataSidecar s;
+  try {
+    MDLM_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer(), path, ": missing integer 'vocab_size'");
+    MDLM_CHECK(j.contains("eod") && j["eod"].is_number_integer(), path, ": missing integer 'eod'");
+    s.vocab_size = j["vocab_size"].get<int64_t>();
+    s.eod = j["eod"].get<int32_t>();
+    for (const char* k : kSidecarExtraKeys) j.erase(k);
+    s.spec = TokenizerSpec::from_json(j);
+  } catch (const Error& e) {
+    fail(path, ": ", e.what());
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": ", e.what());
+  }
+  return s;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,75 @@
+#pragma once
+// The core of preprocess_data: .jsonl (or .jsonl.gz) -> Megatron MMIDIDX token data, one dataset per
+// JSON key, named <output_prefix>_<key>_document.{bin,idx} as Megatron's tools/preprocess_data.py
+// names them, plus a sidecar <output_prefix>_<key>_document.tokenizer.json that records the
+// tokenizer (its TokenizerSpec, vocab_size and eod) so training finds it without flags.
+//
+// Per line, as Megatron: each key's text (or each string of a list, Megatron's "sentences") is
+// tokenized; a non-empty text becomes one sequence; --append-eod appends the eod id to the
+// document's last sequence; an empty text gives a document with no sequence.
+//
+// Bad lines (invalid UTF-8, invalid JSON, not an object, missing key, non-string value) are reported
+// with their line number and skipped, all keys together so that the datasets stay aligned; with
+// strict they stop the run with an Error and nothing is left under the final names. Blank lines are
+// skipped silently (counted). An empty input gives a valid empty dataset (0 documents) and a warning.
+//
+// Threads: a reader thread cuts the input into chunks of whole lines, `workers` threads parse and
+// tokenize chunks (each with its own tokenizer built from the spec), and the calling thread writes the
+// results in input order, so the output is byte-identical for any number of workers.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace megadlm {
+
+struct PreprocessOptions {
+  std::string input;
+  std::vector<std::string> json_keys{"text"};
+  std::string output_prefix;
+  bool append_eod = false;
+  int workers = 1;
+  TokenizerSpec tokenizer;
+  bool strict = false;
+  int64_t log_interval = 1000;         // documents between progress lines; 0 = none
+  bool log = true;                     // progress, bad-line and summary lines on stderr
+  size_t chunk_bytes = size_t(1) << 16;  // input handed to a worker at a time (small: even load at the end)
+  int64_t max_bad_lines_kept = 1000;   // bad lines listed in the result (all are counted)
+};
+
+struct BadLine {
+  int64_t line = 0;  // 1-based
+  std::string reason;
+};
+
+struct PreprocessResult {
+  int64_t lines = 0;        // lines read (including bad and blank ones)
+  int64_t documents = 0;    // lines written as documents
+  int64_t bad_lines = 0;
+  int64_t blank_lines = 0;
+  int64_t input_bytes = 0;  // uncompressed
+  std::vector<int64_t> tokens;  // per key
+  std::vector<BadLine> bad;     // the first max_bad_lines_kept bad lines
+  std::vector<std::string> output_prefixes;  // per key: <output_prefix>_<key>_document
+  double seconds = 0;          // the whole run
+  double startup_seconds = 0;  // until every worker had loaded its tokenizer
+};
+
+// Runs the whole conversion; throws Error naming the file, line or flag at fault.
+PreprocessResult preprocess_jsonl(const PreprocessOptions& options);
+
+// "<output_prefix>_<key>_document", the dataset prefix Megatron's tool writes for a key.
+std::string document_prefix(const std::string& output_prefix, const std::string& key);
+
+// The sidecar beside a dataset: <data_prefix>.tokenizer.json.
+std::string sidecar_path(const std::string& data_prefix);
+struct DataSidecar {
+  TokenizerSpec spec;
+  int64_t vocab_size = 0;
+  int32_t eod = -1;
+};
+// Reads the sidecar of a dataset; throws Error naming the file when it is absent or malformed.
+DataSidecar read_data_sidecar(const std::string& data_prefix);
+
+}  // namespace megadlm

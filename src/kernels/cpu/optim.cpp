@@ -1,0 +1,105 @@
+// Optimizer kernels over flat fp32 buffers: AdamW and the reductions that gradient clipping and loss
+// scaling need. Each is one pass over memory.
+#include "kernels/cpu/optim.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace megadlm::cpu {
+
+namespace {
+
+// Below this many elements, starting threads costs more than the pass.
+constexpr int64_t kParallelMin = 1 << 15;
+// sum_squares adds within chunks of this many elements, then adds the chunk sums in index order. The
+// chunking depends only on n, never on the thread count, which is what makes the result reproducible.
+constexpr int64_t kChunk = 4096;
+
+}  // namespace
+
+// ---- AdamW -------------------------------------------------------------------------------------------------
+// torch.optim.AdamW's update, with decoupled weight decay:
+//   m = beta1 * m + (1 - beta1) * g          v = beta2 * v + (1 - beta2) * g^2
+//   p = p - lr * wd * p - lr * mhat / (sqrt(vhat) + eps),  mhat = m / (1 - beta1^t), vhat = v / (1 - beta2^t)
+// computed, as torch does, with the bias corrections folded into a step size and a denominator scale:
+//   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
+
+// The loop vectorises when the build has -fno-math-errno (otherwise GCC keeps a branch that sets errno
+// for sqrt of a negative, and v is never negative); the pass is bound by memory either way (28 bytes
+// moved per element).
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h) {
+  MDLM_CHECK(n >= 0, "adamw_step: negative length ", n);
+  MDLM_CHECK(h.step >= 1, "adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
+  MDLM_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "adamw_step: beta1 ", h.beta1, " is outside [0, 1)");
+  MDLM_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "adamw_step: beta2 ", h.beta2, " is outside [0, 1)");
+  // The powers in double: beta2^t for t in the hundreds of thousands loses digits in fp32.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
+  const float step_size = static_cast<float>(h.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const float decay = 1.0f - h.lr * h.weight_decay;
+  // 1 - beta is exact for fp32 betas in [0.5, 1) (Sterbenz), so these are the given betas' complements.
+  const float b1 = h.beta1, b2 = h.beta2, one_b1 = 1.0f - h.beta1, one_b2 = 1.0f - h.beta2, eps = h.eps;
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float mi = b1 * m[i] + one_b1 * g;
+    const float vi = b2 * v[i] + one_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+// ---- reductions ----------------------------------------------------------------------------------------------
+
+double sum_squares(const float* x, int64_t n) {
+  MDLM_CHECK(n >= 0, "sum_squares: negative length ", n);
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(chunks);
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+    double s = 0.0;
+    // The simd reduction reorders additions within the chunk, but the same way on every call: the order
+    // depends on the compiled code, not on the threads.
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    partial[c] = s;
+  }
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total += partial[c];
+  return total;
+}
+
+float abs_max(const float* x, int64_t n) {
+  MDLM_CHECK(n >= 0, "abs_max: negative length ", n);
+  // max is exact and order-free; NaN is tracked apart because comparisons with NaN are false.
+  float best = 0.0f;
+  int nan_seen = 0;
+#pragma omp parallel for simd schedule(static) reduction(max : best) reduction(| : nan_seen) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    best = a > best ? a : best;
+    nan_seen |= (x[i] != x[i]);
+  }
+  return nan_seen ? NAN : best;
+}
+
+bool all_finite(const float* x, int64_t n) {
+  MDLM_CHECK(n >= 0, "all_finite: negative length ", n);
+  // Tested on the bits (exponent all ones means inf or NaN), which vectorises and survives -ffast-math.
+  int bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    bad |= ((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+}  // namespace megadlm::cpu

@@ -1,0 +1,113 @@
+#include "nn/attention.h"
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+
+namespace megadlm {
+
+SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
+                             const TransformerConfig& cfg, float output_init_std)
+    : store_(&store), cfg_(cfg), H_(cfg.num_attention_heads), K_(cfg.num_query_groups), D_(cfg.kv_channels) {
+  const int64_t C = cfg.hidden_size;
+  const bool qkv_bias = cfg.add_bias_linear || cfg.add_qkv_bias;
+  q_proj_ = Linear(store, ctx, name + ".q_proj", C, H_ * D_, qkv_bias, cfg.init_method_std);
+  k_proj_ = Linear(store, ctx, name + ".k_proj", C, K_ * D_, qkv_bias, cfg.init_method_std);
+  v_proj_ = Linear(store, ctx, name + ".v_proj", C, K_ * D_, qkv_bias, cfg.init_method_std);
+  o_proj_ = Linear(store, ctx, name + ".o_proj", H_ * D_, C, cfg.add_bias_linear, output_init_std,
+                   LinearParallel::Row);
+  if (cfg.qk_layernorm) {
+    q_norm_ = store.add(name + ".q_norm.weight", {D_}, Init::Ones, 0.0f, false);
+    k_norm_ = store.add(name + ".k_norm.weight", {D_}, Init::Ones, 0.0f, false);
+  }
+  if (cfg.position_embedding == PositionEmbedding::Rope) {
+    const int64_t P = cfg.max_position_embeddings;
+    rope_cos_ = Tensor::empty({P, D_ / 2}, DType::F32);
+    rope_sin_ = Tensor::empty({P, D_ / 2}, DType::F32);
+    cpu::rope_tables(rope_cos_.data<float>(), rope_sin_.data<float>(), P, D_, cfg.rotary_base);
+  }
+}
+
+cpu::AttentionMask SelfAttention::mask() const {
+  cpu::AttentionMask m;
+  m.type = cfg_.attention_mask;
+  m.block_size = cfg_.attention_block_size;
+  m.segment_ids = batch_.segment_ids;
+  return m;
+}
+
+Tensor SelfAttention::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
+  batch_ = batch;
+  const int64_t N = batch.B * batch.T;
+  Tensor q = q_proj_.forward(arena, x);  // [N, H*D]
+  Tensor k = k_proj_.forward(arena, x);  // [N, K*D]
+  v_ = v_proj_.forward(arena, x);        // [N, K*D]
+  if (q_norm_ >= 0) {
+    q_raw_ = q;
+    k_raw_ = k;
+    q_rstd_ = arena.tensor({N * H_});
+    k_rstd_ = arena.tensor({N * K_});
+    q = arena.tensor({N, H_ * D_});
+    k = arena.tensor({N, K_ * D_});
+    cpu::rmsnorm_forward(q.data<float>(), q_rstd_.data<float>(), q_raw_.data<float>(),
+                         store_->value(q_norm_).data<float>(), N * H_, D_, cfg_.norm_epsilon);
+    cpu::rmsnorm_forward(k.data<float>(), k_rstd_.data<float>(), k_raw_.data<float>(),
+                         store_->value(k_norm_).data<float>(), N * K_, D_, cfg_.norm_epsilon);
+  }
+  if (cfg_.position_embedding == PositionEmbedding::Rope) {
+    // In place: the rotated q, k are what the attention backward needs.
+    cpu::rope_forward(q.data<float>(), q.data<float>(), batch.positions, rope_cos_.data<float>(),
+                      rope_sin_.data<float>(), N, H_, D_);
+    cpu::rope_forward(k.data<float>(), k.data<float>(), batch.positions, rope_cos_.data<float>(),
+                      rope_sin_.data<float>(), N, K_, D_);
+  }
+  q_ = q;
+  k_ = k;
+  attn_out_ = arena.tensor({N, H_ * D_});
+  lse_ = arena.tensor({batch.B * H_ * batch.T});
+  cpu::attention_forward(attn_out_.data<float>(), lse_.data<float>(), q_.data<float>(), k_.data<float>(),
+                         v_.data<float>(), batch.B, batch.T, H_, K_, D_, mask(),
+                         1.0f / std::sqrt(static_cast<float>(D_)));
+  return o_proj_.forward(arena, attn_out_);
+}
+
+void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
+  const int64_t N = batch_.B * batch_.T;
+  const size_t mark = arena.mark();
+  Tensor d_attn = arena.tensor({N, H_ * D_});
+  o_proj_.backward(dy, d_attn, false);
+  Tensor dq = arena.tensor({N, H_ * D_});
+  Tensor dk = arena.tensor({N, K_ * D_});
+  Tensor dv = arena.tensor({N, K_ * D_});
+  cpu::attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
+                          q_.data<float>(), k_.data<float>(), v_.data<float>(), attn_out_.data<float>(),
+                          lse_.data<float>(), batch_.B, batch_.T, H_, K_, D_, mask(),
+                          1.0f / std::sqrt(static_cast<float>(D_)));
+  if (cfg_.position_embedding == PositionEmbedding::Rope) {
+    cpu::rope_backward(dq.data<float>(), dq.data<float>(), batch_.positions, rope_cos_.data<float>(),
+                       rope_sin_.data<float>(), N, H_, D_);
+    cpu::rope_backward(dk.data<float>(), dk.data<float>(), batch_.positions, rope_cos_.data<float>(),
+                       rope_sin_.data<float>(), N, K_, D_);
+  }
+  if (q_norm_ >= 0) {
+    Tensor dq_raw = arena.tensor({N, H_ * D_});
+    Tensor dk_raw = arena.tensor({N, K_ * D_});
+    cpu::rmsnorm_backward(dq_raw.data<float>(), store_->grad(q_norm_).data<float>(), dq.data<float>(),
+                          q_raw_.data<float>(), store_->value(q_norm_).data<float>(), q_rstd_.data<float>(),
+                          N * H_, D_);
+    cpu::rmsnorm_backward(dk_raw.data<float>(), store_->grad(k_norm_).data<float>(), dk.data<float>(),
+                          k_raw_.data<float>(), store_->value(k_norm_).data<float>(), k_rstd_.data<float>(),
+                          N * K_, D_);
+    dq = dq_raw;
+    dk = dk_raw;
+  }
+  q_proj_.backward(dq, dx, false);
+  k_proj_.backward(dk, dx, true);
+  v_proj_.backward(dv, dx, true);
+  arena.release(mark);
+}
+
+}  // namespace megadlm

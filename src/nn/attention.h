@@ -1,0 +1,41 @@
+#pragma once
+// Self-attention: q/k/v projections (column-parallel), optional per-head QK RMSNorm, RoPE, the
+// memory-efficient attention kernel (causal, bidirectional or block-causal, per-document), output
+// projection (row-parallel). Grouped-query attention when K < H.
+// Legend: N = B*T tokens, C hidden, H heads, K kv heads, D head dim.
+#include <string>
+
+#include "core/arena.h"
+#include "nn/linear.h"
+#include "nn/transformer_config.h"
+
+namespace megadlm {
+
+class SelfAttention {
+ public:
+  SelfAttention() = default;
+  SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
+                const TransformerConfig& cfg, float output_init_std);
+
+  // x [N, C] -> y [N, C]
+  Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch);
+  // dy [N, C] -> dx [N, C] written. Temporaries come from the arena.
+  void backward(Arena& arena, const Tensor& dy, Tensor& dx);
+
+ private:
+  cpu::AttentionMask mask() const;
+  ParamStore* store_ = nullptr;
+  TransformerConfig cfg_;
+  int64_t H_ = 0, K_ = 0, D_ = 0;
+  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  int q_norm_ = -1, k_norm_ = -1;  // per-head RMSNorm weights [D]
+  Tensor rope_cos_, rope_sin_;     // [P, D/2]
+  // Saved by forward.
+  BatchInfo batch_;
+  Tensor q_raw_, k_raw_;           // projections before QK-norm (only with QK-norm)
+  Tensor q_rstd_, k_rstd_;
+  Tensor q_, k_, v_;               // inputs of the attention kernel
+  Tensor attn_out_, lse_;
+};
+
+}  // namespace megadlm

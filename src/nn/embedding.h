@@ -1,0 +1,36 @@
+#pragma once
+// Token embedding (vocab-parallel ready: each tensor-parallel rank holds a shard of rows) and, for
+// GPT-2 style models, learned absolute position embeddings.
+// Legend: N tokens, C hidden, V vocabulary, P positions.
+#include <string>
+
+#include "core/arena.h"
+#include "nn/parameters.h"
+#include "nn/transformer_config.h"
+#include "parallel/parallel_context.h"
+
+namespace megadlm {
+
+class Embedding {
+ public:
+  Embedding() = default;
+  Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg);
+
+  // tokens [N] -> x [N, C]. Token ids must be in [0, V) and positions in [0, P): checked, with an
+  // Error naming the first bad id.
+  Tensor forward(Arena& arena, const int32_t* tokens, const BatchInfo& batch);
+  void backward(const Tensor& dx);  // accumulates into the embedding gradients
+
+  int word_embeddings_id() const { return wte_; }
+
+ private:
+  ParamStore* store_ = nullptr;
+  const ParallelContext* ctx_ = nullptr;
+  int64_t V_ = 0, C_ = 0, P_ = 0;
+  bool uses_positions_ = false;
+  int wte_ = -1, wpe_ = -1;
+  const int32_t* tokens_ = nullptr;
+  BatchInfo batch_;
+};
+
+}  // namespace megadlm

@@ -1,0 +1,48 @@
+#include "nn/norm.h"
+
+#include "kernels/cpu/norm.h"
+
+namespace megadlm {
+
+NormKind norm_kind_from_name(const std::string& name) {
+  if (name == "LayerNorm") return NormKind::LayerNorm;
+  if (name == "RMSNorm") return NormKind::RMSNorm;
+  fail("--normalization: unknown value '", name, "' (expected LayerNorm or RMSNorm)");
+}
+
+Norm::Norm(ParamStore& store, const std::string& name, NormKind kind, int64_t C, float eps, bool bias)
+    : store_(&store), kind_(kind), C_(C), eps_(eps) {
+  w_ = store.add(name + ".weight", {C}, Init::Ones, 0.0f, /*weight_decay=*/false);
+  if (kind == NormKind::LayerNorm && bias) b_ = store.add(name + ".bias", {C}, Init::Zeros, 0.0f, false);
+}
+
+Tensor Norm::forward(Arena& arena, const Tensor& x) {
+  const int64_t N = x.numel() / C_;
+  saved_x_ = x;
+  Tensor y = arena.tensor({N, C_});
+  rstd_ = arena.tensor({N});
+  const float* w = store_->value(w_).data<float>();
+  if (kind_ == NormKind::LayerNorm) {
+    mean_ = arena.tensor({N});
+    cpu::layernorm_forward(y.data<float>(), mean_.data<float>(), rstd_.data<float>(), x.data<float>(), w,
+                           b_ >= 0 ? store_->value(b_).data<float>() : nullptr, N, C_, eps_);
+  } else {
+    cpu::rmsnorm_forward(y.data<float>(), rstd_.data<float>(), x.data<float>(), w, N, C_, eps_);
+  }
+  return y;
+}
+
+void Norm::backward(const Tensor& dy, Tensor& dx) {
+  const int64_t N = dy.numel() / C_;
+  const float* w = store_->value(w_).data<float>();
+  if (kind_ == NormKind::LayerNorm) {
+    cpu::layernorm_backward(dx.data<float>(), store_->grad(w_).data<float>(),
+                            b_ >= 0 ? store_->grad(b_).data<float>() : nullptr, dy.data<float>(),
+                            saved_x_.data<float>(), w, mean_.data<float>(), rstd_.data<float>(), N, C_);
+  } else {
+    cpu::rmsnorm_backward(dx.data<float>(), store_->grad(w_).data<float>(), dy.data<float>(),
+                          saved_x_.data<float>(), w, rstd_.data<float>(), N, C_);
+  }
+}
+
+}  // namespace megadlm

@@ -1,0 +1,63 @@
+#pragma once
+// ParamStore: every parameter of a model, and its gradient, lives in one flat fp32 buffer each.
+// Modules register their parameters while the model is built (two-phase: register, then finalize);
+// after finalize() they read Tensors that are views into the flat buffers. A gradient all-reduce,
+// a clip or an optimizer step is then one pass over one buffer, and a checkpoint one write.
+//
+// Initialisation is layout-independent: element e of the parameter named `name` is drawn from
+// Philox(seed, Init) at counter (hash(name), e), so a parameter gets the same values whatever the
+// order in which parameters were registered, and (later) however it is sharded.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace megadlm {
+
+enum class Init : uint8_t { Zeros, Ones, Normal };
+
+struct ParamInfo {
+  std::string name;     // HuggingFace-like, e.g. "layers.3.self_attn.q_proj.weight"
+  Shape shape;
+  int64_t offset = 0;   // elements into the flat buffers
+  Init init = Init::Normal;
+  float std = 0.02f;    // for Init::Normal
+  bool weight_decay = true;  // false for norms and biases
+};
+
+class ParamStore {
+ public:
+  // Registration: returns a handle. Names are unique.
+  int add(const std::string& name, const Shape& shape, Init init, float std = 0.0f, bool weight_decay = true);
+  // Allocates the flat buffers (gradients zeroed); parameters are left uninitialised until init().
+  void finalize();
+  void init(uint64_t seed);
+
+  bool finalized() const { return finalized_; }
+  Tensor value(int id) const;
+  Tensor grad(int id) const;
+  const ParamInfo& info(int id) const { return infos_.at(id); }
+  int count() const { return static_cast<int>(infos_.size()); }
+  int find(const std::string& name) const;  // -1 when absent
+
+  int64_t numel() const { return numel_; }
+  float* values() { return values_.data<float>(); }
+  float* grads() { return grads_.data<float>(); }
+  const float* values() const { return values_.data<float>(); }
+  const float* grads() const { return grads_.data<float>(); }
+  void zero_grads() { grads_.zero_(); }
+  const std::vector<ParamInfo>& infos() const { return infos_; }
+
+ private:
+  std::vector<ParamInfo> infos_;
+  std::unordered_map<std::string, int> by_name_;
+  int64_t numel_ = 0;
+  bool finalized_ = false;
+  Tensor values_, grads_;
+};
+
+uint64_t fnv1a64(const std::string& s);
+
+}  // namespace megadlm

@@ -1,0 +1,44 @@
+#pragma once
+// The numbers and switches that define a decoder transformer (Megatron's TransformerConfig), and the
+// per-batch geometry that modules need besides their input.
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+#include "nn/norm.h"
+
+namespace megadlm {
+
+enum class PositionEmbedding : uint8_t { LearnedAbsolute, Rope, None };
+enum class Activation : uint8_t { Gelu, SwiGLU };
+
+struct TransformerConfig {
+  int64_t num_layers = 2;
+  int64_t hidden_size = 64;           // C
+  int64_t num_attention_heads = 4;    // H
+  int64_t num_query_groups = 4;       // K (== H without GQA)
+  int64_t kv_channels = 16;           // D
+  int64_t ffn_hidden_size = 256;      // F
+  int64_t vocab_size = 256;           // V, padded to --make-vocab-size-divisible-by
+  int64_t max_position_embeddings = 128;
+  NormKind normalization = NormKind::LayerNorm;
+  float norm_epsilon = 1e-5f;
+  Activation activation = Activation::Gelu;
+  bool add_bias_linear = true;
+  bool add_qkv_bias = false;          // Qwen2: biases on q/k/v even without other biases
+  PositionEmbedding position_embedding = PositionEmbedding::LearnedAbsolute;
+  double rotary_base = 10000.0;
+  bool qk_layernorm = false;
+  bool untie_embeddings_and_output_weights = false;
+  float init_method_std = 0.02f;
+  cpu::MaskType attention_mask = cpu::MaskType::Causal;
+  int64_t attention_block_size = 0;   // block_causal
+};
+
+// What modules need to know about the batch besides their input tensor.
+struct BatchInfo {
+  int64_t B = 0, T = 0;
+  const int32_t* positions = nullptr;    // [B*T] position ids (RoPE / learned positions)
+  const int32_t* segment_ids = nullptr;  // [B*T] document ids for per-document masks, or null
+};
+
+}  // namespace megadlm

@@ -1,0 +1,55 @@
+#include "nn/transformer_layer.h"
+
+#include <cmath>
+
+#include "kernels/cpu/elementwise.h"
+
+namespace megadlm {
+
+static TransformerConfig apply_spec(TransformerConfig cfg, const LayerSpec& spec) {
+  cfg.normalization = spec.norm;
+  cfg.attention_mask = spec.attention_mask;
+  cfg.attention_block_size = spec.attention_block_size;
+  cfg.qk_layernorm = spec.qk_norm;
+  cfg.activation = spec.activation;
+  return cfg;
+}
+
+TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx, const std::string& name,
+                                   const TransformerConfig& config, const LayerSpec& spec) {
+  MDLM_CHECK(spec.mlp == MlpKind::Dense, name, ": MoE layers are not available in this build yet");
+  const TransformerConfig cfg = apply_spec(config, spec);
+  // Megatron scales the init of the projections that write into the residual stream by 1/sqrt(2L).
+  const float out_std = cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers));
+  const bool norm_bias = cfg.normalization == NormKind::LayerNorm;
+  input_norm_ = Norm(store, name + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon, norm_bias);
+  attn_ = SelfAttention(store, ctx, name + ".self_attn", cfg, out_std);
+  post_attention_norm_ = Norm(store, name + ".post_attention_layernorm", cfg.normalization, cfg.hidden_size,
+                              cfg.norm_epsilon, norm_bias);
+  mlp_ = MLP(store, ctx, name + ".mlp", cfg, cfg.ffn_hidden_size, out_std);
+}
+
+Tensor TransformerLayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
+  Tensor a = attn_.forward(arena, input_norm_.forward(arena, x), batch);
+  cpu::add_inplace(a.data<float>(), x.data<float>(), a.numel());  // a := x1 = x + attn
+  Tensor m = mlp_.forward(arena, post_attention_norm_.forward(arena, a));
+  cpu::add_inplace(m.data<float>(), a.data<float>(), m.numel());  // m := y = x1 + mlp
+  return m;
+}
+
+void TransformerLayer::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
+  const size_t mark = arena.mark();
+  Tensor tmp = arena.tensor(dy.shape());
+  Tensor dx1 = arena.tensor(dy.shape());
+  // dx1 = dy + norm2^T(mlp^T(dy))
+  mlp_.backward(arena, dy, tmp);
+  post_attention_norm_.backward(tmp, dx1);
+  cpu::add_inplace(dx1.data<float>(), dy.data<float>(), dx1.numel());
+  // dx = dx1 + norm1^T(attn^T(dx1))
+  attn_.backward(arena, dx1, tmp);
+  input_norm_.backward(tmp, dx);
+  cpu::add_inplace(dx.data<float>(), dx1.data<float>(), dx.numel());
+  arena.release(mark);
+}
+
+}  // namespace megadlm

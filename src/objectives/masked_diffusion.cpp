@@ -1,0 +1,122 @@
+#include "objectives/masked_diffusion.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace megadlm {
+
+DiffusionLoss diffusion_loss_from_name(const std::string& name) {
+  if (name == "llada") return DiffusionLoss::LLaDA;
+  if (name == "mdlm") return DiffusionLoss::MDLM;
+  if (name == "megadlms") return DiffusionLoss::MegaDLMs;
+  fail("--dlm-loss: unknown value '", name, "' (expected llada, mdlm or megadlms)");
+}
+
+double diffusion_time(const DiffusionOptions& opt, uint64_t sample_index) {
+  const CounterRng rng(opt.seed, RngPurpose::DiffusionTime);
+  if (opt.loss != DiffusionLoss::MDLM) return rng.uniform_double(sample_index, 0);
+  // Antithetic: the samples of one global batch share one offset u and are spread evenly over [0, 1).
+  const uint64_t gb = static_cast<uint64_t>(std::max<int64_t>(1, opt.global_batch_size));
+  const uint64_t batch_start = sample_index / gb * gb;
+  const double u = rng.uniform_double(batch_start, 0);
+  const double t = u + static_cast<double>(sample_index - batch_start) / static_cast<double>(gb);
+  return t - std::floor(t);
+}
+
+void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt, float micro_batch_weight,
+                              PreparedBatch& out) {
+  MDLM_CHECK(opt.mask_token >= 0, "the diffusion objective needs a mask token (--mask-token)");
+  const int64_t B = in.B, T = in.T, N = B * T;
+  out.B = B;
+  out.T = T;
+  out.inputs.resize(N);
+  out.positions.resize(N);
+  out.segment_ids.resize(N);
+  out.targets.resize(N);
+  out.weights.resize(N);
+  out.stats = ObjectiveStats{};
+  out.use_segments = opt.reset_attention_mask;
+
+  const CounterRng mask_rng(opt.seed, RngPurpose::DiffusionMask);
+  const CounterRng len_rng(opt.seed, RngPurpose::VariableLength);
+  std::vector<float> row_weight(B, 0.0f);
+  std::vector<int64_t> row_len(B, T);
+  int64_t real_tokens = 0;
+
+  for (int64_t b = 0; b < B; ++b) {
+    const uint64_t sample = in.first_sample + static_cast<uint64_t>(b);
+    const int32_t* row = in.tokens.data() + b * (T + 1);
+    int32_t* inp = out.inputs.data() + b * T;
+    int32_t* tgt = out.targets.data() + b * T;
+    document_positions_and_segments(row, T, opt.eod, opt.reset_position_ids, opt.reset_attention_mask,
+                                    out.positions.data() + b * T, out.segment_ids.data() + b * T);
+    // Variable length: this row trains on its first L tokens; the rest is padding that nothing attends to.
+    int64_t L = T;
+    if (opt.varilen_prob > 0 && len_rng.uniform_double(sample, 0) < opt.varilen_prob) {
+      L = 1 + static_cast<int64_t>(len_rng.uniform_double(sample, 1) * static_cast<double>(T));
+      L = std::min(L, T);
+      out.use_segments = true;
+      for (int64_t i = L; i < T; ++i) out.segment_ids[b * T + i] = std::numeric_limits<int32_t>::max();
+    }
+    row_len[b] = L;
+    real_tokens += L;
+
+    const double t = diffusion_time(opt, sample);
+    const double p = (1.0 - opt.eps) * t + opt.eps;
+    int64_t masked = 0, argmin = 0;
+    float umin = 2.0f;
+    for (int64_t i = 0; i < T; ++i) {
+      // The label of position i: the token itself (no shift) or the next one (shift).
+      const int32_t x0 = opt.shift ? row[i + 1] : row[i];
+      const float u = mask_rng.uniform(sample, static_cast<uint32_t>(i));
+      const bool is_masked = i < L && u < p;
+      if (opt.shift) {
+        // Shifted mode: the input keeps token i; position i predicts token i+1, itself masked in the input.
+        inp[i] = row[i];
+      } else {
+        inp[i] = is_masked ? opt.mask_token : row[i];
+      }
+      tgt[i] = is_masked ? x0 : -100;
+      masked += is_masked;
+      if (i < L && u < umin) {
+        umin = u;
+        argmin = i;
+      }
+    }
+    if (opt.shift) {
+      // Apply the masks to the inputs: position i+1's input is masked when the target at i is.
+      for (int64_t i = 0; i + 1 < T; ++i)
+        if (tgt[i] != -100) inp[i + 1] = opt.mask_token;
+    }
+    if (opt.loss == DiffusionLoss::MegaDLMs && masked == 0) {
+      // At least one masked token per row: the one whose draw came closest to being masked.
+      tgt[argmin] = opt.shift ? row[argmin + 1] : row[argmin];
+      if (opt.shift) {
+        if (argmin + 1 < T) inp[argmin + 1] = opt.mask_token;
+      } else {
+        inp[argmin] = opt.mask_token;
+      }
+      masked = 1;
+    }
+    const double p_eff = opt.loss == DiffusionLoss::MegaDLMs ? static_cast<double>(masked) / L : p;
+    row_weight[b] = static_cast<float>(1.0 / p_eff);
+    out.stats.loss_tokens += static_cast<double>(masked);
+    out.stats.sum_t += t;
+  }
+  // Normalisation: LLaDA and MegaDLMs divide by B*L, MDLM by the real tokens of the micro-batch.
+  const double denom = opt.loss == DiffusionLoss::MDLM ? static_cast<double>(std::max<int64_t>(1, real_tokens))
+                                                       : static_cast<double>(N);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t n = b * T + i;
+      out.weights[n] = out.targets[n] == -100 ? 0.0f : static_cast<float>(row_weight[b] * micro_batch_weight / denom);
+    }
+  out.stats.real_tokens = static_cast<double>(real_tokens);
+  out.stats.sequences = static_cast<double>(B);
+}
+
+}  // namespace megadlm

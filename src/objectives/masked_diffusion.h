@@ -1,0 +1,43 @@
+#pragma once
+// The masked diffusion objective (LLaDA / MDLM / MegaDLMs variants).
+//
+// For each sequence a noise level t ~ U(0, 1) gives a mask probability p = (1 - eps) t + eps; each token
+// is replaced by the mask token with probability p, and the model is trained to recover the masked
+// tokens (bidirectional attention, no shift):
+//   llada    : loss = sum over masked tokens of CE / p, divided by B * L
+//   mdlm     : t antithetic across the global batch (t_i = frac(u + i / GB)), normalised by real tokens
+//   megadlms : p is the realised masked fraction of the row, at least one masked token per row
+// All randomness is drawn from Philox keyed by the run seed and indexed by the global sample index
+// and the token position: t with purpose DiffusionTime at (sample, 0), the mask decision with
+// DiffusionMask at (sample, position), the variable length with VariableLength at (sample, 0). The
+// noise therefore does not depend on threads, ranks, the micro-batch split, or a resume.
+#include <cstdint>
+#include <string>
+
+#include "objectives/batch.h"
+
+namespace megadlm {
+
+enum class DiffusionLoss : uint8_t { LLaDA, MDLM, MegaDLMs };
+DiffusionLoss diffusion_loss_from_name(const std::string& name);  // llada | mdlm | megadlms
+
+struct DiffusionOptions {
+  uint64_t seed = 1234;
+  int32_t mask_token = -1;
+  int32_t eod = -1;
+  float eps = 1e-3f;                 // --dlm-eps
+  DiffusionLoss loss = DiffusionLoss::LLaDA;
+  float varilen_prob = 0.01f;        // --difflm-varilen-prob
+  bool shift = false;                // --model-running-mode vanilla: predict token i+1 at position i
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  int64_t global_batch_size = 1;     // for MDLM's antithetic t
+};
+
+// The noise level t of a sample (before the eps floor); exposed for tests and for evaluation.
+double diffusion_time(const DiffusionOptions& opt, uint64_t sample_index);
+
+void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt, float micro_batch_weight,
+                              PreparedBatch& out);
+
+}  // namespace megadlm

@@ -1,0 +1,38 @@
+#pragma once
+// AdamW over the model's flat buffers with fp32 state: one pass per parameter group. Weight decay
+// applies to matrices and embeddings, not to norms and biases (ParamInfo::weight_decay). Gradient
+// clipping by the global L2 norm comes first, computed deterministically.
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "nn/parameters.h"
+
+namespace megadlm {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float weight_decay = 0.01f;
+  float clip_grad = 1.0f;  // 0 disables clipping
+};
+
+class AdamW {
+ public:
+  AdamW(ParamStore& params, const AdamWConfig& cfg);
+
+  // Clips, then updates every parameter with learning rate lr. Returns the gradient norm before
+  // clipping. step counts updates from 1 (bias correction).
+  double step(double lr);
+
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t s) { step_ = s; }
+  Tensor& exp_avg() { return m_; }
+  Tensor& exp_avg_sq() { return v_; }
+
+ private:
+  ParamStore& params_;
+  AdamWConfig cfg_;
+  Tensor m_, v_;  // flat, like the parameters
+  int64_t step_ = 0;
+};
+
+}  // namespace megadlm

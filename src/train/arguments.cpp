@@ -1,0 +1,290 @@
+#include "train/arguments.h"
+
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "data/cli_flags.h"
+
+namespace megadlm {
+
+namespace {
+
+// Guide spellings -> Megatron's canonical names.
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> a = {
+      {"num-heads", "num-attention-heads"}, {"batch-size", "micro-batch-size"}, {"output-dir", "save"},
+      {"max-steps", "train-iters"},
+  };
+  return a;
+}
+
+std::vector<std::string> canonical_args(int argc, const char* const* argv) {
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    std::string tok = argv[i];
+    if (tok.rfind("--", 0) == 0) {
+      const size_t eq = tok.find('=');
+      const std::string name = tok.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      auto it = aliases().find(name);
+      if (it != aliases().end()) tok = "--" + it->second + (eq == std::string::npos ? "" : tok.substr(eq));
+    }
+    out.push_back(tok);
+  }
+  return out;
+}
+
+bool parse_bool_value(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1" || v == "True") return true;
+  if (v == "false" || v == "0" || v == "False") return false;
+  fail("--", flag, " expects true or false, got '", v, "'");
+}
+
+void declare(CliFlags& f) {
+  // model
+  f.add_string("model-type", "difflm", "difflm (masked diffusion, bidirectional) or gpt (autoregressive)");
+  f.add_string("model-running-mode", "difflm-noshift", "difflm-noshift (predict masked tokens in place) or vanilla (shifted)");
+  f.add_int("num-layers", 12, "transformer layers (also --num-layers)");
+  f.add_int("hidden-size", 768, "hidden size C");
+  f.add_int("num-attention-heads", 12, "attention heads H (guide spelling: --num-heads)");
+  f.add_bool("group-query-attention", "use grouped-query attention with --num-query-groups");
+  f.add_int("num-query-groups", 0, "key/value heads K under --group-query-attention");
+  f.add_int("kv-channels", 0, "head dimension D (default hidden / heads)");
+  f.add_int("ffn-hidden-size", 0, "MLP hidden size F (default 4C, or 8C/3 rounded for SwiGLU... see docs)");
+  f.add_int("seq-length", 1024, "sequence length T");
+  f.add_int("max-position-embeddings", 0, "position table size (default --seq-length)");
+  f.add_string("normalization", "LayerNorm", "LayerNorm or RMSNorm");
+  f.add_double("norm-epsilon", 1e-5, "epsilon of the norms");
+  f.add_bool("swiglu", "SwiGLU MLP instead of GELU");
+  f.add_string("position-embedding-type", "learned_absolute", "learned_absolute, rope or none");
+  f.add_double("rotary-base", 10000, "RoPE base");
+  f.add_bool("qk-layernorm", "per-head RMSNorm of queries and keys (Qwen3)");
+  f.add_bool("disable-bias-linear", "no biases in linear layers");
+  f.add_bool("add-qkv-bias", "biases on q/k/v even with --disable-bias-linear (Qwen2)");
+  f.add_bool("untie-embeddings-and-output-weights", "separate output layer");
+  f.add_double("init-method-std", 0.02, "std of the normal initialisation");
+  f.add_int("make-vocab-size-divisible-by", 128, "pad the vocabulary to a multiple of this");
+  f.add_double("hidden-dropout", 0.0, "dropout after attention and MLP (only 0 is supported yet)");
+  f.add_double("attention-dropout", 0.0, "dropout on attention probabilities (only 0 is supported yet)");
+  f.add_string("attention-mask-type", "", "no_mask, causal or block_causal (default: no_mask for difflm, causal for gpt)");
+  f.add_int("block-length", 0, "block size of --attention-mask-type block_causal");
+  f.add_int("num-experts", 0, "Mixture-of-Experts experts per layer (0 = dense)");
+  f.add_string("moe-grouped-gemm", "false", "true or false: grouped expert GEMM");
+  // diffusion
+  f.add_string("mask-token", "", "mask token id or text (default: the tokenizer's, else a new <|mask|>)");
+  f.add_double("dlm-eps", 1e-3, "minimum mask probability: p = (1 - eps) t + eps");
+  f.add_string("dlm-loss", "llada", "llada, mdlm or megadlms");
+  f.add_double("difflm-varilen-prob", 0.01, "share of samples trained at a random shorter length");
+  // data
+  f.add_list("data-path", {}, "[W1] PREFIX1 [W2 PREFIX2 ...] blended datasets (with --split)");
+  f.add_string("split", "969,30,1", "train,valid,test proportions of --data-path documents");
+  f.add_list("train-data-path", {}, "separate training data ([W] PREFIX ...)");
+  f.add_list("valid-data-path", {}, "separate validation data");
+  f.add_list("test-data-path", {}, "separate test data");
+  f.add_string("data-cache-path", "", "where dataset indices are cached (default: beside the data)");
+  f.add_string("tokenizer-type", "", "tokenizer (default: the one recorded beside the data)");
+  f.add_string("vocab-file", "", "GPT2BPETokenizer vocab.json");
+  f.add_string("merge-file", "", "GPT2BPETokenizer merges.txt");
+  f.add_string("tokenizer-model", "", "tokenizer.json or SentencePiece .model");
+  f.add_int("vocab-size", 0, "NullTokenizer vocabulary size");
+  f.add_bool("reset-position-ids", "restart positions after each end-of-document token");
+  f.add_bool("reset-attention-mask", "documents packed in a sample attend only within themselves");
+  f.add_bool("eod-mask-loss", "no loss on end-of-document tokens (gpt)");
+  // training
+  f.add_int("micro-batch-size", 8, "sequences per micro-batch (guide spelling: --batch-size)");
+  f.add_int("global-batch-size", 0, "sequences per update (default: the micro-batch size)");
+  f.add_int("train-iters", 1000, "updates to run (guide spelling: --max-steps)");
+  f.add_double("lr", 3e-4, "peak learning rate");
+  f.add_double("min-lr", 0.0, "final learning rate");
+  f.add_int("lr-warmup-iters", 0, "linear warm-up iterations");
+  f.add_double("lr-warmup-fraction", -1, "warm-up as a fraction of --lr-decay-iters");
+  f.add_string("lr-decay-style", "cosine", "constant, linear, cosine, inverse-square-root or WSD");
+  f.add_int("lr-decay-iters", 0, "decay window (default --train-iters)");
+  f.add_int("lr-wsd-decay-iters", 0, "WSD: iterations of the final anneal");
+  f.add_string("lr-wsd-decay-style", "exponential", "WSD anneal: exponential, linear or cosine");
+  f.add_double("weight-decay", 0.01, "decoupled weight decay (not on norms and biases)");
+  f.add_double("adam-beta1", 0.9, "AdamW beta1");
+  f.add_double("adam-beta2", 0.999, "AdamW beta2");
+  f.add_double("adam-eps", 1e-8, "AdamW epsilon");
+  f.add_double("clip-grad", 1.0, "clip the global gradient norm (0 = off)");
+  f.add_int("seed", 1234, "run seed: initialisation, data order, diffusion noise");
+  // evaluation, logging
+  f.add_int("eval-interval", 1000, "iterations between evaluations");
+  f.add_int("eval-iters", 10, "validation micro-batches per evaluation");
+  f.add_int("log-interval", 10, "iterations between log lines");
+  f.add_string("tensorboard-dir", "", "TensorBoard event files (not available in this build: an error)");
+  // checkpoints
+  f.add_string("save", "", "checkpoint directory (guide spelling: --output-dir)");
+  f.add_int("save-interval", 0, "iterations between checkpoints (0 = only at the end)");
+  f.add_string("load", "", "resume from this checkpoint directory");
+  f.add_bool("finetune", "load weights only; iteration and data position start at 0");
+  f.add_bool("no-load-optim", "do not load the optimizer state");
+  f.add_bool("no-load-rng", "do not load the RNG state");
+  f.add_int("exit-interval", 0, "exit (after saving) when the iteration is a multiple of this");
+  f.add_double("exit-duration-in-mins", 0, "exit (after saving) after this many minutes");
+  // parallelism and precision: accepted names, single-process fp32 for now
+  f.add_int("tensor-model-parallel-size", 1, "tensor parallel size");
+  f.add_int("pipeline-model-parallel-size", 1, "pipeline parallel size");
+  f.add_int("expert-model-parallel-size", 1, "expert parallel size");
+  f.add_bool("sequence-parallel", "sequence parallelism");
+  f.add_bool("bf16", "bf16 mixed precision");
+  f.add_bool("fp16", "fp16 mixed precision");
+}
+
+void require_unsupported_off(const CliFlags& f) {
+  for (const char* p : {"tensor-model-parallel-size", "pipeline-model-parallel-size", "expert-model-parallel-size"})
+    MDLM_CHECK(f.get_int(p) == 1, "--", p, " ", f.get_int(p),
+               ": model parallelism is not available in this build yet (only 1 is accepted)");
+  MDLM_CHECK(!f.get_bool("sequence-parallel"), "--sequence-parallel is not available in this build yet");
+  MDLM_CHECK(!f.get_bool("bf16") && !f.get_bool("fp16"),
+             "--bf16 / --fp16 are not available in this build yet (training runs in fp32)");
+  MDLM_CHECK(f.get_int("num-experts") == 0, "--num-experts ", f.get_int("num-experts"),
+             ": Mixture-of-Experts is not available in this build yet");
+  MDLM_CHECK(f.get_double("hidden-dropout") == 0.0, "--hidden-dropout ", f.get_double("hidden-dropout"),
+             ": dropout is not available in this build yet (use 0)");
+  MDLM_CHECK(f.get_double("attention-dropout") == 0.0, "--attention-dropout ", f.get_double("attention-dropout"),
+             ": dropout is not available in this build yet (use 0)");
+  MDLM_CHECK(f.get_string("tensorboard-dir").empty(),
+             "--tensorboard-dir: TensorBoard output is not available in this build (metrics go to metrics.jsonl)");
+}
+
+}  // namespace
+
+bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
+  CliFlags f("pretrain_difflm", "Pretrain a masked diffusion LM (--model-type difflm) or a GPT (--model-type gpt).");
+  declare(f);
+  f.parse(canonical_args(argc, argv));
+  if (f.help_requested()) {
+    std::fputs(f.help().c_str(), stdout);
+    std::fputs("\nGuide spellings accepted: --num-heads, --batch-size, --output-dir, --max-steps.\n", stdout);
+    return false;
+  }
+  require_unsupported_off(f);
+  parse_bool_value("moe-grouped-gemm", f.get_string("moe-grouped-gemm"));
+
+  a.model_type = model_type_from_name(f.get_string("model-type"));
+  a.model_running_mode = f.get_string("model-running-mode");
+  MDLM_CHECK(a.model_running_mode == "difflm-noshift" || a.model_running_mode == "vanilla",
+             "--model-running-mode: unknown value '", a.model_running_mode, "' (expected difflm-noshift or vanilla)");
+  TransformerConfig& m = a.model;
+  m.num_layers = f.get_int("num-layers");
+  m.hidden_size = f.get_int("hidden-size");
+  m.num_attention_heads = f.get_int("num-attention-heads");
+  MDLM_CHECK(m.num_attention_heads > 0, "--num-attention-heads must be positive, got ", m.num_attention_heads);
+  MDLM_CHECK(f.given("kv-channels") || m.hidden_size % m.num_attention_heads == 0, "--num-attention-heads ",
+             m.num_attention_heads, " does not divide --hidden-size ", m.hidden_size);
+  m.num_query_groups = m.num_attention_heads;
+  if (f.get_bool("group-query-attention")) {
+    MDLM_CHECK(f.get_int("num-query-groups") > 0, "--group-query-attention needs --num-query-groups");
+    m.num_query_groups = f.get_int("num-query-groups");
+  }
+  MDLM_CHECK(m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0, "--num-query-groups ",
+             m.num_query_groups, " does not divide --num-attention-heads ", m.num_attention_heads);
+  m.kv_channels = f.get_int("kv-channels") > 0 ? f.get_int("kv-channels") : m.hidden_size / m.num_attention_heads;
+  m.normalization = norm_kind_from_name(f.get_string("normalization"));
+  m.norm_epsilon = static_cast<float>(f.get_double("norm-epsilon"));
+  m.activation = f.get_bool("swiglu") ? Activation::SwiGLU : Activation::Gelu;
+  if (f.get_int("ffn-hidden-size") > 0) {
+    m.ffn_hidden_size = f.get_int("ffn-hidden-size");
+  } else {
+    m.ffn_hidden_size = 4 * m.hidden_size;  // Megatron's default, also with --swiglu
+  }
+  const std::string pos = f.get_string("position-embedding-type");
+  if (pos == "learned_absolute") m.position_embedding = PositionEmbedding::LearnedAbsolute;
+  else if (pos == "rope") m.position_embedding = PositionEmbedding::Rope;
+  else if (pos == "none") m.position_embedding = PositionEmbedding::None;
+  else fail("--position-embedding-type: unknown value '", pos, "' (expected learned_absolute, rope or none)");
+  m.rotary_base = f.get_double("rotary-base");
+  m.qk_layernorm = f.get_bool("qk-layernorm");
+  m.add_bias_linear = !f.get_bool("disable-bias-linear");
+  m.add_qkv_bias = f.get_bool("add-qkv-bias");
+  m.untie_embeddings_and_output_weights = f.get_bool("untie-embeddings-and-output-weights");
+  m.init_method_std = static_cast<float>(f.get_double("init-method-std"));
+  a.seq_length = f.get_int("seq-length");
+  MDLM_CHECK(a.seq_length >= 2, "--seq-length must be at least 2, got ", a.seq_length);
+  m.max_position_embeddings = f.get_int("max-position-embeddings") > 0 ? f.get_int("max-position-embeddings") : a.seq_length;
+  MDLM_CHECK(m.max_position_embeddings >= a.seq_length, "--max-position-embeddings ", m.max_position_embeddings,
+             " is smaller than --seq-length ", a.seq_length);
+  a.make_vocab_size_divisible_by = f.get_int("make-vocab-size-divisible-by");
+  MDLM_CHECK(a.make_vocab_size_divisible_by >= 1, "--make-vocab-size-divisible-by must be positive");
+  a.attention_mask_type = f.get_string("attention-mask-type");
+  const cpu::MaskType mask = a.attention_mask_type.empty()
+                                 ? (a.model_type == ModelType::GPT ? cpu::MaskType::Causal : cpu::MaskType::None)
+                                 : attention_mask_type_from_name(a.attention_mask_type);
+  MDLM_CHECK(a.model_type == ModelType::DiffLM || mask == cpu::MaskType::Causal,
+             "--model-type gpt needs causal attention, got --attention-mask-type ", a.attention_mask_type);
+  m.attention_mask = mask;
+  m.attention_block_size = f.get_int("block-length");
+
+  a.mask_token = f.get_string("mask-token");
+  a.diffusion.eps = static_cast<float>(f.get_double("dlm-eps"));
+  MDLM_CHECK(a.diffusion.eps >= 0 && a.diffusion.eps < 1, "--dlm-eps must be in [0, 1), got ", a.diffusion.eps);
+  a.diffusion.loss = diffusion_loss_from_name(f.get_string("dlm-loss"));
+  a.diffusion.varilen_prob = static_cast<float>(f.get_double("difflm-varilen-prob"));
+  MDLM_CHECK(a.diffusion.varilen_prob >= 0 && a.diffusion.varilen_prob <= 1, "--difflm-varilen-prob must be in [0, 1]");
+  a.diffusion.shift = a.model_running_mode == "vanilla";
+
+  a.data_path = f.get_list("data-path");
+  a.split = f.get_string("split");
+  a.train_data_path = f.get_list("train-data-path");
+  a.valid_data_path = f.get_list("valid-data-path");
+  a.test_data_path = f.get_list("test-data-path");
+  MDLM_CHECK(!a.data_path.empty() || !a.train_data_path.empty(), "no training data: give --data-path (or --train-data-path)");
+  a.data_cache_path = f.get_string("data-cache-path");
+  a.tokenizer_type = f.get_string("tokenizer-type");
+  a.vocab_file = f.get_string("vocab-file");
+  a.merge_file = f.get_string("merge-file");
+  a.tokenizer_model = f.get_string("tokenizer-model");
+  a.null_vocab_size = f.get_int("vocab-size");
+  a.reset_position_ids = f.get_bool("reset-position-ids");
+  a.reset_attention_mask = f.get_bool("reset-attention-mask");
+  a.eod_mask_loss = f.get_bool("eod-mask-loss");
+
+  a.micro_batch_size = f.get_int("micro-batch-size");
+  MDLM_CHECK(a.micro_batch_size >= 1, "--micro-batch-size must be positive, got ", a.micro_batch_size);
+  a.global_batch_size = f.get_int("global-batch-size") > 0 ? f.get_int("global-batch-size") : a.micro_batch_size;
+  MDLM_CHECK(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size ", a.global_batch_size,
+             " is not a multiple of --micro-batch-size ", a.micro_batch_size);
+  a.train_iters = f.get_int("train-iters");
+  MDLM_CHECK(a.train_iters >= 1, "--train-iters must be positive, got ", a.train_iters);
+  a.lr.lr = f.get_double("lr");
+  a.lr.min_lr = f.get_double("min-lr");
+  a.lr.style = lr_decay_style_from_name(f.get_string("lr-decay-style"));
+  a.lr.decay_iters = f.get_int("lr-decay-iters") > 0 ? f.get_int("lr-decay-iters") : a.train_iters;
+  a.lr.warmup_iters = f.get_int("lr-warmup-iters");
+  a.lr_warmup_fraction = f.get_double("lr-warmup-fraction");
+  if (a.lr_warmup_fraction >= 0) {
+    MDLM_CHECK(!f.given("lr-warmup-iters"), "give --lr-warmup-iters or --lr-warmup-fraction, not both");
+    a.lr.warmup_iters = static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(a.lr.decay_iters));
+  }
+  a.lr.wsd_decay_iters = f.get_int("lr-wsd-decay-iters");
+  a.lr.wsd_style = wsd_decay_style_from_name(f.get_string("lr-wsd-decay-style"));
+  if (a.lr.style == LrDecayStyle::WSD)
+    MDLM_CHECK(a.lr.wsd_decay_iters > 0 && a.lr.wsd_decay_iters <= a.lr.decay_iters,
+               "--lr-decay-style WSD needs 0 < --lr-wsd-decay-iters <= --lr-decay-iters");
+  a.adam.weight_decay = static_cast<float>(f.get_double("weight-decay"));
+  a.adam.beta1 = static_cast<float>(f.get_double("adam-beta1"));
+  a.adam.beta2 = static_cast<float>(f.get_double("adam-beta2"));
+  a.adam.eps = static_cast<float>(f.get_double("adam-eps"));
+  a.adam.clip_grad = static_cast<float>(f.get_double("clip-grad"));
+  a.seed = static_cast<uint64_t>(f.get_int("seed"));
+  a.diffusion.seed = a.seed;
+  a.diffusion.global_batch_size = a.global_batch_size;
+  a.diffusion.reset_position_ids = a.reset_position_ids;
+  a.diffusion.reset_attention_mask = a.reset_attention_mask;
+
+  a.eval_interval = f.get_int("eval-interval");
+  a.eval_iters = f.get_int("eval-iters");
+  a.log_interval = std::max<int64_t>(1, f.get_int("log-interval"));
+  a.save = f.get_string("save");
+  a.save_interval = f.get_int("save-interval");
+  a.load = f.get_string("load");
+  a.finetune = f.get_bool("finetune");
+  a.no_load_optim = f.get_bool("no-load-optim");
+  a.no_load_rng = f.get_bool("no-load-rng");
+  a.exit_interval = f.get_int("exit-interval");
+  a.exit_duration_in_mins = f.get_double("exit-duration-in-mins");
+  return true;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,60 @@
+#pragma once
+// pretrain_difflm's arguments: MegaDLMs' guide spellings (--num-heads, --batch-size, --output-dir,
+// --max-steps, --moe-grouped-gemm true) and Megatron's names for the same things
+// (--num-attention-heads, --micro-batch-size, --save, --train-iters), plus the DLM flags.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/layer_specs.h"
+#include "nn/transformer_config.h"
+#include "objectives/masked_diffusion.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace megadlm {
+
+struct TrainArgs {
+  // model
+  ModelType model_type = ModelType::DiffLM;
+  std::string model_running_mode = "difflm-noshift";
+  TransformerConfig model;             // vocab_size filled from the tokenizer
+  int64_t seq_length = 1024;
+  int64_t make_vocab_size_divisible_by = 128;
+  std::string attention_mask_type;     // "" = the model type's default
+  int64_t num_experts = 0;
+  // diffusion
+  std::string mask_token;              // id or token text; "" = the tokenizer's or a new <|mask|>
+  DiffusionOptions diffusion;
+  // data
+  std::vector<std::string> data_path;  // [W1] P1 [W2 P2 ...]
+  std::string split = "969,30,1";
+  std::vector<std::string> train_data_path, valid_data_path, test_data_path;
+  std::string data_cache_path;
+  std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
+  int64_t null_vocab_size = 0;
+  bool reset_position_ids = false, reset_attention_mask = false, eod_mask_loss = false;
+  // training
+  int64_t micro_batch_size = 8;
+  int64_t global_batch_size = 0;       // 0 = micro_batch_size (no accumulation)
+  int64_t train_iters = 1000;
+  LrSchedule lr;
+  double lr_warmup_fraction = -1;
+  AdamWConfig adam;
+  uint64_t seed = 1234;
+  // evaluation, logging
+  int64_t eval_interval = 1000, eval_iters = 10, log_interval = 10;
+  std::string tensorboard_dir;
+  // checkpoints
+  std::string save, load;
+  int64_t save_interval = 0;
+  bool finetune = false, no_load_optim = false, no_load_rng = false;
+  // limits
+  int64_t exit_interval = 0;
+  double exit_duration_in_mins = 0;
+};
+
+// Parses argv; returns false when --help was printed. Throws Error naming a bad or inconsistent flag.
+bool parse_train_args(int argc, const char* const* argv, TrainArgs& out);
+
+}  // namespace megadlm

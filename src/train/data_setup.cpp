@@ -1,0 +1,128 @@
+#include "train/data_setup.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "checkpoint/safetensors.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/blended_dataset.h"
+#include "data/gpt_dataset.h"
+
+namespace megadlm {
+
+TokenizerSpec resolve_tokenizer_spec(const TrainArgs& a) {
+  if (!a.tokenizer_type.empty()) {
+    TokenizerSpec s;
+    s.type = a.tokenizer_type;
+    s.vocab_file = a.vocab_file;
+    s.merge_file = a.merge_file;
+    s.tokenizer_model = a.tokenizer_model;
+    s.null_vocab_size = a.null_vocab_size;
+    return s;
+  }
+  const std::vector<std::string>& paths = a.data_path.empty() ? a.train_data_path : a.data_path;
+  const DataBlend blend = parse_data_path(paths);
+  const std::string sidecar = blend.prefixes.at(0) + ".tokenizer.json";
+  MDLM_CHECK(std::filesystem::exists(sidecar), "no --tokenizer-type given and no tokenizer recorded beside the data (",
+             sidecar, " is missing): pass --tokenizer-type and its files");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(sidecar));
+  } catch (const nlohmann::json::exception& e) {
+    fail(sidecar, ": not valid JSON (", e.what(), ")");
+  }
+  return TokenizerSpec::from_json(j.contains("tokenizer") ? j["tokenizer"] : j);
+}
+
+int32_t resolve_mask_token(const std::string& flag, Tokenizer& tok) {
+  if (!flag.empty()) {
+    char* end = nullptr;
+    const long v = std::strtol(flag.c_str(), &end, 10);
+    if (end && *end == '\0') {
+      MDLM_CHECK(v >= 0 && v < tok.vocab_size(), "--mask-token ", flag, " is outside the tokenizer's vocabulary [0, ",
+                 tok.vocab_size(), ")");
+      return static_cast<int32_t>(v);
+    }
+    const int32_t id = tok.token_to_id(flag);
+    return id >= 0 ? id : tok.add_special_token(flag);
+  }
+  for (const char* name : {"<|mask|>", "<mask>", "[MASK]", "<|mdm_mask|>"}) {
+    const int32_t id = tok.token_to_id(name);
+    if (id >= 0) return id;
+  }
+  return tok.add_special_token("<|mask|>");
+}
+
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by) {
+  return (vocab + divisible_by - 1) / divisible_by * divisible_by;
+}
+
+namespace {
+
+std::string cache_dir_for(const TrainArgs& a, const std::string& prefix) {
+  if (!a.data_cache_path.empty()) return a.data_cache_path;
+  return std::filesystem::path(prefix).parent_path().string() + "/cache";
+}
+
+GPTDatasetConfig gpt_config(const TrainArgs& a, const std::string& prefix, int64_t samples) {
+  GPTDatasetConfig c;
+  c.seq_length = a.seq_length;
+  c.num_samples = samples;
+  c.seed = a.seed;
+  c.cache_dir = cache_dir_for(a, prefix);
+  return c;
+}
+
+// One split of a blend: each prefix's dataset gets its share of the samples plus 0.5% (as Megatron),
+// then a BlendedDataset schedules them (or the single dataset is used directly).
+std::shared_ptr<const TokenDataset> build_split(const TrainArgs& a, const DataBlend& blend, Split split,
+                                                const std::string& split_string, int64_t samples) {
+  if (samples <= 0) return nullptr;
+  std::vector<std::shared_ptr<const TokenDataset>> parts;
+  std::vector<double> weights;
+  double wsum = 0;
+  for (double w : blend.weights) wsum += w;
+  for (size_t i = 0; i < blend.prefixes.size(); ++i) {
+    auto data = std::make_shared<const IndexedDataset>(blend.prefixes[i]);
+    auto ranges = split_ranges(split_string, data->num_sequences());
+    const auto& range = ranges[static_cast<int>(split)];
+    if (!range || range->size() == 0) continue;
+    const double share = blend.weights[i] / wsum;
+    const int64_t n = blend.prefixes.size() == 1 ? samples
+                                                 : static_cast<int64_t>(std::ceil(samples * share * 1.005)) + 1;
+    parts.push_back(std::make_shared<const GPTDataset>(data, *range, split, gpt_config(a, blend.prefixes[i], n)));
+    weights.push_back(blend.weights[i]);
+  }
+  if (parts.empty()) return nullptr;
+  if (parts.size() == 1) return parts[0];
+  return std::make_shared<const BlendedDataset>(parts, weights, samples);
+}
+
+}  // namespace
+
+Datasets build_datasets(const TrainArgs& a, int64_t train_samples, int64_t valid_samples, int64_t test_samples) {
+  Datasets d;
+  std::ostringstream desc;
+  if (!a.data_path.empty()) {
+    const DataBlend blend = parse_data_path(a.data_path);
+    d.train = build_split(a, blend, Split::Train, a.split, train_samples);
+    d.valid = build_split(a, blend, Split::Valid, a.split, valid_samples);
+    d.test = build_split(a, blend, Split::Test, a.split, test_samples);
+    desc << blend.prefixes.size() << " prefix(es), split " << a.split;
+  } else {
+    // Separate paths: each whole dataset serves its split.
+    d.train = build_split(a, parse_data_path(a.train_data_path), Split::Train, "1,0,0", train_samples);
+    if (!a.valid_data_path.empty())
+      d.valid = build_split(a, parse_data_path(a.valid_data_path), Split::Train, "1,0,0", valid_samples);
+    if (!a.test_data_path.empty())
+      d.test = build_split(a, parse_data_path(a.test_data_path), Split::Train, "1,0,0", test_samples);
+    desc << "separate train/valid/test paths";
+  }
+  MDLM_CHECK(d.train != nullptr, "the training split is empty (check --data-path and --split ", a.split, ")");
+  d.description = desc.str();
+  return d;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,31 @@
+#pragma once
+// From arguments to what the trainer consumes: the tokenizer (from flags, or from the sidecar that
+// preprocess_data wrote beside the data), the mask token, the padded vocabulary, and the train /
+// validation / test datasets (Megatron's BlendedMegatronDatasetBuilder semantics).
+#include <memory>
+#include <string>
+
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
+#include "train/arguments.h"
+
+namespace megadlm {
+
+// The spec from --tokenizer-type & co., else from <first data prefix>.tokenizer.json.
+TokenizerSpec resolve_tokenizer_spec(const TrainArgs& args);
+
+// --mask-token as an id or a token text; default: an existing <|mask|> / <mask> / [MASK], else a new
+// <|mask|> added to the tokenizer (recorded in its spec, so checkpoints rebuild it).
+int32_t resolve_mask_token(const std::string& flag, Tokenizer& tok);
+
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by);
+
+struct Datasets {
+  std::shared_ptr<const TokenDataset> train, valid, test;  // valid / test may be null
+  std::string description;
+};
+
+// Builds datasets holding at least the requested number of samples for each split.
+Datasets build_datasets(const TrainArgs& args, int64_t train_samples, int64_t valid_samples, int64_t test_samples);
+
+}  // namespace megadlm

@@ -1,0 +1,102 @@
+#include "train/metrics.h"
+
+#include <algorithm>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cpu/gemm.h"
+
+namespace megadlm {
+
+MemoryEstimate estimate_memory(const TransformerConfig& c, int64_t params, int64_t micro_batch, int64_t T) {
+  MemoryEstimate m;
+  m.params_bytes = 4.0 * 4.0 * static_cast<double>(params);
+  const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
+  const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.ffn_hidden_size);
+  const double qkv = static_cast<double>((c.num_attention_heads + 2 * c.num_query_groups) * c.kv_channels);
+  const double hd = static_cast<double>(c.num_attention_heads * c.kv_channels);
+  const double fc1 = c.activation == Activation::SwiGLU ? 2 * F : F;
+  // Per layer, floats saved per token: two norm outputs, q/k/v, attention output, residual and
+  // layer output, fc1 output and activation (plus QK-norm copies).
+  double per_token = 4 * C + qkv + hd + fc1 + F + (c.qk_layernorm ? qkv : 0);
+  double act = N * per_token * static_cast<double>(c.num_layers);
+  // Embedding, final norm, gradient ping-pong buffers, backward temporaries of one layer, logits.
+  act += N * (4 * C + qkv + hd + fc1 + F) + N * static_cast<double>(c.vocab_size);
+  m.activations_bytes = 4.0 * act;
+  return m;
+}
+
+double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0;
+}
+
+double measure_gemm_peak_flops() {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 5; ++rep) {
+    Timer t;
+    cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    const double s = t.seconds();
+    if (rep > 0) rates.push_back(2.0 * n * n * n / s);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+double model_flops_per_token(const TransformerConfig& c, int64_t T) {
+  const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.ffn_hidden_size);
+  const double qkv = static_cast<double>((c.num_attention_heads + 2 * c.num_query_groups) * c.kv_channels);
+  const double hd = static_cast<double>(c.num_attention_heads * c.kv_channels);
+  const double fc1 = c.activation == Activation::SwiGLU ? 2 * F : F;
+  const double matrix_params = static_cast<double>(c.num_layers) * (C * qkv + hd * C + C * fc1 + F * C) +
+                               static_cast<double>(c.vocab_size) * C;
+  return 6.0 * matrix_params + 12.0 * static_cast<double>(c.num_layers) * hd * static_cast<double>(T);
+}
+
+JsonlWriter::JsonlWriter(const std::string& path) {
+  f_ = std::fopen(path.c_str(), "a");
+  MDLM_CHECK(f_ != nullptr, path, ": cannot open the metrics file for appending");
+}
+
+JsonlWriter::~JsonlWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void JsonlWriter::write(const nlohmann::json& j) {
+  if (!f_) return;
+  const std::string line = j.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+  return buf;
+}
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+}  // namespace megadlm

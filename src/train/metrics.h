@@ -1,0 +1,49 @@
+#pragma once
+// What the trainer reports besides the loss: memory estimate (to refuse a model that cannot fit
+// before allocating it), the machine's measured matrix-product peak (for MFU), model FLOPs per
+// token, and the .jsonl metrics file.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/transformer_config.h"
+
+namespace megadlm {
+
+struct MemoryEstimate {
+  double params_bytes = 0;       // parameters + gradients + AdamW moments (fp32)
+  double activations_bytes = 0;  // saved activations and the logits of one micro-batch
+  double total() const { return params_bytes + activations_bytes; }
+};
+MemoryEstimate estimate_memory(const TransformerConfig& cfg, int64_t params, int64_t micro_batch, int64_t T);
+double available_memory_bytes();  // MemAvailable from /proc/meminfo (0 when unknown)
+
+// fp32 GEMM throughput of this machine with the current thread count: the median of a few
+// 1024x1024x1024 products through oneDNN, in FLOP/s.
+double measure_gemm_peak_flops();
+
+// Model FLOPs per token for a forward + backward (the PaLM convention): 6 x (matrix parameters,
+// including the output layer) + 12 x layers x heads x head dim x T (attention scores and values,
+// counted in full even under a causal mask).
+double model_flops_per_token(const TransformerConfig& cfg, int64_t T);
+
+class JsonlWriter {
+ public:
+  JsonlWriter() = default;
+  explicit JsonlWriter(const std::string& path);  // appends
+  ~JsonlWriter();
+  JsonlWriter(const JsonlWriter&) = delete;
+  JsonlWriter& operator=(const JsonlWriter&) = delete;
+  void write(const nlohmann::json& j);
+  bool open() const { return f_ != nullptr; }
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+std::string human_bytes(double bytes);  // "1.23 GiB"
+std::string human_count(double n);      // "12.3M"
+
+}  // namespace megadlm

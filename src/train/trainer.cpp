@@ -1,0 +1,316 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+
+#include "checkpoint/native_checkpoint.h"
+#include "core/log.h"
+#include "models/config_json.h"
+#include "objectives/masked_diffusion.h"
+#include "objectives/next_token.h"
+
+namespace megadlm {
+
+namespace {
+
+// Validation noise is drawn from its own seed so that it never repeats the training draws.
+constexpr uint64_t kEvalSeedSalt = 0x9e3779b97f4a7c15ull;
+
+std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got) {
+  std::string out;
+  for (auto it = want.begin(); it != want.end(); ++it)
+    if (!got.contains(it.key()) || got[it.key()] != *it)
+      out += " " + it.key() + " (flags: " + it->dump() + ", checkpoint: " +
+             (got.contains(it.key()) ? got[it.key()].dump() : "absent") + ")";
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainArgs& args) : args_(args) {
+  // Tokenizer, mask token and vocabulary.
+  tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
+  eod_ = tokenizer_->eod();
+  if (args_.model_type == ModelType::DiffLM) mask_token_ = resolve_mask_token(args_.mask_token, *tokenizer_);
+  args_.model.vocab_size = padded_vocab_size(tokenizer_->vocab_size(), args_.make_vocab_size_divisible_by);
+  args_.diffusion.mask_token = mask_token_;
+  args_.diffusion.eod = eod_;
+
+  // Refuse a model that cannot fit before allocating anything large.
+  validate_config(args_.model);
+  const int64_t params = parameter_count(args_.model);
+  const MemoryEstimate mem = estimate_memory(args_.model, params, args_.micro_batch_size, args_.seq_length);
+  const double avail = available_memory_bytes();
+  MDLM_CHECK(avail <= 0 || mem.total() < 0.9 * avail, "the model does not fit in memory: it needs about ",
+             human_bytes(mem.total()), " (", human_count(static_cast<double>(params)), " parameters: ",
+             human_bytes(mem.params_bytes), " for weights, gradients and AdamW state; ", human_bytes(mem.activations_bytes),
+             " of activations at --micro-batch-size ", args_.micro_batch_size, " --seq-length ", args_.seq_length,
+             ") but ", human_bytes(avail), " is available; use fewer or smaller layers, a shorter sequence or a smaller batch");
+
+  // Data.
+  const int64_t train_samples = args_.train_iters * args_.global_batch_size;
+  const int64_t evals = args_.eval_interval > 0 ? args_.train_iters / args_.eval_interval + 1 : 1;
+  data_ = build_datasets(args_, train_samples, args_.eval_iters * args_.micro_batch_size,
+                         args_.eval_iters * args_.micro_batch_size);
+  (void)evals;
+
+  // Model and optimizer.
+  const LayerSpec spec = args_.model_type == ModelType::GPT
+                             ? gpt_layer_spec(args_.model)
+                             : difflm_layer_spec(args_.model, args_.model.attention_mask, args_.model.attention_block_size);
+  model_ = std::make_unique<LanguageModel>(args_.model, spec, ParallelContext::single());
+  model_->params().init(args_.seed);
+  optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
+  if (!args_.load.empty()) load();
+  if (!args_.save.empty()) {
+    std::filesystem::create_directories(args_.save);
+    metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
+  }
+  peak_flops_ = measure_gemm_peak_flops();
+}
+
+Trainer::~Trainer() = default;
+
+nlohmann::json Trainer::checkpoint_meta() const {
+  nlohmann::json m;
+  m["model_type"] = model_type_name(args_.model_type);
+  m["model_running_mode"] = args_.model_running_mode;
+  m["config"] = config_to_json(args_.model);
+  m["tokenizer"] = tokenizer_->spec().to_json();
+  m["tokenizer_vocab_size"] = tokenizer_->vocab_size();
+  m["mask_token"] = mask_token_;
+  m["eod"] = eod_;
+  m["seq_length"] = args_.seq_length;
+  m["seed"] = args_.seed;
+  m["micro_batch_size"] = args_.micro_batch_size;
+  m["global_batch_size"] = args_.global_batch_size;
+  return m;
+}
+
+void Trainer::load() {
+  const std::string dir = resolve_checkpoint_dir(args_.load);
+  if (dir.empty()) {
+    log_info("--load ", args_.load, ": no checkpoint found there, starting from scratch");
+    return;
+  }
+  const CheckpointState st = read_checkpoint_state(dir);
+  const nlohmann::json want = config_to_json(args_.model);
+  const nlohmann::json got = st.meta.value("config", nlohmann::json::object());
+  nlohmann::json want_shape = want, got_shape = got;
+  for (const char* k : {"init_method_std"}) {  // not part of the architecture
+    want_shape.erase(k);
+    got_shape.erase(k);
+  }
+  const std::string diff = config_mismatch(want_shape, got_shape);
+  MDLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
+  MDLM_CHECK(st.meta.value("model_type", "") == model_type_name(args_.model_type), dir, ": the checkpoint is a ",
+             st.meta.value("model_type", "?"), " model but --model-type is ", model_type_name(args_.model_type));
+  load_checkpoint_tensors(dir, *model_, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
+  if (!args_.finetune) {
+    iteration_ = st.iteration;
+    consumed_samples_ = st.consumed_samples;
+  }
+  log_info("loaded checkpoint ", dir, " (iteration ", st.iteration, ", consumed samples ", st.consumed_samples,
+           args_.finetune ? "; --finetune: starting at iteration 0" : "", ")");
+}
+
+void Trainer::save(int64_t iteration) {
+  CheckpointState st;
+  st.iteration = iteration;
+  st.consumed_samples = consumed_samples_;
+  st.meta = checkpoint_meta();
+  Timer t;
+  const std::string dir = save_checkpoint(args_.save, *model_, optimizer_.get(), st);
+  log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
+}
+
+void Trainer::fetch(const TokenDataset& data, uint64_t first_sample, SampleBatch& out) const {
+  const int64_t B = args_.micro_batch_size, T = args_.seq_length;
+  out.B = B;
+  out.T = T;
+  out.first_sample = first_sample;
+  out.tokens.resize(B * (T + 1));
+  MDLM_CHECK(static_cast<int64_t>(first_sample) + B <= data.size(), "the dataset holds ", data.size(),
+             " samples but sample ", first_sample + B - 1, " was requested");
+  for (int64_t b = 0; b < B; ++b) data.sample(static_cast<int64_t>(first_sample) + b, out.tokens.data() + b * (T + 1));
+}
+
+void Trainer::prepare(const SampleBatch& samples, float weight, bool eval, PreparedBatch& out) const {
+  if (args_.model_type == ModelType::GPT) {
+    NextTokenOptions o;
+    o.eod = eod_;
+    o.reset_position_ids = args_.reset_position_ids;
+    o.reset_attention_mask = args_.reset_attention_mask;
+    o.eod_mask_loss = args_.eod_mask_loss;
+    prepare_next_token(samples, o, weight, out);
+  } else {
+    DiffusionOptions o = args_.diffusion;
+    if (eval) {
+      o.seed ^= kEvalSeedSalt;
+      o.varilen_prob = 0;  // evaluate at full length
+    }
+    prepare_masked_diffusion(samples, o, weight, out);
+  }
+}
+
+EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
+  EvalResult r;
+  SampleBatch sb;
+  PreparedBatch pb;
+  const int64_t available = data.size() / args_.micro_batch_size;
+  batches = std::min(batches, available);
+  for (int64_t i = 0; i < batches; ++i) {
+    fetch(data, static_cast<uint64_t>(i * args_.micro_batch_size), sb);
+    prepare(sb, 1.0f, /*eval=*/true, pb);
+    r.loss += model_->forward_loss(pb.micro_batch());
+  }
+  r.batches = batches;
+  if (batches > 0) r.loss /= static_cast<double>(batches);
+  r.ppl = std::exp(r.loss);
+  return r;
+}
+
+void Trainer::print_header() const {
+  const TransformerConfig& c = args_.model;
+  const int64_t params = model_->params().numel();
+  const MemoryEstimate mem = estimate_memory(c, parameter_count(c), args_.micro_batch_size, args_.seq_length);
+  log_info("MegaDLMs C++: ", model_type_name(args_.model_type), " model, ", human_count(static_cast<double>(parameter_count(c))),
+           " parameters (", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads / ",
+           c.num_query_groups, " kv groups, head dim ", c.kv_channels, ", ffn ", c.ffn_hidden_size, ", vocab ",
+           c.vocab_size, " padded from ", tokenizer_->vocab_size(), ")");
+  log_info("memory estimate: ", human_bytes(mem.total()), " (", human_bytes(mem.params_bytes), " weights+grads+AdamW, ",
+           human_bytes(mem.activations_bytes), " activations); flat parameter buffer: ", params, " floats");
+  log_info("parallel layout: tp=1 pp=1 dp=1 ep=1, ", omp_get_max_threads(), " OpenMP threads, fp32");
+  log_info("batch: micro ", args_.micro_batch_size, " x seq ", args_.seq_length, ", global ", args_.global_batch_size,
+           " (", args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_.description);
+  if (args_.model_type == ModelType::DiffLM)
+    log_info("diffusion: mask token ", mask_token_, ", eps ", args_.diffusion.eps, ", loss ",
+             args_.diffusion.loss == DiffusionLoss::LLaDA ? "llada" : args_.diffusion.loss == DiffusionLoss::MDLM ? "mdlm" : "megadlms",
+             ", varilen prob ", args_.diffusion.varilen_prob, ", mode ", args_.model_running_mode);
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%.1f GFLOP/s (fp32 1024^3 oneDNN GEMM, %d threads, median of 4)", peak_flops_ / 1e9,
+                omp_get_max_threads());
+  log_info("measured peak for MFU: ", buf);
+}
+
+int64_t Trainer::run() {
+  print_header();
+  const int64_t M = args_.global_batch_size / args_.micro_batch_size;
+  const float micro_weight = 1.0f / static_cast<float>(M);
+  const double tokens_per_step = static_cast<double>(args_.global_batch_size * args_.seq_length);
+  const double flops_per_token = model_flops_per_token(args_.model, args_.seq_length);
+  Timer run_timer, interval_timer;
+  double interval_loss = 0, interval_t = 0, interval_masked = 0, interval_tokens = 0, interval_seqs = 0;
+  int64_t interval_steps = 0;
+  SampleBatch current, next;
+  PreparedBatch prepared;
+
+  if (iteration_ == 0 && data_.valid && args_.eval_interval > 0 && args_.eval_iters > 0) {
+    const EvalResult e = evaluate(*data_.valid, args_.eval_iters);
+    log_info("validation at iteration 0: loss ", e.loss, " | ppl", args_.model_type == ModelType::DiffLM ? " (ELBO bound) " : " ", e.ppl);
+    if (metrics_) metrics_->write({{"iteration", 0}, {"val_loss", e.loss}, {"val_ppl", e.ppl}});
+  }
+
+  while (iteration_ < args_.train_iters) {
+    Timer step_timer;
+    model_->params().zero_grads();
+    double step_loss = 0;
+    fetch(*data_.train, consumed_samples_, current);
+    for (int64_t m = 0; m < M; ++m) {
+      // Prefetch the next micro-batch's samples while this one computes.
+      std::future<void> pending;
+      if (m + 1 < M)
+        pending = std::async(std::launch::async, [&, m] {
+          fetch(*data_.train, consumed_samples_ + static_cast<uint64_t>((m + 1) * args_.micro_batch_size), next);
+        });
+      prepare(current, micro_weight, false, prepared);
+      step_loss += model_->forward_backward(prepared.micro_batch(), 1.0f);
+      interval_t += prepared.stats.sum_t;
+      interval_masked += prepared.stats.loss_tokens;
+      interval_tokens += prepared.stats.real_tokens;
+      interval_seqs += prepared.stats.sequences;
+      if (pending.valid()) {
+        pending.get();
+        std::swap(current, next);
+      }
+    }
+    const double lr = args_.lr.at(iteration_ + 1);
+    double gnorm = 0;
+    if (!std::isfinite(step_loss)) {
+      // A non-finite loss: skip the update rather than poison the weights.
+      ++skipped_steps_;
+      gnorm = NAN;
+    } else {
+      gnorm = optimizer_->step(lr);
+    }
+    consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
+    ++iteration_;
+    interval_loss += step_loss;
+    ++interval_steps;
+    const double step_s = step_timer.seconds();
+
+    if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
+      const double secs = interval_timer.seconds();
+      const double tps = tokens_per_step * static_cast<double>(interval_steps) / secs;
+      const double mfu = peak_flops_ > 0 ? tps * flops_per_token / peak_flops_ : 0;
+      const double loss = interval_loss / static_cast<double>(interval_steps);
+      char line[512];
+      int n = std::snprintf(line, sizeof line,
+                            " iteration %8lld/%8lld | consumed tokens %12.0f | lr %.3E | loss %.4E",
+                            static_cast<long long>(iteration_), static_cast<long long>(args_.train_iters),
+                            static_cast<double>(consumed_samples_) * static_cast<double>(args_.seq_length), lr, loss);
+      if (args_.model_type == ModelType::DiffLM)
+        n += std::snprintf(line + n, sizeof line - n, " | mean t %.3f | masked %.3f", interval_t / interval_seqs,
+                           interval_masked / interval_tokens);
+      std::snprintf(line + n, sizeof line - n,
+                    " | grad norm %.3f | tokens/s %.0f | MFU %.1f%% | step time %.1f ms | skipped %lld", gnorm, tps,
+                    100.0 * mfu, 1000.0 * secs / static_cast<double>(interval_steps),
+                    static_cast<long long>(skipped_steps_));
+      log_line(line);
+      if (metrics_) {
+        nlohmann::json j = {{"iteration", iteration_},
+                            {"consumed_tokens", static_cast<double>(consumed_samples_) * args_.seq_length},
+                            {"lr", lr},
+                            {"loss", loss},
+                            {"grad_norm", std::isfinite(gnorm) ? gnorm : -1.0},
+                            {"tokens_per_s", tps},
+                            {"mfu", mfu},
+                            {"step_time_s", secs / static_cast<double>(interval_steps)},
+                            {"skipped_steps", skipped_steps_}};
+        if (args_.model_type == ModelType::DiffLM) {
+          j["mean_t"] = interval_t / interval_seqs;
+          j["masked_fraction"] = interval_masked / interval_tokens;
+        }
+        metrics_->write(j);
+      }
+      interval_loss = interval_t = interval_masked = interval_tokens = interval_seqs = 0;
+      interval_steps = 0;
+      interval_timer.reset();
+    }
+    (void)step_s;
+
+    if (data_.valid && args_.eval_interval > 0 && iteration_ % args_.eval_interval == 0) {
+      const EvalResult e = evaluate(*data_.valid, args_.eval_iters);
+      log_info("validation at iteration ", iteration_, ": loss ", e.loss, " | ppl",
+               args_.model_type == ModelType::DiffLM ? " (ELBO bound) " : " ", e.ppl);
+      if (metrics_) metrics_->write({{"iteration", iteration_}, {"val_loss", e.loss}, {"val_ppl", e.ppl}});
+      interval_timer.reset();  // keep evaluation out of the throughput
+    }
+    const bool exit_now = (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0) ||
+                          (args_.exit_duration_in_mins > 0 && run_timer.seconds() > 60.0 * args_.exit_duration_in_mins);
+    if (!args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
+                                iteration_ == args_.train_iters || exit_now))
+      save(iteration_);
+    if (exit_now) {
+      log_info("exiting at iteration ", iteration_, " (--exit-interval / --exit-duration-in-mins)");
+      break;
+    }
+  }
+  return iteration_;
+}
+
+}  // namespace megadlm

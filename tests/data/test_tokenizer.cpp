@@ -1,0 +1,626 @@
+// Tokenizers against ids computed by HuggingFace `tokenizers` and `sentencepiece` (fixtures written by
+// tools/reference/{gpt2_expected_ids,make_hf_fixtures,make_trainer_fixture,make_sentencepiece_fixture}.py).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "data/bpe_gpt2.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_hf.h"
+#include "data/unicode.h"
+#include "test_util.h"
+
+using namespace megadlm;
+using json = nlohmann::json;
+
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/" + name; }
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << "cannot open " << path;
+  std::vector<json> out;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+std::vector<std::string> brown_texts(const std::string& path) {
+  std::vector<std::string> out;
+  for (const json& j : read_jsonl(path)) out.push_back(j.at("text").get<std::string>());
+  return out;
+}
+
+TokenizerSpec gpt2_spec(const std::string& vocab) {
+  TokenizerSpec s;
+  s.type = "GPT2BPETokenizer";
+  s.vocab_file = vocab;
+  s.merge_file = vocab.substr(0, vocab.size() - std::string("vocab.json").size()) + "merges.txt";
+  return s;
+}
+
+TokenizerSpec hf_spec(const std::string& path) {
+  TokenizerSpec s;
+  s.type = "HuggingFaceTokenizer";
+  s.tokenizer_model = path;
+  return s;
+}
+
+uint64_t fnv1a64(const std::vector<int32_t>& ids) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (int32_t id : ids)
+    for (int k = 0; k < 4; ++k) h = (h ^ ((static_cast<uint32_t>(id) >> (8 * k)) & 0xFF)) * 0x100000001B3ull;
+  return h;
+}
+
+std::string hex64(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Random bytes (any values, mostly invalid UTF-8) of length n.
+std::string random_bytes(size_t n, uint64_t seed) {
+  CounterRng rng(seed, RngPurpose::Test);
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(rng.bits(i, 0)[0] & 0xFF);
+  return s;
+}
+
+// A temporary file holding `content`, removed at scope exit.
+struct TempFile {
+  std::string path;
+  TempFile(const std::string& name, const std::string& content) {
+    path = (std::filesystem::temp_directory_path() / ("mdlm_tok_" + std::to_string(::getpid()) + "_" + name)).string();
+    std::ofstream(path, std::ios::binary) << content;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+// Expects `f` to throw Error whose message holds every string of `parts`.
+template <typename F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no Error thrown (expected one mentioning " << parts.at(0) << ")";
+  } catch (const Error& e) {
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+// ---- unicode ---------------------------------------------------------------------------------------
+
+TEST(Unicode, ClassesOfSampleCodePoints) {
+  using namespace unicode;
+  EXPECT_STREQ(table_version(), "16.0.0");
+  struct Case {
+    uint32_t cp;
+    CharClass cls;
+  } cases[] = {
+      {'a', kLetter},   {'Z', kLetter},   {'5', kNumber},    {' ', kSpace},    {'\t', kSpace},
+      {'\r', kSpace},   {0x0B, kSpace},   {'!', kOther},     {'_', kOther},    {0x00, kOther},
+      {0x85, kSpace},   {0xA0, kSpace},   {0x1680, kSpace},  {0x2028, kSpace}, {0x3000, kSpace},
+      {0x200B, kOther}, {0xFEFF, kOther}, {0x0663, kNumber}, {0x216B, kNumber}, {0x00BD, kNumber},
+      {0x00B2, kNumber}, {0x4E2D, kLetter}, {0xAC00, kLetter}, {0x0301, kOther}, {0x093F, kOther},
+      {0x1C89, kLetter},  // assigned in Unicode 16.0
+      {0x1F980, kOther},  {0x20000, kLetter}, {0x10FFFF, kOther}, {0x110000, kOther}, {kInvalid, kOther},
+  };
+  for (const Case& c : cases) EXPECT_EQ(char_class(c.cp), c.cls) << std::hex << "U+" << c.cp;
+}
+
+TEST(Unicode, Utf8DecodeAcceptsValidAndRejectsInvalid) {
+  using namespace unicode;
+  for (uint32_t cp : {0x0u, 0x7Fu, 0x80u, 0x7FFu, 0x800u, 0xD7FFu, 0xE000u, 0xFFFFu, 0x10000u, 0x10FFFFu}) {
+    std::string s;
+    append_utf8(cp, s);
+    uint32_t got;
+    EXPECT_EQ(decode_utf8(reinterpret_cast<const uint8_t*>(s.data()), s.size(), &got), static_cast<int>(s.size()));
+    EXPECT_EQ(got, cp);
+    EXPECT_TRUE(is_valid_utf8(s));
+  }
+  // Overlong, surrogate, above U+10FFFF, lone continuation, truncated, F5..FF.
+  for (std::string bad : {std::string("\xC0\x80"), std::string("\xC1\xBF"), std::string("\xE0\x80\x80"),
+                          std::string("\xED\xA0\x80"), std::string("\xF0\x80\x80\x80"), std::string("\xF4\x90\x80\x80"),
+                          std::string("\x80"), std::string("\xE4\xB8"), std::string("\xF5\x80\x80\x80"),
+                          std::string("\xFF")}) {
+    uint32_t got;
+    EXPECT_EQ(decode_utf8(reinterpret_cast<const uint8_t*>(bad.data()), bad.size(), &got), 1);
+    EXPECT_EQ(got, kInvalid);
+    EXPECT_FALSE(is_valid_utf8(bad));
+  }
+}
+
+// ---- pre-tokenizer ------------------------------------------------------------------------------------
+
+namespace {
+std::vector<std::string> pieces(PretokenizerPattern p, const std::string& s) {
+  std::vector<std::string> out;
+  for (auto [b, e] : split_pieces(p, s)) out.push_back(s.substr(b, e - b));
+  return out;
+}
+using Pieces = std::vector<std::string>;
+}  // namespace
+
+TEST(Pretokenizer, Gpt2PatternByHand) {
+  const auto G = PretokenizerPattern::Gpt2;
+  EXPECT_EQ(pieces(G, "Hello  world"), (Pieces{"Hello", " ", " world"}));
+  EXPECT_EQ(pieces(G, "I'm HE'S 'sup's"), (Pieces{"I", "'m", " HE", "'", "S", " '", "sup", "'s"}));
+  EXPECT_EQ(pieces(G, "a1b2 33!!x"), (Pieces{"a", "1", "b", "2", " 33", "!!", "x"}));
+  EXPECT_EQ(pieces(G, "end  \n"), (Pieces{"end", "  \n"}));
+  EXPECT_EQ(pieces(G, "a\n\nb"), (Pieces{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(pieces(G, "a \tb"), (Pieces{"a", " ", "\t", "b"}));
+  EXPECT_EQ(pieces(G, " "), (Pieces{" "}));
+  EXPECT_TRUE(pieces(G, "").empty());
+  // Invalid bytes are single "other" characters: they join punctuation runs, never letters.
+  EXPECT_EQ(pieces(G, "ab\xFF\xFE" "cd \xC0!"), (Pieces{"ab", "\xFF\xFE", "cd", " \xC0!"}));
+}
+
+TEST(Pretokenizer, Llama3AndQwen2PatternsByHand) {
+  const auto L = PretokenizerPattern::Llama3, Q = PretokenizerPattern::Qwen2;
+  EXPECT_EQ(pieces(L, "12345 x"), (Pieces{"123", "45", " x"}));
+  EXPECT_EQ(pieces(Q, "123 x"), (Pieces{"1", "2", "3", " x"}));
+  EXPECT_EQ(pieces(L, "HE'S we'Ll \"Hi\"Yo"), (Pieces{"HE", "'S", " we", "'Ll", " \"", "Hi", "\"Yo"}));
+  EXPECT_EQ(pieces(L, "'\xC5\xBF"), (Pieces{"'\xC5\xBF"}));  // 'ſ matches 's case-insensitively
+  EXPECT_EQ(pieces(L, "a;\r\n\r\nb  \n c"), (Pieces{"a", ";\r\n\r\n", "b", "  \n", " c"}));
+  EXPECT_EQ(pieces(L, "x \n\n"), (Pieces{"x", " \n\n"}));
+  EXPECT_EQ(pieces(L, "\tword"), (Pieces{"\tword"}));
+  // Every known regex is recognised, anything else is an Error quoting it.
+  for (int p = 0; p < 3; ++p)
+    EXPECT_EQ(pattern_from_regex(kPretokenizerRegex[p], "x"), static_cast<PretokenizerPattern>(p));
+  expect_error([] { pattern_from_regex("\\w+|\\s+", "tok.json"); }, {"tok.json", "\\w+|\\s+"});
+}
+
+// ---- GPT-2 -------------------------------------------------------------------------------------------
+
+TEST(GPT2BPE, ExactIdsOnTrickyStrings) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const auto cases = read_jsonl(fixture("gpt2_expected.jsonl"));
+  ASSERT_GE(cases.size(), 40u);
+  for (const json& c : cases) {
+    const std::string text = c["text"];
+    const std::vector<int32_t> ids = tok.encode(text);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << "text: " << json(text).dump();
+    EXPECT_EQ(tok.decode(ids), text);
+  }
+}
+
+TEST(GPT2BPE, ExactIdsAndRoundTripOnBrownCorpus) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const auto texts = brown_texts(brown);
+  const auto expected = read_jsonl(fixture("brown_gpt2_expected.jsonl"));
+  ASSERT_EQ(texts.size(), expected.size());
+  std::vector<int32_t> ids;
+  for (size_t d = 0; d < texts.size(); ++d) {
+    ids.clear();
+    tok.encode(texts[d], ids);
+    ASSERT_EQ(static_cast<int64_t>(texts[d].size()), expected[d]["bytes"].get<int64_t>()) << "document " << d;
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), expected[d]["n_ids"].get<int64_t>()) << "document " << d;
+    ASSERT_EQ(hex64(fnv1a64(ids)), expected[d]["fnv1a64"].get<std::string>()) << "document " << d;
+    ASSERT_EQ(tok.decode(ids), texts[d]) << "document " << d;
+  }
+}
+
+TEST(GPT2BPE, ThreadsGiveTheSameIds) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  auto texts = brown_texts(brown);
+  texts.resize(60);
+  std::vector<std::vector<int32_t>> serial(texts.size()), parallel(texts.size());
+  for (size_t d = 0; d < texts.size(); ++d) serial[d] = tok.encode(texts[d]);
+#pragma omp parallel for num_threads(2) schedule(dynamic)
+  for (int64_t d = 0; d < static_cast<int64_t>(texts.size()); ++d) parallel[d] = tok.encode(texts[d]);
+  EXPECT_EQ(serial, parallel);
+}
+
+TEST(GPT2BPE, ArbitraryBytesRoundTrip) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  for (size_t n : {1, 2, 7, 64, 333, 5000}) {
+    const std::string s = random_bytes(n, 100 + n);
+    const auto ids = tok.encode(s);
+    for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok.vocab_size());
+    EXPECT_EQ(tok.decode(ids), s) << "n = " << n;
+  }
+  for (std::string s : {std::string("\xFF\xFE"), std::string("abc\xE4\xB8"), std::string("\xC0\x80 x"),
+                        std::string("\xED\xA0\x80 surrogate"), std::string(1, '\0')})
+    EXPECT_EQ(tok.decode(tok.encode(s)), s);
+}
+
+// The two merge implementations (array for short pieces, heap for long ones) agree on any input, and
+// a 100k-character word without spaces is encoded (the heap keeps it O(n log n)).
+TEST(GPT2BPE, MergeVariantsAgreeAndLongWordsWork) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const TokenizerSpec spec = gpt2_spec(vocab);
+  std::unique_ptr<ByteLevelBPE> bpe;
+  {
+    // Rebuild the model alone through the HF path: the same vocab and merges.
+    json vj = json::parse(read_tokenizer_file(spec.vocab_file, "vocab"));
+    std::vector<std::pair<std::string, int32_t>> v;
+    for (auto it = vj.begin(); it != vj.end(); ++it) v.emplace_back(it.key(), it.value().get<int32_t>());
+    std::vector<std::pair<std::string, std::string>> m;
+    std::ifstream mf(spec.merge_file);
+    std::string line;
+    std::getline(mf, line);
+    while (std::getline(mf, line))
+      if (!line.empty()) m.emplace_back(line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1));
+    bpe = std::make_unique<ByteLevelBPE>(v, m, false, "gpt2");
+  }
+  const std::string alphabet = "etaoin shrdlu";
+  for (int trial = 0; trial < 200; ++trial) {
+    CounterRng rng(trial, RngPurpose::Test);
+    const size_t n = 2 + rng.bits(0, 0)[0] % 120;
+    std::vector<int32_t> a(n);
+    for (size_t i = 0; i < n; ++i) {
+      const char c = alphabet[rng.bits(i + 1, 0)[0] % alphabet.size()];
+      a[i] = bpe->id_of_bytes(std::string(1, c));
+    }
+    std::vector<int32_t> b = a;
+    bpe->merge_small(a);
+    bpe->merge_large(b);
+    ASSERT_EQ(a, b) << "trial " << trial;
+  }
+  std::string word;
+  for (int i = 0; i < 100000; ++i) word += "abcdefghij"[(i * 7 + i / 13) % 10];
+  const auto ids = tok.encode(word);
+  EXPECT_LT(ids.size(), word.size());
+  EXPECT_EQ(tok.decode(ids), word);
+  const std::string as(100000, 'a');
+  EXPECT_EQ(tok.decode(tok.encode(as)), as);
+}
+
+TEST(GPT2BPE, VocabularyEodAndAddedTokens) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  EXPECT_EQ(tok.vocab_size(), 50257);
+  EXPECT_EQ(tok.eod(), 50256);
+  EXPECT_EQ(tok.token_to_id("<|endoftext|>"), 50256);
+  EXPECT_EQ(tok.token_to_id("\xC4\xA0the"), 262);  // "Ġthe"
+  EXPECT_EQ(tok.token_to_id("no such token"), -1);
+  EXPECT_EQ(tok.add_special_token("<|endoftext|>"), 50256);
+  EXPECT_EQ(tok.add_special_token("<|mask|>"), 50257);
+  EXPECT_EQ(tok.add_special_token("<|mask|>"), 50257);
+  EXPECT_EQ(tok.vocab_size(), 50258);
+  EXPECT_EQ(tok.token_to_id("<|mask|>"), 50257);
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{15496, 50257, 50256}), "Hello<|mask|><|endoftext|>");
+  EXPECT_EQ(tok.spec().added_special_tokens, std::vector<std::string>{"<|mask|>"});
+  // The text "<|endoftext|>" is plain text for GPT2BPETokenizer (as in Megatron).
+  EXPECT_NE(tok.encode("<|endoftext|>"), std::vector<int32_t>{50256});
+  expect_error([&] { tok.decode(std::vector<int32_t>{50258}); }, {"50258"});
+  expect_error([&] { tok.decode(std::vector<int32_t>{-1}); }, {"-1"});
+  // The spec rebuilds the same tokenizer, added tokens included.
+  auto again = make_tokenizer(TokenizerSpec::from_json(tok.spec().to_json()));
+  EXPECT_EQ(again->vocab_size(), 50258);
+  EXPECT_EQ(again->token_to_id("<|mask|>"), 50257);
+}
+
+TEST(GPT2BPE, MalformedFilesNameTheFile) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  const TokenizerSpec good = gpt2_spec(vocab);
+  TempFile bad_json("vocab_bad.json", "{\"a\": 1, ");
+  TempFile bad_merges("merges_bad.txt", "#version: 0.2\n\xC4\xA0 t\nonlyone\n");
+  TempFile empty_merges("merges_empty.txt", "#version: 0.2\n");
+  TempFile small_vocab("vocab_small.json", "{\"a\": 0, \"b\": 1}");
+  TokenizerSpec s = good;
+  s.vocab_file = bad_json.path;
+  expect_error([&] { GPT2BPETokenizer t(s); }, {bad_json.path, "not valid JSON"});
+  s = good;
+  s.merge_file = bad_merges.path;
+  expect_error([&] { GPT2BPETokenizer t(s); }, {bad_merges.path, "line 3", "onlyone"});
+  s.merge_file = empty_merges.path;
+  expect_error([&] { GPT2BPETokenizer t(s); }, {empty_merges.path, "no merges"});
+  s = good;
+  s.vocab_file = small_vocab.path;  // truncated: no byte tokens, merges name unknown tokens
+  expect_error([&] { GPT2BPETokenizer t(s); }, {small_vocab.path, "byte"});
+  s = good;
+  s.vocab_file = "/nonexistent/vocab.json";
+  expect_error([&] { GPT2BPETokenizer t(s); }, {"/nonexistent/vocab.json", "cannot open"});
+}
+
+// ---- HuggingFace tokenizer.json ----------------------------------------------------------------------
+
+TEST(HuggingFace, FixturesGiveTheIdsOfTokenizers) {
+  const auto cases = read_jsonl(fixture("hf_expected.jsonl"));
+  ASSERT_GE(cases.size(), 150u);
+  std::map<std::string, std::unique_ptr<Tokenizer>> toks;
+  for (const json& c : cases) {
+    const std::string name = c["tokenizer"], text = c["text"];
+    auto& tok = toks[name];
+    if (!tok) tok = make_tokenizer(hf_spec(fixture(name)));
+    const std::vector<int32_t> ids = tok->encode(text);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << name << ", text: " << json(text).dump();
+    // Decoding gives the text back, except that lstrip/rstrip tokens swallow their whitespace and
+    // add_prefix_space adds a space.
+    if (text.find("<mask>") == std::string::npos && text.find("[R]") == std::string::npos &&
+        name != "hf_prefix_small.json") {
+      EXPECT_EQ(tok->decode(ids), text) << name << ", text: " << json(text).dump();
+    }
+  }
+  EXPECT_EQ(toks.size(), 4u);
+  const Tokenizer& llama = *toks["hf_llama3_small.json"];
+  EXPECT_EQ(llama.vocab_size(), 862);
+  EXPECT_EQ(llama.eod(), llama.token_to_id("<|endoftext|>"));  // the fixture kept GPT-2's, first choice
+  const Tokenizer& prefix = *toks["hf_prefix_small.json"];
+  EXPECT_EQ(prefix.decode(prefix.encode("Hello<|endoftext|>world")), " Hello<|endoftext|> world");
+  EXPECT_EQ(toks["hf_gpt2_small.json"]->eod(), toks["hf_gpt2_small.json"]->token_to_id("<|endoftext|>"));
+}
+
+// The GPT-2 files as a tokenizer.json (written here as `tokenizers` writes them) give exactly what
+// GPT2BPETokenizer gives.
+TEST(HuggingFace, Gpt2AsTokenizerJsonMatchesGpt2Tokenizer) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  const TokenizerSpec spec = gpt2_spec(vocab);
+  json j;
+  j["model"] = {{"type", "BPE"}, {"vocab", json::parse(read_tokenizer_file(spec.vocab_file, "vocab"))}};
+  json merges = json::array();
+  std::ifstream mf(spec.merge_file);
+  std::string line;
+  std::getline(mf, line);
+  while (std::getline(mf, line))
+    if (!line.empty()) merges.push_back(line);
+  j["model"]["merges"] = merges;
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  j["added_tokens"] = json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}});
+  HuggingFaceTokenizer hf(j, "gpt2-as-tokenizer.json");
+  GPT2BPETokenizer gpt2(spec);
+  EXPECT_EQ(hf.vocab_size(), 50257);
+  EXPECT_EQ(hf.eod(), 50256);
+  auto texts = brown_texts(brown);
+  texts.resize(40);
+  for (const json& c : read_jsonl(fixture("gpt2_expected.jsonl"))) texts.push_back(c["text"]);
+  for (const std::string& t : texts) {
+    if (t.find("<|endoftext|>") != std::string::npos) continue;  // a special only for the HF tokenizer
+    ASSERT_EQ(hf.encode(t), gpt2.encode(t)) << json(t).dump();
+  }
+  EXPECT_EQ(hf.encode("a<|endoftext|>b"), (std::vector<int32_t>{64, 50256, 65}));
+}
+
+TEST(HuggingFace, AddSpecialTokenIsSplitOutOfText) {
+  auto tok = make_tokenizer(hf_spec(fixture("hf_gpt2_small.json")));
+  const int64_t v = tok->vocab_size();
+  const int32_t mask = tok->add_special_token("<|mask|>");
+  EXPECT_EQ(mask, v);
+  EXPECT_EQ(tok->vocab_size(), v + 1);
+  const auto ids = tok->encode("a<|mask|>b");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids[1], mask);
+  EXPECT_EQ(tok->decode(ids), "a<|mask|>b");
+  EXPECT_EQ(tok->add_special_token("<|endoftext|>"), tok->eod());  // existing: same id, not a new one
+  EXPECT_EQ(tok->spec().added_special_tokens, (std::vector<std::string>{"<|mask|>", "<|endoftext|>"}));
+  auto again = make_tokenizer(tok->spec());
+  EXPECT_EQ(again->encode("a<|mask|>b"), ids);
+}
+
+TEST(HuggingFace, TrainerOutputGivesTheIdsOfTokenizers) {
+  auto tok = make_tokenizer(hf_spec(fixture("trained_tokenizer.json")));
+  EXPECT_EQ(tok->vocab_size(), 700);
+  EXPECT_EQ(tok->eod(), 0);
+  EXPECT_EQ(tok->token_to_id("<|mask|>"), 1);
+  const auto cases = read_jsonl(fixture("trained_expected.jsonl"));
+  ASSERT_GE(cases.size(), 40u);
+  for (const json& c : cases) {
+    const std::string text = c["text"];
+    const auto ids = tok->encode(text);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << json(text).dump();
+    EXPECT_EQ(tok->decode(ids), text);
+  }
+}
+
+// Training again on the committed corpus writes the committed tokenizer.json (whose ids
+// `tokenizers` checked above; the script also checked it equals `tokenizers`' own trainer output).
+TEST(HuggingFace, TrainerReproducesItsFixture) {
+  ByteLevelBpeTrainer trainer;
+  for (const json& j : read_jsonl(fixture("tiny_corpus.jsonl"))) trainer.add_text(j["text"].get<std::string>());
+  BpeTrainerOptions opt;
+  opt.vocab_size = 700;
+  opt.special_tokens = {"<|endoftext|>", "<|mask|>"};
+  opt.min_frequency = 2;
+  const nlohmann::ordered_json trained = trainer.train(opt);
+  const nlohmann::ordered_json committed = nlohmann::ordered_json::parse(read_tokenizer_file(fixture("trained_tokenizer.json"), "fixture"));
+  EXPECT_EQ(trained["model"]["vocab"], committed["model"]["vocab"]);
+  EXPECT_EQ(trained["model"]["merges"], committed["model"]["merges"]);
+  EXPECT_EQ(trained, committed);
+  // A vocabulary smaller than specials + bytes gets no merges at all.
+  opt.vocab_size = 100;
+  EXPECT_EQ(trainer.train(opt)["model"]["merges"].size(), 0u);
+}
+
+TEST(HuggingFace, MalformedFilesNameTheFileAndField) {
+  const json good = json::parse(read_tokenizer_file(fixture("hf_gpt2_small.json"), "fixture"));
+  auto load = [](const std::string& name, const std::string& content) {
+    TempFile f(name, content);
+    HuggingFaceTokenizer t(hf_spec(f.path));
+  };
+  auto with = [&](auto edit) {
+    json j = good;
+    edit(j);
+    return j.dump();
+  };
+  expect_error([&] { load("bad.json", good.dump().substr(0, 500)); }, {"bad.json", "not valid JSON"});
+  expect_error([&] { load("nomerges.json", with([](json& j) { j["model"].erase("merges"); })); },
+               {"nomerges.json", "model.merges"});
+  expect_error([&] { load("novocab.json", with([](json& j) { j["model"].erase("vocab"); })); },
+               {"novocab.json", "model.vocab"});
+  // Truncated vocabulary: a token a merge needs is gone.
+  expect_error([&] { load("truncvocab.json", with([](json& j) { j["model"]["vocab"].erase("\xC4\xA0t"); })); },
+               {"truncvocab.json", "merge", "\xC4\xA0t"});
+  // Truncated vocabulary: a byte token is gone.
+  expect_error([&] { load("nobyte.json", with([](json& j) { j["model"]["vocab"].erase("\xC4\x80"); })); },
+               {"nobyte.json", "byte 0"});
+  expect_error([&] { load("wordpiece.json", with([](json& j) { j["model"]["type"] = "WordPiece"; })); },
+               {"wordpiece.json", "model.type", "WordPiece"});
+  expect_error([&] { load("nfc.json", with([](json& j) { j["normalizer"] = {{"type", "NFC"}}; })); },
+               {"nfc.json", "normalizer", "NFC"});
+  expect_error([&] { load("dropout.json", with([](json& j) { j["model"]["dropout"] = 0.1; })); },
+               {"dropout.json", "dropout"});
+  expect_error(
+      [&] {
+        load("regex.json", with([](json& j) {
+               j["pre_tokenizer"] = json::parse(R"({"type":"Sequence","pretokenizers":[
+                 {"type":"Split","pattern":{"Regex":"\\w+"},"behavior":"Isolated","invert":false},
+                 {"type":"ByteLevel","add_prefix_space":false,"use_regex":false}]})");
+             }));
+      },
+      {"regex.json", "pre_tokenizer", "\\w+"});
+  expect_error([&] { load("digits.json", with([](json& j) { j["pre_tokenizer"] = {{"type", "Digits"}}; })); },
+               {"digits.json", "pre_tokenizer", "Digits"});
+  expect_error([&] { load("decoder.json", with([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; })); },
+               {"decoder.json", "decoder", "WordPiece"});
+  expect_error([&] { load("dupid.json", with([](json& j) { j["model"]["vocab"]["zzz"] = 5; })); },
+               {"dupid.json", "id 5"});
+  expect_error([&] { load("sw.json", with([](json& j) { j["added_tokens"][0]["single_word"] = true; })); },
+               {"sw.json", "added_tokens[0]", "single_word"});
+  expect_error([&] { HuggingFaceTokenizer t(hf_spec("/nonexistent/tokenizer.json")); },
+               {"/nonexistent/tokenizer.json", "cannot open"});
+}
+
+// ---- SentencePiece -----------------------------------------------------------------------------------
+
+TEST(SentencePiece, GivesTheIdsOfSentencepiece) {
+  TokenizerSpec s;
+  s.type = "SentencePieceTokenizer";
+  s.tokenizer_model = fixture("tiny_sp.model");
+#ifndef MEGADLM_HAVE_SENTENCEPIECE
+  expect_error([&] { make_tokenizer(s); }, {"SentencePiece"});
+  GTEST_SKIP() << "built without libsentencepiece";
+#else
+  auto tok = make_tokenizer(s);
+  EXPECT_EQ(tok->vocab_size(), 600);
+  EXPECT_EQ(tok->eod(), 2);  // </s>
+  EXPECT_EQ(tok->token_to_id("</s>"), 2);
+  const auto cases = read_jsonl(fixture("tiny_sp_expected.jsonl"));
+  ASSERT_GE(cases.size(), 40u);
+  for (const json& c : cases) {
+    const std::string text = c["text"];
+    const auto ids = tok->encode(text);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << json(text).dump();
+    EXPECT_EQ(tok->decode(ids), c["decoded"].get<std::string>()) << json(text).dump();
+  }
+  EXPECT_EQ(tok->add_special_token("<|mask|>"), 600);
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{600}), "<|mask|>");
+  s.type = "Llama2Tokenizer";
+  s.added_special_tokens = {"<|mask|>"};
+  auto llama = make_tokenizer(s);
+  EXPECT_EQ(llama->token_to_id("<|mask|>"), 600);
+  TempFile junk("junk.model", "not a model");
+  s.tokenizer_model = junk.path;
+  expect_error([&] { make_tokenizer(s); }, {junk.path});
+#endif
+}
+
+// ---- Null and Byte tokenizers, specs, factory --------------------------------------------------------
+
+TEST(NullTokenizer, IdsAsDecimalText) {
+  TokenizerSpec s;
+  s.type = "NullTokenizer";
+  s.null_vocab_size = 1000;
+  auto tok = make_tokenizer(s);
+  EXPECT_EQ(tok->vocab_size(), 1001);  // as Megatron: N ids plus eod = N
+  EXPECT_EQ(tok->eod(), 1000);
+  EXPECT_EQ(tok->encode("1 2  3\n999 1000"), (std::vector<int32_t>{1, 2, 3, 999, 1000}));
+  EXPECT_TRUE(tok->encode("").empty());
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{5, 0, 17}), "5 0 17");
+  EXPECT_EQ(tok->token_to_id("42"), 42);
+  EXPECT_EQ(tok->token_to_id("x"), -1);
+  expect_error([&] { tok->encode("1 two 3"); }, {"'two'"});
+  expect_error([&] { tok->encode("1001"); }, {"'1001'"});
+  expect_error([&] { tok->encode("-1"); }, {"'-1'"});
+  EXPECT_EQ(tok->add_special_token("<|mask|>"), 1001);
+  EXPECT_EQ(tok->vocab_size(), 1002);
+  s.null_vocab_size = 0;
+  expect_error([&] { make_tokenizer(s); }, {"--vocab-size"});
+}
+
+TEST(ByteTokenizer, BytesAndSpecials) {
+  TokenizerSpec s;
+  s.type = "ByteTokenizer";
+  auto tok = make_tokenizer(s);
+  EXPECT_EQ(tok->vocab_size(), 257);
+  EXPECT_EQ(tok->eod(), 256);
+  const std::string text("h\xC3\xA9\xFF\0!", 6);
+  EXPECT_EQ(tok->encode(text), (std::vector<int32_t>{'h', 0xC3, 0xA9, 0xFF, 0, '!'}));
+  EXPECT_EQ(tok->decode(tok->encode(text)), text);
+  EXPECT_EQ(tok->token_to_id("<|endoftext|>"), 256);
+  EXPECT_EQ(tok->add_special_token("<|mask|>"), 257);
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{104, 257, 256}), "h<|mask|><|endoftext|>");
+  expect_error([&] { tok->decode(std::vector<int32_t>{258}); }, {"258"});
+}
+
+TEST(TokenizerSpec, JsonRoundTripAndErrors) {
+  TokenizerSpec s;
+  s.type = "GPT2BPETokenizer";
+  s.vocab_file = "v.json";
+  s.merge_file = "m.txt";
+  s.added_special_tokens = {"<|mask|>", "<x>"};
+  const TokenizerSpec r = TokenizerSpec::from_json(s.to_json());
+  EXPECT_EQ(r.type, s.type);
+  EXPECT_EQ(r.vocab_file, s.vocab_file);
+  EXPECT_EQ(r.merge_file, s.merge_file);
+  EXPECT_EQ(r.added_special_tokens, s.added_special_tokens);
+  expect_error([] { TokenizerSpec::from_json(json{{"vocab_file", "v"}}); }, {"'type'"});
+  expect_error([] { TokenizerSpec::from_json(json{{"type", "GPT2BPETokenizer"}, {"vocab_file", "v"}}); },
+               {"'merge_file'"});
+  expect_error([] { TokenizerSpec::from_json(json{{"type", "HuggingFaceTokenizer"}}); }, {"'tokenizer_model'"});
+  expect_error([] { TokenizerSpec::from_json(json{{"type", "NullTokenizer"}}); }, {"'null_vocab_size'"});
+  expect_error([] { TokenizerSpec::from_json(json{{"type", "NullTokenizer"}, {"null_vocab_size", "12"}}); },
+               {"'null_vocab_size'", "integer"});
+  expect_error([] { TokenizerSpec::from_json(json{{"type", "Bogus"}}); }, {"Bogus", "GPT2BPETokenizer"});
+  expect_error([] { TokenizerSpec::from_json(json::array()); }, {"object"});
+  TokenizerSpec bogus;
+  bogus.type = "WordPieceTokenizer";
+  expect_error([&] { make_tokenizer(bogus); }, {"WordPieceTokenizer"});
+}
+
+TEST(Tokenizer, FactoryBuildsEveryTypeWithAddedTokens) {
+  std::vector<TokenizerSpec> specs;
+  if (const std::string v = test::shared_path("tokenizers/gpt2/vocab.json"); !v.empty()) specs.push_back(gpt2_spec(v));
+  specs.push_back(hf_spec(fixture("hf_llama3_small.json")));
+  TokenizerSpec n;
+  n.type = "NullTokenizer";
+  n.null_vocab_size = 50;
+  specs.push_back(n);
+  TokenizerSpec b;
+  b.type = "ByteTokenizer";
+  specs.push_back(b);
+#ifdef MEGADLM_HAVE_SENTENCEPIECE
+  TokenizerSpec sp;
+  sp.type = "SentencePieceTokenizer";
+  sp.tokenizer_model = fixture("tiny_sp.model");
+  specs.push_back(sp);
+#endif
+  for (TokenizerSpec s : specs) {
+    s.added_special_tokens = {"<|mask|>", "<|pad|>"};
+    auto tok = make_tokenizer(s);
+    const int32_t mask = tok->token_to_id("<|mask|>"), pad = tok->token_to_id("<|pad|>");
+    EXPECT_GE(mask, 0) << s.type;
+    EXPECT_EQ(pad, mask + 1) << s.type;
+    EXPECT_EQ(tok->vocab_size(), pad + 1) << s.type;
+    EXPECT_GE(tok->eod(), 0) << s.type;
+    EXPECT_LT(tok->eod(), tok->vocab_size()) << s.type;
+    EXPECT_EQ(tok->spec().type, s.type);
+    EXPECT_EQ(tok->spec().added_special_tokens, s.added_special_tokens) << s.type;
+    EXPECT_EQ(tok->add_special_token("<|mask|>"), mask) << s.type;
+    if (s.type != "NullTokenizer") {  // which writes ids as numbers
+      EXPECT_EQ(tok->decode(std::vector<int32_t>{mask}), "<|mask|>") << s.type;
+    }
+  }
+}

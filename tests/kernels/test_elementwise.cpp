@@ -1,0 +1,241 @@
+// Pointwise kernels against double-precision references: GELU (tanh), SiLU, SwiGLU over the fused
+// [gate | up] layout, bias add / backward, residual add, add_inplace, scale_inplace.
+// The references' analytic derivatives are first checked by central differences in double; the fp32
+// kernels are then compared with them element by element on awkward sizes (and one size large enough
+// to take the threaded path), with outputs poisoned by NaN so an unwritten element fails.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "test_util.h"
+
+using namespace megadlm;
+using megadlm::test::numerical_gradient;
+using megadlm::test::random_vector;
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Sizes that are not multiples of any vector width; the last takes the OpenMP path.
+const int64_t kSizes[] = {1, 7, 33, 100, 40001};
+
+// Sets the OpenMP thread count for one scope.
+struct ThreadCount {
+  int saved = omp_get_max_threads();
+  explicit ThreadCount(int n) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved); }
+};
+
+// Every element within rtol * |ref| + atol (NaN fails); reports the first offender.
+void expect_close(const float* a, const double* ref, int64_t n, double rtol, double atol, const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = std::fabs(static_cast<double>(a[i]) - ref[i]);
+    if (!(e <= rtol * std::fabs(ref[i]) + atol)) {
+      ADD_FAILURE() << what << "[" << i << "] = " << a[i] << ", reference " << ref[i] << " (n = " << n << ")";
+      return;
+    }
+  }
+}
+
+// ---- double references --------------------------------------------------------------------------
+const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
+double gelu_u(double x) { return kSqrt2OverPi * (x + 0.044715 * x * x * x); }
+// The defining formula 0.5 x (1 + tanh(u)) loses everything to cancellation in 1 + tanh(u) once
+// u < -18, even in double. The references use the identity 1 + tanh(u) = 2 sigmoid(2u) instead, and
+// 1 - tanh(u)^2 = 4 s (1 - s) with s = sigmoid(2u), 1 - s = sigmoid(-2u).
+double gelu_tanh_formula(double x) { return 0.5 * x * (1.0 + std::tanh(gelu_u(x))); }
+double gelu_ref(double x) { return x / (1.0 + std::exp(-2.0 * gelu_u(x))); }
+double gelu_grad_ref(double x) {
+  const double u = gelu_u(x);
+  const double s = 1.0 / (1.0 + std::exp(-2.0 * u)), one_minus_s = 1.0 / (1.0 + std::exp(2.0 * u));
+  const double du = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
+  return s + 2.0 * x * s * one_minus_s * du;
+}
+double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double silu_ref(double x) { return x * sigmoid_ref(x); }
+double silu_grad_ref(double x) {
+  const double s = sigmoid_ref(x);
+  return s * (1.0 + x * (1.0 - s));
+}
+
+// Inputs in [-8, 8] followed by a few values from the tails and around zero.
+std::vector<float> pointwise_inputs(int64_t n, uint64_t seed) {
+  std::vector<float> x = random_vector(n, seed, -8.0f, 8.0f);
+  const float special[] = {0.0f, -0.0f, 1e-6f, -1e-6f, 30.0f, -30.0f, 100.0f, -100.0f, 1e4f, -1e4f};
+  for (int64_t i = 0; i < n && i < 10; ++i) x[n - 1 - i] = special[i];
+  return x;
+}
+
+using Fwd = void (*)(float*, const float*, int64_t);
+using Bwd = void (*)(float*, const float*, const float*, int64_t);
+
+// Forward and backward of one pointwise activation against its references, out of place and in place.
+// rtol: GELU's output for x << 0 is exp(-2u(x)) with u ~ x^3, so the fp32 rounding of u alone moves it
+// by up to ~1e-5 relative at x = -8 (condition number ~150); SiLU is far better conditioned.
+void check_activation(Fwd fwd, Bwd bwd, double (*f)(double), double (*df)(double), double rtol,
+                      const char* name) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << name << " n = " << n);
+    const std::vector<float> x = pointwise_inputs(n, 100 + n);
+    const std::vector<float> dout = random_vector(n, 200 + n);
+    std::vector<double> y_ref(n), dx_ref(n);
+    for (int64_t i = 0; i < n; ++i) {
+      y_ref[i] = f(x[i]);
+      dx_ref[i] = df(x[i]) * dout[i];
+    }
+    std::vector<float> y(n, kNaN), dx(n, kNaN);
+    fwd(y.data(), x.data(), n);
+    expect_close(y.data(), y_ref.data(), n, rtol, 1e-7, "out");
+    bwd(dx.data(), x.data(), dout.data(), n);
+    expect_close(dx.data(), dx_ref.data(), n, rtol, 1e-6, "dinp");
+    // In place (out == inp, dinp == dout) gives the same bits.
+    std::vector<float> y2 = x, dx2 = dout;
+    fwd(y2.data(), y2.data(), n);
+    bwd(dx2.data(), x.data(), dx2.data(), n);
+    EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), n * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dx.data(), dx2.data(), n * sizeof(float)));
+  }
+  // Divergence must stay visible: NaN in, NaN out.
+  float nan_in = kNaN, out = 0.0f, one = 1.0f;
+  fwd(&out, &nan_in, 1);
+  EXPECT_TRUE(std::isnan(out)) << name;
+  bwd(&out, &nan_in, &one, 1);
+  EXPECT_TRUE(std::isnan(out)) << name;
+}
+
+}  // namespace
+
+// The references' derivatives agree with central differences of the references.
+TEST(Elementwise, ReferenceDerivativesMatchFiniteDifferences) {
+  for (double x0 : {-7.5, -3.0, -0.75, -0.1, 0.0, 0.3, 1.0, 2.5, 6.0}) {
+    std::vector<double> x{x0};
+    EXPECT_NEAR(gelu_ref(x0), gelu_tanh_formula(x0), 1e-15) << "gelu identity at " << x0;
+    const auto g_gelu = numerical_gradient<double>(x, [&] { return gelu_tanh_formula(x[0]); }, 1e-6);
+    EXPECT_NEAR(g_gelu[0], gelu_grad_ref(x0), 1e-8) << "gelu at " << x0;
+    const auto g_silu = numerical_gradient<double>(x, [&] { return silu_ref(x[0]); }, 1e-6);
+    EXPECT_NEAR(g_silu[0], silu_grad_ref(x0), 1e-8) << "silu at " << x0;
+  }
+}
+
+TEST(Elementwise, GeluTanhMatchesReference) {
+  check_activation(cpu::gelu_forward, cpu::gelu_backward, gelu_ref, gelu_grad_ref, 1e-5, "gelu");
+}
+
+TEST(Elementwise, SiluMatchesReference) {
+  check_activation(cpu::silu_forward, cpu::silu_backward, silu_ref, silu_grad_ref, 1e-6, "silu");
+}
+
+TEST(Elementwise, GeluKnownValues) {
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) evaluated independently at x = 1, -1, 3.
+  const float x[] = {1.0f, -1.0f, 3.0f};
+  float y[3];
+  cpu::gelu_forward(y, x, 3);
+  EXPECT_NEAR(y[0], 0.8411919906082768, 1e-6);
+  EXPECT_NEAR(y[1], -0.15880800939172324, 1e-6);
+  EXPECT_NEAR(y[2], 2.9963625565477422, 1e-6);
+}
+
+// SwiGLU: out = silu(gate) * up over [gate | up] rows. The double reference's backward is checked by
+// central differences of sum(out * dout); the kernel against the reference.
+TEST(Elementwise, SwigluForwardBackward) {
+  const int64_t shapes[][2] = {{1, 1}, {7, 13}, {33, 100}, {9, 1900}};
+  for (const auto& s : shapes) {
+    const int64_t N = s[0], F = s[1];
+    SCOPED_TRACE(::testing::Message() << "N = " << N << " F = " << F);
+    const std::vector<float> gu = random_vector(N * 2 * F, 300 + N * F, -6.0f, 6.0f);
+    const std::vector<float> dout = random_vector(N * F, 400 + N * F);
+    std::vector<double> y_ref(N * F), dgu_ref(N * 2 * F);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t i = 0; i < F; ++i) {
+        const double g = gu[r * 2 * F + i], u = gu[r * 2 * F + F + i], d = dout[r * F + i];
+        y_ref[r * F + i] = silu_ref(g) * u;
+        dgu_ref[r * 2 * F + i] = d * u * silu_grad_ref(g);
+        dgu_ref[r * 2 * F + F + i] = d * silu_ref(g);
+      }
+    if (N * F <= 100) {  // central differences of the double reference (O(size^2))
+      std::vector<double> x = megadlm::test::to_double(gu);
+      const auto loss = [&] {
+        double l = 0.0;
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t i = 0; i < F; ++i)
+            l += silu_ref(x[r * 2 * F + i]) * x[r * 2 * F + F + i] * dout[r * F + i];
+        return l;
+      };
+      const auto num = numerical_gradient<double>(x, loss, 1e-6);
+      for (size_t i = 0; i < num.size(); ++i) EXPECT_NEAR(num[i], dgu_ref[i], 1e-7) << "element " << i;
+    }
+    std::vector<float> y(N * F, kNaN), dgu(N * 2 * F, kNaN);
+    cpu::swiglu_forward(y.data(), gu.data(), N, F);
+    expect_close(y.data(), y_ref.data(), N * F, 1e-5, 1e-6, "swiglu out");
+    cpu::swiglu_backward(dgu.data(), gu.data(), dout.data(), N, F);
+    expect_close(dgu.data(), dgu_ref.data(), N * 2 * F, 1e-5, 1e-6, "swiglu dgate_up");
+    std::vector<float> inplace = gu;  // dgate_up over gate_up: the same bits
+    cpu::swiglu_backward(inplace.data(), inplace.data(), dout.data(), N, F);
+    EXPECT_EQ(0, std::memcmp(inplace.data(), dgu.data(), N * 2 * F * sizeof(float)));
+  }
+}
+
+TEST(Elementwise, BiasAddAndBackward) {
+  const int64_t shapes[][2] = {{1, 1}, {7, 13}, {33, 100}, {200, 333}};
+  for (const auto& s : shapes) {
+    const int64_t N = s[0], C = s[1];
+    SCOPED_TRACE(::testing::Message() << "N = " << N << " C = " << C);
+    const std::vector<float> x = random_vector(N * C, 500 + N * C);
+    const std::vector<float> bias = random_vector(C, 600 + C);
+    std::vector<float> y = x;
+    cpu::bias_add_forward(y.data(), bias.data(), N, C);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) ASSERT_EQ(y[r * C + c], x[r * C + c] + bias[c]);
+
+    // dbias accumulates: start from a non-zero value.
+    const std::vector<float> dbias0 = random_vector(C, 700 + C);
+    std::vector<double> ref(dbias0.begin(), dbias0.end());
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) ref[c] += x[r * C + c];
+    std::vector<float> dbias = dbias0;
+    cpu::bias_backward(dbias.data(), x.data(), N, C);
+    expect_close(dbias.data(), ref.data(), C, 1e-6, 1e-6, "dbias");
+  }
+}
+
+// The row reduction of bias_backward gives the same bits for 1 and 2 threads.
+TEST(Elementwise, BiasBackwardIsThreadCountIndependent) {
+  const int64_t N = 517, C = 300;  // several column blocks, large enough for the threaded path
+  const std::vector<float> dout = random_vector(N * C, 800, -3.0f, 3.0f);
+  std::vector<float> one(C, 0.5f), two(C, 0.5f);
+  {
+    ThreadCount t(1);
+    cpu::bias_backward(one.data(), dout.data(), N, C);
+  }
+  {
+    ThreadCount t(2);
+    cpu::bias_backward(two.data(), dout.data(), N, C);
+  }
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), C * sizeof(float)));
+}
+
+TEST(Elementwise, ResidualAddInplaceAndScale) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n = " << n);
+    const std::vector<float> a = random_vector(n, 900 + n), b = random_vector(n, 1000 + n);
+    std::vector<float> out(n, kNaN);
+    cpu::residual_add(out.data(), a.data(), b.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+    std::vector<float> alias_a = a, alias_b = b;  // out aliasing either input
+    cpu::residual_add(alias_a.data(), alias_a.data(), b.data(), n);
+    cpu::residual_add(alias_b.data(), a.data(), alias_b.data(), n);
+    EXPECT_EQ(alias_a, out);
+    EXPECT_EQ(alias_b, out);
+    std::vector<float> acc = a;
+    cpu::add_inplace(acc.data(), b.data(), n);
+    EXPECT_EQ(acc, out);
+    std::vector<float> sc = a;
+    cpu::scale_inplace(sc.data(), -0.375f, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sc[i], a[i] * -0.375f) << i;
+  }
+}

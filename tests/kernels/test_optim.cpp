@@ -1,0 +1,149 @@
+// AdamW against a double-precision reference over several steps, and the reductions used for clipping
+// and overflow checks: sum_squares must give the same bits for any thread count.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/optim.h"
+#include "test_util.h"
+
+using namespace megadlm;
+using megadlm::test::random_vector;
+
+namespace {
+
+// The textbook form (which the kernel does not use: it folds the corrections as torch does):
+// p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p).
+void adamw_reference(std::vector<double>& p, const std::vector<double>& g, std::vector<double>& m,
+                     std::vector<double>& v, const cpu::AdamWParams& h) {
+  const double b1 = h.beta1, b2 = h.beta2;
+  for (size_t i = 0; i < p.size(); ++i) {
+    m[i] = b1 * m[i] + (1 - b1) * g[i];
+    v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+    const double mhat = m[i] / (1 - std::pow(b1, static_cast<double>(h.step)));
+    const double vhat = v[i] / (1 - std::pow(b2, static_cast<double>(h.step)));
+    p[i] -= static_cast<double>(h.lr) * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * p[i]);
+  }
+}
+
+}  // namespace
+
+TEST(AdamW, MatchesDoubleReferenceOverSteps) {
+  const int64_t n = 50021;  // threaded, awkward length
+  for (float wd : {0.0f, 0.1f}) {
+    auto p = random_vector(n, 1);
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    auto pr = megadlm::test::to_double(p);
+    std::vector<double> mr(n, 0.0), vr(n, 0.0);
+    cpu::AdamWParams h;
+    h.lr = 1e-2f;
+    h.beta1 = 0.9f;
+    h.beta2 = 0.95f;
+    h.eps = 1e-8f;
+    h.weight_decay = wd;
+    for (int64_t step = 1; step <= 6; ++step) {
+      h.step = step;
+      // Gradients across magnitudes, including exact zeros (where eps matters).
+      auto g = random_vector(n, 100 + step, -1.0f, 1.0f);
+      for (int64_t i = 0; i < n; i += 97) g[i] *= 1e-4f;
+      for (int64_t i = 0; i < n; i += 1009) g[i] = 0.0f;
+      cpu::adamw_step(p.data(), g.data(), m.data(), v.data(), n, h);
+      adamw_reference(pr, megadlm::test::to_double(g), mr, vr, h);
+    }
+    double worst_p = 0, worst_m = 0, worst_v = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      // Each step moves p by about lr; fp32 keeps ~1e-7 relative of the update and of p itself.
+      worst_p = std::max(worst_p, std::fabs(p[i] - pr[i]) / (1e-7 * std::fabs(pr[i]) + 6 * h.lr * 1e-6));
+      // m sums terms of both signs (|g| <= 1), so its rounding error scales with the terms, not with m.
+      worst_m = std::max(worst_m, std::fabs(m[i] - mr[i]) / (1e-6 * std::fabs(mr[i]) + 1e-7));
+      worst_v = std::max(worst_v, std::fabs(v[i] - vr[i]) / (1e-6 * std::fabs(vr[i]) + 1e-15));
+    }
+    EXPECT_LT(worst_p, 4.0) << "wd " << wd;
+    EXPECT_LT(worst_m, 4.0) << "wd " << wd;
+    EXPECT_LT(worst_v, 4.0) << "wd " << wd;
+  }
+}
+
+// At step 1 the bias-corrected update is lr * g / (|g| + eps): a step of lr against the gradient's sign,
+// and weight decay shrinks p by the factor (1 - lr * wd) on top.
+TEST(AdamW, FirstStepIsSignedLearningRate) {
+  std::vector<float> p = {1.0f, 1.0f, -2.0f, 0.5f}, g = {3.0f, -0.001f, 1e-3f, 0.0f};
+  std::vector<float> m(4, 0.0f), v(4, 0.0f);
+  cpu::AdamWParams h;
+  h.lr = 0.1f;
+  h.weight_decay = 0.5f;
+  h.step = 1;
+  cpu::adamw_step(p.data(), g.data(), m.data(), v.data(), 4, h);
+  const auto step = [&](double gi) { return 0.1 * std::fabs(gi) / (std::fabs(gi) + h.eps); };  // eps shows at small g
+  EXPECT_NEAR(p[0], 1.0 * 0.95 - step(3.0), 1e-6);
+  EXPECT_NEAR(p[1], 1.0 * 0.95 + step(0.001), 1e-6);
+  EXPECT_NEAR(p[2], -2.0 * 0.95 - step(0.001), 1e-6);
+  EXPECT_NEAR(p[3], 0.5 * 0.95, 1e-7);  // g = 0: only decay
+  // m and v hold the uncorrected averages; (1 - beta) is exact for the fp32 betas given.
+  EXPECT_NEAR(m[0], (1.0 - static_cast<double>(h.beta1)) * 3.0, 1e-7);
+  EXPECT_NEAR(v[0], (1.0 - static_cast<double>(h.beta2)) * 9.0, 1e-9);
+}
+
+TEST(AdamW, RejectsBadHyperparameters) {
+  float p = 0, g = 0, m = 0, v = 0;
+  cpu::AdamWParams h;
+  h.step = 0;
+  EXPECT_THROW(cpu::adamw_step(&p, &g, &m, &v, 1, h), Error);
+  h.step = 1;
+  h.beta2 = 1.0f;
+  EXPECT_THROW(cpu::adamw_step(&p, &g, &m, &v, 1, h), Error);
+}
+
+TEST(Reductions, SumSquaresSameBitsAnyThreadCountAndExact) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{4095}, int64_t{4097}, int64_t{3 * 4096 + 123}, int64_t{1000003}}) {
+    auto x = random_vector(n, 7 + n, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; i += 101) x[i] *= 1e4f;  // spread magnitudes so order would show
+    double ref = 0;
+    for (float xi : x) ref += static_cast<double>(xi) * xi;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const double one = cpu::sum_squares(x.data(), n);
+    omp_set_num_threads(2);
+    const double two = cpu::sum_squares(x.data(), n);
+    omp_set_num_threads(3);
+    const double three = cpu::sum_squares(x.data(), n);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(std::memcmp(&one, &two, sizeof(double)), 0) << "n " << n << ": " << one << " vs " << two;
+    EXPECT_EQ(std::memcmp(&one, &three, sizeof(double)), 0) << "n " << n;
+    EXPECT_NEAR(one, ref, 1e-12 * ref) << "n " << n;
+  }
+}
+
+TEST(Reductions, AbsMaxAndAllFinite) {
+  const int64_t n = 70001;
+  auto x = random_vector(n, 9, -1.0f, 1.0f);
+  x[31337] = -7.5f;  // the largest magnitude is negative
+  EXPECT_EQ(cpu::abs_max(x.data(), n), 7.5f);
+  EXPECT_TRUE(cpu::all_finite(x.data(), n));
+  EXPECT_EQ(cpu::abs_max(x.data(), 0), 0.0f);
+  EXPECT_TRUE(cpu::all_finite(x.data(), 0));
+
+  for (int64_t at : {int64_t{0}, int64_t{12345}, n - 1}) {
+    auto y = x;
+    y[at] = NAN;
+    EXPECT_TRUE(std::isnan(cpu::abs_max(y.data(), n))) << "NaN at " << at;
+    EXPECT_FALSE(cpu::all_finite(y.data(), n)) << "NaN at " << at;
+    y[at] = -INFINITY;
+    EXPECT_EQ(cpu::abs_max(y.data(), n), INFINITY) << "-inf at " << at;
+    EXPECT_FALSE(cpu::all_finite(y.data(), n)) << "-inf at " << at;
+    y[at] = INFINITY;
+    EXPECT_FALSE(cpu::all_finite(y.data(), n)) << "inf at " << at;
+    y[at] = 3.4e38f;  // the largest floats are finite
+    EXPECT_TRUE(cpu::all_finite(y.data(), n)) << "max float at " << at;
+    EXPECT_EQ(cpu::abs_max(y.data(), n), 3.4e38f);
+  }
+  // Short arrays take the single-threaded path.
+  const std::vector<float> s = {1.0f, -2.0f, NAN};
+  EXPECT_TRUE(std::isnan(cpu::abs_max(s.data(), 3)));
+  EXPECT_EQ(cpu::abs_max(s.data(), 2), 2.0f);
+  EXPECT_FALSE(cpu::all_finite(s.data(), 3));
+}
