@@ -94,7 +94,7 @@ std::string save_checkpoint(const std::string& save_dir, const LanguageModel& mo
     j["consumed_samples"] = state.consumed_samples;
     j["optimizer_steps"] = optimizer ? optimizer->steps_taken() : 0;
     j["checksums_fnv1a64"] = files;
-    j["meta"] = state.meta;
+    j["meta"] = state.meta.is_null() ? nlohmann::json::object() : state.meta;
     write_file_atomic(tmp_dir + "/state.json", j.dump(2) + "\n");
     fsync_dir(tmp_dir);
     // Replace an older checkpoint of the same iteration only now that the new one is complete.
@@ -139,7 +139,9 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   return dir;
 }
 
-CheckpointState read_checkpoint_state(const std::string& dir) {
+// Parses and validates <dir>/state.json: every field used later has the right type, so that no
+// JSON type error can escape as anything but an Error naming the file.
+static nlohmann::json read_state_json(const std::string& dir) {
   const std::string path = dir + "/state.json";
   nlohmann::json j;
   try {
@@ -149,6 +151,23 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
   }
   MDLM_CHECK(j.is_object() && j.contains("iteration") && j.contains("consumed_samples") && j.contains("meta"), path,
              ": lacks iteration, consumed_samples or meta");
+  MDLM_CHECK(j["iteration"].is_number_integer() && j["iteration"].get<int64_t>() >= 0, path,
+             ": iteration is not a non-negative integer");
+  MDLM_CHECK(j["consumed_samples"].is_number_unsigned() || (j["consumed_samples"].is_number_integer() &&
+                                                            j["consumed_samples"].get<int64_t>() >= 0),
+             path, ": consumed_samples is not a non-negative integer");
+  MDLM_CHECK(j["meta"].is_object(), path, ": meta is not an object");
+  MDLM_CHECK(!j.contains("optimizer_steps") || j["optimizer_steps"].is_number_integer(), path,
+             ": optimizer_steps is not an integer");
+  const nlohmann::json sums = j.value("checksums_fnv1a64", nlohmann::json::object());
+  MDLM_CHECK(sums.is_object(), path, ": checksums_fnv1a64 is not an object");
+  for (auto it = sums.begin(); it != sums.end(); ++it)
+    MDLM_CHECK(it->is_string(), path, ": the checksum of ", it.key(), " is not a string");
+  return j;
+}
+
+CheckpointState read_checkpoint_state(const std::string& dir) {
+  const nlohmann::json j = read_state_json(dir);
   CheckpointState s;
   s.iteration = j["iteration"].get<int64_t>();
   s.consumed_samples = j["consumed_samples"].get<uint64_t>();
@@ -166,12 +185,7 @@ static void verify_checksum(const std::string& dir, const nlohmann::json& sums, 
 }
 
 void load_checkpoint_tensors(const std::string& dir, LanguageModel& model, AdamW* optimizer) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(dir + "/state.json"));
-  } catch (const nlohmann::json::exception& e) {
-    fail(dir, "/state.json: not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = read_state_json(dir);
   const nlohmann::json sums = j.value("checksums_fnv1a64", nlohmann::json::object());
   verify_checksum(dir, sums, "model.safetensors");
   ParamStore& ps = model.params();

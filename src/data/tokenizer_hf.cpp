@@ -61,24 +61,27 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const TokenizerSpec& spec) {
   }
   spec_ = spec;
   spec_.added_special_tokens.clear();
-  load(j, spec.tokenizer_model);
+  load(j, spec.tokenizer_model, /*from_file=*/true);
   for (const std::string& t : spec.added_special_tokens) add_special_token(t);
 }
 
 HuggingFaceTokenizer::HuggingFaceTokenizer(const json& j, const std::string& source) {
   spec_.type = "HuggingFaceTokenizer";
   spec_.tokenizer_model = source;
-  load(j, source);
+  load(j, source, /*from_file=*/false);
 }
 
 HuggingFaceTokenizer::~HuggingFaceTokenizer() = default;
 
-void HuggingFaceTokenizer::load(const json& j, const std::string& source) {
+void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool from_file) {
   const std::string where = "tokenizer file '" + source + "'";
   MDLM_CHECK(j.is_object(), where, ": expected a JSON object at the top level");
 
-  if (const auto it = j.find("normalizer"); it != j.end() && !it->is_null())
-    fail(where, ": normalizer ", it->dump().substr(0, 200), " is not supported (only null)");
+  if (const auto it = j.find("normalizer"); it != j.end() && !it->is_null()) {
+    MDLM_CHECK(it->is_object() && type_of(*it) == "NFC", where, ": normalizer ", it->dump().substr(0, 200),
+               " is not supported (only null or NFC)");
+    nfc_ = true;
+  }
 
   // ---- model ----
   const auto m = j.find("model");
@@ -198,7 +201,7 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source) {
   // ---- end of document ----
   std::vector<std::string> candidates;
   const std::string config = dir_of(source) + "/tokenizer_config.json";
-  if (std::ifstream(config).good()) {
+  if (from_file && std::ifstream(config).good()) {
     json c;
     try {
       c = json::parse(read_tokenizer_file(config, "tokenizer config"));
@@ -227,7 +230,23 @@ void HuggingFaceTokenizer::register_added(const AddedToken& t) {
   vocab_size_ = std::max<int64_t>(vocab_size_, t.id + 1);
   added_index_of_id_.resize(vocab_size_, -1);
   added_index_of_id_[t.id] = static_cast<int32_t>(added_.size() - 1);
-  first_byte_[t.normalized ? 1 : 0][static_cast<uint8_t>(t.content[0])] = true;
+  const int phase = t.normalized ? 1 : 0;
+  first_byte_[phase][static_cast<uint8_t>(t.content[0])] = true;
+  std::vector<TrieNode>& trie = trie_[phase];
+  if (trie.empty()) trie.emplace_back();
+  int32_t node = 0;
+  for (unsigned char c : t.content) {
+    int32_t next = -1;
+    for (const auto& [byte, child] : trie[node].edges)
+      if (byte == c) next = child;
+    if (next < 0) {
+      next = static_cast<int32_t>(trie.size());
+      trie[node].edges.emplace_back(c, next);
+      trie.emplace_back();
+    }
+    node = next;
+  }
+  trie[node].token = static_cast<int32_t>(added_.size() - 1);
 }
 
 // ==== encoding ======================================================================================
@@ -236,19 +255,32 @@ void HuggingFaceTokenizer::encode(std::string_view text, std::vector<int32_t>& o
   encode_phase(0, reinterpret_cast<const uint8_t*>(text.data()), text.size(), out);
 }
 
-// Phase 0 splits out added tokens with normalized = false, phase 1 those with normalized = true (in
-// the gaps phase 0 left), phase 2 is BPE: the order of `tokenizers`' AddedVocabulary.
+// Phase 0 splits out added tokens with normalized = false, then the gaps it leaves are normalized
+// (NFC) and phase 1 splits out those with normalized = true, phase 2 is BPE: the order of `tokenizers`'
+// AddedVocabulary.
 void HuggingFaceTokenizer::encode_phase(int phase, const uint8_t* p, size_t n, std::vector<int32_t>& out) const {
   if (phase == 2) return encode_segment(p, n, out);
+  const std::string_view view(reinterpret_cast<const char*>(p), n);
+  std::string normalized;
+  if (phase == 1 && nfc_ && !unicode::is_nfc_quick(view)) {
+    unicode::append_nfc(view, normalized);
+    p = reinterpret_cast<const uint8_t*>(normalized.data());
+    n = normalized.size();
+  }
   const bool* starts = first_byte_[phase];
   size_t seg = 0;  // start of the text not yet emitted
   for (size_t i = 0; i < n; ++i) {
     if (!starts[p[i]]) continue;
-    const AddedToken* best = nullptr;  // leftmost, then longest
-    for (const AddedToken& a : added_) {
-      if (a.normalized != (phase == 1) || a.content.size() > n - i) continue;
-      if ((!best || a.content.size() > best->content.size()) && std::memcmp(a.content.data(), p + i, a.content.size()) == 0)
-        best = &a;
+    // The longest added token starting at i (leftmost-longest, as `tokenizers`' Aho-Corasick).
+    const std::vector<TrieNode>& trie = trie_[phase];
+    const AddedToken* best = nullptr;
+    for (size_t k = i, node = 0; k < n; ++k) {
+      int32_t next = -1;
+      for (const auto& [byte, child] : trie[node].edges)
+        if (byte == p[k]) next = child;
+      if (next < 0) break;
+      node = static_cast<size_t>(next);
+      if (trie[node].token >= 0) best = &added_[trie[node].token];
     }
     if (!best) continue;
     size_t s = i, e = i + best->content.size();

@@ -7,7 +7,7 @@
 //   model            type BPE; vocab; merges as "a b" strings or ["a", "b"] pairs; ignore_merges;
 //                    dropout must be null/0, continuing_subword_prefix / end_of_word_suffix empty.
 //                    (unk_token, byte_fallback and fuse_unk never act: all 256 bytes have tokens.)
-//   normalizer       must be null.
+//   normalizer       null or NFC (GPT-NeoX, Qwen2).
 //   pre_tokenizer    ByteLevel{add_prefix_space, use_regex}, or Sequence[Split{Regex: one of the
 //                    patterns of bpe_gpt2.h, behavior Isolated}, ByteLevel{use_regex: false}].
 //   decoder          ByteLevel (or null, read as ByteLevel).
@@ -54,18 +54,27 @@ class HuggingFaceTokenizer : public Tokenizer {
     bool lstrip, rstrip, normalized, special;
   };
 
-  void load(const nlohmann::json& j, const std::string& source);
+  // `from_file`: look for a tokenizer_config.json beside `source` (for eod).
+  void load(const nlohmann::json& j, const std::string& source, bool from_file);
   void register_added(const AddedToken& t);
   void encode_segment(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
   void encode_phase(int phase, const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
 
   std::unique_ptr<ByteLevelBPE> bpe_;
+  bool nfc_ = false;  // normalizer NFC
   bool add_prefix_space_ = false;
   bool split_ = true;  // false: ByteLevel with use_regex = false and no Split (one piece per segment)
   PretokenizerPattern pattern_ = PretokenizerPattern::Gpt2;
   std::vector<AddedToken> added_;
   std::vector<int32_t> added_index_of_id_;  // [vocab_size_] -> index into added_, or -1
-  bool first_byte_[2][256] = {};            // [phase][byte]: some added token of the phase starts so
+  // Added tokens by phase (0: normalized = false, 1: normalized = true) in a byte trie, for the
+  // longest match at a position in O(its length); node 0 is the root.
+  struct TrieNode {
+    int32_t token = -1;  // index into added_ when a token ends here
+    std::vector<std::pair<uint8_t, int32_t>> edges;
+  };
+  std::vector<TrieNode> trie_[2];
+  bool first_byte_[2][256] = {};  // [phase][byte]: some added token of the phase starts so
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
 };

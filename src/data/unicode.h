@@ -1,7 +1,8 @@
 #pragma once
-// UTF-8 decoding and validation, and the three Unicode character classes the BPE pre-tokenizer
-// regexes test: \p{L} (letters), \p{N} (numbers) and \s (whitespace). The class tables are generated
-// from Unicode 16.0 (the version of Oniguruma inside HuggingFace `tokenizers`, whose ids we match) by
+// UTF-8 decoding and validation, the three Unicode character classes the BPE pre-tokenizer regexes
+// test: \p{L} (letters), \p{N} (numbers) and \s (whitespace), and NFC normalization (the normalizer of
+// GPT-NeoX and Qwen2 tokenizer.json files). The tables are generated from Unicode 16.0 (the version of
+// Oniguruma inside HuggingFace `tokenizers`, whose ids we match) by
 // tools/reference/gen_unicode_tables.py into unicode_tables.inc.
 //
 // Invalid UTF-8: a byte that does not start a complete, shortest-form, non-surrogate sequence of at
@@ -41,6 +42,16 @@ inline int decode_utf8(const uint8_t* s, size_t n, uint32_t* cp) {
 }
 
 bool is_valid_utf8(std::string_view s);
+
+// NFC (canonical decomposition, canonical ordering, canonical composition; UAX #15). Invalid bytes pass
+// through unchanged and never combine.
+bool is_nfc_quick(std::string_view s);  // true when the quick check proves s is already NFC
+void append_nfc(std::string_view s, std::string& out);
+inline std::string to_nfc(std::string_view s) {
+  std::string out;
+  append_nfc(s, out);
+  return out;
+}
 void append_utf8(uint32_t cp, std::string& out);  // cp must be a scalar value (no surrogates)
 const char* table_version();                      // Unicode version of the class tables
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -263,7 +264,8 @@ TEST(NativeCheckpoint, CorruptStateJsonIsAnErrorNamingIt) {
   expect_error([&] { load_checkpoint_tensors(ck, *fresh, nullptr); }, {ck + "/state.json", "JSON"});
   write_file_atomic(ck + "/state.json", "{\"iteration\": 2}");
   expect_error([&] { read_checkpoint_state(ck); }, {ck + "/state.json", "consumed_samples"});
-  expect_error([&] { load_checkpoint_tensors(ck, *fresh, nullptr); }, {"model.safetensors", "checksum"});
+  // The loader validates the whole state file before touching the tensors.
+  expect_error([&] { load_checkpoint_tensors(ck, *fresh, nullptr); }, {ck + "/state.json", "consumed_samples"});
 }
 
 TEST(NativeCheckpoint, ShapeMismatchNamesTheParameter) {
@@ -293,6 +295,36 @@ TEST(NativeCheckpoint, ShapeMismatchNamesTheParameter) {
   deep.num_layers = 3;
   auto d = make_model(deep, 1);
   expect_error([&] { load_checkpoint_tensors(ck, *d, nullptr); }, {ck + "/model.safetensors", "'layers.2."});
+
+  // Same element count, different shape (a transposed matrix, checksum made consistent): still an Error.
+  {
+    std::string name;  // the first non-square matrix
+    for (int i = 0; i < m->params().count() && name.empty(); ++i) {
+      const Shape& sh = m->params().info(i).shape;
+      if (sh.n == 2 && sh[0] != sh[1]) name = m->params().info(i).name;
+    }
+    ASSERT_FALSE(name.empty());
+    const Shape orig = m->params().info(m->params().find(name)).shape;
+    std::vector<SafetensorsEntry> entries;
+    {
+      SafetensorsFile f(ck + "/model.safetensors");
+      for (const std::string& n : f.names()) {
+        Tensor t = f.get(n).clone();
+        if (n == name) t = t.view({orig[1], orig[0]});
+        entries.push_back({n, t});
+      }
+    }
+    write_safetensors(ck + "/model.safetensors", entries);
+    nlohmann::json j = nlohmann::json::parse(read_file(ck + "/state.json"));
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(file_checksum(ck + "/model.safetensors")));
+    j["checksums_fnv1a64"]["model.safetensors"] = hex;
+    write_file_atomic(ck + "/state.json", j.dump());
+    auto same = make_model(tiny_config(), 1);
+    expect_error([&] { load_checkpoint_tensors(ck, *same, nullptr); },
+                 {ck + "/model.safetensors", "'" + name + "'", "shape"});
+  }
 }
 
 TEST(NativeCheckpoint, SavingTheSameIterationTwiceReplacesIt) {

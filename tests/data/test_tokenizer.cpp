@@ -50,6 +50,12 @@ TokenizerSpec gpt2_spec(const std::string& vocab) {
   return s;
 }
 
+// One GPT-2 tokenizer for the tests that only encode and decode (loading takes ~0.1 s).
+const GPT2BPETokenizer& shared_gpt2(const std::string& vocab) {
+  static const GPT2BPETokenizer tok(gpt2_spec(vocab));
+  return tok;
+}
+
 TokenizerSpec hf_spec(const std::string& path) {
   TokenizerSpec s;
   s.type = "HuggingFaceTokenizer";
@@ -143,6 +149,25 @@ TEST(Unicode, Utf8DecodeAcceptsValidAndRejectsInvalid) {
   }
 }
 
+TEST(Unicode, NfcMatchesTokenizersNormalizer) {
+  const auto cases = read_jsonl(fixture("nfc_expected.jsonl"));
+  ASSERT_GE(cases.size(), 200u);
+  int changed = 0;
+  for (const json& c : cases) {
+    const std::string text = c["text"], want = c["nfc"];
+    EXPECT_EQ(unicode::to_nfc(text), want) << json(text).dump();
+    if (unicode::is_nfc_quick(text)) {
+      EXPECT_EQ(text, want) << "the quick check wrongly said yes: " << json(text).dump();
+    }
+    EXPECT_EQ(unicode::to_nfc(want), want);  // idempotent
+    changed += text != want;
+  }
+  EXPECT_GT(changed, 100);  // the fixture exercises composition, not just pass-through
+  const std::string bad = "e\xCC\x81\xFF\xCC\x81x";  // invalid byte between: it blocks, and survives
+  EXPECT_EQ(unicode::to_nfc(bad), "\xC3\xA9\xFF\xCC\x81x");
+  EXPECT_TRUE(unicode::is_nfc_quick("plain ASCII, \xE6\x97\xA5\xE6\x9C\xAC \xC3\xA9"));
+}
+
 // ---- pre-tokenizer ------------------------------------------------------------------------------------
 
 namespace {
@@ -187,7 +212,7 @@ TEST(Pretokenizer, Llama3AndQwen2PatternsByHand) {
 
 TEST(GPT2BPE, ExactIdsOnTrickyStrings) {
   MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   const auto cases = read_jsonl(fixture("gpt2_expected.jsonl"));
   ASSERT_GE(cases.size(), 40u);
   for (const json& c : cases) {
@@ -201,7 +226,7 @@ TEST(GPT2BPE, ExactIdsOnTrickyStrings) {
 TEST(GPT2BPE, ExactIdsAndRoundTripOnBrownCorpus) {
   MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
-  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   const auto texts = brown_texts(brown);
   const auto expected = read_jsonl(fixture("brown_gpt2_expected.jsonl"));
   ASSERT_EQ(texts.size(), expected.size());
@@ -219,7 +244,7 @@ TEST(GPT2BPE, ExactIdsAndRoundTripOnBrownCorpus) {
 TEST(GPT2BPE, ThreadsGiveTheSameIds) {
   MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
-  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   auto texts = brown_texts(brown);
   texts.resize(60);
   std::vector<std::vector<int32_t>> serial(texts.size()), parallel(texts.size());
@@ -231,7 +256,7 @@ TEST(GPT2BPE, ThreadsGiveTheSameIds) {
 
 TEST(GPT2BPE, ArbitraryBytesRoundTrip) {
   MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   for (size_t n : {1, 2, 7, 64, 333, 5000}) {
     const std::string s = random_bytes(n, 100 + n);
     const auto ids = tok.encode(s);
@@ -247,7 +272,7 @@ TEST(GPT2BPE, ArbitraryBytesRoundTrip) {
 // a 100k-character word without spaces is encoded (the heap keeps it O(n log n)).
 TEST(GPT2BPE, MergeVariantsAgreeAndLongWordsWork) {
   MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  GPT2BPETokenizer tok(gpt2_spec(vocab));
+  const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   const TokenizerSpec spec = gpt2_spec(vocab);
   std::unique_ptr<ByteLevelBPE> bpe;
   {
@@ -346,11 +371,12 @@ TEST(HuggingFace, FixturesGiveTheIdsOfTokenizers) {
     if (!tok) tok = make_tokenizer(hf_spec(fixture(name)));
     const std::vector<int32_t> ids = tok->encode(text);
     EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << name << ", text: " << json(text).dump();
-    // Decoding gives the text back, except that lstrip/rstrip tokens swallow their whitespace and
-    // add_prefix_space adds a space.
+    // Decoding gives the text back, except that lstrip/rstrip tokens swallow their whitespace,
+    // add_prefix_space adds a space, and the Qwen2 fixture's normalizer gives NFC text.
     if (text.find("<mask>") == std::string::npos && text.find("[R]") == std::string::npos &&
         name != "hf_prefix_small.json") {
-      EXPECT_EQ(tok->decode(ids), text) << name << ", text: " << json(text).dump();
+      const std::string want = name == "hf_qwen2_small.json" ? unicode::to_nfc(text) : text;
+      EXPECT_EQ(tok->decode(ids), want) << name << ", text: " << json(text).dump();
     }
   }
   EXPECT_EQ(toks.size(), 4u);
@@ -381,7 +407,7 @@ TEST(HuggingFace, Gpt2AsTokenizerJsonMatchesGpt2Tokenizer) {
   j["decoder"] = {{"type", "ByteLevel"}};
   j["added_tokens"] = json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}});
   HuggingFaceTokenizer hf(j, "gpt2-as-tokenizer.json");
-  GPT2BPETokenizer gpt2(spec);
+  const GPT2BPETokenizer& gpt2 = shared_gpt2(vocab);
   EXPECT_EQ(hf.vocab_size(), 50257);
   EXPECT_EQ(hf.eod(), 50256);
   auto texts = brown_texts(brown);
@@ -468,8 +494,8 @@ TEST(HuggingFace, MalformedFilesNameTheFileAndField) {
                {"nobyte.json", "byte 0"});
   expect_error([&] { load("wordpiece.json", with([](json& j) { j["model"]["type"] = "WordPiece"; })); },
                {"wordpiece.json", "model.type", "WordPiece"});
-  expect_error([&] { load("nfc.json", with([](json& j) { j["normalizer"] = {{"type", "NFC"}}; })); },
-               {"nfc.json", "normalizer", "NFC"});
+  expect_error([&] { load("nfkc.json", with([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; })); },
+               {"nfkc.json", "normalizer", "NFKC"});
   expect_error([&] { load("dropout.json", with([](json& j) { j["model"]["dropout"] = 0.1; })); },
                {"dropout.json", "dropout"});
   expect_error(

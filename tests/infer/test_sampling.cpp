@@ -202,8 +202,9 @@ TEST(Sampling, DiffusionGreedyMatchesTheReferenceScheduleStepByStep) {
     std::vector<std::vector<int32_t>> canvases;
     const std::vector<int32_t> ref = reference_diffusion(*m, prompt, c.gen, c.steps, c.block, kVocabLimit, canvases);
     EXPECT_EQ(out, std::vector<int32_t>(ref.begin() + static_cast<int64_t>(prompt.size()), ref.end()));
-    // The schedule: each step commits tokens_per_step of its block, the prompt never changes, and a
-    // committed token is never revised.
+    // The reference's canvases spell out the schedule the real sampler must have followed to give the
+    // same output: each step commits tokens_per_step of its block (one per step when steps ==
+    // gen_length), the prompt never changes, and a committed token is never revised.
     ASSERT_EQ(static_cast<int64_t>(canvases.size()), c.steps);
     const int64_t spb = c.steps / (c.gen / c.block);
     const std::vector<int64_t> k = tokens_per_step(c.block, spb);

@@ -5,9 +5,11 @@
   tests/data/fixtures/hf_llama3_small.json  Split(LLaMA-3 regex) + ByteLevel(use_regex=False),
                                             ignore_merges, LLaMA-3 specials, an lstrip token and a
                                             normalized (non-special) added token
-  tests/data/fixtures/hf_qwen2_small.json   Split(Qwen2 regex), merges rewritten as legacy "a b"
-                                            strings, an rstrip token
+  tests/data/fixtures/hf_qwen2_small.json   NFC normalizer + Split(Qwen2 regex), merges rewritten as
+                                            legacy "a b" strings, an rstrip token
   tests/data/fixtures/hf_expected.jsonl     {"tokenizer", "text", "ids"} computed by `tokenizers`
+  tests/data/fixtures/nfc_expected.jsonl    {"text", "nfc"}: `tokenizers`' NFC normalizer on random
+                                            strings rich in combining marks, Hangul and exclusions
 To stay small the BPE keeps GPT-2's first 600 merges (and the tokens they need, renumbered).
 
 Usage: python3 tools/reference/make_hf_fixtures.py [--shared ../shared]
@@ -17,7 +19,9 @@ import json
 import os
 import sys
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+import random
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizer_test_strings import STRINGS  # noqa: E402
@@ -34,7 +38,15 @@ EXTRA = [
     "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
     "a [R]   b [R]\n\nc",
     "<|endoftext|>Hello<|endoftext|> World<|endoftext|>",
+    "e\u0301t\u00e9 a\u0308\u0323 q\u0307\u0323 \u1100\u1161\u11a8 \uac00\u11a8 \u212b \u0344 \u0958 \u2126hm",
 ]
+
+# Code points for the NFC test strings: starters that compose, marks of several classes, Hangul jamo and
+# syllables, singletons and composition exclusions, and plain letters.
+NFC_POOL = ("aeoAEOuUcCnNsSzZ \u0300\u0301\u0302\u0303\u0308\u030a\u030c\u0323\u0327\u0328\u0345\u0334"
+            "\u05b0\u05b8\u05bc\u0591\u0651\u064b\u093c\u0bbe\u0bd7\u0b47\u0b3e\u1100\u1112\u1161\u1175"
+            "\u11a8\u11c2\uac00\uac01\ud7a3\u212b\u2126\u0344\u0958\u0f73\u1e9b\u00c5\u00e9\u01fa\u03d3"
+            "\u1f80\u3099\u304b\u30cf\uff76\U0001d15e\U000110ab\U000110ba")
 
 
 def main():
@@ -65,13 +77,15 @@ def main():
         "hf_qwen2_small.json": dict(pre=split(QWEN2), ignore=False,
                                     special=["<|endoftext|>", "<|im_start|>", "<|im_end|>",
                                              AddedToken("[R]", rstrip=True, special=True)],
-                                    other=[]),
+                                    other=[], nfc=True),
     }
     strings = [s for s in STRINGS if len(s) <= 400] + ["supercalifragilistic" * 40] + EXTRA
     with open(os.path.join(out_dir, "hf_expected.jsonl"), "w") as out:
         for name, c in configs.items():
             tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=c["ignore"]))
             tok.pre_tokenizer = c["pre"]
+            if c.get("nfc"):
+                tok.normalizer = normalizers.NFC()
             tok.decoder = decoders.ByteLevel()
             tok.add_special_tokens(c["special"])
             if c["other"]:
@@ -89,6 +103,14 @@ def main():
                 ids = tok.encode(s, add_special_tokens=False).ids
                 out.write(json.dumps({"tokenizer": name, "text": s, "ids": ids}) + "\n")
             print(f"{name}: vocab {tok.get_vocab_size()}, {os.path.getsize(path)} bytes")
+
+    rng = random.Random(1234)
+    nfc = normalizers.NFC()
+    with open(os.path.join(out_dir, "nfc_expected.jsonl"), "w") as out:
+        for k in range(300):
+            s = "".join(rng.choice(NFC_POOL) for _ in range(rng.randint(1, 12)))
+            out.write(json.dumps({"text": s, "nfc": nfc.normalize_str(s)}) + "\n")
+    print("nfc_expected.jsonl: 300 strings")
 
 
 if __name__ == "__main__":
