@@ -6,6 +6,10 @@
 //      list (pairs of tokens, by rank) is applied lowest rank first until no pair of neighbours merges;
 //   3. GPT2BPETokenizer: Megatron's --tokenizer-type GPT2BPETokenizer over vocab.json + merges.txt.
 // The HuggingFace tokenizer.json loader (tokenizer_hf.h) reuses parts 1 and 2.
+//
+// Any bytes can be encoded: the regexes run on code points, and a byte that is not valid UTF-8 counts
+// as one character of its own that is neither letter, number nor space (see unicode.h); byte-level BPE
+// then encodes it like any byte, and decode(encode(x)) == x for every byte string x.
 #include <array>
 #include <cstdint>
 #include <memory>

@@ -287,8 +287,8 @@ void HuggingFaceTokenizer::encode_phase(int phase, const uint8_t* p, size_t n, s
     uint32_t cp;
     while (best->lstrip && s > seg) {  // absorb the whitespace before the token
       const size_t j = char_start_before(p, seg, s);
-      if (unicode::decode_utf8(p + j, s - j, &cp) != static_cast<int>(s - j) || unicode::char_class(cp) != unicode::kSpace)
-        break;
+      const int len = unicode::decode_utf8(p + j, s - j, &cp);
+      if (len != static_cast<int>(s - j) || unicode::char_class(cp) != unicode::kSpace) break;
       s = j;
     }
     while (best->rstrip && e < n) {  // and after it

@@ -6,8 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -24,7 +28,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/" + name;
+}
 
 std::vector<json> read_jsonl(const std::string& path) {
   std::ifstream f(path);
@@ -461,7 +467,8 @@ TEST(HuggingFace, TrainerReproducesItsFixture) {
   opt.special_tokens = {"<|endoftext|>", "<|mask|>"};
   opt.min_frequency = 2;
   const nlohmann::ordered_json trained = trainer.train(opt);
-  const nlohmann::ordered_json committed = nlohmann::ordered_json::parse(read_tokenizer_file(fixture("trained_tokenizer.json"), "fixture"));
+  const auto committed =
+      nlohmann::ordered_json::parse(read_tokenizer_file(fixture("trained_tokenizer.json"), "fixture"));
   EXPECT_EQ(trained["model"]["vocab"], committed["model"]["vocab"]);
   EXPECT_EQ(trained["model"]["merges"], committed["model"]["merges"]);
   EXPECT_EQ(trained, committed);

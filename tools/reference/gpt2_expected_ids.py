@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """GPT-2 ids computed by HuggingFace `tokenizers` from the GPT-2 vocab.json + merges.txt:
-  tests/data/fixtures/gpt2_expected.jsonl        {"text", "ids"} for the tricky strings
+  tests/data/fixtures/gpt2_expected.jsonl        {"text", "ids"} for the tricky strings and 100
+                                                 random ones (fuzz_strings)
   tests/data/fixtures/brown_gpt2_expected.jsonl  per Brown document: id, byte count, id count and the
                                                  FNV-1a 64 of the ids (little-endian int32), so the
                                                  C++ test checks every id without a 1.4M-id fixture
@@ -16,7 +17,7 @@ import sys
 from tokenizers import ByteLevelBPETokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tokenizer_test_strings import STRINGS  # noqa: E402
+from tokenizer_test_strings import STRINGS, fuzz_strings  # noqa: E402
 
 
 def fnv1a64(ids):
@@ -37,9 +38,10 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
 
     with open(os.path.join(out_dir, "gpt2_expected.jsonl"), "w") as f:
-        for s in STRINGS:
-            f.write(json.dumps({"text": s, "ids": tok.encode(s).ids}) + "\n")
-    print(f"gpt2_expected.jsonl: {len(STRINGS)} strings")
+        strings = STRINGS + fuzz_strings(1, 100)
+        for s in strings:
+            f.write(json.dumps({"text": s, "ids": tok.encode(s).ids}, separators=(",", ":")) + "\n")
+    print(f"gpt2_expected.jsonl: {len(strings)} strings")
 
     brown = os.path.join(args.shared, "data", "brown.jsonl")
     docs = [json.loads(line) for line in open(brown, encoding="utf-8")]

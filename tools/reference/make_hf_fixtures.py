@@ -7,7 +7,8 @@
                                             normalized (non-special) added token
   tests/data/fixtures/hf_qwen2_small.json   NFC normalizer + Split(Qwen2 regex), merges rewritten as
                                             legacy "a b" strings, an rstrip token
-  tests/data/fixtures/hf_expected.jsonl     {"tokenizer", "text", "ids"} computed by `tokenizers`
+  tests/data/fixtures/hf_expected.jsonl     {"tokenizer", "text", "ids"} computed by `tokenizers` (tricky
+                                            strings, special tokens in text, 40 random strings)
   tests/data/fixtures/nfc_expected.jsonl    {"text", "nfc"}: `tokenizers`' NFC normalizer on random
                                             strings rich in combining marks, Hangul and exclusions
 To stay small the BPE keeps GPT-2's first 600 merges (and the tokens they need, renumbered).
@@ -24,7 +25,7 @@ import random
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tokenizer_test_strings import STRINGS  # noqa: E402
+from tokenizer_test_strings import STRINGS, fuzz_strings  # noqa: E402
 
 LLAMA3 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 QWEN2 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -79,7 +80,7 @@ def main():
                                              AddedToken("[R]", rstrip=True, special=True)],
                                     other=[], nfc=True),
     }
-    strings = [s for s in STRINGS if len(s) <= 400] + ["supercalifragilistic" * 40] + EXTRA
+    strings = [s for s in STRINGS if len(s) <= 400] + ["supercalifragilistic" * 40] + EXTRA + fuzz_strings(2, 40, 40)
     with open(os.path.join(out_dir, "hf_expected.jsonl"), "w") as out:
         for name, c in configs.items():
             tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=c["ignore"]))
@@ -101,7 +102,7 @@ def main():
             tok = Tokenizer.from_file(path)  # the ids come from the file as written
             for s in strings:
                 ids = tok.encode(s, add_special_tokens=False).ids
-                out.write(json.dumps({"tokenizer": name, "text": s, "ids": ids}) + "\n")
+                out.write(json.dumps({"tokenizer": name, "text": s, "ids": ids}, separators=(",", ":")) + "\n")
             print(f"{name}: vocab {tok.get_vocab_size()}, {os.path.getsize(path)} bytes")
 
     rng = random.Random(1234)
@@ -109,7 +110,7 @@ def main():
     with open(os.path.join(out_dir, "nfc_expected.jsonl"), "w") as out:
         for k in range(300):
             s = "".join(rng.choice(NFC_POOL) for _ in range(rng.randint(1, 12)))
-            out.write(json.dumps({"text": s, "nfc": nfc.normalize_str(s)}) + "\n")
+            out.write(json.dumps({"text": s, "nfc": nfc.normalize_str(s)}, separators=(",", ":")) + "\n")
     print("nfc_expected.jsonl: 300 strings")
 
 

@@ -36,7 +36,7 @@ def main():
     with open(os.path.join(fx, "tiny_sp_expected.jsonl"), "w") as f:
         for s in texts:
             ids = sp.encode(s)
-            f.write(json.dumps({"text": s, "ids": ids, "decoded": sp.decode(ids)}) + "\n")
+            f.write(json.dumps({"text": s, "ids": ids, "decoded": sp.decode(ids)}, separators=(",", ":")) + "\n")
     print(f"tiny_sp.model: {os.path.getsize(path)} bytes, vocab {sp.get_piece_size()}, eos {sp.eos_id()}; "
           f"{len(texts)} strings")
 

@@ -36,7 +36,7 @@ def main():
     corpus = os.path.join(fx, "tiny_corpus.jsonl")
     with open(corpus, "w", encoding="utf-8") as f:
         for d in docs:
-            f.write(json.dumps({"text": d}) + "\n")
+            f.write(json.dumps({"text": d}, separators=(",", ":")) + "\n")
 
     out = os.path.join(fx, "trained_tokenizer.json")
     subprocess.run([args.train_tokenizer, "--input", corpus, "--json-keys", "text", "--vocab-size", str(VOCAB_SIZE),
@@ -47,7 +47,8 @@ def main():
                                                      "<|endoftext|>a<|mask|> <|mask|>b"]
     with open(os.path.join(fx, "trained_expected.jsonl"), "w") as f:
         for s in texts:
-            f.write(json.dumps({"text": s, "ids": tok.encode(s, add_special_tokens=False).ids}) + "\n")
+            ids = tok.encode(s, add_special_tokens=False).ids
+            f.write(json.dumps({"text": s, "ids": ids}, separators=(",", ":")) + "\n")
     print(f"trained_tokenizer.json: vocab {tok.get_vocab_size()}; trained_expected.jsonl: {len(texts)} strings")
 
     hf = ByteLevelBPETokenizer()

@@ -52,3 +52,19 @@ STRINGS = [
     "  " * 500 + "x",
     "\n" * 300 + "end",
 ]
+
+# Random strings over the characters that steer the pre-tokenizer regexes (kinds of whitespace,
+# apostrophes and contraction letters in both cases, digits of several scripts, combining marks, CJK,
+# emoji, case-folding oddities such as U+017F), for differential tests against `tokenizers`.
+FUZZ_POOL = (list(" \t\n\r\x0b\x0c\u00a0\u2003\u3000\u0085'\"!?.,;:-_()[]{}<>/\\@#$%^&*+=~`|")
+             + list("aAbsStTdDmMlLrReEvV") + list("0123456789\u0663\u00bd\u2167")
+             + list("\u00e9\u0301\u0308\u4e2d\u6587\u3042\ud55c\u017f\u0131\u0130\u00df\u212a")
+             + ["\U0001F600", "\U0001F468\u200d\U0001F469", "\u200b", "\ufeff", "\x00", "\x7f", "'s", "'S", "'ll",
+                "'LL", "'re", "'Ve", "'d", "'m", "'t", "  ", "\r\n", "\n\n", "123456", "hello", " world"])
+
+
+def fuzz_strings(seed, n, max_len=60):
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(0, max_len))) for _ in range(n)]

@@ -4,14 +4,11 @@
 // the CPU's ISA and needs no setup per shape. bf16 products and batched products go through the matmul
 // primitive, whose creation (descriptor checks, JIT code generation) costs far more than a small product,
 // so created primitives are kept in a cache keyed by everything baked into them: element type, shapes,
-// strides, alpha and whether beta is zero.
-//
-// alpha is a constant output scale of the primitive. oneDNN 2.6 also takes the scale at run time, but
-// then picks its slower gemm-based matmul instead of the brgemm kernels (measured: about half the speed
-// for bf16 at 1024^3 and for batched attention-score products); in practice alpha takes few values
-// (1, 1/sqrt(D)), so keying on it is cheap. beta is handled outside the primitive: C is scaled by beta
-// first when beta is neither 0 nor 1, and the primitive then either overwrites C (beta == 0, C is never
-// read) or adds to it with a sum post-op of scale 1.
+// strides, and whether alpha is 1 and beta is 0. alpha's value is a run-time output scale, so one cached
+// primitive serves every alpha (measured on one thread: as fast as a constant scale, although oneDNN then
+// picks its gemm-based matmul rather than brgemm for bf16). beta is handled outside the primitive: C is
+// scaled by beta first when beta is neither 0 nor 1, and the primitive then either overwrites C (beta == 0,
+// C is never read) or adds to it with a sum post-op of scale 1.
 //
 // Degenerate products follow BLAS: M == 0 or N == 0 touches nothing; K == 0 or alpha == 0 gives
 // C = beta * C without reading A or B (beta == 0 writes zeros, whatever C held).
@@ -83,16 +80,11 @@ struct MatmulShape {
   int64_t a_sb, a_sm, a_sk;  // strides of A over (batch, m, k)
   int64_t b_sb, b_sk, b_sn;  // strides of B over (batch, k, n)
   int64_t c_sb, c_sm;        // strides of C over (batch, m); n is contiguous
-  float alpha;               // a constant output scale when != 1
+  bool scaled;               // alpha != 1: a run-time output scale
   bool accumulate;           // beta != 0: a sum post-op adds the product to C
-  int64_t alpha_bits() const {
-    uint32_t u;
-    std::memcpy(&u, &alpha, 4);
-    return u;
-  }
   std::array<int64_t, 16> key() const {
     return {static_cast<int64_t>(elem), batch, M, N, K, a_sb, a_sm, a_sk, b_sb, b_sk, b_sn, c_sb, c_sm,
-            alpha_bits(), accumulate, 0};
+            scaled, accumulate, 0};
   }
 };
 
@@ -104,8 +96,8 @@ struct CachedMatmul {
   bool ok = false;
 };
 
-// A caller that varies alpha or shapes without end would grow the cache without end; past this many
-// entries it is emptied and refilled (primitives in use are reference-counted, so this is safe).
+// A caller that varies shapes without end would grow the cache without end; past this many entries it
+// is emptied and refilled (primitives in use are reference-counted, so this is safe).
 constexpr size_t kMaxCached = 4096;
 
 std::mutex g_cache_mutex;
@@ -127,7 +119,7 @@ CachedMatmul create_matmul(const MatmulShape& s) {
   const auto b_md = make_desc(in_dt, batched, s.batch, s.K, s.N, s.b_sb, s.b_sk, s.b_sn);
   const auto c_md = make_desc(dt::f32, batched, s.batch, s.M, s.N, s.c_sb, s.c_sm, 1);
   dnnl::primitive_attr attr;
-  if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
+  if (s.scaled) attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
   if (s.accumulate) {
     dnnl::post_ops ops;
     ops.append_sum(1.0f);
@@ -163,7 +155,7 @@ CachedMatmul get_matmul(const MatmulShape& s) {
 // Runs a cached matmul. Returns false when oneDNN has no implementation for the shape. Assumes the
 // degenerate cases (M, N, K == 0, alpha == 0) were handled and that C was already scaled by beta when
 // beta is neither 0 nor 1.
-bool run_matmul(const MatmulShape& s, const void* A, const void* B, float* C) {
+bool run_matmul(const MatmulShape& s, const void* A, const void* B, float* C, float alpha) {
   const CachedMatmul cm = get_matmul(s);
   if (!cm.ok) return false;
   dnnl::engine& engine = cpu_engine();
@@ -172,6 +164,11 @@ bool run_matmul(const MatmulShape& s, const void* A, const void* B, float* C) {
   dnnl::memory c_mem(cm.c_md, engine, C);
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  float alpha_value = alpha;
+  if (s.scaled) {
+    dnnl::memory scale_mem({{1}, dnnl::memory::data_type::f32, {1}}, engine, &alpha_value);
+    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, scale_mem);
+  }
   // A stream per thread: a oneDNN CPU stream is cheap, and separate ones let threads run products
   // concurrently without sharing stream state.
   thread_local dnnl::stream stream(engine);
@@ -198,7 +195,7 @@ MatmulShape make_shape(Elem elem, bool trans_a, bool trans_b, int64_t batch, int
   s.b_sn = trans_b ? ldb : 1;
   s.c_sb = stride_c;
   s.c_sm = ldc;
-  s.alpha = alpha;
+  s.scaled = alpha != 1.0f;
   s.accumulate = beta != 0.0f;
   return s;
 }
@@ -234,7 +231,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   if (beta != 0.0f) scale_matrix(C, M, N, ldc, beta);  // the primitive adds with scale 1
   const MatmulShape s =
       make_shape(Elem::BF16, trans_a, trans_b, 1, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0);
-  if (run_matmul(s, A, B, C)) return;
+  if (run_matmul(s, A, B, C, alpha)) return;
 
   // No bf16 matmul on this CPU: widen the inputs (exactly: bf16 is the top half of an fp32) and use the
   // fp32 path, which gives the same fp32-accumulated result up to summation order.
@@ -280,7 +277,7 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
   // (attention's per-head products are each too small to occupy every thread).
   const MatmulShape s = make_shape(Elem::F32, trans_a, trans_b, batch, M, N, K, alpha, lda, stride_a, ldb,
                                    stride_b, beta, ldc, stride_c);
-  if (run_matmul(s, A, B, C)) return;
+  if (run_matmul(s, A, B, C, alpha)) return;
   for (int64_t b = 0; b < batch; ++b)
     gemm(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
          beta == 0.0f ? 0.0f : 1.0f, C + b * stride_c, ldc);

@@ -24,7 +24,7 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
                   float beta, float* C, int64_t ldc, int64_t stride_c);
 
 // Number of oneDNN matmul primitives held in the cache (bf16 and batched products keep one per shape,
-// strides, alpha and beta == 0 or not). For tests and diagnostics.
+// strides, alpha == 1 or not and beta == 0 or not; alpha's value is passed at run time). For tests.
 int64_t gemm_cache_size();
 
 }  // namespace megadlm::cpu
