@@ -1,12 +1,17 @@
-// generate: sample text from a checkpoint written by pretrain_difflm. Diffusion models use LLaDA's
-// reverse process (--gen-length, --steps, --block-length, --remasking, --temperature); GPT models
-// sample left to right (--max-new-tokens, --temperature, --top-k, --top-p).
+// generate: sample text from a checkpoint written by pretrain_difflm, batched.
+// Diffusion models: LLaDA's reverse process (--gen-length, --steps, --block-length, --remasking,
+// --temperature) with classifier-free guidance (--cfg-scale), Fast-dLLM's confidence-threshold
+// parallel decoding (--threshold) and approximate prefix KV cache (--prefix-cache), or MDLM's
+// ancestral sampler (--sampler mdlm). GPT models sample left to right with a KV cache
+// (--max-new-tokens, --temperature, --top-k, --top-p; --no-kv-cache re-runs the prefix each token).
 //
-//   generate --load runs/dlm --prompt "The jury said" --gen-length 64 --steps 64
-//   generate --load runs/gpt --prompt-file prompts.jsonl --output out.jsonl
+//   generate --load runs/dlm --prompt "The jury said" --gen-length 64 --steps 64 --block-length 16
+//   generate --load runs/dlm --prompt-file prompts.jsonl --threshold 0.9 --prefix-cache --output out.jsonl
+//   generate --load runs/gpt --prompt "Once" --max-new-tokens 128 --temperature 0.8 --top-p 0.95
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +24,32 @@
 
 using namespace megadlm;
 
+namespace {
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::vector<std::string> prompts;
+  std::ifstream in(path);
+  MDLM_CHECK(in.good(), path, ": cannot open");
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail(path, ":", n, ": invalid JSON (", e.what(), ")");
+    }
+    const char* key = j.contains("prompt") ? "prompt" : "text";
+    MDLM_CHECK(j.contains(key) && j[key].is_string(), path, ":", n, ": no string \"prompt\" or \"text\" key");
+    prompts.push_back(j[key].get<std::string>());
+  }
+  return prompts;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   try {
     CliFlags f("generate", "Sample text from a MegaDLMs checkpoint (diffusion or autoregressive).");
@@ -26,15 +57,21 @@ int main(int argc, char** argv) {
     f.add_list("prompt", {}, "prompt text(s)");
     f.add_string("prompt-file", "", ".jsonl file with a \"prompt\" (or \"text\") key per line");
     f.add_string("output", "", ".jsonl output (default: print to stdout)");
+    f.add_int("batch-size", 8, "prompts decoded together (diffusion: prompts of equal token length)");
     f.add_int("gen-length", 64, "diffusion: tokens to generate");
-    f.add_int("steps", 64, "diffusion: denoising steps");
+    f.add_int("steps", 64, "diffusion: denoising steps (ignored with --threshold)");
     f.add_int("block-length", 0, "diffusion: block size (default --gen-length)");
     f.add_string("remasking", "low_confidence", "diffusion: low_confidence or random");
+    f.add_string("sampler", "llada", "diffusion: llada (reverse process) or mdlm (ancestral)");
+    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance scale (0 = off)");
+    f.add_double("threshold", 0.0, "diffusion: commit every token above this confidence per step (0 = off)");
+    f.add_bool("prefix-cache", "diffusion: reuse the prefix keys/values within a block (approximate)");
     f.add_int("max-new-tokens", 64, "gpt: tokens to generate");
+    f.add_bool("no-kv-cache", "gpt: re-run the whole prefix for every token (reference)");
     f.add_double("temperature", 0.0, "sampling temperature (0 = greedy)");
     f.add_int("top-k", 0, "gpt: keep the k most likely tokens (0 = all)");
     f.add_double("top-p", 1.0, "gpt: nucleus sampling threshold");
-    f.add_int("seed", 0, "sampling seed");
+    f.add_int("seed", 0, "sampling seed (prompt i uses seed + i)");
     f.parse(argc, argv);
     if (f.help_requested()) {
       std::fputs(f.help().c_str(), stdout);
@@ -46,47 +83,64 @@ int main(int argc, char** argv) {
 
     std::vector<std::string> prompts = f.get_list("prompt");
     if (!f.get_string("prompt-file").empty()) {
-      std::ifstream in(f.get_string("prompt-file"));
-      MDLM_CHECK(in.good(), f.get_string("prompt-file"), ": cannot open");
-      std::string line;
-      int64_t n = 0;
-      while (std::getline(in, line)) {
-        ++n;
-        if (line.empty()) continue;
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-          fail(f.get_string("prompt-file"), ":", n, ": invalid JSON (", e.what(), ")");
-        }
-        const char* key = j.contains("prompt") ? "prompt" : "text";
-        MDLM_CHECK(j.contains(key) && j[key].is_string(), f.get_string("prompt-file"), ":", n,
-                   ": no string \"prompt\" or \"text\" key");
-        prompts.push_back(j[key].get<std::string>());
-      }
+      const std::vector<std::string> more = read_prompts(f.get_string("prompt-file"));
+      prompts.insert(prompts.end(), more.begin(), more.end());
     }
     if (prompts.empty()) prompts.push_back("");
+    const int64_t batch = f.get_int("batch-size");
+    MDLM_CHECK(batch >= 1, "--batch-size must be positive, got ", batch);
+    const uint64_t seed = static_cast<uint64_t>(f.get_int("seed"));
 
-    std::ofstream out_file;
-    if (!f.get_string("output").empty()) {
-      out_file.open(f.get_string("output"));
-      MDLM_CHECK(out_file.good(), f.get_string("output"), ": cannot create");
+    std::vector<std::vector<int32_t>> ids;
+    for (const auto& p : prompts) {
+      ids.push_back(tok->encode(p));
+      if (!lm.diffusion && ids.back().empty()) ids.back().push_back(lm.eod);  // AR needs a first token
     }
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t> ids = tok->encode(prompts[i]);
+    // Batches: lists of prompt indices. Diffusion canvases share one length, so group by it.
+    std::vector<std::vector<size_t>> batches;
+    if (lm.diffusion) {
+      std::map<size_t, std::vector<size_t>> by_len;
+      for (size_t i = 0; i < ids.size(); ++i) by_len[ids[i].size()].push_back(i);
+      for (auto& [len, idx] : by_len)
+        for (size_t s = 0; s < idx.size(); s += static_cast<size_t>(batch))
+          batches.emplace_back(idx.begin() + s, idx.begin() + std::min(idx.size(), s + static_cast<size_t>(batch)));
+    } else {
+      for (size_t s = 0; s < ids.size(); s += static_cast<size_t>(batch)) {
+        batches.emplace_back();
+        for (size_t i = s; i < std::min(ids.size(), s + static_cast<size_t>(batch)); ++i) batches.back().push_back(i);
+      }
+    }
+
+    std::vector<std::vector<int32_t>> gen(ids.size());
+    std::vector<double> secs(ids.size());
+    std::vector<int64_t> model_calls(ids.size(), 0);
+    Timer total;
+    for (const auto& idx : batches) {
       Timer t;
-      std::vector<int32_t> gen;
+      std::vector<std::vector<int32_t>> in;
+      std::vector<uint64_t> seeds;  // prompt i uses seed + i whatever batch it lands in
+      for (size_t i : idx) {
+        in.push_back(ids[i]);
+        seeds.push_back(seed + i);
+      }
+      std::vector<std::vector<int32_t>> out;
+      DiffusionStats stats;
       if (lm.diffusion) {
         DiffusionSampleOptions o;
         o.gen_length = f.get_int("gen-length");
         o.steps = f.get_int("steps");
         o.block_length = f.get_int("block-length") > 0 ? f.get_int("block-length") : o.gen_length;
         o.remasking = remasking_from_name(f.get_string("remasking"));
+        o.sampler = diffusion_sampler_from_name(f.get_string("sampler"));
+        o.cfg_scale = static_cast<float>(f.get_double("cfg-scale"));
+        o.threshold = static_cast<float>(f.get_double("threshold"));
+        o.prefix_cache = f.get_bool("prefix-cache");
         o.temperature = static_cast<float>(f.get_double("temperature"));
         o.mask_token = lm.mask_token;
         o.vocab_limit = tok->vocab_size();
-        o.seed = static_cast<uint64_t>(f.get_int("seed")) + i;
-        gen = diffusion_generate(*lm.model, ids, o);
+        o.seeds = seeds;
+        o.stats = &stats;
+        out = diffusion_generate_batch(*lm.model, in, o);
       } else {
         ARSampleOptions o;
         o.max_new_tokens = f.get_int("max-new-tokens");
@@ -95,15 +149,34 @@ int main(int argc, char** argv) {
         o.top_p = static_cast<float>(f.get_double("top-p"));
         o.eod = lm.eod;
         o.vocab_limit = tok->vocab_size();
-        o.seed = static_cast<uint64_t>(f.get_int("seed")) + i;
-        gen = ar_generate(*lm.model, ids.empty() ? std::vector<int32_t>{lm.eod} : ids, o);
+        o.seeds = seeds;
+        o.kv_cache = !f.get_bool("no-kv-cache");
+        out = ar_generate_batch(*lm.model, in, o);
       }
-      const std::string text = tok->decode(gen);
-      const nlohmann::json j = {{"prompt", prompts[i]}, {"generation", text}, {"tokens", gen.size()},
-                                {"seconds", t.seconds()}};
+      for (size_t j = 0; j < idx.size(); ++j) {
+        gen[idx[j]] = out[j];
+        model_calls[idx[j]] = stats.steps;
+      }
+      for (size_t i : idx) secs[i] = t.seconds();  // the batch's wall time
+    }
+    std::ofstream out_file;
+    if (!f.get_string("output").empty()) {
+      out_file.open(f.get_string("output"));
+      MDLM_CHECK(out_file.good(), f.get_string("output"), ": cannot create");
+    }
+    int64_t new_tokens = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      new_tokens += static_cast<int64_t>(gen[i].size());
+      const std::string text = tok->decode(gen[i]);
+      nlohmann::json j = {{"prompt", prompts[i]}, {"generation", text}, {"tokens", gen[i].size()},
+                          {"batch_seconds", secs[i]}};
+      if (lm.diffusion) j["denoising_steps"] = model_calls[i];
       if (out_file.is_open()) out_file << j.dump() << "\n";
       else std::cout << "=== prompt: " << prompts[i] << "\n" << prompts[i] << text << "\n";
     }
+    const double s = total.seconds();
+    log_info("generated ", new_tokens, " tokens for ", prompts.size(), " prompt(s) in ", s, " s (",
+             static_cast<double>(new_tokens) / std::max(s, 1e-9), " tokens/s)");
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "generate: error: %s\n", e.what());

@@ -1,5 +1,5 @@
 #pragma once
-// Samplers over a LanguageModel, one prompt at a time.
+// Samplers over a LanguageModel, batched.
 //
 // Diffusion (LLaDA's reverse process): the canvas is the prompt followed by gen_length mask tokens.
 // The generation is cut into blocks of block_length, decoded left to right (semi-autoregressive when
@@ -8,11 +8,27 @@
 // Gumbel noise at temperature > 0), and the k most confident proposals are committed, with k spread
 // evenly over the block's steps (the first steps take the remainder). Confidence is the softmax
 // probability of the proposal (low_confidence remasking) or a uniform draw (random remasking).
+// Options on top:
+//   cfg_scale > 0   classifier-free guidance as LLaDA: a second, unconditional canvas has the prompt
+//                   masked; logits = un + (s + 1) (cond - un).
+//   threshold > 0   Fast-dLLM's parallel decoding: each step commits every masked token of the block
+//                   whose confidence exceeds the threshold, at least the most confident one; the
+//                   step count is then data dependent (`steps` is ignored).
+//   prefix_cache    Fast-dLLM's approximate prefix cache: at the first step of a block the whole
+//                   canvas runs and every row's keys/values are cached; the block's later steps run
+//                   only the rows from the block on, against the cached prefix rows (which are stale:
+//                   in the exact sampler they would see the block's new tokens).
+//   sampler MDLM    ancestral sampling (Sahoo et al.): within a block of S steps, at step s each masked
+//                   token is revealed with probability 1 / (S - s) (the (t - s) / t of a linear
+//                   schedule), its value drawn from the model's distribution at `temperature`
+//                   (argmax at 0); the last step reveals the rest.
 //
-// Autoregressive: greedy or temperature / top-k / top-p sampling, re-running the whole prefix each
-// token (no KV cache yet), stopping at end-of-document.
+// Autoregressive: greedy or temperature / top-k / top-p sampling, stopping at end-of-document, with
+// a KV cache (each new token runs one row through the model) or, as a reference, re-running the whole
+// prefix each token.
 //
-// Randomness comes from Philox(seed, Sampling), so a seed gives the same text on any thread count.
+// Randomness comes from Philox(seed + b, Sampling) for the b-th sequence of a batch, so a seed gives
+// the same text on any thread count and batch composition.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,20 +40,47 @@ namespace megadlm {
 enum class Remasking : uint8_t { LowConfidence, Random };
 Remasking remasking_from_name(const std::string& name);  // low_confidence | random
 
+enum class DiffusionSampler : uint8_t { LLaDA, MDLM };
+DiffusionSampler diffusion_sampler_from_name(const std::string& name);  // llada | mdlm
+
+// What one step did to one sequence (for tests and diagnostics).
+struct DiffusionStepTrace {
+  int64_t seq = 0, block = 0, step = 0;
+  int64_t scheduled = -1;              // tokens the schedule asked for (-1: threshold / MDLM)
+  std::vector<float> committed_conf;   // confidences of the committed proposals
+  std::vector<float> skipped_conf;     // confidences of the masked positions left masked
+};
+
+struct DiffusionStats {
+  int64_t steps = 0;           // model calls (each over the whole batch)
+  int64_t rows_computed = 0;   // token rows run through the model, summed over calls
+};
+
 struct DiffusionSampleOptions {
   int64_t gen_length = 64;
   int64_t steps = 64;
   int64_t block_length = 64;
   float temperature = 0.0f;
   Remasking remasking = Remasking::LowConfidence;
+  DiffusionSampler sampler = DiffusionSampler::LLaDA;
+  float cfg_scale = 0.0f;
+  float threshold = 0.0f;      // > 0: confidence-threshold parallel decoding
+  bool prefix_cache = false;
   int32_t mask_token = -1;
-  int64_t vocab_limit = 0;  // proposals restricted to ids [0, vocab_limit) minus the mask token
+  int64_t vocab_limit = 0;     // proposals restricted to ids [0, vocab_limit) minus the mask token
   uint64_t seed = 0;
+  std::vector<uint64_t> seeds;  // when set, one per sequence of a batch (instead of seed + b)
+  std::vector<DiffusionStepTrace>* trace = nullptr;
+  DiffusionStats* stats = nullptr;
 };
 
 // Returns the gen_length generated ids (the prompt is not repeated).
 std::vector<int32_t> diffusion_generate(LanguageModel& model, const std::vector<int32_t>& prompt,
                                         const DiffusionSampleOptions& opt);
+// All prompts must have the same length; sequence b uses seed opt.seed + b.
+std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
+                                                           const std::vector<std::vector<int32_t>>& prompts,
+                                                           const DiffusionSampleOptions& opt);
 
 // How many tokens each of `steps` steps commits when `masked` tokens remain in a block.
 std::vector<int64_t> tokens_per_step(int64_t masked, int64_t steps);
@@ -50,8 +93,15 @@ struct ARSampleOptions {
   int32_t eod = -1;          // stop token (-1: none)
   int64_t vocab_limit = 0;
   uint64_t seed = 0;
+  std::vector<uint64_t> seeds;  // when set, one per sequence of a batch (instead of seed + b)
+  bool kv_cache = true;
 };
 
 std::vector<int32_t> ar_generate(LanguageModel& model, const std::vector<int32_t>& prompt, const ARSampleOptions& opt);
+// Prompts of any lengths; sequence b uses seed opt.seed + b. With the KV cache the decode steps run
+// all sequences together.
+std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
+                                                    const std::vector<std::vector<int32_t>>& prompts,
+                                                    const ARSampleOptions& opt);
 
 }  // namespace megadlm

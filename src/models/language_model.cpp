@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/cross_entropy.h"
+#include "nn/moe_counts.h"
 
 namespace megadlm {
 
@@ -24,16 +25,14 @@ void validate_config(const TransformerConfig& c) {
 
 int64_t parameter_count(const TransformerConfig& c) {
   const int64_t C = c.hidden_size, H = c.num_attention_heads, K = c.num_query_groups, D = c.kv_channels;
-  const int64_t F = c.ffn_hidden_size;
   const bool bias = c.add_bias_linear;
   const int64_t norm = c.normalization == NormKind::LayerNorm ? 2 * C : C;
   int64_t per_layer = 2 * norm;
   per_layer += C * (H + 2 * K) * D + ((bias || c.add_qkv_bias) ? (H + 2 * K) * D : 0);
   per_layer += H * D * C + (bias ? C : 0);
   if (c.qk_layernorm) per_layer += 2 * D;
-  const int64_t fc1 = c.activation == Activation::SwiGLU ? 2 * F : F;
-  per_layer += C * fc1 + (bias ? fc1 : 0) + F * C + (bias ? C : 0);
   int64_t total = c.num_layers * per_layer + norm + c.vocab_size * C;
+  for (int64_t l = 0; l < c.num_layers; ++l) total += ffn_counts(c, l).params;  // dense MLP or MoE block
   if (c.position_embedding == PositionEmbedding::LearnedAbsolute) total += c.max_position_embeddings * C;
   if (c.untie_embeddings_and_output_weights) total += c.vocab_size * C;
   return total;
@@ -45,8 +44,12 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
   validate_config(cfg);
   MDLM_CHECK(pre_process && post_process, "pipeline stages are not available in this build yet");
   embedding_ = Embedding(params_, ctx_, cfg_);
-  for (int64_t l = 0; l < cfg.num_layers; ++l)
-    layers_.push_back(std::make_unique<TransformerLayer>(params_, ctx_, "layers." + std::to_string(l), cfg_, spec));
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    LayerSpec layer_spec = spec;
+    if (cfg.moe.is_moe_layer(l)) layer_spec.mlp = MlpKind::MoE;  // --num-experts with --moe-layer-freq
+    layers_.push_back(
+        std::make_unique<TransformerLayer>(params_, ctx_, "layers." + std::to_string(l), cfg_, layer_spec));
+  }
   final_norm_ = Norm(params_, "norm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon,
                      cfg.normalization == NormKind::LayerNorm);
   head_ = LMHead(params_, cfg_, cfg.untie_embeddings_and_output_weights ? -1 : embedding_.word_embeddings_id());
@@ -91,9 +94,44 @@ double LanguageModel::forward_loss(const MicroBatch& mb, float* per_token_loss) 
   return loss;
 }
 
+std::vector<MoELayer*> LanguageModel::moe_layers() {
+  std::vector<MoELayer*> out;
+  for (auto& layer : layers_)
+    if (layer->moe()) out.push_back(layer->moe());
+  return out;
+}
+
 Tensor LanguageModel::forward_logits(const MicroBatch& mb) {
   Tensor h = forward_hidden(mb);
   return head_.logits(arena_, h);
+}
+
+void LanguageModel::allocate_cache(KVCache& cache, int64_t batch, int64_t capacity) const {
+  MDLM_CHECK(capacity <= cfg_.max_position_embeddings, "KV cache of ", capacity,
+             " rows is longer than the model's --max-position-embeddings ", cfg_.max_position_embeddings);
+  cache.allocate(cfg_.num_layers, batch, capacity, cfg_.num_query_groups * cfg_.kv_channels);
+}
+
+Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq,
+                                            const int64_t* offsets, bool causal, bool last_only) {
+  MDLM_CHECK(first_seq >= 0 && first_seq + mb.B <= cache.B, "KV cache: sequences [", first_seq, ", ",
+             first_seq + mb.B, ") exceed its batch ", cache.B);
+  MDLM_CHECK(static_cast<int64_t>(cache.k.size()) == cfg_.num_layers, "KV cache was not allocated for this model");
+  const BatchInfo info = mb.info();
+  Tensor x = embedding_.forward(arena_, mb.tokens, info);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    x = layers_[l]->forward_cached(arena_, x, info, cache.k_at(static_cast<int64_t>(l), first_seq),
+                                   cache.v_at(static_cast<int64_t>(l), first_seq), cache.S, offsets, causal);
+  if (last_only && mb.T > 1) {
+    // Only the last row of each sequence feeds the head: the [T, V] logits are not needed.
+    const int64_t C = cfg_.hidden_size;
+    Tensor last = arena_.tensor({mb.B, C});
+    for (int64_t b = 0; b < mb.B; ++b)
+      std::copy(x.data<float>() + ((b + 1) * mb.T - 1) * C, x.data<float>() + (b + 1) * mb.T * C,
+                last.data<float>() + b * C);
+    x = last;
+  }
+  return head_.logits(arena_, final_norm_.forward(arena_, x));
 }
 
 }  // namespace megadlm

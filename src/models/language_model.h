@@ -11,6 +11,7 @@
 
 #include "core/arena.h"
 #include "nn/embedding.h"
+#include "nn/kv_cache.h"
 #include "nn/lm_head.h"
 #include "nn/norm.h"
 #include "nn/parameters.h"
@@ -46,6 +47,16 @@ class LanguageModel {
   double forward_loss(const MicroBatch& mb, float* per_token_loss = nullptr);
   // Forward to logits [B*T, V] in the arena (valid until arena().reset()).
   Tensor forward_logits(const MicroBatch& mb);
+  // Inference with a KV cache (nn/kv_cache.h): the mb.T new tokens of each of the mb.B sequences go
+  // to cache rows offsets[b] .. offsets[b]+T of cache sequences first_seq .. first_seq+B; their
+  // queries attend causally or to every written row [0, offsets[b]+T). Returns logits [B*T, V], or
+  // [B, V] of each sequence's last new row when last_only (arena; valid until arena().reset()).
+  Tensor forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq, const int64_t* offsets,
+                               bool causal, bool last_only);
+  // Makes `cache` hold `batch` sequences of `capacity` rows for this model.
+  void allocate_cache(KVCache& cache, int64_t batch, int64_t capacity) const;
+  // The MoE blocks of the layers that have one, in layer order (empty for a dense model).
+  std::vector<MoELayer*> moe_layers();
 
  private:
   Tensor forward_hidden(const MicroBatch& mb);  // through the final norm

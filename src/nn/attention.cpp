@@ -1,10 +1,12 @@
 #include "nn/attention.h"
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace megadlm {
@@ -72,6 +74,41 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x, const BatchInfo& ba
                          v_.data<float>(), batch.B, batch.T, H_, K_, D_, mask(),
                          1.0f / std::sqrt(static_cast<float>(D_)));
   return o_proj_.forward(arena, attn_out_);
+}
+
+Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
+                                     float* v_cache, int64_t S, const int64_t* offsets, bool causal) {
+  const int64_t B = batch.B, Tn = batch.T, N = B * Tn;
+  Tensor q = q_proj_.forward(arena, x);  // [N, H*D]
+  Tensor k = k_proj_.forward(arena, x);  // [N, K*D]
+  Tensor v = v_proj_.forward(arena, x);  // [N, K*D]
+  if (q_norm_ >= 0) {
+    Tensor qn = arena.tensor({N, H_ * D_}), kn = arena.tensor({N, K_ * D_});
+    Tensor rq = arena.tensor({N * H_}), rk = arena.tensor({N * K_});
+    cpu::rmsnorm_forward(qn.data<float>(), rq.data<float>(), q.data<float>(), store_->value(q_norm_).data<float>(),
+                         N * H_, D_, cfg_.norm_epsilon);
+    cpu::rmsnorm_forward(kn.data<float>(), rk.data<float>(), k.data<float>(), store_->value(k_norm_).data<float>(),
+                         N * K_, D_, cfg_.norm_epsilon);
+    q = qn;
+    k = kn;
+  }
+  if (cfg_.position_embedding == PositionEmbedding::Rope) {
+    cpu::rope_forward(q.data<float>(), q.data<float>(), batch.positions, rope_cos_.data<float>(),
+                      rope_sin_.data<float>(), N, H_, D_);
+    cpu::rope_forward(k.data<float>(), k.data<float>(), batch.positions, rope_cos_.data<float>(),
+                      rope_sin_.data<float>(), N, K_, D_);
+  }
+  const int64_t KD = K_ * D_;
+  for (int64_t b = 0; b < B; ++b) {
+    MDLM_CHECK(offsets[b] >= 0 && offsets[b] + Tn <= S, "KV cache: rows [", offsets[b], ", ", offsets[b] + Tn,
+               ") exceed its capacity ", S);
+    std::copy(k.data<float>() + b * Tn * KD, k.data<float>() + (b + 1) * Tn * KD, k_cache + (b * S + offsets[b]) * KD);
+    std::copy(v.data<float>() + b * Tn * KD, v.data<float>() + (b + 1) * Tn * KD, v_cache + (b * S + offsets[b]) * KD);
+  }
+  Tensor o = arena.tensor({N, H_ * D_});
+  cpu::decode_attention_forward(o.data<float>(), q.data<float>(), k_cache, v_cache, offsets, B, Tn, S, H_, K_, D_,
+                                causal, 1.0f / std::sqrt(static_cast<float>(D_)));
+  return o_proj_.forward(arena, o);
 }
 
 void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {

@@ -21,6 +21,11 @@ class SelfAttention {
   Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch);
   // dy [N, C] -> dx [N, C] written. Temporaries come from the arena.
   void backward(Arena& arena, const Tensor& dy, Tensor& dx);
+  // Inference only (nothing saved for a backward): x [B*Tn, C] are new rows; their keys and values
+  // are written to rows offsets[b] .. offsets[b]+Tn of k_cache, v_cache [B, S, K*D], and their queries
+  // attend to the cache (cpu::decode_attention_forward: causal or full). -> y [B*Tn, C].
+  Tensor forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache, float* v_cache,
+                        int64_t S, const int64_t* offsets, bool causal);
 
  private:
   cpu::AttentionMask mask() const;

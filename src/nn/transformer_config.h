@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "nn/moe_config.h"
 #include "nn/norm.h"
 
 namespace megadlm {
@@ -32,6 +33,7 @@ struct TransformerConfig {
   float init_method_std = 0.02f;
   cpu::MaskType attention_mask = cpu::MaskType::Causal;
   int64_t attention_block_size = 0;   // block_causal
+  MoEConfig moe;                      // num_experts > 0: MoE in the layers moe.is_moe_layer() picks
 };
 
 // What modules need to know about the batch besides their input tensor.

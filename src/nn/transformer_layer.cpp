@@ -17,7 +17,6 @@ static TransformerConfig apply_spec(TransformerConfig cfg, const LayerSpec& spec
 
 TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                                    const TransformerConfig& config, const LayerSpec& spec) {
-  MDLM_CHECK(spec.mlp == MlpKind::Dense, name, ": MoE layers are not available in this build yet");
   const TransformerConfig cfg = apply_spec(config, spec);
   // Megatron scales the init of the projections that write into the residual stream by 1/sqrt(2L).
   const float out_std = cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers));
@@ -26,14 +25,28 @@ TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx
   attn_ = SelfAttention(store, ctx, name + ".self_attn", cfg, out_std);
   post_attention_norm_ = Norm(store, name + ".post_attention_layernorm", cfg.normalization, cfg.hidden_size,
                               cfg.norm_epsilon, norm_bias);
-  mlp_ = MLP(store, ctx, name + ".mlp", cfg, cfg.ffn_hidden_size, out_std);
+  if (spec.mlp == MlpKind::MoE) moe_ = std::make_unique<MoELayer>(store, ctx, name + ".mlp", cfg, out_std);
+  else mlp_ = MLP(store, ctx, name + ".mlp", cfg, cfg.ffn_hidden_size, out_std);
+}
+
+Tensor TransformerLayer::mlp_forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
+  return moe_ ? moe_->forward(arena, x, batch) : mlp_.forward(arena, x);
 }
 
 Tensor TransformerLayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
   Tensor a = attn_.forward(arena, input_norm_.forward(arena, x), batch);
   cpu::add_inplace(a.data<float>(), x.data<float>(), a.numel());  // a := x1 = x + attn
-  Tensor m = mlp_.forward(arena, post_attention_norm_.forward(arena, a));
+  Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a), batch);
   cpu::add_inplace(m.data<float>(), a.data<float>(), m.numel());  // m := y = x1 + mlp
+  return m;
+}
+
+Tensor TransformerLayer::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
+                                        float* v_cache, int64_t S, const int64_t* offsets, bool causal) {
+  Tensor a = attn_.forward_cached(arena, input_norm_.forward(arena, x), batch, k_cache, v_cache, S, offsets, causal);
+  cpu::add_inplace(a.data<float>(), x.data<float>(), a.numel());
+  Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a), batch);
+  cpu::add_inplace(m.data<float>(), a.data<float>(), m.numel());
   return m;
 }
 
@@ -42,7 +55,8 @@ void TransformerLayer::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor tmp = arena.tensor(dy.shape());
   Tensor dx1 = arena.tensor(dy.shape());
   // dx1 = dy + norm2^T(mlp^T(dy))
-  mlp_.backward(arena, dy, tmp);
+  if (moe_) moe_->backward(arena, dy, tmp);
+  else mlp_.backward(arena, dy, tmp);
   post_attention_norm_.backward(tmp, dx1);
   cpu::add_inplace(dx1.data<float>(), dy.data<float>(), dx1.numel());
   // dx = dx1 + norm1^T(attn^T(dx1))

@@ -7,6 +7,7 @@
 #include "nn/attention.h"
 #include "nn/layer_spec.h"
 #include "nn/mlp.h"
+#include "nn/moe_layer.h"
 #include "nn/norm.h"
 
 namespace megadlm {
@@ -17,13 +18,20 @@ class TransformerLayer {
                    const TransformerConfig& cfg, const LayerSpec& spec);
 
   Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch);  // x [N, C] -> y [N, C]
+  // Inference with a KV cache (see SelfAttention::forward_cached): x [B*Tn, C] -> y [B*Tn, C].
+  Tensor forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache, float* v_cache,
+                        int64_t S, const int64_t* offsets, bool causal);
   // dy [N, C] -> dx [N, C] written; dx must not alias dy.
   void backward(Arena& arena, const Tensor& dy, Tensor& dx);
 
+  MoELayer* moe() { return moe_.get(); }  // null for a dense layer
+
  private:
+  Tensor mlp_forward(Arena& arena, const Tensor& x, const BatchInfo& batch);  // dense MLP or MoE
   Norm input_norm_, post_attention_norm_;
   SelfAttention attn_;
   MLP mlp_;
+  std::unique_ptr<MoELayer> moe_;  // replaces mlp_ when the spec says MlpKind::MoE
 };
 
 }  // namespace megadlm

@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "data/cli_flags.h"
+#include "train/hf_init.h"
+#include "train/moe_arguments.h"
 
 namespace megadlm {
 
@@ -68,8 +70,7 @@ void declare(CliFlags& f) {
   f.add_double("attention-dropout", 0.0, "dropout on attention probabilities (only 0 is supported yet)");
   f.add_string("attention-mask-type", "", "no_mask, causal or block_causal (default: no_mask for difflm, causal for gpt)");
   f.add_int("block-length", 0, "block size of --attention-mask-type block_causal");
-  f.add_int("num-experts", 0, "Mixture-of-Experts experts per layer (0 = dense)");
-  f.add_string("moe-grouped-gemm", "false", "true or false: grouped expert GEMM");
+  declare_moe_flags(f);  // --num-experts, --moe-* (train/moe_arguments.cpp)
   // diffusion
   f.add_string("mask-token", "", "mask token id or text (default: the tokenizer's, else a new <|mask|>)");
   f.add_double("dlm-eps", 1e-3, "minimum mask probability: p = (1 - eps) t + eps");
@@ -117,6 +118,7 @@ void declare(CliFlags& f) {
   f.add_string("save", "", "checkpoint directory (guide spelling: --output-dir)");
   f.add_int("save-interval", 0, "iterations between checkpoints (0 = only at the end)");
   f.add_string("load", "", "resume from this checkpoint directory");
+  f.add_string("load-hf", "", "start from a HuggingFace checkpoint directory (model flags from its config.json)");
   f.add_bool("finetune", "load weights only; iteration and data position start at 0");
   f.add_bool("no-load-optim", "do not load the optimizer state");
   f.add_bool("no-load-rng", "do not load the RNG state");
@@ -138,8 +140,6 @@ void require_unsupported_off(const CliFlags& f) {
   MDLM_CHECK(!f.get_bool("sequence-parallel"), "--sequence-parallel is not available in this build yet");
   MDLM_CHECK(!f.get_bool("bf16") && !f.get_bool("fp16"),
              "--bf16 / --fp16 are not available in this build yet (training runs in fp32)");
-  MDLM_CHECK(f.get_int("num-experts") == 0, "--num-experts ", f.get_int("num-experts"),
-             ": Mixture-of-Experts is not available in this build yet");
   MDLM_CHECK(f.get_double("hidden-dropout") == 0.0, "--hidden-dropout ", f.get_double("hidden-dropout"),
              ": dropout is not available in this build yet (use 0)");
   MDLM_CHECK(f.get_double("attention-dropout") == 0.0, "--attention-dropout ", f.get_double("attention-dropout"),
@@ -215,6 +215,9 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
              "--model-type gpt needs causal attention, got --attention-mask-type ", a.attention_mask_type);
   m.attention_mask = mask;
   m.attention_block_size = f.get_int("block-length");
+  a.load_hf = f.get_string("load-hf");
+  read_moe_flags(f, m);
+  a.num_experts = m.moe.num_experts;
 
   a.mask_token = f.get_string("mask-token");
   a.diffusion.eps = static_cast<float>(f.get_double("dlm-eps"));
@@ -236,6 +239,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.merge_file = f.get_string("merge-file");
   a.tokenizer_model = f.get_string("tokenizer-model");
   a.null_vocab_size = f.get_int("vocab-size");
+  if (!a.load_hf.empty()) apply_hf_config(a, f);  // model (and tokenizer) from its config.json
   a.reset_position_ids = f.get_bool("reset-position-ids");
   a.reset_attention_mask = f.get_bool("reset-attention-mask");
   a.eod_mask_loss = f.get_bool("eod-mask-loss");

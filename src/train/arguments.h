@@ -47,6 +47,7 @@ struct TrainArgs {
   std::string tensorboard_dir;
   // checkpoints
   std::string save, load;
+  std::string load_hf;                 // --load-hf: start from a HuggingFace checkpoint directory
   int64_t save_interval = 0;
   bool finetune = false, no_load_optim = false, no_load_rng = false;
   // limits

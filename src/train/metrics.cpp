@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/gemm.h"
+#include "nn/moe_counts.h"
 
 namespace megadlm {
 
@@ -20,8 +21,9 @@ MemoryEstimate estimate_memory(const TransformerConfig& c, int64_t params, int64
   const double fc1 = c.activation == Activation::SwiGLU ? 2 * F : F;
   // Per layer, floats saved per token: two norm outputs, q/k/v, attention output, residual and
   // layer output, fc1 output and activation (plus QK-norm copies).
-  double per_token = 4 * C + qkv + hd + fc1 + F + (c.qk_layernorm ? qkv : 0);
+  double per_token = 4 * C + qkv + hd + (c.qk_layernorm ? qkv : 0);
   double act = N * per_token * static_cast<double>(c.num_layers);
+  for (int64_t l = 0; l < c.num_layers; ++l) act += N * ffn_counts(c, l).saved_per_token;  // dense or MoE
   // Embedding, final norm, gradient ping-pong buffers, backward temporaries of one layer, logits.
   act += N * (4 * C + qkv + hd + fc1 + F) + N * static_cast<double>(c.vocab_size);
   m.activations_bytes = 4.0 * act;
@@ -53,12 +55,12 @@ double measure_gemm_peak_flops() {
 }
 
 double model_flops_per_token(const TransformerConfig& c, int64_t T) {
-  const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.ffn_hidden_size);
+  const double C = static_cast<double>(c.hidden_size);
   const double qkv = static_cast<double>((c.num_attention_heads + 2 * c.num_query_groups) * c.kv_channels);
   const double hd = static_cast<double>(c.num_attention_heads * c.kv_channels);
-  const double fc1 = c.activation == Activation::SwiGLU ? 2 * F : F;
-  const double matrix_params = static_cast<double>(c.num_layers) * (C * qkv + hd * C + C * fc1 + F * C) +
-                               static_cast<double>(c.vocab_size) * C;
+  double matrix_params = static_cast<double>(c.num_layers) * (C * qkv + hd * C) + static_cast<double>(c.vocab_size) * C;
+  // MoE: only the router and the k experts a token is routed to count (active parameters).
+  for (int64_t l = 0; l < c.num_layers; ++l) matrix_params += static_cast<double>(ffn_counts(c, l).active_matrix);
   return 6.0 * matrix_params + 12.0 * static_cast<double>(c.num_layers) * hd * static_cast<double>(T);
 }
 

@@ -12,6 +12,9 @@
 #include "models/config_json.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
+#include "train/moe_arguments.h"
+#include "train/moe_metrics.h"
+#include "train/hf_init.h"
 
 namespace megadlm {
 
@@ -36,7 +39,10 @@ Trainer::Trainer(const TrainArgs& args) : args_(args) {
   tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
   eod_ = tokenizer_->eod();
   if (args_.model_type == ModelType::DiffLM) mask_token_ = resolve_mask_token(args_.mask_token, *tokenizer_);
-  args_.model.vocab_size = padded_vocab_size(tokenizer_->vocab_size(), args_.make_vocab_size_divisible_by);
+  // From --load-hf the checkpoint's vocabulary, grown only for ids it lacks (an appended mask token).
+  args_.model.vocab_size = args_.load_hf.empty()
+                               ? padded_vocab_size(tokenizer_->vocab_size(), args_.make_vocab_size_divisible_by)
+                               : hf_adapted_vocab_size(args_.model.vocab_size, tokenizer_->vocab_size());
   args_.diffusion.mask_token = mask_token_;
   args_.diffusion.eod = eod_;
 
@@ -64,6 +70,7 @@ Trainer::Trainer(const TrainArgs& args) : args_(args) {
                              : difflm_layer_spec(args_.model, args_.model.attention_mask, args_.model.attention_block_size);
   model_ = std::make_unique<LanguageModel>(args_.model, spec, ParallelContext::single());
   model_->params().init(args_.seed);
+  if (!args_.load_hf.empty()) load_hf_into_model(args_.load_hf, *model_);
   optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
   if (!args_.load.empty()) load();
   if (!args_.save.empty()) {
@@ -195,12 +202,15 @@ void Trainer::print_header() const {
   std::snprintf(buf, sizeof buf, "%.1f GFLOP/s (fp32 1024^3 oneDNN GEMM, %d threads, median of 4)", peak_flops_ / 1e9,
                 omp_get_max_threads());
   log_info("measured peak for MFU: ", buf);
+  if (c.moe.enabled()) log_info(describe_moe(c));
 }
 
 int64_t Trainer::run() {
   print_header();
   const int64_t M = args_.global_batch_size / args_.micro_batch_size;
   const float micro_weight = 1.0f / static_cast<float>(M);
+  // MoE aux / z losses: each micro-batch's gradient counts 1/M, like its share of the LM loss.
+  for (MoELayer* layer : model_->moe_layers()) layer->set_aux_loss_scale(micro_weight);
   const double tokens_per_step = static_cast<double>(args_.global_batch_size * args_.seq_length);
   const double flops_per_token = model_flops_per_token(args_.model, args_.seq_length);
   Timer run_timer, interval_timer;
@@ -270,7 +280,9 @@ int64_t Trainer::run() {
                     " | grad norm %.3f | tokens/s %.0f | MFU %.1f%% | step time %.1f ms | skipped %lld", gnorm, tps,
                     100.0 * mfu, 1000.0 * secs / static_cast<double>(interval_steps),
                     static_cast<long long>(skipped_steps_));
-      log_line(line);
+      const MoEReport moe = collect_moe_report(*model_);
+      log_line(std::string(line) + moe_line_suffix(moe));
+      for (const std::string& l : moe_layer_lines(moe)) log_line(l);
       if (metrics_) {
         nlohmann::json j = {{"iteration", iteration_},
                             {"consumed_tokens", static_cast<double>(consumed_samples_) * args_.seq_length},
@@ -285,6 +297,7 @@ int64_t Trainer::run() {
           j["mean_t"] = interval_t / interval_seqs;
           j["masked_fraction"] = interval_masked / interval_tokens;
         }
+        add_moe_metrics(moe, j);
         metrics_->write(j);
       }
       interval_loss = interval_t = interval_masked = interval_tokens = interval_seqs = 0;

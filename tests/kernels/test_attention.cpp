@@ -135,7 +135,7 @@ Reference reference(const Case& c, const std::vector<double>& q, const std::vect
 }
 
 // Runs the kernels on NaN-poisoned outputs and compares everything with the double reference.
-void check_case(const Case& c, uint64_t seed, double q_amp = 1.0) {
+void check_case(const Case& c, uint64_t seed, double q_amp = 1.0, float scale = 0.0f) {
   SCOPED_TRACE(describe(c));
   const int64_t B = c.B, T = c.T, H = c.H, K = c.K, D = c.D;
   std::vector<float> q = random_vector(B * T * H * D, seed, -q_amp, q_amp);
@@ -144,7 +144,7 @@ void check_case(const Case& c, uint64_t seed, double q_amp = 1.0) {
   std::vector<float> dout = random_vector(B * T * H * D, seed + 3);
   std::vector<int32_t> seg = c.segments ? make_segments(B, T, seed + 4) : std::vector<int32_t>();
   AttentionMask mask{c.type, c.block, c.segments ? seg.data() : nullptr};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(D));
 
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> out(B * T * H * D, nan), lse(B * H * T, nan);
@@ -260,6 +260,12 @@ TEST(Attention, LongDocumentsUseWholeTiles) {
 TEST(Attention, StableWithLargeScores) {
   check_case({1, 150, 2, 1, 32, MaskType::None, 0, false}, 7000, 40.0);
   check_case({1, 150, 2, 2, 32, MaskType::Causal, 0, true}, 7010, 40.0);
+}
+
+// Nothing assumes a positive scale: masking happens after scaling, so a negative one works too.
+TEST(Attention, NegativeScale) {
+  check_case({1, 90, 2, 1, 24, MaskType::Causal, 0, true}, 7100, 1.0, -0.4f);
+  check_case({1, 90, 2, 2, 16, MaskType::BlockCausal, 7, false}, 7110, 1.0, -0.4f);
 }
 
 // Each output element is computed by one task in a fixed order: 1 and 2 threads agree bit for bit.

@@ -21,8 +21,6 @@
 // (query tile, key tile) pair.
 #include "kernels/cpu/attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,6 +35,9 @@ namespace {
 
 constexpr int64_t TQ = 64;  // query rows per tile
 constexpr int64_t TK = 64;  // key rows per tile
+// Below this many multiply-adds per product (B*H*T*T*D) one thread does the whole call: waking the team
+// costs more than it saves. The result does not depend on it (nor on the thread count).
+constexpr int64_t kParallelMinWork = int64_t{1} << 22;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -54,31 +55,26 @@ inline v16 load16(const float* p) { return *reinterpret_cast<const v16u*>(p); }
 inline void store16(float* p, v16 x) { *reinterpret_cast<v16u*>(p) = x; }
 inline v16 splat(float s) { return v16{s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
 inline v16 vmax(v16 a, v16 b) { return a > b ? a : b; }
+inline v16 vmin(v16 a, v16 b) { return a < b ? a : b; }
 
 // 2^x for x <= 0 (scores minus a running max), exactly 0 below 2^-126 so that a masked score (-inf)
-// contributes nothing. Range reduction x = n + r, |r| <= 1/2, then a degree-7 Taylor polynomial of
-// e^(r ln 2) (truncation error < 1e-8 relative).
+// contributes nothing. Range reduction x = n + r, |r| <= 1/2, then a degree-5 polynomial for 2^r
+// (coefficients fitted for relative error on [-1/2, 1/2]: at most 7.5e-8, under one float ulp).
 inline v16 exp2v(v16 x) {
   const vi16 keep = x >= -126.0f;
-  x = x < -126.0f ? splat(-126.0f) : x;
-  x = x > 127.0f ? splat(127.0f) : x;
+  x = vmin(vmax(x, splat(-126.0f)), splat(127.0f));
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
   const v16 t = x + shifter;
-  const v16 n = t - shifter;
-  const v16 r = x - n;
-  const vi16 ni = (vi16)t - 0x4B400000;  // the integer n
-  const vi16 pow2n_bits = (ni + 127) << 23;
-  const v16 pow2n = (v16)pow2n_bits;
-  v16 p = splat(1.525273380405984e-05f);
-  p = p * r + 1.5403530393381608e-04f;
-  p = p * r + 1.3333558146428443e-03f;
-  p = p * r + 9.618129107628477e-03f;
-  p = p * r + 5.550410866482158e-02f;
-  p = p * r + 2.402265069591007e-01f;
-  p = p * r + 6.931471805599453e-01f;
-  p = p * r + 1.0f;
-  const v16 y = p * pow2n;
-  return (v16)((vi16)y & keep);
+  const v16 r = x - (t - shifter);
+  // The low bits of t hold n; shifted into the exponent field with its bias they make 2^n.
+  const v16 pow2n = (v16)(((vi16)t - (0x4B400000 - 127)) << 23);
+  v16 p = splat(1.3276465e-03f);
+  p = p * r + 9.6755419e-03f;
+  p = p * r + 5.5507135e-02f;
+  p = p * r + 2.4022120e-01f;
+  p = p * r + 6.9314694e-01f;
+  p = p * r + 1.0000001e+00f;
+  return (v16)((vi16)(p * pow2n) & keep);
 }
 
 // ---- the tile product ------------------------------------------------------------------------------
@@ -245,11 +241,13 @@ class Scratch {
   float* p_;
 };
 
-// dst[d*TQ + i] = src[i*stride + d] for i < n, d < D; columns n..TQ zeroed (padding rows of the tile).
-void transpose_rows(float* dst, int64_t ldd, const float* src, int64_t stride, int64_t n, int64_t D) {
+// dst[d*ldd + i] = mul * src[i*stride + d] for i < n, d < D; columns n..ldd zeroed (padding rows of the
+// tile). `mul` folds the softmax scale (in base 2) into the operand, so score tiles need no scaling pass.
+void transpose_rows(float* dst, int64_t ldd, const float* src, int64_t stride, int64_t n, int64_t D,
+                    float mul = 1.0f) {
   for (int64_t i = 0; i < n; ++i) {
     const float* s = src + i * stride;
-    for (int64_t d = 0; d < D; ++d) dst[d * ldd + i] = s[d];
+    for (int64_t d = 0; d < D; ++d) dst[d * ldd + i] = mul * s[d];
   }
   for (int64_t d = 0; d < D; ++d)
     for (int64_t i = n; i < ldd; ++i) dst[d * ldd + i] = 0.0f;
@@ -273,6 +271,7 @@ const float* row_operand(const float* src, int64_t stride, int64_t n, int64_t D,
 
 struct Shape {
   int64_t B, T, H, K, D, Dp, group, nqt, nkt, qs, ks;  // qs, ks: row strides of q-like and k-like tensors
+  bool parallel;                                       // worth an OpenMP team
 };
 
 Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
@@ -293,6 +292,7 @@ Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, con
   s.nkt = (T + TK - 1) / TK;
   s.qs = H * D;
   s.ks = K * D;
+  s.parallel = B * H * T * T * D >= kParallelMinWork;
   return s;
 }
 
@@ -307,8 +307,12 @@ void row_dots(float* delta, const float* dout, const float* out, int64_t stride,
   for (int64_t i = 0; i < n; ++i) {
     const float* a = dout + i * stride;
     const float* o = out + i * stride;
+    v16 acc{};
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16) acc += load16(a + d) * load16(o + d);
     float s = 0.0f;
-    for (int64_t d = 0; d < D; ++d) s += a[d] * o[d];
+    for (int l = 0; l < 16; ++l) s += acc[l];
+    for (; d < D; ++d) s += a[d] * o[d];
     delta[i] = s;
   }
   for (int64_t i = n; i < pad_to; ++i) delta[i] = 0.0f;
@@ -331,10 +335,10 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   const float c = scale * kLog2e;  // scores are kept in base 2: exp(x) = exp2(x log2 e)
   const int64_t ntasks = s.nqt * B * H;
 
-#pragma omp parallel
+#pragma omp parallel if (s.parallel)
   {
     Scratch scratch(D * TQ + TK * TQ + TQ * Dp + TK * Dp + 4 * TQ + 64);
-    float* qt = scratch.take(D * TQ);    // [D, TQ]  Q tile transposed
+    float* qt = scratch.take(D * TQ);    // [D, TQ]  Q tile transposed, times c
     float* st = scratch.take(TK * TQ);   // [TK, TQ] S^T, then P^T
     float* acc = scratch.take(TQ * Dp);  // [TQ, Dp] unnormalised output rows
     float* vpad = scratch.take(TK * Dp); // [TK, Dp] V tile, when D is not a multiple of 16
@@ -351,7 +355,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
       const Visibility vis = visibility(mask, b, T);
       const float* qb = q + (b * T + q0) * s.qs + h * D;  // [nq, D] rows, stride H*D
 
-      transpose_rows(qt, TQ, qb, s.qs, nq, D);
+      transpose_rows(qt, TQ, qb, s.qs, nq, D, c);
       std::fill(acc, acc + TQ * Dp, 0.0f);
       std::fill(m, m + TQ, kNegInf);
       std::fill(l, l + TQ, 0.0f);
@@ -363,10 +367,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         const float* kb = k + (b * T + k0) * s.ks + g * D;  // [nk, D] rows, stride K*D
         const float* vb = v + (b * T + k0) * s.ks + g * D;
 
-        // S^T[j, i] = k_j . q_i, then scaled into base 2.
+        // S^T[j, i] = c * k_j . q_i, the score in base 2.
         tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false);
-        for (int64_t j = 0; j < nk; ++j)
-          for (int64_t i = 0; i < TQ; i += 16) store16(st + j * TQ + i, load16(st + j * TQ + i) * c);
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
 
         // Online softmax, all TQ queries at once (a vector lane per query).
@@ -427,10 +429,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   // dq pass: one task per (b, h, query tile), keys as rows of the score tile (S^T) so that the per-query
   // lse and delta are vectors along the tile's columns.
   const int64_t nq_tasks = s.nqt * B * H;
-#pragma omp parallel
+#pragma omp parallel if (s.parallel)
   {
     Scratch scratch(2 * D * TQ + 2 * TK * TQ + TQ * Dp + TK * Dp + 2 * TQ + 64);
-    float* qt = scratch.take(D * TQ);     // [D, TQ]  Q tile transposed
+    float* qt = scratch.take(D * TQ);     // [D, TQ]  Q tile transposed, times c
     float* dot = scratch.take(D * TQ);    // [D, TQ]  dO tile transposed
     float* st = scratch.take(TK * TQ);    // [TK, TQ] S^T -> P^T -> dS^T
     float* dpt = scratch.take(TK * TQ);   // [TK, TQ] dP^T
@@ -447,7 +449,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       const Visibility vis = visibility(mask, b, T);
       const int64_t row0 = (b * T + q0) * s.qs + h * D;
 
-      transpose_rows(qt, TQ, q + row0, s.qs, nq, D);
+      transpose_rows(qt, TQ, q + row0, s.qs, nq, D, c);
       transpose_rows(dot, TQ, dout + row0, s.qs, nq, D);
       lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
       row_dots(delta, dout + row0, out + row0, s.qs, nq, D, TQ);
@@ -460,12 +462,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         const float* kb = k + (b * T + k0) * s.ks + g * D;
         const float* vb = v + (b * T + k0) * s.ks + g * D;
 
-        tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false);    // S^T  = K Q^T
+        tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false);    // S^T  = c K Q^T
         tile_product(dpt, TQ, vb, s.ks, 1, dot, TQ, nk, D, TQ, false);  // dP^T = V dO^T
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
         for (int64_t j = 0; j < nk; ++j)
           for (int64_t i = 0; i < TQ; i += 16) {
-            const v16 p = exp2v(load16(st + j * TQ + i) * c - load16(lse2 + i));
+            const v16 p = exp2v(load16(st + j * TQ + i) - load16(lse2 + i));
             store16(st + j * TQ + i, p * (load16(dpt + j * TQ + i) - load16(delta + i)));  // dS^T
           }
         // dQ[i, :] += sum_j dS^T[j, i] k_j
@@ -483,10 +485,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   // dk/dv pass: one task per (b, kv head, key tile), queries as rows of the score tile, looping over the
   // H/K query heads of the group and the query tiles in a fixed order.
   const int64_t nk_tasks = s.nkt * B * K;
-#pragma omp parallel
+#pragma omp parallel if (s.parallel)
   {
     Scratch scratch(2 * D * TK + 2 * TQ * TK + 2 * TK * Dp + 2 * TQ * Dp + 2 * TQ + 64);
-    float* kt = scratch.take(D * TK);      // [D, TK]  K tile transposed
+    float* kt = scratch.take(D * TK);      // [D, TK]  K tile transposed, times c
     float* vt = scratch.take(D * TK);      // [D, TK]  V tile transposed
     float* sm = scratch.take(TQ * TK);     // [TQ, TK] S -> P
     float* dp = scratch.take(TQ * TK);     // [TQ, TK] dP -> dS
@@ -506,7 +508,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       const Visibility vis = visibility(mask, b, T);
       const int64_t krow0 = (b * T + k0) * s.ks + g * D;
 
-      transpose_rows(kt, TK, k + krow0, s.ks, nk, D);
+      transpose_rows(kt, TK, k + krow0, s.ks, nk, D, c);
       transpose_rows(vt, TK, v + krow0, s.ks, nk, D);
       std::fill(dk_acc, dk_acc + TK * Dp, 0.0f);
       std::fill(dv_acc, dv_acc + TK * Dp, 0.0f);
@@ -522,13 +524,13 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
           lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
           row_dots(delta, dob, out + row0, s.qs, nq, D, TQ);
-          tile_product(sm, TK, qb, s.qs, 1, kt, TK, nq, D, TK, false);   // S  = Q K^T
+          tile_product(sm, TK, qb, s.qs, 1, kt, TK, nq, D, TK, false);   // S  = c Q K^T
           tile_product(dp, TK, dob, s.qs, 1, vt, TK, nq, D, TK, false);  // dP = dO V^T
           if (tm.partial()) mask_tile(sm, TK, false, vis, tm, q0, nq, k0, nk);
           for (int64_t i = 0; i < nq; ++i) {
             const float li = lse2[i], di = delta[i];
             for (int64_t j = 0; j < TK; j += 16) {
-              const v16 p = exp2v(load16(sm + i * TK + j) * c - li);
+              const v16 p = exp2v(load16(sm + i * TK + j) - li);
               store16(sm + i * TK + j, p);
               store16(dp + i * TK + j, p * (load16(dp + i * TK + j) - di));
             }

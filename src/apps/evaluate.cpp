@@ -1,0 +1,272 @@
+// evaluate: likelihood-based evaluation of a checkpoint written by pretrain_difflm; prints JSON.
+//   - on a Megatron .bin/.idx dataset (--data-path): consecutive windows of --seq-length tokens;
+//     GPT: exact NLL per token and perplexity; diffusion: the negative ELBO per token estimated by
+//     Monte Carlo (--mc-samples stratified draws of the mask ratio per window), reported as a
+//     perplexity upper bound with its standard error;
+//   - multiple choice (--choices-file, .jsonl of {"context", "choices", "label"}): each choice scored
+//     by its log-likelihood given the context (diffusion: LLaDA's estimator, prompt never masked,
+//     --cfg-scale for guidance), accuracy of the argmax (and of the per-token argmax);
+//   - one conditional log-likelihood (--prompt, --answer).
+//
+//   evaluate --load runs/gpt --data-path data/wiki_text_document --seq-length 128 --eval-samples 64
+//   evaluate --load runs/dlm --data-path data/wiki_text_document --mc-samples 32 --output eval.json
+//   evaluate --load runs/dlm --choices-file tasks/mc.jsonl --mc-samples 16 --cfg-scale 0.5
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/model_loader.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/cli_flags.h"
+#include "data/indexed_dataset.h"
+#include "data/tokenizer.h"
+#include "infer/likelihood.h"
+
+using namespace megadlm;
+
+namespace {
+
+struct Stats {
+  double mean = 0, se = 0;
+};
+
+Stats mean_se(const std::vector<double>& x) {
+  Stats s;
+  if (x.empty()) return s;
+  for (double v : x) s.mean += v;
+  s.mean /= static_cast<double>(x.size());
+  if (x.size() > 1) {
+    double ss = 0;
+    for (double v : x) ss += (v - s.mean) * (v - s.mean);
+    s.se = std::sqrt(ss / static_cast<double>(x.size() - 1) / static_cast<double>(x.size()));
+  }
+  return s;
+}
+
+// The first n windows of `len` consecutive tokens of the dataset (documents concatenated).
+std::vector<std::vector<int32_t>> windows(const std::string& prefix, int64_t len, int64_t n) {
+  IndexedDataset ds(prefix);
+  std::vector<std::vector<int32_t>> out;
+  std::vector<int32_t> cur;
+  for (int64_t s = 0; s < ds.num_sequences() && static_cast<int64_t>(out.size()) < n; ++s) {
+    int64_t off = 0;
+    const int64_t L = ds.sequence_length(s);
+    while (off < L && static_cast<int64_t>(out.size()) < n) {
+      const int64_t take = std::min(L - off, len - static_cast<int64_t>(cur.size()));
+      const size_t at = cur.size();
+      cur.resize(at + static_cast<size_t>(take));
+      ds.read(s, off, take, cur.data() + at);
+      off += take;
+      if (static_cast<int64_t>(cur.size()) == len) {
+        out.push_back(cur);
+        cur.clear();
+      }
+    }
+  }
+  MDLM_CHECK(!out.empty(), prefix, ": fewer than ", len, " tokens, not one evaluation window");
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    CliFlags f("evaluate", "Likelihood evaluation of a MegaDLMs checkpoint (diffusion or autoregressive).");
+    f.add_string("load", "", "checkpoint directory (or the --save directory of a run)", true);
+    f.add_string("data-path", "", "Megatron dataset prefix (<prefix>.bin/.idx) for perplexity");
+    f.add_int("seq-length", 0, "tokens per evaluation window (default: the checkpoint's --seq-length)");
+    f.add_int("eval-samples", 64, "number of windows");
+    f.add_int("micro-batch-size", 8, "windows (GPT) or masked copies (diffusion) per model call");
+    f.add_int("mc-samples", 32, "diffusion: Monte Carlo draws of the mask per sequence");
+    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance for conditional likelihoods");
+    f.add_string("choices-file", "", ".jsonl of {\"context\", \"choices\": [..], \"label\"} for accuracy");
+    f.add_string("prompt", "", "conditional log-likelihood: the given text");
+    f.add_string("answer", "", "conditional log-likelihood: the scored continuation");
+    f.add_int("seed", 1234, "Monte Carlo seed");
+    f.add_string("output", "", "write the JSON here as well as to stdout");
+    f.parse(argc, argv);
+    if (f.help_requested()) {
+      std::fputs(f.help().c_str(), stdout);
+      return 0;
+    }
+    Timer total;
+    LoadedModel lm = load_model(f.get_string("load"));
+    LanguageModel& model = *lm.model;
+    nlohmann::json res = {{"checkpoint", lm.dir}, {"model_type", lm.diffusion ? "difflm" : "gpt"}};
+    DiffusionLikelihoodOptions dopt;
+    dopt.mask_token = lm.mask_token;
+    dopt.mc_samples = f.get_int("mc-samples");
+    dopt.batch = f.get_int("micro-batch-size");
+    dopt.cfg_scale = static_cast<float>(f.get_double("cfg-scale"));
+    dopt.seed = static_cast<uint64_t>(f.get_int("seed"));
+    MDLM_CHECK(dopt.batch >= 1, "--micro-batch-size must be positive");
+    bool did = false;
+
+    if (!f.get_string("data-path").empty()) {
+      did = true;
+      Timer t;
+      int64_t T = f.get_int("seq-length");
+      if (T <= 0 && lm.state.meta.contains("seq_length")) T = lm.state.meta["seq_length"].get<int64_t>();
+      MDLM_CHECK(T >= 2, "--seq-length must be at least 2, got ", T);
+      const int64_t n = f.get_int("eval-samples");
+      MDLM_CHECK(n >= 1, "--eval-samples must be positive, got ", n);
+      nlohmann::json d = {{"data_path", f.get_string("data-path")}, {"seq_length", T}};
+      std::vector<double> per_window;  // nats per token of each window
+      int64_t tokens = 0;
+      if (!lm.diffusion) {
+        // Windows of T + 1 tokens: inputs [0, T), targets [1, T + 1); exact NLL.
+        const auto w = windows(f.get_string("data-path"), T + 1, n);
+        const int64_t mb_size = dopt.batch;
+        for (size_t s = 0; s < w.size(); s += static_cast<size_t>(mb_size)) {
+          const int64_t B = std::min<int64_t>(mb_size, static_cast<int64_t>(w.size() - s));
+          std::vector<int32_t> in(static_cast<size_t>(B * T)), tgt(static_cast<size_t>(B * T)), pos(static_cast<size_t>(B * T));
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t i = 0; i < T; ++i) {
+              in[static_cast<size_t>(b * T + i)] = w[s + b][static_cast<size_t>(i)];
+              tgt[static_cast<size_t>(b * T + i)] = w[s + b][static_cast<size_t>(i + 1)];
+              pos[static_cast<size_t>(b * T + i)] = static_cast<int32_t>(i);
+            }
+          MicroBatch mb;
+          mb.B = B;
+          mb.T = T;
+          mb.tokens = in.data();
+          mb.targets = tgt.data();
+          mb.positions = pos.data();
+          std::vector<float> loss(static_cast<size_t>(B * T));
+          model.forward_loss(mb, loss.data());
+          for (int64_t b = 0; b < B; ++b) {
+            double sum = 0;
+            for (int64_t i = 0; i < T; ++i) sum += loss[static_cast<size_t>(b * T + i)];
+            per_window.push_back(sum / static_cast<double>(T));
+          }
+          tokens += B * T;
+        }
+        const Stats st = mean_se(per_window);
+        d["windows"] = per_window.size();
+        d["tokens"] = tokens;
+        d["nll_per_token"] = st.mean;
+        d["nll_se"] = st.se;
+        d["perplexity"] = std::exp(st.mean);
+      } else {
+        // The negative ELBO bounds the NLL: a perplexity upper bound. Its standard error is over
+        // windows (it includes the Monte Carlo noise of each window's estimate).
+        const auto w = windows(f.get_string("data-path"), T, n);
+        double mc_se = 0;
+        for (size_t s = 0; s < w.size(); ++s) {
+          const MCEstimate e = diffusion_nll(model, w[s], 0, dopt, s);
+          per_window.push_back(e.mean / static_cast<double>(T));
+          mc_se += e.se / static_cast<double>(T);
+          tokens += T;
+        }
+        const Stats st = mean_se(per_window);
+        d["windows"] = per_window.size();
+        d["tokens"] = tokens;
+        d["mc_samples"] = dopt.mc_samples;
+        d["nelbo_per_token"] = st.mean;
+        d["nelbo_se"] = st.se;
+        d["mean_mc_se_per_window"] = mc_se / static_cast<double>(w.size());
+        d["perplexity_bound"] = std::exp(st.mean);
+        d["perplexity_bound_2se"] = {std::exp(st.mean - 2 * st.se), std::exp(st.mean + 2 * st.se)};
+      }
+      d["seconds"] = t.seconds();
+      d["tokens_per_second"] = static_cast<double>(tokens) / std::max(t.seconds(), 1e-9);
+      res["dataset"] = d;
+    }
+
+    std::unique_ptr<Tokenizer> tok;
+    auto tokenizer = [&]() -> Tokenizer& {
+      if (!tok) {
+        MDLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
+        tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
+      }
+      return *tok;
+    };
+    // AR needs at least one context token: an empty context starts from end-of-document.
+    auto context_ids = [&](const std::string& text) {
+      std::vector<int32_t> ids = tokenizer().encode(text);
+      if (!lm.diffusion && ids.empty()) ids.push_back(lm.eod);
+      return ids;
+    };
+
+    if (!f.get_string("answer").empty()) {
+      did = true;
+      Timer t;
+      std::vector<int32_t> seq = context_ids(f.get_string("prompt"));
+      const int64_t begin = static_cast<int64_t>(seq.size());
+      const std::vector<int32_t> ans = tokenizer().encode(f.get_string("answer"));
+      MDLM_CHECK(!ans.empty(), "--answer encodes to no tokens");
+      seq.insert(seq.end(), ans.begin(), ans.end());
+      nlohmann::json c = {{"prompt", f.get_string("prompt")}, {"answer", f.get_string("answer")},
+                          {"answer_tokens", ans.size()}};
+      if (lm.diffusion) {
+        const MCEstimate e = diffusion_nll(model, seq, begin, dopt, 0);
+        c["log_likelihood_bound"] = -e.mean;
+        c["se"] = e.se;
+        c["mc_samples"] = e.samples;
+        c["cfg_scale"] = dopt.cfg_scale;
+      } else {
+        c["log_likelihood"] = ar_log_likelihood(model, seq, begin);
+      }
+      c["seconds"] = t.seconds();
+      res["conditional"] = c;
+    }
+
+    if (!f.get_string("choices-file").empty()) {
+      did = true;
+      Timer t;
+      const std::string path = f.get_string("choices-file");
+      std::ifstream in(path);
+      MDLM_CHECK(in.good(), path, ": cannot open");
+      std::vector<ChoiceItem> items;
+      std::string line;
+      int64_t ln = 0;
+      while (std::getline(in, line)) {
+        ++ln;
+        if (line.empty()) continue;
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+          fail(path, ":", ln, ": invalid JSON (", e.what(), ")");
+        }
+        MDLM_CHECK(j.contains("context") && j["context"].is_string() && j.contains("choices") &&
+                       j["choices"].is_array() && j.contains("label") && j["label"].is_number_integer(),
+                   path, ":", ln, ": needs a string \"context\", an array \"choices\" and an integer \"label\"");
+        ChoiceItem it;
+        it.context = context_ids(j["context"].get<std::string>());
+        for (const auto& c : j["choices"]) {
+          MDLM_CHECK(c.is_string(), path, ":", ln, ": choices must be strings");
+          it.choices.push_back(tokenizer().encode(c.get<std::string>()));
+        }
+        it.label = j["label"].get<int64_t>();
+        items.push_back(std::move(it));
+      }
+      const ChoiceResults r = score_multiple_choice(model, lm.diffusion, items, dopt);
+      nlohmann::json m = {{"file", path}, {"items", items.size()}, {"accuracy", r.accuracy},
+                          {"accuracy_per_token", r.accuracy_norm}, {"predictions", r.predictions}};
+      if (lm.diffusion) {
+        m["mc_samples"] = dopt.mc_samples;
+        m["cfg_scale"] = dopt.cfg_scale;
+      }
+      m["seconds"] = t.seconds();
+      res["multiple_choice"] = m;
+    }
+    MDLM_CHECK(did, "nothing to evaluate: give --data-path, --choices-file or --answer");
+    res["seconds"] = total.seconds();
+    const std::string text = res.dump(2);
+    std::cout << text << "\n";
+    if (!f.get_string("output").empty()) {
+      std::ofstream out(f.get_string("output"));
+      MDLM_CHECK(out.good(), f.get_string("output"), ": cannot create");
+      out << text << "\n";
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "evaluate: error: %s\n", e.what());
+    return 1;
+  }
+}

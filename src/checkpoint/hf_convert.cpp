@@ -1,0 +1,639 @@
+#include "checkpoint/hf_convert.h"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "checkpoint/safetensors_sharded.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace megadlm {
+
+namespace fs = std::filesystem;
+
+const char* const kHfTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                         "vocab.json", "merges.txt", "tokenizer.model", "generation_config.json",
+                                         nullptr};
+
+const char* hf_layout_name(HfLayout l) {
+  switch (l) {
+    case HfLayout::GPT2: return "gpt2";
+    case HfLayout::Llama: return "llama";
+    case HfLayout::Qwen2: return "qwen2";
+    case HfLayout::Qwen3: return "qwen3";
+    case HfLayout::LLaDA: return "llada";
+  }
+  return "?";
+}
+
+const char* hf_architecture_name(HfLayout l) {
+  switch (l) {
+    case HfLayout::GPT2: return "GPT2LMHeadModel";
+    case HfLayout::Llama: return "LlamaForCausalLM";
+    case HfLayout::Qwen2: return "Qwen2ForCausalLM";
+    case HfLayout::Qwen3: return "Qwen3ForCausalLM";
+    case HfLayout::LLaDA: return "LLaDAModelLM";
+  }
+  return "?";
+}
+
+HfLayout hf_layout_from_name(const std::string& s) {
+  for (HfLayout l : {HfLayout::GPT2, HfLayout::Llama, HfLayout::Qwen2, HfLayout::Qwen3, HfLayout::LLaDA})
+    if (s == hf_layout_name(l)) return l;
+  fail("unknown HuggingFace layout '", s, "' (gpt2, llama, qwen2, qwen3, llada)");
+}
+
+HfLayout default_hf_layout(const TransformerConfig& c) {
+  if (c.position_embedding == PositionEmbedding::LearnedAbsolute && c.normalization == NormKind::LayerNorm) return HfLayout::GPT2;
+  if (c.qk_layernorm) return HfLayout::Qwen3;
+  if (c.add_qkv_bias && !c.add_bias_linear) return HfLayout::Qwen2;
+  return HfLayout::Llama;
+}
+
+// ---- config.json ----------------------------------------------------------------------------------
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+T req(const json& j, const char* key, const std::string& where) {
+  MDLM_CHECK(j.contains(key) && !j[key].is_null(), where, ": config.json lacks '", key, "'");
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception&) {
+    fail(where, ": config.json field '", key, "' has the wrong type (", j[key].dump(), ")");
+  }
+}
+
+template <typename T>
+T opt(const json& j, const char* key, T dflt, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception&) {
+    fail(where, ": config.json field '", key, "' has the wrong type (", j[key].dump(), ")");
+  }
+}
+
+int32_t token_id(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number_integer()) return -1;  // null, absent, or a list (several eos)
+  return j[key].get<int32_t>();
+}
+
+// rope_theta at the top level (transformers 4) or inside rope_parameters (transformers 5); any
+// scaling is refused because our RoPE tables are the plain ones.
+double rope_theta(const json& j, const std::string& where) {
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const json& s = j["rope_scaling"];
+    const std::string type = s.is_object() ? s.value("rope_type", s.value("type", std::string("?"))) : "?";
+    MDLM_CHECK(type == "default", where, ": config.json sets rope_scaling (", s.dump(),
+               "); only plain RoPE is supported");
+  }
+  double theta = opt<double>(j, "rope_theta", 10000.0, where);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const json& p = j["rope_parameters"];
+    const std::string type = p.value("rope_type", std::string("default"));
+    MDLM_CHECK(type == "default", where, ": config.json rope_parameters.rope_type is '", type,
+               "'; only plain RoPE (default) is supported");
+    if (p.contains("rope_theta")) theta = p["rope_theta"].get<double>();
+    MDLM_CHECK(!p.contains("partial_rotary_factor") || p["partial_rotary_factor"].get<double>() == 1.0, where,
+               ": config.json rope_parameters.partial_rotary_factor is not 1 (partial RoPE is not supported)");
+  }
+  MDLM_CHECK(opt<double>(j, "partial_rotary_factor", 1.0, where) == 1.0, where,
+             ": config.json partial_rotary_factor is not 1 (partial RoPE is not supported)");
+  return theta;
+}
+
+void read_diffusion_fields(const json& j, HfModelInfo& info) {
+  info.mask_token_id = token_id(j, "mask_token_id");
+  const bool bidirectional = j.contains("is_causal") && j["is_causal"].is_boolean() && !j["is_causal"].get<bool>();
+  if (bidirectional) {
+    info.diffusion = true;
+    info.config.attention_mask = cpu::MaskType::None;
+  }
+}
+
+}  // namespace
+
+HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
+  MDLM_CHECK(j.is_object(), where, ": config.json is not a JSON object");
+  HfModelInfo info;
+  TransformerConfig& c = info.config;
+  const std::string model_type = opt<std::string>(j, "model_type", "", where);
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty())
+    arch = j["architectures"][0].get<std::string>();
+  if (model_type == "gpt2" || arch == "GPT2LMHeadModel") info.layout = HfLayout::GPT2;
+  else if (model_type == "llama" || arch == "LlamaForCausalLM") info.layout = HfLayout::Llama;
+  else if (model_type == "qwen2" || arch == "Qwen2ForCausalLM") info.layout = HfLayout::Qwen2;
+  else if (model_type == "qwen3" || arch == "Qwen3ForCausalLM") info.layout = HfLayout::Qwen3;
+  else if (model_type == "llada" || arch == "LLaDAModelLM") info.layout = HfLayout::LLaDA;
+  else fail(where, ": unsupported model (model_type '", model_type, "', architecture '", arch,
+            "'); supported: gpt2, llama, qwen2, qwen3, llada");
+  info.bos_token_id = token_id(j, "bos_token_id");
+  info.eos_token_id = token_id(j, "eos_token_id");
+  c.init_method_std = static_cast<float>(opt<double>(j, "initializer_range", 0.02, where));
+  c.attention_mask = cpu::MaskType::Causal;
+
+  if (info.layout == HfLayout::GPT2) {
+    c.num_layers = req<int64_t>(j, "n_layer", where);
+    c.hidden_size = req<int64_t>(j, "n_embd", where);
+    c.num_attention_heads = req<int64_t>(j, "n_head", where);
+    MDLM_CHECK(c.hidden_size % c.num_attention_heads == 0, where, ": n_embd ", c.hidden_size,
+               " is not a multiple of n_head ", c.num_attention_heads);
+    c.num_query_groups = c.num_attention_heads;
+    c.kv_channels = c.hidden_size / c.num_attention_heads;
+    c.ffn_hidden_size = opt<int64_t>(j, "n_inner", 4 * c.hidden_size, where);
+    c.vocab_size = req<int64_t>(j, "vocab_size", where);
+    c.max_position_embeddings = req<int64_t>(j, "n_positions", where);
+    c.normalization = NormKind::LayerNorm;
+    c.norm_epsilon = static_cast<float>(opt<double>(j, "layer_norm_epsilon", 1e-5, where));
+    const std::string act = opt<std::string>(j, "activation_function", "gelu_new", where);
+    MDLM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function '", act,
+               "' is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)");
+    c.activation = Activation::Gelu;
+    c.add_bias_linear = true;
+    c.position_embedding = PositionEmbedding::LearnedAbsolute;
+    MDLM_CHECK(!opt<bool>(j, "scale_attn_by_inverse_layer_idx", false, where), where,
+               ": scale_attn_by_inverse_layer_idx is not supported");
+    MDLM_CHECK(opt<bool>(j, "scale_attn_weights", true, where), where, ": scale_attn_weights false is not supported");
+    c.untie_embeddings_and_output_weights = !opt<bool>(j, "tie_word_embeddings", true, where);
+  } else if (info.layout == HfLayout::LLaDA) {
+    c.num_layers = req<int64_t>(j, "n_layers", where);
+    c.hidden_size = req<int64_t>(j, "d_model", where);
+    c.num_attention_heads = req<int64_t>(j, "n_heads", where);
+    c.num_query_groups = opt<int64_t>(j, "n_kv_heads", c.num_attention_heads, where);
+    c.kv_channels = c.hidden_size / c.num_attention_heads;
+    c.ffn_hidden_size = req<int64_t>(j, "mlp_hidden_size", where);
+    c.vocab_size = opt<int64_t>(j, "embedding_size", req<int64_t>(j, "vocab_size", where), where);
+    c.max_position_embeddings = req<int64_t>(j, "max_sequence_length", where);
+    c.normalization = NormKind::RMSNorm;
+    c.norm_epsilon = static_cast<float>(opt<double>(j, "rms_norm_eps", 1e-5, where));
+    const std::string norm = opt<std::string>(j, "layer_norm_type", "rms", where);
+    MDLM_CHECK(norm == "rms", where, ": layer_norm_type '", norm, "' is not supported (only rms)");
+    const std::string act = opt<std::string>(j, "activation_type", "silu", where);
+    MDLM_CHECK(act == "silu" || act == "swiglu", where, ": activation_type '", act, "' is not supported (only silu)");
+    const std::string block = opt<std::string>(j, "block_type", "llama", where);
+    MDLM_CHECK(block == "llama", where, ": block_type '", block, "' is not supported (only llama)");
+    MDLM_CHECK(opt<bool>(j, "rope", true, where), where, ": rope false is not supported");
+    MDLM_CHECK(!opt<bool>(j, "alibi", false, where), where, ": alibi is not supported");
+    MDLM_CHECK(!opt<bool>(j, "attention_layer_norm", false, where), where, ": attention_layer_norm is not supported");
+    MDLM_CHECK(!opt<bool>(j, "bias_for_layer_norm", false, where), where, ": bias_for_layer_norm is not supported");
+    MDLM_CHECK(!opt<bool>(j, "input_emb_norm", false, where), where, ": input_emb_norm is not supported");
+    MDLM_CHECK(!j.contains("clip_qkv") || j["clip_qkv"].is_null(), where, ": clip_qkv is not supported");
+    MDLM_CHECK(!j.contains("scale_logits") || !j["scale_logits"].get<bool>(), where, ": scale_logits is not supported");
+    c.activation = Activation::SwiGLU;
+    c.add_bias_linear = opt<bool>(j, "include_bias", false, where);
+    c.add_qkv_bias = opt<bool>(j, "include_qkv_bias", false, where);
+    c.position_embedding = PositionEmbedding::Rope;
+    c.rotary_base = opt<double>(j, "rope_theta", 10000.0, where);
+    c.untie_embeddings_and_output_weights = !opt<bool>(j, "weight_tying", false, where);
+    info.diffusion = true;
+    c.attention_mask = cpu::MaskType::None;
+    info.mask_token_id = token_id(j, "mask_token_id");
+  } else {
+    c.num_layers = req<int64_t>(j, "num_hidden_layers", where);
+    c.hidden_size = req<int64_t>(j, "hidden_size", where);
+    c.num_attention_heads = req<int64_t>(j, "num_attention_heads", where);
+    c.num_query_groups = opt<int64_t>(j, "num_key_value_heads", c.num_attention_heads, where);
+    MDLM_CHECK(info.layout == HfLayout::Qwen3 || c.hidden_size % c.num_attention_heads == 0 || j.contains("head_dim"),
+               where, ": hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ", c.num_attention_heads);
+    c.kv_channels = opt<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, where);
+    c.ffn_hidden_size = req<int64_t>(j, "intermediate_size", where);
+    c.vocab_size = req<int64_t>(j, "vocab_size", where);
+    c.max_position_embeddings = req<int64_t>(j, "max_position_embeddings", where);
+    c.normalization = NormKind::RMSNorm;
+    c.norm_epsilon = static_cast<float>(opt<double>(j, "rms_norm_eps", 1e-6, where));
+    const std::string act = opt<std::string>(j, "hidden_act", "silu", where);
+    MDLM_CHECK(act == "silu", where, ": hidden_act '", act, "' is not supported (only silu, i.e. SwiGLU)");
+    c.activation = Activation::SwiGLU;
+    c.position_embedding = PositionEmbedding::Rope;
+    c.rotary_base = rope_theta(j, where);
+    c.add_bias_linear = false;
+    MDLM_CHECK(!opt<bool>(j, "mlp_bias", false, where), where, ": mlp_bias is not supported");
+    MDLM_CHECK(!opt<bool>(j, "attention_bias", false, where), where,
+               ": attention_bias (biases on q, k, v and o) is not supported; only Qwen2's q/k/v biases are");
+    c.add_qkv_bias = info.layout == HfLayout::Qwen2;
+    c.qk_layernorm = info.layout == HfLayout::Qwen3;
+    if (info.layout != HfLayout::Llama) {
+      // Qwen2/3 keep sliding_window set even when unused; only use_sliding_window turns it on.
+      MDLM_CHECK(!opt<bool>(j, "use_sliding_window", false, where), where,
+                 ": use_sliding_window is true (sliding-window attention is not supported)");
+    } else {
+      MDLM_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), where,
+                 ": sliding_window is set (sliding-window attention is not supported)");
+    }
+    if (j.contains("layer_types") && j["layer_types"].is_array())
+      for (const auto& t : j["layer_types"])
+        MDLM_CHECK(t == "full_attention", where, ": layer_types holds '", t.get<std::string>(),
+                   "'; only full_attention is supported");
+    c.untie_embeddings_and_output_weights = !opt<bool>(j, "tie_word_embeddings", false, where);
+    read_diffusion_fields(j, info);
+  }
+  MDLM_CHECK(c.num_attention_heads % c.num_query_groups == 0, where, ": num_key_value_heads ", c.num_query_groups,
+             " does not divide num_attention_heads ", c.num_attention_heads);
+  return info;
+}
+
+json hf_config_from_info(const HfModelInfo& info, DType dtype) {
+  const TransformerConfig& c = info.config;
+  const HfLayout l = info.layout;
+  const std::string where = std::string("export to ") + hf_layout_name(l);
+  const char* dt = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  json j;
+  j["architectures"] = json::array({hf_architecture_name(l)});
+  j["torch_dtype"] = dt;
+  auto id_or_null = [](int32_t v) { return v >= 0 ? json(v) : json(nullptr); };
+  const bool tied = !c.untie_embeddings_and_output_weights;
+  if (l == HfLayout::GPT2) {
+    MDLM_CHECK(c.normalization == NormKind::LayerNorm && c.activation == Activation::Gelu && c.add_bias_linear &&
+                   c.position_embedding == PositionEmbedding::LearnedAbsolute && !c.qk_layernorm &&
+                   c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size,
+               where, ": GPT-2 needs LayerNorm, GELU, biases, learned positions, no GQA or QK-norm and "
+               "kv_channels * heads == hidden");
+    j["model_type"] = "gpt2";
+    j["n_layer"] = c.num_layers;
+    j["n_embd"] = c.hidden_size;
+    j["n_head"] = c.num_attention_heads;
+    j["n_inner"] = c.ffn_hidden_size;
+    j["n_positions"] = c.max_position_embeddings;
+    j["n_ctx"] = c.max_position_embeddings;
+    j["vocab_size"] = c.vocab_size;
+    j["layer_norm_epsilon"] = c.norm_epsilon;
+    j["activation_function"] = "gelu_new";
+    j["attn_pdrop"] = 0.0;
+    j["embd_pdrop"] = 0.0;
+    j["resid_pdrop"] = 0.0;
+  } else {
+    MDLM_CHECK(c.normalization == NormKind::RMSNorm && c.activation == Activation::SwiGLU &&
+                   c.position_embedding == PositionEmbedding::Rope && !c.add_bias_linear,
+               where, ": needs RMSNorm, SwiGLU, RoPE and no linear biases (--disable-bias-linear)");
+    if (l == HfLayout::Llama || l == HfLayout::LLaDA) {
+      MDLM_CHECK(!c.qk_layernorm, where, ": the model has QK-norm; export it as qwen3");
+      MDLM_CHECK(!c.add_qkv_bias, where, ": the model has q/k/v biases; export it as qwen2");
+    }
+    if (l == HfLayout::Qwen2) {
+      MDLM_CHECK(!c.qk_layernorm, where, ": the model has QK-norm; export it as qwen3");
+      MDLM_CHECK(c.add_qkv_bias, where, ": Qwen2 has q/k/v biases but the model has none; export it as llama");
+    }
+    if (l == HfLayout::Qwen3) {
+      MDLM_CHECK(c.qk_layernorm, where, ": Qwen3 has QK-norm but the model has none; export it as llama");
+      MDLM_CHECK(!c.add_qkv_bias, where, ": the model has q/k/v biases, which Qwen3 lacks; export it as qwen2");
+    }
+    if (l == HfLayout::LLaDA) {
+      MDLM_CHECK(c.kv_channels * c.num_attention_heads == c.hidden_size, where,
+                 ": LLaDA needs kv_channels * heads == hidden");
+      j["model_type"] = "llada";
+      j["d_model"] = c.hidden_size;
+      j["n_heads"] = c.num_attention_heads;
+      j["n_kv_heads"] = c.num_query_groups;
+      j["n_layers"] = c.num_layers;
+      j["mlp_hidden_size"] = c.ffn_hidden_size;
+      j["mlp_ratio"] = 4;
+      j["vocab_size"] = c.vocab_size;
+      j["embedding_size"] = c.vocab_size;
+      j["max_sequence_length"] = c.max_position_embeddings;
+      j["rope"] = true;
+      j["rope_theta"] = c.rotary_base;
+      j["rope_full_precision"] = true;
+      j["layer_norm_type"] = "rms";
+      j["rms_norm_eps"] = c.norm_epsilon;
+      j["activation_type"] = "silu";
+      j["block_type"] = "llama";
+      j["weight_tying"] = tied;
+      j["include_bias"] = false;
+      j["include_qkv_bias"] = false;
+      j["alibi"] = false;
+      j["attention_layer_norm"] = false;
+      j["bias_for_layer_norm"] = false;
+      j["input_emb_norm"] = false;
+      j["scale_logits"] = false;
+      j["attention_dropout"] = 0.0;
+      j["residual_dropout"] = 0.0;
+      j["embedding_dropout"] = 0.0;
+      j["init_std"] = c.init_method_std;
+      j["mask_token_id"] = id_or_null(info.mask_token_id);
+      j["eos_token_id"] = id_or_null(info.eos_token_id);
+      j["pad_token_id"] = id_or_null(info.eos_token_id);
+      return j;
+    }
+    j["model_type"] = hf_layout_name(l);
+    j["num_hidden_layers"] = c.num_layers;
+    j["hidden_size"] = c.hidden_size;
+    j["num_attention_heads"] = c.num_attention_heads;
+    j["num_key_value_heads"] = c.num_query_groups;
+    j["head_dim"] = c.kv_channels;
+    j["intermediate_size"] = c.ffn_hidden_size;
+    j["vocab_size"] = c.vocab_size;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.norm_epsilon;
+    j["hidden_act"] = "silu";
+    j["rope_theta"] = c.rotary_base;
+    j["rope_scaling"] = nullptr;
+    j["attention_bias"] = false;
+    j["attention_dropout"] = 0.0;
+    if (l == HfLayout::Llama) j["mlp_bias"] = false;
+    else {
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+    }
+  }
+  j["initializer_range"] = c.init_method_std;
+  j["tie_word_embeddings"] = tied;
+  j["bos_token_id"] = id_or_null(info.bos_token_id);
+  j["eos_token_id"] = id_or_null(info.eos_token_id);
+  if (info.diffusion) {
+    // transformers ignores these; they tell a reader (and our importer) that the model is a masked
+    // diffusion model with bidirectional attention.
+    j["is_causal"] = c.attention_mask == cpu::MaskType::Causal;
+    j["mask_token_id"] = id_or_null(info.mask_token_id);
+    j["megadlm_model_type"] = "difflm";
+    j["megadlm_attention_mask_type"] = c.attention_mask == cpu::MaskType::None     ? "no_mask"
+                                       : c.attention_mask == cpu::MaskType::Causal ? "causal"
+                                                                                    : "block_causal";
+    if (c.attention_mask == cpu::MaskType::BlockCausal) j["megadlm_attention_block_size"] = c.attention_block_size;
+  }
+  return j;
+}
+
+// ---- tensor mapping -------------------------------------------------------------------------------
+
+namespace {
+
+// Rows [row0, row0 + rows) of the HF tensor `hf` (viewed as 2-D [R, cols], after a transpose when
+// `transpose`) form the next rows of our tensor.
+struct Piece {
+  std::string hf;
+  bool transpose = false;
+  int64_t row0 = 0, rows = 0;
+};
+
+// Our name "layers.N.rest" -> (N, rest); false for non-layer names.
+bool split_layer(const std::string& name, int64_t& layer, std::string& rest) {
+  if (name.rfind("layers.", 0) != 0) return false;
+  const size_t dot = name.find('.', 7);
+  if (dot == std::string::npos) return false;
+  layer = std::stoll(name.substr(7, dot - 7));
+  rest = name.substr(dot + 1);
+  return true;
+}
+
+// The HF pieces that make up our tensor `name` of `rows` rows.
+std::vector<Piece> pieces_for(HfLayout l, const TransformerConfig& c, const std::string& name, int64_t rows) {
+  const std::string where = std::string("layout ") + hf_layout_name(l);
+  const int64_t F = c.ffn_hidden_size;
+  int64_t n = -1;
+  std::string rest;
+  const bool in_layer = split_layer(name, n, rest);
+  const std::string N = std::to_string(n);
+  auto whole = [&](const std::string& hf, bool tr = false) { return std::vector<Piece>{{hf, tr, 0, rows}}; };
+  auto ends_with = [](const std::string& s, const std::string& suf) {
+    return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  const std::string suffix = ends_with(name, ".bias") ? "bias" : "weight";
+  if (l == HfLayout::GPT2) {
+    if (name == "embed_tokens.weight") return whole("transformer.wte.weight");
+    if (name == "embed_positions.weight") return whole("transformer.wpe.weight");
+    if (name == "norm.weight" || name == "norm.bias") return whole("transformer.ln_f." + suffix);
+    if (name == "lm_head.weight") return whole("lm_head.weight");
+    if (in_layer) {
+      const std::string p = "transformer.h." + N + ".";
+      const bool w = suffix == "weight";
+      const int64_t C = c.hidden_size;
+      if (rest.rfind("input_layernorm.", 0) == 0) return whole(p + "ln_1." + suffix);
+      if (rest.rfind("post_attention_layernorm.", 0) == 0) return whole(p + "ln_2." + suffix);
+      if (rest.rfind("self_attn.q_proj.", 0) == 0) return {{p + "attn.c_attn." + suffix, w, 0, C}};
+      if (rest.rfind("self_attn.k_proj.", 0) == 0) return {{p + "attn.c_attn." + suffix, w, C, C}};
+      if (rest.rfind("self_attn.v_proj.", 0) == 0) return {{p + "attn.c_attn." + suffix, w, 2 * C, C}};
+      if (rest.rfind("self_attn.o_proj.", 0) == 0) return whole(p + "attn.c_proj." + suffix, w);
+      if (rest.rfind("mlp.fc1.", 0) == 0) return whole(p + "mlp.c_fc." + suffix, w);
+      if (rest.rfind("mlp.fc2.", 0) == 0) return whole(p + "mlp.c_proj." + suffix, w);
+    }
+  } else if (l == HfLayout::LLaDA) {
+    if (name == "embed_tokens.weight") return whole("model.transformer.wte.weight");
+    if (name == "norm.weight") return whole("model.transformer.ln_f.weight");
+    if (name == "lm_head.weight") return whole("model.transformer.ff_out.weight");
+    if (in_layer) {
+      const std::string p = "model.transformer.blocks." + N + ".";
+      if (rest == "input_layernorm.weight") return whole(p + "attn_norm.weight");
+      if (rest == "post_attention_layernorm.weight") return whole(p + "ff_norm.weight");
+      for (const char* q : {"q_proj", "k_proj", "v_proj"})
+        if (rest.rfind(std::string("self_attn.") + q + ".", 0) == 0) return whole(p + q + "." + suffix);
+      if (rest.rfind("self_attn.o_proj.", 0) == 0) return whole(p + "attn_out." + suffix);
+      if (rest.rfind("mlp.fc1.", 0) == 0) return {{p + "ff_proj." + suffix, false, 0, F}, {p + "up_proj." + suffix, false, 0, F}};
+      if (rest.rfind("mlp.fc2.", 0) == 0) return whole(p + "ff_out." + suffix);
+    }
+  } else {
+    if (name == "embed_tokens.weight") return whole("model.embed_tokens.weight");
+    if (name == "norm.weight") return whole("model.norm.weight");
+    if (name == "lm_head.weight") return whole("lm_head.weight");
+    if (in_layer) {
+      const std::string p = "model.layers." + N + ".";
+      if (rest.rfind("mlp.fc1.", 0) == 0)
+        return {{p + "mlp.gate_proj." + suffix, false, 0, F}, {p + "mlp.up_proj." + suffix, false, 0, F}};
+      if (rest.rfind("mlp.fc2.", 0) == 0) return whole(p + "mlp.down_proj." + suffix);
+      if (rest.rfind("input_layernorm.", 0) == 0 || rest.rfind("post_attention_layernorm.", 0) == 0 ||
+          rest.rfind("self_attn.", 0) == 0)
+        return whole(p + rest);
+    }
+  }
+  fail(where, ": parameter '", name, "' has no HuggingFace counterpart in this layout");
+}
+
+// HF tensors that are buffers, not parameters, and may be skipped on import.
+bool ignorable(const std::string& hf) {
+  auto ends_with = [&](const std::string& suf) {
+    return hf.size() >= suf.size() && hf.compare(hf.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with("rotary_emb.inv_freq");
+}
+
+// Element (r, k) of an HF tensor viewed as [R, K] after an optional transpose, as float.
+float hf_at(const Tensor& t, bool transpose, int64_t r, int64_t k, int64_t K) {
+  const int64_t idx = transpose ? k * (t.numel() / K) + r : r * K + k;  // transposed: stored [K, R]
+  switch (t.dtype()) {
+    case DType::F32: return static_cast<const float*>(t.raw())[idx];
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(t.raw())[idx]);
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(t.raw())[idx]);
+    default: fail("HuggingFace tensor of dtype ", dtype_name(t.dtype()), " cannot be converted (F32, BF16, F16)");
+  }
+}
+
+void hf_set(Tensor& t, bool transpose, int64_t r, int64_t k, int64_t K, float v) {
+  const int64_t idx = transpose ? k * (t.numel() / K) + r : r * K + k;
+  switch (t.dtype()) {
+    case DType::F32: static_cast<float*>(t.raw())[idx] = v; break;
+    case DType::BF16: static_cast<uint16_t*>(t.raw())[idx] = f32_to_bf16(v); break;
+    case DType::F16: static_cast<uint16_t*>(t.raw())[idx] = f32_to_f16(v); break;
+    default: fail("cannot write HuggingFace tensors of dtype ", dtype_name(t.dtype()));
+  }
+}
+
+// Our parameter names and shapes for a config, from a model built without allocating values twice.
+std::vector<std::pair<std::string, Shape>> our_shapes(const TransformerConfig& c, bool diffusion) {
+  // Building the ParamStore registers every name and shape; the buffers are needed anyway later.
+  TransformerConfig cc = c;
+  (void)diffusion;
+  cc.attention_mask = cpu::MaskType::Causal;
+  LayerSpec spec;
+  spec.norm = cc.normalization;
+  spec.qk_norm = cc.qk_layernorm;
+  spec.activation = cc.activation;
+  LanguageModel m(cc, spec, ParallelContext::single());
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const auto& p : m.params().infos()) out.emplace_back(p.name, p.shape);
+  return out;
+}
+
+// The HF shape of `hf` implied by the pieces that reference it: rows x cols (transposed when stored
+// as Conv1D), or 1-D for biases and norms.
+struct HfShape {
+  int64_t rows = 0, cols = 0;
+  bool transpose = false, one_d = false;
+};
+
+}  // namespace
+
+HfCheckpoint read_hf_checkpoint(const std::string& dir) {
+  HfCheckpoint ck;
+  const std::string cfg_path = dir + "/config.json";
+  MDLM_CHECK(fs::exists(cfg_path), dir, ": no config.json (not a HuggingFace checkpoint directory)");
+  try {
+    ck.raw_config = json::parse(read_file(cfg_path));
+  } catch (const json::exception& e) {
+    fail(cfg_path, ": not valid JSON (", e.what(), ")");
+  }
+  ck.info = hf_config_to_info(ck.raw_config, cfg_path);
+  validate_config(ck.info.config);
+  ShardedSafetensors st(dir);
+  ck.dtype = st.dominant_dtype();
+  std::set<std::string> used;
+  for (const auto& [name, shape] : our_shapes(ck.info.config, ck.info.diffusion)) {
+    const std::vector<Piece> pieces = pieces_for(ck.info.layout, ck.info.config, name, shape[0]);
+    Tensor out = Tensor::empty(shape, DType::F32);
+    const int64_t K = shape.n == 1 ? 1 : shape.numel() / shape[0];
+    float* o = out.data<float>();
+    int64_t row = 0;
+    for (const Piece& p : pieces) {
+      MDLM_CHECK(st.has(p.hf), dir, ": tensor '", p.hf, "' (for our ", name, ") is missing");
+      const Tensor t = st.get(p.hf);
+      const int64_t t_rows = t.dim() == 1 ? t.numel() : (p.transpose ? t.size(1) : t.size(0));
+      const int64_t t_cols = t.dim() == 1 ? 1 : (p.transpose ? t.size(0) : t.size(1));
+      MDLM_CHECK(t.dim() <= 2 && t_cols == K && p.row0 + p.rows <= t_rows, dir, ": tensor '", p.hf, "' has shape ",
+                 t.shape().str(), ", which does not fit our ", name, " ", shape.str());
+      for (int64_t r = 0; r < p.rows; ++r)
+        for (int64_t k = 0; k < K; ++k) o[(row + r) * K + k] = hf_at(t, p.transpose, p.row0 + r, k, K);
+      row += p.rows;
+      used.insert(p.hf);
+    }
+    MDLM_CHECK(row == shape[0], dir, ": the pieces of ", name, " give ", row, " rows, not ", shape[0]);
+    ck.params.push_back({name, out});
+  }
+  for (const std::string& n : st.names()) {
+    if (used.count(n) || ignorable(n)) continue;
+    // A tied model may still store the head; it must then equal the embedding, which we keep.
+    if (!ck.info.config.untie_embeddings_and_output_weights &&
+        (n == "lm_head.weight" || n == "model.transformer.ff_out.weight"))
+      continue;
+    fail(dir, ": tensor '", n, "' is not used by the ", hf_layout_name(ck.info.layout), " layout with this config.json");
+  }
+  return ck;
+}
+
+void load_params_into(const std::vector<SafetensorsEntry>& params, LanguageModel& model, const std::string& where) {
+  ParamStore& ps = model.params();
+  std::set<std::string> given;
+  for (const auto& e : params) {
+    const int id = ps.find(e.name);
+    MDLM_CHECK(id >= 0, where, ": tensor '", e.name, "' is not a parameter of the model");
+    Tensor dst = ps.value(id);
+    MDLM_CHECK(dst.shape() == e.tensor.shape(), where, ": tensor '", e.name, "' has shape ", e.tensor.shape().str(),
+               " but the model's is ", dst.shape().str());
+    MDLM_CHECK(e.tensor.dtype() == DType::F32, where, ": tensor '", e.name, "' is not F32");
+    dst.copy_from(e.tensor);
+    given.insert(e.name);
+  }
+  for (const auto& info : ps.infos())
+    MDLM_CHECK(given.count(info.name), where, ": no value for the model parameter '", info.name, "'");
+}
+
+std::vector<SafetensorsEntry> model_params(const LanguageModel& model) {
+  std::vector<SafetensorsEntry> out;
+  const ParamStore& ps = model.params();
+  for (int i = 0; i < ps.count(); ++i) out.push_back({ps.info(i).name, ps.value(i)});
+  return out;
+}
+
+std::vector<SafetensorsEntry> params_to_hf(const std::vector<SafetensorsEntry>& params, const HfModelInfo& info,
+                                           DType dtype) {
+  MDLM_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16, "HuggingFace export dtype ",
+             dtype_name(dtype), " is not supported (F32, BF16, F16)");
+  // First pass: the shape of every HF tensor, from the pieces that reference it.
+  struct Target {
+    HfShape shape;
+    Tensor t;
+    int64_t filled = 0;
+  };
+  std::map<std::string, Target> targets;
+  std::vector<std::string> order;
+  struct Use {
+    const SafetensorsEntry* src;
+    std::vector<Piece> pieces;
+  };
+  std::vector<Use> uses;
+  for (const auto& e : params) {
+    MDLM_CHECK(e.tensor.dtype() == DType::F32, "parameter '", e.name, "' is not F32");
+    const Shape& s = e.tensor.shape();
+    Use u{&e, pieces_for(info.layout, info.config, e.name, s[0])};
+    const int64_t K = s.n == 1 ? 1 : s.numel() / s[0];
+    for (const Piece& p : u.pieces) {
+      auto [it, fresh] = targets.try_emplace(p.hf);
+      if (fresh) order.push_back(p.hf);
+      HfShape& hs = it->second.shape;
+      hs.rows = std::max(hs.rows, p.row0 + p.rows);
+      hs.cols = K;
+      hs.transpose = p.transpose;
+      hs.one_d = s.n == 1;
+    }
+    uses.push_back(std::move(u));
+  }
+  for (auto& [name, tg] : targets) {
+    const HfShape& hs = tg.shape;
+    const Shape shape = hs.one_d ? Shape{hs.rows} : hs.transpose ? Shape{hs.cols, hs.rows} : Shape{hs.rows, hs.cols};
+    tg.t = Tensor::empty(shape, dtype);
+  }
+  for (const Use& u : uses) {
+    const Shape& s = u.src->tensor.shape();
+    const int64_t K = s.n == 1 ? 1 : s.numel() / s[0];
+    const float* x = u.src->tensor.data<float>();
+    int64_t row = 0;
+    for (const Piece& p : u.pieces) {
+      Target& tg = targets[p.hf];
+      for (int64_t r = 0; r < p.rows; ++r)
+        for (int64_t k = 0; k < K; ++k) hf_set(tg.t, p.transpose, p.row0 + r, k, K, x[(row + r) * K + k]);
+      tg.filled += p.rows;
+      row += p.rows;
+    }
+  }
+  std::vector<SafetensorsEntry> out;
+  for (const std::string& n : order) {
+    Target& tg = targets[n];
+    MDLM_CHECK(tg.filled == tg.shape.rows, "export: HF tensor '", n, "' got ", tg.filled, " of ", tg.shape.rows, " rows");
+    out.push_back({n, tg.t});
+  }
+  return out;
+}
+
+void write_hf_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& params, const HfModelInfo& info,
+                         const HfWriteOptions& opt) {
+  const json cfg = hf_config_from_info(info, opt.dtype);  // first: refuses what the layout cannot hold
+  const std::vector<SafetensorsEntry> hf = params_to_hf(params, info, opt.dtype);
+  fs::create_directories(dir);
+  write_sharded_safetensors(dir, hf, opt.max_shard_bytes, {{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
+}
+
+}  // namespace megadlm

@@ -1,0 +1,60 @@
+#pragma once
+// Log-likelihoods for evaluation.
+//
+// Autoregressive: exact, log p(x_[begin,T) | x_[0,begin)) = sum_i log softmax(logits_{i-1})[x_i].
+//
+// Diffusion: the negative ELBO of the masked diffusion model (LLaDA eq. (3) / MDLM), of the tokens
+// [begin, T) given the prefix [0, begin) (never masked; begin = 0 for unconditional text):
+//   -log p(x) <= E_{l ~ U{1..L}} E_{mask of l of the L positions} [ (L / l) sum_{masked i} -log p(x_i | x_masked) ]
+// which equals the continuous-time form E_t[(1/t) sum_masked CE] with each token masked at rate t.
+// The Monte Carlo draws take t on a randomly shifted lattice, t_j = (j + u) / M (stratified, low
+// discrepancy), and l = ceil(t L), which is exactly uniform on {1..L} while spreading the draws over
+// all mask ratios. The standard error is the plain sample one (conservative for a stratified design).
+// With cfg_scale > 0 the logits are LLaDA's guided ones: un + (s + 1)(cond - un), the unconditional
+// pass having the prefix masked too.
+#include <cstdint>
+#include <vector>
+
+#include "models/language_model.h"
+
+namespace megadlm {
+
+double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin);
+
+struct DiffusionLikelihoodOptions {
+  int32_t mask_token = -1;
+  int64_t mc_samples = 64;
+  int64_t batch = 16;      // masked copies run per model call
+  float cfg_scale = 0.0f;
+  uint64_t seed = 0;
+};
+
+struct MCEstimate {
+  double mean = 0;  // estimate of the negative ELBO (nats, summed over the L tokens)
+  double se = 0;    // standard error of the mean
+  int64_t samples = 0;
+};
+
+// sample_id keys the randomness (e.g. the sequence's index in a dataset).
+MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin,
+                         const DiffusionLikelihoodOptions& opt, uint64_t sample_id);
+
+struct ChoiceItem {
+  std::vector<int32_t> context;
+  std::vector<std::vector<int32_t>> choices;
+  int64_t label = 0;
+};
+
+struct ChoiceResults {
+  double accuracy = 0;       // argmax of the log-likelihood
+  double accuracy_norm = 0;  // argmax of the log-likelihood per token
+  std::vector<int64_t> predictions;
+  std::vector<std::vector<double>> scores;  // log-likelihood (DLM: minus the negative-ELBO estimate)
+};
+
+// Scores every choice as a continuation of its context (AR exactly; DLM by diffusion_nll, with the
+// item index as the randomness key, so scores of the choices of one item share their draws).
+ChoiceResults score_multiple_choice(LanguageModel& model, bool diffusion, const std::vector<ChoiceItem>& items,
+                                    const DiffusionLikelihoodOptions& opt);
+
+}  // namespace megadlm

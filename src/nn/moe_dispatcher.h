@@ -1,0 +1,35 @@
+#pragma once
+// TokenDispatcher: moves token rows to the experts and back, following an MoERouting.
+//   dispatch: x [N, C] -> xp [P, C], rows grouped by expert (padding rows are zero)
+//   combine:  out [P, C] -> y [N, C], y_n = sum over the rows r of token n of weight_r out_r
+// This is the one place where expert parallelism will plug in: with --expert-model-parallel-size > 1
+// an all-to-all sends each expert's segment to the rank that owns the expert after the permutation,
+// and brings the outputs back before the un-permutation. With one rank both are local copies.
+// Legend: N tokens, C hidden, P dispatched rows.
+#include <vector>
+
+#include "core/arena.h"
+#include "nn/moe_router.h"
+
+namespace megadlm {
+
+class TokenDispatcher {
+ public:
+  // x [N, C] -> xp [P, C] from the arena. Also builds the token -> rows index used by combine.
+  Tensor dispatch(Arena& arena, const Tensor& x, const MoERouting& r);
+  // dxp [P, C] -> dx [N, C]: dx_n = sum of the rows of token n (written, or added when accumulate).
+  void dispatch_backward(const Tensor& dxp, const MoERouting& r, Tensor& dx, bool accumulate) const;
+
+  // out [P, C] -> y [N, C] from the arena (a token no expert took gets 0). Saves out for the backward.
+  Tensor combine(Arena& arena, const Tensor& out, const MoERouting& r);
+  // dy [N, C] -> dout [P, C] written (weight_r dy_n) and dweight [P] written (<dy_n, out_r>).
+  void combine_backward(const Tensor& dy, const MoERouting& r, Tensor& dout, float* dweight) const;
+
+ private:
+  int64_t C_ = 0;
+  std::vector<int64_t> token_offsets_;  // [N+1] CSR of the rows of each token, ascending
+  std::vector<int32_t> token_rows_;     // [rows carrying a token]
+  Tensor out_;                          // [P, C] saved expert outputs
+};
+
+}  // namespace megadlm

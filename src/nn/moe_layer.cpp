@@ -1,0 +1,61 @@
+#include "nn/moe_layer.h"
+
+#include "kernels/cpu/elementwise.h"
+
+namespace megadlm {
+
+MoELayer::MoELayer(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
+                   float output_init_std)
+    : name_(name), cfg_(cfg.moe), C_(cfg.hidden_size) {
+  MDLM_CHECK(ctx.ep.size == 1, name, ": expert parallelism is not available in this build yet");
+  const int64_t F = cfg_.ffn_hidden_size > 0 ? cfg_.ffn_hidden_size : cfg.ffn_hidden_size;
+  router_ = MoERouter(store, name + ".router", cfg_, C_, cfg.init_method_std);
+  experts_ = MoEExperts(store, name + ".experts", cfg, cfg_.num_experts, F, output_init_std, cfg_.grouped_gemm);
+  if (cfg_.shared_expert_size > 0)
+    shared_ = std::make_unique<MLP>(store, ctx, name + ".shared_experts", cfg, cfg_.shared_expert_size, output_init_std);
+  stats_.tokens_per_expert.assign(static_cast<size_t>(cfg_.num_experts), 0.0);
+}
+
+Tensor MoELayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
+  const int64_t N = x.numel() / C_;
+  const int64_t B = batch.B > 0 && batch.T > 0 && batch.B * batch.T == N ? batch.B : 1;
+  router_.forward(arena, x, B, N / B, routing_);
+  Tensor xp = dispatcher_.dispatch(arena, x, routing_);
+  Tensor out = experts_.forward(arena, xp, routing_.offsets);
+  Tensor y = dispatcher_.combine(arena, out, routing_);
+  if (shared_) {
+    Tensor s = shared_->forward(arena, x);
+    cpu::add_inplace(y.data<float>(), s.data<float>(), y.numel());
+  }
+  return y;
+}
+
+void MoELayer::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
+  const size_t mark = arena.mark();
+  const int64_t P = routing_.rows();
+  if (shared_) shared_->backward(arena, dy, dx);  // writes dx
+  Tensor dout = arena.tensor({P, C_});
+  Tensor dweight = arena.tensor({P});
+  dispatcher_.combine_backward(dy, routing_, dout, dweight.data<float>());
+  Tensor dxp = arena.tensor({P, C_});
+  experts_.backward(arena, dout, dxp);
+  dispatcher_.dispatch_backward(dxp, routing_, dx, /*accumulate=*/shared_ != nullptr);
+  router_.backward(arena, routing_, dweight.data<float>(), aux_loss_scale_, dx);  // accumulates into dx
+  arena.release(mark);
+
+  for (int64_t e = 0; e < cfg_.num_experts; ++e) stats_.tokens_per_expert[e] += static_cast<double>(routing_.tokens_per_expert[e]);
+  stats_.assignments += static_cast<double>(routing_.assignments);
+  stats_.dropped += static_cast<double>(routing_.dropped);
+  stats_.aux_loss += routing_.aux_loss;
+  stats_.z_loss += routing_.z_loss;
+  ++stats_.micro_batches;
+}
+
+MoEStats MoELayer::take_stats() {
+  MoEStats s = stats_;
+  stats_ = MoEStats();
+  stats_.tokens_per_expert.assign(static_cast<size_t>(cfg_.num_experts), 0.0);
+  return s;
+}
+
+}  // namespace megadlm

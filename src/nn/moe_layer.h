@@ -1,0 +1,61 @@
+#pragma once
+// The Mixture-of-Experts block that replaces the MLP of a layer (Megatron's MoELayer):
+//   routing = router(x);  xp = dispatch(x);  out = experts(xp);  y = combine(out) [+ shared_experts(x)]
+// The router's load-balancing and z losses do not flow through y: like Megatron's
+// MoEAuxLossAutoScaler, backward() adds their gradients (times aux_loss_scale) to the router's.
+// Per-layer statistics (tokens per expert, dropped fraction, aux and z loss) accumulate over the
+// micro-batches that ran backward (so evaluation forwards do not count) until take_stats().
+// Legend: N tokens (B*T), C hidden, E experts, P dispatched rows.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "nn/mlp.h"
+#include "nn/moe_dispatcher.h"
+#include "nn/moe_experts.h"
+#include "nn/moe_router.h"
+#include "nn/transformer_config.h"
+
+namespace megadlm {
+
+struct MoEStats {
+  std::vector<double> tokens_per_expert;  // [E] summed over micro-batches
+  double assignments = 0, dropped = 0;    // see MoERouting
+  double aux_loss = 0, z_loss = 0;        // summed over micro-batches
+  int64_t micro_batches = 0;
+  double dropped_fraction() const { return assignments > 0 ? dropped / assignments : 0.0; }
+};
+
+class MoELayer {
+ public:
+  MoELayer(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
+           float output_init_std);
+
+  Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch);  // x [N, C] -> [N, C]
+  void backward(Arena& arena, const Tensor& dy, Tensor& dx);              // dx [N, C] written
+
+  // Gradient scale of the aux and z losses: the trainer sets 1 / micro-batches, as Megatron does, so
+  // the step's gradient is that of the mean over micro-batches.
+  void set_aux_loss_scale(float s) { aux_loss_scale_ = s; }
+  void set_grouped_gemm(bool g) { experts_.set_grouped(g); }
+  const MoERouting& last_routing() const { return routing_; }
+  const MoEStats& stats() const { return stats_; }
+  MoEStats take_stats();  // returns and resets
+  const std::string& name() const { return name_; }
+  int64_t num_experts() const { return cfg_.num_experts; }
+
+ private:
+  std::string name_;
+  MoEConfig cfg_;
+  int64_t C_ = 0;
+  MoERouter router_;
+  TokenDispatcher dispatcher_;
+  MoEExperts experts_;
+  std::unique_ptr<MLP> shared_;
+  MoERouting routing_;
+  MoEStats stats_;
+  float aux_loss_scale_ = 1.0f;
+};
+
+}  // namespace megadlm

@@ -1,0 +1,31 @@
+#pragma once
+// MoE training metrics: per MoE layer the tokens routed to each expert, the dropped fraction and the
+// aux / z losses, gathered from the layers (and reset there) at each log interval.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/language_model.h"
+
+namespace megadlm {
+
+struct MoELayerReport {
+  std::string name;
+  MoEStats stats;
+};
+
+struct MoEReport {
+  std::vector<MoELayerReport> layers;
+  double aux_loss = 0;  // sum over layers of the mean per micro-batch: what the step's objective adds
+  double z_loss = 0;
+  double dropped_fraction = 0;  // over every layer's assignments
+  bool empty() const { return layers.empty(); }
+};
+
+MoEReport collect_moe_report(LanguageModel& model);  // takes (and resets) each layer's statistics
+std::string moe_line_suffix(const MoEReport& r);      // " | moe aux ... | moe z ... | moe dropped ..."
+std::vector<std::string> moe_layer_lines(const MoEReport& r);
+void add_moe_metrics(const MoEReport& r, nlohmann::json& j);
+
+}  // namespace megadlm
