@@ -4,9 +4,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "core/philox.h"
 
@@ -62,6 +67,35 @@ inline std::string shared_path(const std::string& rel) {
   if (!f) return "";
   std::fclose(f);
   return p;
+}
+
+// A fresh directory per test under the system temp dir (named by pid, suite and test), removed at
+// the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = (std::filesystem::temp_directory_path() /
+             ("megadlm_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name()))
+                .string();
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& str() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The names in a directory (not recursive): to check that no temporary file was left behind.
+inline std::set<std::string> entries_of(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
 }
 
 }  // namespace megadlm::test

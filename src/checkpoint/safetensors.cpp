@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -161,49 +159,6 @@ void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
 }
 
 // ---- writing -------------------------------------------------------------------------------------
-static void write_all(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    MDLM_CHECK(w > 0, path, ": write failed (", std::strerror(errno), ")");
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-// Writes the pieces to path.tmp, fsyncs, renames over path. On failure removes the temp file.
-static void write_pieces_atomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& pieces) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  MDLM_CHECK(fd >= 0, tmp, ": cannot create (", std::strerror(errno), ")");
-  try {
-    for (const auto& [p, n] : pieces) write_all(fd, p, n, tmp);
-    MDLM_CHECK(::fsync(fd) == 0, tmp, ": fsync failed (", std::strerror(errno), ")");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail(path, ": rename failed (", std::strerror(err), ")");
-  }
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  write_pieces_atomic(path, {{bytes.data(), bytes.size()}});
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MDLM_CHECK(in.good(), path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -222,9 +177,9 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   char len[8];
   uint64_t n = h.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  std::vector<std::pair<const char*, size_t>> pieces = {{len, 8}, {h.data(), h.size()}};
-  for (const auto& t : tensors) pieces.emplace_back(static_cast<const char*>(t.tensor.raw()), t.tensor.nbytes());
-  write_pieces_atomic(path, pieces);
+  std::vector<std::pair<const void*, size_t>> pieces = {{len, 8}, {h.data(), h.size()}};
+  for (const auto& t : tensors) pieces.emplace_back(t.tensor.raw(), t.tensor.nbytes());
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace megadlm

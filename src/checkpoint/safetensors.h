@@ -3,13 +3,14 @@
 // "__metadata__": {...}}, then the raw tensor bytes. The reader memory-maps the file and validates
 // every field (header length within the file, offsets in range and not overlapping, sizes matching
 // shape x dtype, known dtypes) before handing out views; a lying file gives an Error naming it.
-// The writer writes to "<path>.tmp", fsyncs, and renames, so a crash never leaves a partial file
-// under the final name.
+// The writer writes to a temporary name beside the target, fsyncs, and renames (core/file_io.h), so a
+// crash never leaves a partial file under the final name.
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "core/tensor.h"
 
 namespace megadlm {
@@ -57,8 +58,5 @@ struct SafetensorsEntry {
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-// Writes `bytes` to path atomically (temp, fsync, rename); used for JSON side files too.
-void write_file_atomic(const std::string& path, const std::string& bytes);
-std::string read_file(const std::string& path);  // Error naming the path when unreadable
 
 }  // namespace megadlm

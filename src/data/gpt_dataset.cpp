@@ -265,7 +265,7 @@ void GPTDataset::save(const std::string& path) const {
   put(document_index_.data(), 4 * n_doc);
   put(sample_index_.data(), 8 * n_sample);
   put(shuffle_index_.data(), 8 * n_shuffle);
-  write_file_atomically(path, buf.data(), buf.size());
+  write_file_atomic(path, buf.data(), buf.size());
 }
 
 bool GPTDataset::try_load(const std::string& path) {

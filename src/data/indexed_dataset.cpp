@@ -1,5 +1,7 @@
 #include "data/indexed_dataset.h"
 
+#include "core/file_io.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -32,7 +34,6 @@ inline T load(const uint8_t* p) {
 
 bool is_known_code(uint8_t c) { return c >= 1 && c <= 8; }
 
-std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
@@ -244,59 +245,6 @@ std::vector<int32_t> IndexedDataset::get(int64_t seq) const {
   std::vector<int32_t> out(static_cast<size_t>(sequence_length(seq)));
   read(seq, 0, static_cast<int64_t>(out.size()), out.data());
   return out;
-}
-
-// ---- atomic file helpers -------------------------------------------------------------------------------
-
-std::string temporary_name_for(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-}
-
-namespace {
-
-void flush_and_close(std::FILE* f, const std::string& path) {
-  const bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const std::string why = ok ? "" : errno_text();
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) fail(path, ": write failed (", why.empty() ? errno_text() : why, ")");
-}
-
-void rename_or_fail(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0) fail(to, ": cannot rename ", from, " to it (", errno_text(), ")");
-}
-
-// Makes the renames durable (best effort: some file systems do not allow fsync on a directory).
-void sync_directory_of(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)::fsync(fd);
-    ::close(fd);
-  }
-}
-
-}  // namespace
-
-void write_file_atomically(const std::string& path, const void* data, size_t bytes) {
-  const std::string tmp = temporary_name_for(path);
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail(path, ": cannot create ", tmp, " (", errno_text(), ")");
-  if (bytes > 0 && std::fwrite(data, 1, bytes, f) != bytes) {
-    const std::string why = errno_text();
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    fail(path, ": write failed (", why, ")");
-  }
-  try {
-    flush_and_close(f, tmp);
-    rename_or_fail(tmp, path);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  sync_directory_of(path);
 }
 
 // ---- IndexedDatasetWriter ------------------------------------------------------------------------------

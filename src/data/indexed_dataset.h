@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
+
 namespace megadlm {
 
 // Megatron's DType codes (megatron/core/datasets/indexed_dataset.py).
@@ -129,10 +131,5 @@ class IndexedDatasetWriter {
   bool finalized_ = false;
 };
 
-// Writes `path` under a temporary name in the same directory, flushes it and renames it, so a reader
-// never sees a partial file. Throws Error naming the path.
-void write_file_atomically(const std::string& path, const void* data, size_t bytes);
-// A unique temporary name next to `path` (same directory, so rename() is atomic).
-std::string temporary_name_for(const std::string& path);
 
 }  // namespace megadlm

@@ -6,6 +6,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -30,6 +31,13 @@ namespace {
 // Keys the sidecar adds beside the TokenizerSpec fields.
 constexpr const char* kSidecarExtraKeys[] = {"vocab_size", "eod", "dtype", "json_key", "append_eod"};
 
+// One chunk of input lines, parsed (JSON only: the tokenizer is not needed yet).
+struct ParsedChunk {
+  int64_t id = -1;  // position in the input, in chunks
+  int64_t lines = 0, bytes = 0;
+  std::vector<std::pair<int64_t, ParsedLine>> lines_parsed;  // (1-based line number, the line)
+};
+
 // One chunk of input lines, tokenized.
 struct ChunkResult {
   int64_t lines = 0, documents = 0, blank = 0, bytes = 0;
@@ -42,21 +50,31 @@ struct ChunkResult {
   std::vector<PerKey> keys;
 };
 
-void tokenize_chunk(const LineChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok, ChunkResult& out) {
-  const size_t nk = opt.json_keys.size();
-  out.keys.assign(nk, {});
+void parse_chunk(int64_t id, const LineChunk& chunk, const PreprocessOptions& opt, ParsedChunk& out) {
+  out.id = id;
   out.lines = chunk.num_lines;
   out.bytes = static_cast<int64_t>(chunk.text.size());
-  std::vector<int32_t> ids;
+  out.lines_parsed.clear();
+  out.lines_parsed.reserve(static_cast<size_t>(chunk.num_lines));
   for_each_line(chunk, [&](int64_t line_no, std::string_view line) {
-    ParsedLine p = parse_jsonl_line(line, opt.json_keys);
+    out.lines_parsed.emplace_back(line_no, parse_jsonl_line(line, opt.json_keys));
+  });
+}
+
+void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok, ChunkResult& out) {
+  const size_t nk = opt.json_keys.size();
+  out.keys.assign(nk, {});
+  out.lines = chunk.lines;
+  out.bytes = chunk.bytes;
+  std::vector<int32_t> ids;
+  for (auto& [line_no, p] : chunk.lines_parsed) {
     if (p.status == LineStatus::Blank) {
       ++out.blank;
-      return;
+      continue;
     }
     if (p.status != LineStatus::Ok) {
       out.bad.push_back({line_no, std::move(p.error)});
-      return;
+      continue;
     }
     // A text the tokenizer rejects (NullTokenizer given words) makes the line bad; what the line
     // already appended for earlier keys is taken back so that the datasets stay aligned.
@@ -90,27 +108,36 @@ void tokenize_chunk(const LineChunk& chunk, const PreprocessOptions& opt, const 
         out.keys[k].seqs_per_doc.resize(sizes[k][2]);
       }
       out.bad.push_back({line_no, std::string("tokenizer: ") + e.what()});
-      return;
+      continue;
     }
     ++out.documents;
-  });
+  }
+}
+
+// Tokenizers whose encode() may run on several threads at once: the byte-level BPE ones keep their
+// only mutable state (the cache of recent pieces, scratch vectors) per thread. Workers share one of
+// these, built once; the others are built per worker (they are cheap to build or, SentencePiece,
+// make no promise).
+bool encode_is_thread_safe(const std::string& type) {
+  return type == "GPT2BPETokenizer" || type == "HuggingFaceTokenizer";
 }
 
 // The reader -> workers -> writer pipeline's shared state.
 class Pipeline {
  public:
-  Pipeline(const PreprocessOptions& opt, const Timer& timer) : opt_(opt), timer_(timer), reader_(opt.input) {
+  Pipeline(const PreprocessOptions& opt, const Timer& timer)
+      : opt_(opt), timer_(timer), reader_(opt.input), share_(encode_is_thread_safe(opt.tokenizer.type)) {
     max_in_flight_ = static_cast<int64_t>(4 * opt.workers);
   }
   ~Pipeline() { shutdown(); }
 
   void start() {
     threads_.emplace_back([this] { read_loop(); });
-    for (int w = 0; w < opt_.workers; ++w) threads_.emplace_back([this] { work_loop(); });
+    for (int w = 0; w < opt_.workers; ++w) threads_.emplace_back([this, w] { work_loop(w); });
   }
 
-  // The vocabulary size and eod id, from the first worker to load its tokenizer (so that the calling
-  // thread does not spend time loading one more). Rethrows a thread's error.
+  // The vocabulary size and eod id, from the first tokenizer built (so that the calling thread does
+  // not spend time loading one more). Rethrows a thread's error.
   void tokenizer_info(int64_t& vocab_size, int32_t& eod) {
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return error_ || info_ready_; });
@@ -133,7 +160,7 @@ class Pipeline {
     return true;
   }
 
-  // When the last worker had its tokenizer loaded (valid after shutdown()).
+  // When every worker had a tokenizer (valid after shutdown()).
   double startup_seconds() const { return startup_seconds_; }
 
   void shutdown() {
@@ -158,9 +185,12 @@ class Pipeline {
     try {
       for (int64_t id = 0;; ++id) {
         {
-          // Bound the memory: at most max_in_flight_ chunks read but not yet written.
+          // Bound the memory: at most max_in_flight_ chunks read but not yet written (more while the
+          // tokenizer loads, so that waiting workers have lines to parse).
           std::unique_lock<std::mutex> lk(mu_);
-          cv_.wait(lk, [&] { return stop_ || id - written_ < max_in_flight_; });
+          cv_.wait(lk, [&] {
+            return stop_ || id - written_ < (tokenizers_ready_ ? max_in_flight_ : kMaxInFlightAtStartup);
+          });
           if (stop_) return;
         }
         auto chunk = std::make_unique<LineChunk>();
@@ -180,34 +210,94 @@ class Pipeline {
     }
   }
 
-  void work_loop() {
-    try {
-      // Each worker owns its tokenizer: no assumption about the thread safety of encode().
-      const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt_.tokenizer);
+  // The next chunk to tokenize, parsed: one parsed early if any, else the next one read. False when
+  // the input is exhausted (or on stop or error).
+  bool next_parsed(ParsedChunk& out) {
+    std::pair<int64_t, std::unique_ptr<LineChunk>> job;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || error_ || !parsed_.empty() || !queue_.empty() || reader_done_; });
+      if (stop_ || error_) return false;
+      if (!parsed_.empty()) {
+        out = std::move(parsed_.front());
+        parsed_.pop_front();
+        return true;
+      }
+      if (queue_.empty()) return false;  // reader_done_ and nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    parse_chunk(job.first, *job.second, opt_, out);
+    return true;
+  }
+
+  // While worker 0 builds the shared tokenizer, the others parse the JSON of chunks read meanwhile
+  // (which needs no tokenizer), so that this work is off the critical path instead of them idling.
+  // The parsed chunks go to parsed_ in input order, for any worker to tokenize.
+  void parse_until_ready() {
+    for (;;) {
+      std::pair<int64_t, std::unique_ptr<LineChunk>> job;
       {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!info_ready_) {
-          vocab_size_ = tok->vocab_size();
-          eod_ = tok->eod();
-          info_ready_ = true;
-          cv_.notify_all();
-        }
-        if (++loaded_ == opt_.workers) startup_seconds_ = timer_.seconds();
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || error_ || tokenizers_ready_ || !queue_.empty() || reader_done_; });
+        if (stop_ || error_ || tokenizers_ready_ || queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      ParsedChunk p;
+      parse_chunk(job.first, *job.second, opt_, p);
+      std::lock_guard<std::mutex> lk(mu_);
+      // Several parsers finish out of order; keep parsed_ sorted so the writer's next chunk comes first.
+      auto at = parsed_.end();
+      while (at != parsed_.begin() && std::prev(at)->id > p.id) --at;
+      parsed_.insert(at, std::move(p));
+      cv_.notify_all();
+    }
+  }
+
+  // Records the first tokenizer's vocabulary and counts the worker as ready.
+  void tokenizer_built(const Tokenizer& tok, int ready_workers) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!info_ready_) {
+      vocab_size_ = tok.vocab_size();
+      eod_ = tok.eod();
+      info_ready_ = true;
+    }
+    loaded_ += ready_workers;
+    if (loaded_ == opt_.workers) {
+      startup_seconds_ = timer_.seconds();
+      if (getenv("PP_DEBUG")) fprintf(stderr, "ready at %.4f: parsed %zu queued %zu read %lld\n", startup_seconds_, parsed_.size(), queue_.size(), (long long)chunks_read_);
+      tokenizers_ready_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  void work_loop(int worker) {
+    try {
+      std::unique_ptr<Tokenizer> own;
+      const Tokenizer* tok = nullptr;
+      if (!share_) {
+        own = make_tokenizer(opt_.tokenizer);
+        tok = own.get();
+        tokenizer_built(*tok, 1);
+      } else if (worker == 0) {
+        shared_ = make_tokenizer(opt_.tokenizer);  // the others read shared_ only after the notify below
+        tok = shared_.get();
+        tokenizer_built(*tok, opt_.workers);
+      } else {
+        parse_until_ready();
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || error_ || tokenizers_ready_; });
+        if (stop_ || error_) return;
+        tok = shared_.get();
       }
       for (;;) {
-        std::pair<int64_t, std::unique_ptr<LineChunk>> job;
-        {
-          std::unique_lock<std::mutex> lk(mu_);
-          cv_.wait(lk, [&] { return stop_ || error_ || !queue_.empty() || reader_done_; });
-          if (stop_ || error_) return;
-          if (queue_.empty()) return;  // reader_done_ and nothing left
-          job = std::move(queue_.front());
-          queue_.pop_front();
-        }
+        ParsedChunk p;
+        if (!next_parsed(p)) return;
         ChunkResult r;
-        tokenize_chunk(*job.second, opt_, *tok, r);
+        tokenize_chunk(p, opt_, *tok, r);
         std::lock_guard<std::mutex> lk(mu_);
-        results_.emplace(job.first, std::move(r));
+        results_.emplace(p.id, std::move(r));
         cv_.notify_all();
       }
     } catch (...) {
@@ -215,16 +305,21 @@ class Pipeline {
     }
   }
 
+  static constexpr int64_t kMaxInFlightAtStartup = 256;  // 16 MiB of 64 KiB chunks
+
   const PreprocessOptions& opt_;
   const Timer& timer_;
   JsonlReader reader_;
+  const bool share_;                  // one tokenizer for all workers
+  std::unique_ptr<Tokenizer> shared_;  // built by worker 0 when share_
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<int64_t, std::unique_ptr<LineChunk>>> queue_;
+  std::deque<std::pair<int64_t, std::unique_ptr<LineChunk>>> queue_;  // read, not yet parsed
+  std::deque<ParsedChunk> parsed_;  // parsed while the tokenizer loaded, by id
   std::map<int64_t, ChunkResult> results_;
   int64_t chunks_read_ = 0, written_ = 0, max_in_flight_ = 8;
-  bool reader_done_ = false, stop_ = false, info_ready_ = false;
+  bool reader_done_ = false, stop_ = false, info_ready_ = false, tokenizers_ready_ = false;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
   int loaded_ = 0;
@@ -314,6 +409,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     }
   }
   pipe.shutdown();
+  if (getenv("PP_DEBUG")) fprintf(stderr, "all chunks written at %.4f\n", timer.seconds());
   if (res.bad_lines > o.max_bad_lines_kept && o.log)
     log_info("... ", res.bad_lines - o.max_bad_lines_kept, " more bad lines not shown");
   if (res.documents == 0 && o.log)
@@ -329,7 +425,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     j["json_key"] = o.json_keys[k];
     j["append_eod"] = o.append_eod;
     const std::string text = j.dump(2) + "\n";
-    write_file_atomically(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
+    write_file_atomic(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
   }
   res.seconds = timer.seconds();
   res.startup_seconds = pipe.startup_seconds();

@@ -21,24 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = (fs::temp_directory_path() /
-             ("megadlm_st_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name()))
-                .string();
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& str() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
+using test::entries_of;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -99,7 +83,7 @@ TEST(Safetensors, RoundTripOfDtypesShapesAndMetadata) {
   };
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"note", "round trip \"quoted\""}};
   write_safetensors(path, in, meta);
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(entries_of(fs::path(path).parent_path().string()), std::set<std::string>{"rt.safetensors"});
 
   SafetensorsFile f(path);
   EXPECT_EQ(f.path(), path);
@@ -334,14 +318,17 @@ TEST(SafetensorsWrite, AtomicWriterLeavesNoTempAndFailuresKeepThePreviousFile) {
   const std::string path = dir / "model.safetensors";
   const Tensor first = make_tensor({16}, DType::F32, 1), second = make_tensor({32}, DType::F32, 2);
   write_safetensors(path, {{"w", first}});
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(entries_of(dir.str()), std::set<std::string>{"model.safetensors"});  // no temporary left
   const std::string before = read_file(path);
 
-  // Make the temporary name unusable (a directory sits there): the write fails and the old file stays.
-  fs::create_directories(path + ".tmp");
-  expect_error([&] { write_safetensors(path, {{"w", second}}); }, path, "cannot create");
+  // A failure at the final rename (the target is a non-empty directory): Error naming the path, the
+  // temporary file removed, the directory untouched.
+  const std::string blocked = dir / "blocked.safetensors";
+  fs::create_directories(blocked + "/inside");
+  expect_error([&] { write_safetensors(blocked, {{"w", second}}); }, blocked, "cannot rename");
+  EXPECT_EQ(entries_of(dir.str()), (std::set<std::string>{"blocked.safetensors", "model.safetensors"}));
+  EXPECT_TRUE(fs::is_directory(blocked + "/inside"));
   EXPECT_EQ(read_file(path), before);
-  fs::remove_all(path + ".tmp");
 
   // Into a directory that does not exist: Error naming the path, nothing created.
   const std::string nowhere = dir / "no/such/dir/model.safetensors";
@@ -350,7 +337,7 @@ TEST(SafetensorsWrite, AtomicWriterLeavesNoTempAndFailuresKeepThePreviousFile) {
 
   // A successful overwrite replaces the content and leaves no temp file.
   write_safetensors(path, {{"w", second}});
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(entries_of(dir.str()), (std::set<std::string>{"blocked.safetensors", "model.safetensors"}));
   SafetensorsFile f(path);
   EXPECT_EQ(f.get("w").numel(), 32);
   EXPECT_EQ(std::memcmp(f.get("w").raw(), second.raw(), 128), 0);
@@ -358,7 +345,7 @@ TEST(SafetensorsWrite, AtomicWriterLeavesNoTempAndFailuresKeepThePreviousFile) {
   // write_file_atomic and read_file.
   write_file_atomic(dir / "side.json", "{\"a\": 1}\n");
   EXPECT_EQ(read_file(dir / "side.json"), "{\"a\": 1}\n");
-  EXPECT_FALSE(fs::exists(dir / "side.json.tmp"));
+  EXPECT_EQ(entries_of(dir.str()), (std::set<std::string>{"blocked.safetensors", "model.safetensors", "side.json"}));
   expect_error([&] { read_file(dir / "absent.json"); }, dir / "absent.json", "cannot open");
 }
 

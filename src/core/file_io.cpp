@@ -1,0 +1,84 @@
+#include "core/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace megadlm {
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string temporary_name_for(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+}
+
+void flush_and_close(std::FILE* f, const std::string& path) {
+  const bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const std::string why = ok ? "" : errno_text();
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) fail(path, ": write failed (", why.empty() ? errno_text() : why, ")");
+}
+
+void rename_or_fail(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) fail(to, ": cannot rename ", from, " to it (", errno_text(), ")");
+}
+
+void sync_directory_of(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)::fsync(fd);  // some file systems refuse fsync on a directory: best effort
+    ::close(fd);
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces) {
+  const std::string tmp = temporary_name_for(path);
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail(path, ": cannot create ", tmp, " (", errno_text(), ")");
+  for (const auto& [data, bytes] : pieces) {
+    if (bytes > 0 && std::fwrite(data, 1, bytes, f) != bytes) {
+      const std::string why = errno_text();
+      std::fclose(f);
+      std::remove(tmp.c_str());
+      fail(path, ": write failed (", why, ")");
+    }
+  }
+  try {
+    flush_and_close(f, tmp);
+    rename_or_fail(tmp, path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  sync_directory_of(path);
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t bytes) {
+  write_file_atomic(path, {{data, bytes}});
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MDLM_CHECK(in.good(), path, ": cannot open (", errno_text(), ")");
+  std::ostringstream os;
+  os << in.rdbuf();
+  MDLM_CHECK(!in.bad(), path, ": read failed");
+  return os.str();
+}
+
+}  // namespace megadlm

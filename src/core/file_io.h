@@ -1,0 +1,34 @@
+#pragma once
+// Whole-file I/O that never leaves a partial file under the final name: data is written to a unique
+// temporary name in the same directory, flushed and fsynced, then renamed over the target, and the
+// directory is synced. Used for dataset indices, sidecars, checkpoints and tokenizer files.
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace megadlm {
+
+// A unique temporary name next to `path` (same directory, so rename() is atomic).
+std::string temporary_name_for(const std::string& path);
+
+// Writes the pieces, in order, to `path` atomically. Throws Error naming the path; on failure the
+// temporary file is removed and any previous file at `path` is untouched.
+void write_file_atomic(const std::string& path, const std::vector<std::pair<const void*, size_t>>& pieces);
+void write_file_atomic(const std::string& path, const void* data, size_t bytes);
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+// Flushes, fsyncs and closes a stream being written to `path` (named in the Error on failure).
+void flush_and_close(std::FILE* f, const std::string& path);
+// Renames or throws an Error naming both paths.
+void rename_or_fail(const std::string& from, const std::string& to);
+// Makes renames in the directory of `path` durable (best effort).
+void sync_directory_of(const std::string& path);
+
+// The whole file; Error naming the path when it cannot be read.
+std::string read_file(const std::string& path);
+
+std::string errno_text();  // strerror(errno)
+
+}  // namespace megadlm
