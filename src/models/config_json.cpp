@@ -1,6 +1,7 @@
 #include "models/config_json.h"
 
 #include "core/error.h"
+#include "models/moe_config_json.h"
 
 namespace megadlm {
 
@@ -37,6 +38,7 @@ nlohmann::json config_to_json(const TransformerConfig& c) {
   j["init_method_std"] = c.init_method_std;
   j["attention_mask_type"] = mask_name(c.attention_mask);
   j["attention_block_size"] = c.attention_block_size;
+  if (c.moe.enabled()) j["moe"] = moe_config_to_json(c.moe);
   return j;
 }
 
@@ -80,6 +82,7 @@ TransformerConfig config_from_json(const nlohmann::json& j, const std::string& w
   else if (mask == "block_causal") c.attention_mask = cpu::MaskType::BlockCausal;
   else fail(where, ": unknown attention_mask_type '", mask, "'");
   c.attention_block_size = j.value("attention_block_size", int64_t{0});
+  if (j.contains("moe")) c.moe = moe_config_from_json(j["moe"], where);
   return c;
 }
 

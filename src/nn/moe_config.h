@@ -23,7 +23,7 @@ struct MoEConfig {
   MoELoadBalancing load_balancing = MoELoadBalancing::AuxLoss;
   float aux_loss_coeff = 0.0f;
   float z_loss_coeff = 0.0f;
-  float capacity_factor = 0.0f;        // <= 0: no capacity limit (token choice)
+  double capacity_factor = 0.0;        // <= 0: no capacity limit (token choice)
   MoEDropPolicy drop_policy = MoEDropPolicy::Probs;
   bool pad_to_capacity = false;
   int64_t ffn_hidden_size = 0;         // per-expert F (0 = the dense --ffn-hidden-size)

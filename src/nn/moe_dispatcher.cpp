@@ -4,6 +4,9 @@
 
 namespace megadlm {
 
+// Below this many elements a loop runs on one thread: an OpenMP fork/join costs more than the work.
+static constexpr int64_t kMinParallelWork = 1 << 14;
+
 Tensor TokenDispatcher::dispatch(Arena& arena, const Tensor& x, const MoERouting& r) {
   const int64_t N = r.N, P = r.rows();
   C_ = x.numel() / N;
@@ -25,7 +28,7 @@ Tensor TokenDispatcher::dispatch(Arena& arena, const Tensor& x, const MoERouting
   const float* xs = x.data<float>();
   float* xd = xp.data<float>();
   const int64_t C = C_;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (P * C >= kMinParallelWork)
   for (int64_t row = 0; row < P; ++row) {
     const int32_t n = r.token[row];
     if (n >= 0) std::memcpy(xd + row * C, xs + n * C, sizeof(float) * C);
@@ -38,7 +41,7 @@ void TokenDispatcher::dispatch_backward(const Tensor& dxp, const MoERouting& r, 
   const int64_t N = r.N, C = C_;
   const float* g = dxp.data<float>();
   float* d = dx.data<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     float* dn = d + n * C;
     if (!accumulate) std::memset(dn, 0, sizeof(float) * C);
@@ -55,7 +58,7 @@ Tensor TokenDispatcher::combine(Arena& arena, const Tensor& out, const MoERoutin
   Tensor y = arena.tensor({N, C});
   const float* o = out.data<float>();
   float* yd = y.data<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     float* yn = yd + n * C;
     std::memset(yn, 0, sizeof(float) * C);
@@ -74,7 +77,7 @@ void TokenDispatcher::combine_backward(const Tensor& dy, const MoERouting& r, Te
   const float* g = dy.data<float>();
   const float* o = out_.data<float>();
   float* d = dout.data<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (P * C >= kMinParallelWork)
   for (int64_t row = 0; row < P; ++row) {
     const int32_t n = r.token[row];
     float* drow = d + row * C;

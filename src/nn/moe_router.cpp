@@ -7,6 +7,9 @@
 
 namespace megadlm {
 
+// Below this many elements a loop runs on one thread: an OpenMP fork/join costs more than the work.
+static constexpr int64_t kMinParallelWork = 1 << 14;
+
 const char* moe_router_type_name(MoERouterType t) { return t == MoERouterType::TopK ? "topk" : "expert_choice"; }
 const char* moe_score_function_name(MoEScoreFunction s) { return s == MoEScoreFunction::Softmax ? "softmax" : "sigmoid"; }
 const char* moe_load_balancing_name(MoELoadBalancing l) {
@@ -42,7 +45,7 @@ void MoERouter::forward(Arena& arena, const Tensor& x, int64_t B, int64_t T, MoE
   float* sc = scores_.data<float>();
   float* lse = lse_.data<float>();
   const bool sigmoid = cfg_.score_function == MoEScoreFunction::Sigmoid;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * E >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* l = lg + n * E;
     float* s = sc + n * E;
@@ -72,7 +75,7 @@ void MoERouter::route_token_choice(MoERouting& r) {
   sel_.resize(static_cast<size_t>(N * k));
   probs_.resize(static_cast<size_t>(N * k));
   const bool sigmoid = cfg_.score_function == MoEScoreFunction::Sigmoid;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * E >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* l = lg + n * E;
     const float* s = sc + n * E;
@@ -219,7 +222,7 @@ void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight
     // dscore[n, e] = dweight of the row that took (n, e); through the score function.
     for (int64_t row = 0; row < P; ++row)
       if (r.source[row] >= 0) dl[r.source[row]] += dweight[row];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * E >= kMinParallelWork)
     for (int64_t n = 0; n < N; ++n) {
       float* d = dl + n * E;
       const float* s = sc + n * E;
@@ -242,7 +245,7 @@ void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight
     const double groups = seq ? static_cast<double>(B_) : 1.0;
     const double aux_c =
         aux ? loss_scale * cfg_.aux_loss_coeff * static_cast<double>(E) / (static_cast<double>(k) * Tg * Tg * groups) : 0.0;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * E >= kMinParallelWork)
     for (int64_t n = 0; n < N; ++n) {
       float* d = dl + n * E;  // first d loss / d score, then d loss / d logit
       const float* l = lg + n * E;
@@ -284,7 +287,7 @@ void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight
   if (cfg_.z_loss_coeff > 0) {
     // d/dl_e of coeff/N sum_n lse_n^2 = coeff/N * 2 lse_n softmax(l_n)_e.
     const double zc = loss_scale * 2.0 * cfg_.z_loss_coeff / static_cast<double>(N);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * E >= kMinParallelWork)
     for (int64_t n = 0; n < N; ++n) {
       const float* l = lg + n * E;
       float* d = dl + n * E;

@@ -21,6 +21,10 @@ const std::map<std::string, std::string>& aliases() {
   return a;
 }
 
+// Flags that MegaDLMs' guide writes with a value (`--moe-grouped-gemm true`) and Megatron as a bare
+// switch (`--moe-grouped-gemm`): a bare one means true.
+bool is_switch_or_value_flag(const std::string& name) { return name == "moe-grouped-gemm"; }
+
 std::vector<std::string> canonical_args(int argc, const char* const* argv) {
   std::vector<std::string> out;
   for (int i = 1; i < argc; ++i) {
@@ -30,16 +34,16 @@ std::vector<std::string> canonical_args(int argc, const char* const* argv) {
       const std::string name = tok.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
       auto it = aliases().find(name);
       if (it != aliases().end()) tok = "--" + it->second + (eq == std::string::npos ? "" : tok.substr(eq));
+      const bool bare = eq == std::string::npos && (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0);
+      if (is_switch_or_value_flag(name) && bare) {
+        out.push_back(tok);
+        out.push_back("true");
+        continue;
+      }
     }
     out.push_back(tok);
   }
   return out;
-}
-
-bool parse_bool_value(const std::string& flag, const std::string& v) {
-  if (v == "true" || v == "1" || v == "True") return true;
-  if (v == "false" || v == "0" || v == "False") return false;
-  fail("--", flag, " expects true or false, got '", v, "'");
 }
 
 void declare(CliFlags& f) {
@@ -160,7 +164,6 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
     return false;
   }
   require_unsupported_off(f);
-  parse_bool_value("moe-grouped-gemm", f.get_string("moe-grouped-gemm"));
 
   a.model_type = model_type_from_name(f.get_string("model-type"));
   a.model_running_mode = f.get_string("model-running-mode");
@@ -171,7 +174,8 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   m.hidden_size = f.get_int("hidden-size");
   m.num_attention_heads = f.get_int("num-attention-heads");
   MDLM_CHECK(m.num_attention_heads > 0, "--num-attention-heads must be positive, got ", m.num_attention_heads);
-  MDLM_CHECK(f.given("kv-channels") || m.hidden_size % m.num_attention_heads == 0, "--num-attention-heads ",
+  // With --load-hf the shape comes from config.json (checked there), not from these flags' defaults.
+  MDLM_CHECK(f.given("kv-channels") || f.given("load-hf") || m.hidden_size % m.num_attention_heads == 0, "--num-attention-heads ",
              m.num_attention_heads, " does not divide --hidden-size ", m.hidden_size);
   m.num_query_groups = m.num_attention_heads;
   if (f.get_bool("group-query-attention")) {

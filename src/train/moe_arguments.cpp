@@ -95,7 +95,7 @@ void read_moe_flags(const CliFlags& f, TransformerConfig& model) {
                "--moe-router-type expert_choice takes no load-balancing loss (use --moe-router-load-balancing-type none)");
     m.load_balancing = MoELoadBalancing::None;
   }
-  m.capacity_factor = static_cast<float>(f.get_double("moe-expert-capacity-factor"));
+  m.capacity_factor = f.get_double("moe-expert-capacity-factor");
   MDLM_CHECK(m.capacity_factor >= 0, "--moe-expert-capacity-factor must be >= 0, got ", m.capacity_factor);
   const std::string dp = f.get_string("moe-token-drop-policy");
   if (dp == "probs") m.drop_policy = MoEDropPolicy::Probs;
