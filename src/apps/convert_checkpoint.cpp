@@ -1,7 +1,7 @@
 // convert_checkpoint: native checkpoints <-> HuggingFace directories.
 //
 //   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm] [--mask-token ID]
-//   convert_checkpoint --from-native CKPT --to-hf HF_DIR [--layout llama|qwen2|qwen3|gpt2|llada]
+//   convert_checkpoint --from-native CKPT --to-hf HF_DIR [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe]
 //                      [--dtype float32|bfloat16|float16] [--max-shard-size 5GB]
 //
 // HF -> native writes SAVE_DIR/iter_0000000 (loadable by generate and pretrain_difflm --load) and
@@ -107,9 +107,9 @@ void native_to_hf(const CliFlags& f) {
   std::vector<std::string> tok_files;
   if (meta.contains("tokenizer")) {
     const TokenizerSpec spec = TokenizerSpec::from_json(meta["tokenizer"]);
-    if (!spec.added_special_tokens.empty())
+    if (!spec.added_special_tokens.empty() && spec.type != "HuggingFaceTokenizer")
       log_info("note: the tokenizer has added special tokens (", spec.added_special_tokens.size(),
-               ", e.g. a new mask token) that the copied tokenizer files do not list; the mask id is in config.json");
+               ", e.g. a new mask token) that the copied ", spec.type, " files cannot list; the mask id is in config.json");
     tok_files = export_hf_tokenizer(spec, dst);
   }
   std::printf("wrote %s (%s, %s, %s%s)%s%s\n", dst.c_str(), hf_architecture_name(info.layout), dtype_name(opt.dtype),
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)");
     f.add_string("from-native", "", "native checkpoint (a directory or a --save directory)");
     f.add_string("to-hf", "", "HuggingFace directory to write");
-    f.add_string("layout", "", "gpt2, llama, qwen2, qwen3 or llada (default: the source layout, else from the config)");
+    f.add_string("layout", "", "gpt2, llama, qwen2, qwen3, llada, mixtral or qwen3_moe (default: the source layout, else from the config)");
     f.add_string("dtype", "", "float32, bfloat16 or float16 (default: the dtype the weights were imported from)");
     f.add_string("max-shard-size", "", "split the weights into shards of at most this size (e.g. 5GB)");
     f.parse(argc, argv);

@@ -24,6 +24,8 @@ const char* hf_layout_name(HfLayout l) {
     case HfLayout::Qwen2: return "qwen2";
     case HfLayout::Qwen3: return "qwen3";
     case HfLayout::LLaDA: return "llada";
+    case HfLayout::Mixtral: return "mixtral";
+    case HfLayout::Qwen3Moe: return "qwen3_moe";
   }
   return "?";
 }
@@ -35,17 +37,21 @@ const char* hf_architecture_name(HfLayout l) {
     case HfLayout::Qwen2: return "Qwen2ForCausalLM";
     case HfLayout::Qwen3: return "Qwen3ForCausalLM";
     case HfLayout::LLaDA: return "LLaDAModelLM";
+    case HfLayout::Mixtral: return "MixtralForCausalLM";
+    case HfLayout::Qwen3Moe: return "Qwen3MoeForCausalLM";
   }
   return "?";
 }
 
 HfLayout hf_layout_from_name(const std::string& s) {
-  for (HfLayout l : {HfLayout::GPT2, HfLayout::Llama, HfLayout::Qwen2, HfLayout::Qwen3, HfLayout::LLaDA})
+  for (HfLayout l : {HfLayout::GPT2, HfLayout::Llama, HfLayout::Qwen2, HfLayout::Qwen3, HfLayout::LLaDA,
+                     HfLayout::Mixtral, HfLayout::Qwen3Moe})
     if (s == hf_layout_name(l)) return l;
-  fail("unknown HuggingFace layout '", s, "' (gpt2, llama, qwen2, qwen3, llada)");
+  fail("unknown HuggingFace layout '", s, "' (gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe)");
 }
 
 HfLayout default_hf_layout(const TransformerConfig& c) {
+  if (c.moe.enabled()) return c.qk_layernorm ? HfLayout::Qwen3Moe : HfLayout::Mixtral;
   if (c.position_embedding == PositionEmbedding::LearnedAbsolute && c.normalization == NormKind::LayerNorm) return HfLayout::GPT2;
   if (c.qk_layernorm) return HfLayout::Qwen3;
   if (c.add_qkv_bias && !c.add_bias_linear) return HfLayout::Qwen2;
@@ -107,6 +113,46 @@ double rope_theta(const json& j, const std::string& where) {
   return theta;
 }
 
+// Mixtral: num_local_experts, num_experts_per_tok, intermediate_size per expert; softmax, top-k,
+// renormalised. Qwen3-MoE: num_experts (transformers 4) or num_local_experts (5), moe_intermediate_size
+// per expert, intermediate_size for the dense mlp_only_layers, norm_topk_prob, decoder_sparse_step
+// (layer i sparse when (i + 1) % step == 0 and i not in mlp_only_layers).
+void read_moe_fields(const json& j, HfLayout layout, TransformerConfig& c, const std::string& where) {
+  MoEConfig& m = c.moe;
+  m.num_experts = j.contains("num_local_experts") && !j["num_local_experts"].is_null()
+                      ? req<int64_t>(j, "num_local_experts", where)
+                      : req<int64_t>(j, "num_experts", where);
+  m.topk = req<int64_t>(j, "num_experts_per_tok", where);
+  m.router_type = MoERouterType::TopK;
+  m.score_function = MoEScoreFunction::Softmax;
+  m.load_balancing = MoELoadBalancing::AuxLoss;
+  m.aux_loss_coeff = static_cast<float>(opt<double>(j, "router_aux_loss_coef", 0.0, where));
+  m.capacity_factor = 0.0;
+  m.shared_expert_size = 0;
+  MDLM_CHECK(!j.contains("shared_expert_intermediate_size") || j["shared_expert_intermediate_size"].is_null() ||
+                 j["shared_expert_intermediate_size"].get<int64_t>() == 0,
+             where, ": shared experts are not supported in this layout");
+  if (layout == HfLayout::Mixtral) {
+    m.pre_softmax = false;
+    m.ffn_hidden_size = c.ffn_hidden_size;
+    m.layer_freq = 1;
+    return;
+  }
+  m.pre_softmax = !opt<bool>(j, "norm_topk_prob", false, where);
+  m.ffn_hidden_size = req<int64_t>(j, "moe_intermediate_size", where);
+  const int64_t step = opt<int64_t>(j, "decoder_sparse_step", 1, where);
+  MDLM_CHECK(step >= 1, where, ": decoder_sparse_step must be at least 1, got ", step);
+  std::vector<int64_t> dense_layers;
+  if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+    dense_layers = j["mlp_only_layers"].get<std::vector<int64_t>>();
+  m.layer_pattern.assign(static_cast<size_t>(c.num_layers), 0);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    bool sparse = (l + 1) % step == 0;
+    for (int64_t d : dense_layers) sparse &= d != l;
+    m.layer_pattern[static_cast<size_t>(l)] = sparse ? 1 : 0;
+  }
+}
+
 void read_diffusion_fields(const json& j, HfModelInfo& info) {
   info.mask_token_id = token_id(j, "mask_token_id");
   const bool bidirectional = j.contains("is_causal") && j["is_causal"].is_boolean() && !j["is_causal"].get<bool>();
@@ -131,8 +177,10 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
   else if (model_type == "qwen2" || arch == "Qwen2ForCausalLM") info.layout = HfLayout::Qwen2;
   else if (model_type == "qwen3" || arch == "Qwen3ForCausalLM") info.layout = HfLayout::Qwen3;
   else if (model_type == "llada" || arch == "LLaDAModelLM") info.layout = HfLayout::LLaDA;
+  else if (model_type == "mixtral" || arch == "MixtralForCausalLM") info.layout = HfLayout::Mixtral;
+  else if (model_type == "qwen3_moe" || arch == "Qwen3MoeForCausalLM") info.layout = HfLayout::Qwen3Moe;
   else fail(where, ": unsupported model (model_type '", model_type, "', architecture '", arch,
-            "'); supported: gpt2, llama, qwen2, qwen3, llada");
+            "'); supported: gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe");
   info.bos_token_id = token_id(j, "bos_token_id");
   info.eos_token_id = token_id(j, "eos_token_id");
   c.init_method_std = static_cast<float>(opt<double>(j, "initializer_range", 0.02, where));
@@ -217,8 +265,9 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     MDLM_CHECK(!opt<bool>(j, "attention_bias", false, where), where,
                ": attention_bias (biases on q, k, v and o) is not supported; only Qwen2's q/k/v biases are");
     c.add_qkv_bias = info.layout == HfLayout::Qwen2;
-    c.qk_layernorm = info.layout == HfLayout::Qwen3;
-    if (info.layout != HfLayout::Llama) {
+    c.qk_layernorm = info.layout == HfLayout::Qwen3 || info.layout == HfLayout::Qwen3Moe;
+    if (info.layout == HfLayout::Mixtral || info.layout == HfLayout::Qwen3Moe) read_moe_fields(j, info.layout, c, where);
+    if (info.layout != HfLayout::Llama && info.layout != HfLayout::Mixtral) {
       // Qwen2/3 keep sliding_window set even when unused; only use_sliding_window turns it on.
       MDLM_CHECK(!opt<bool>(j, "use_sliding_window", false, where), where,
                  ": use_sliding_window is true (sliding-window attention is not supported)");
@@ -278,6 +327,38 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
     if (l == HfLayout::Qwen2) {
       MDLM_CHECK(!c.qk_layernorm, where, ": the model has QK-norm; export it as qwen3");
       MDLM_CHECK(c.add_qkv_bias, where, ": Qwen2 has q/k/v biases but the model has none; export it as llama");
+    }
+    const bool moe_layout = l == HfLayout::Mixtral || l == HfLayout::Qwen3Moe;
+    MDLM_CHECK(moe_layout == c.moe.enabled(), where, moe_layout ? ": the model has no MoE layers; use a dense layout"
+                                                                 : ": the model has MoE layers; export it as mixtral or qwen3_moe");
+    if (moe_layout) {
+      const MoEConfig& m = c.moe;
+      MDLM_CHECK(m.router_type == MoERouterType::TopK && m.score_function == MoEScoreFunction::Softmax &&
+                     m.shared_expert_size == 0 && m.capacity_factor <= 0,
+                 where, ": needs a top-k softmax router, no shared experts and no capacity limit");
+      MDLM_CHECK(!c.add_qkv_bias, where, ": q/k/v biases are not part of this layout");
+      MDLM_CHECK((l == HfLayout::Qwen3Moe) == c.qk_layernorm, where,
+                 l == HfLayout::Qwen3Moe ? ": Qwen3-MoE needs QK-norm" : ": the model has QK-norm; export it as qwen3_moe");
+      j["num_local_experts"] = m.num_experts;
+      j["num_experts_per_tok"] = m.topk;
+      j["router_aux_loss_coef"] = m.aux_loss_coeff;
+      j["output_router_logits"] = false;
+      if (l == HfLayout::Mixtral) {
+        MDLM_CHECK(!m.pre_softmax, where, ": Mixtral renormalises over the top-k (needs pre_softmax off)");
+        const int64_t F = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : c.ffn_hidden_size;
+        MDLM_CHECK(F == c.ffn_hidden_size, where, ": Mixtral has one ffn size for its experts");
+        for (int64_t i = 0; i < c.num_layers; ++i)
+          MDLM_CHECK(m.is_moe_layer(i), where, ": Mixtral needs every layer to be MoE; layer ", i, " is dense");
+      } else {
+        j["num_experts"] = m.num_experts;
+        j["moe_intermediate_size"] = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : c.ffn_hidden_size;
+        j["norm_topk_prob"] = !m.pre_softmax;
+        j["decoder_sparse_step"] = 1;
+        json dense = json::array();
+        for (int64_t i = 0; i < c.num_layers; ++i)
+          if (!m.is_moe_layer(i)) dense.push_back(i);
+        j["mlp_only_layers"] = dense;
+      }
     }
     if (l == HfLayout::Qwen3) {
       MDLM_CHECK(c.qk_layernorm, where, ": Qwen3 has QK-norm but the model has none; export it as llama");
@@ -432,6 +513,23 @@ std::vector<Piece> pieces_for(HfLayout l, const TransformerConfig& c, const std:
     if (name == "lm_head.weight") return whole("lm_head.weight");
     if (in_layer) {
       const std::string p = "model.layers." + N + ".";
+      if (rest == "mlp.router.weight")
+        return whole(p + (l == HfLayout::Mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"));
+      if (rest.rfind("mlp.experts.", 0) == 0) {
+        // mlp.experts.E.fc1.weight / fc2.weight
+        const size_t dot = rest.find('.', 12);
+        const std::string E = rest.substr(12, dot - 12), what = rest.substr(dot + 1);
+        const int64_t half = rows / 2;
+        if (l == HfLayout::Mixtral) {
+          const std::string q = p + "block_sparse_moe.experts." + E + ".";
+          if (what == "fc1.weight") return {{q + "w1.weight", false, 0, half}, {q + "w3.weight", false, 0, half}};
+          if (what == "fc2.weight") return whole(q + "w2.weight");
+        } else {
+          const std::string q = p + "mlp.experts." + E + ".";
+          if (what == "fc1.weight") return {{q + "gate_proj.weight", false, 0, half}, {q + "up_proj.weight", false, 0, half}};
+          if (what == "fc2.weight") return whole(q + "down_proj.weight");
+        }
+      }
       if (rest.rfind("mlp.fc1.", 0) == 0)
         return {{p + "mlp.gate_proj." + suffix, false, 0, F}, {p + "mlp.up_proj." + suffix, false, 0, F}};
       if (rest.rfind("mlp.fc2.", 0) == 0) return whole(p + "mlp.down_proj." + suffix);
@@ -511,13 +609,22 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
   ShardedSafetensors st(dir);
   ck.dtype = st.dominant_dtype();
   std::set<std::string> used;
+  // GPT-2 checkpoints saved from GPT2Model (openai-community/gpt2 itself) lack the "transformer."
+  // prefix of GPT2LMHeadModel's names.
+  auto resolve = [&](const std::string& hf) {
+    if (st.has(hf) || ck.info.layout != HfLayout::GPT2 || hf.rfind("transformer.", 0) != 0) return hf;
+    const std::string bare = hf.substr(12);
+    return st.has(bare) ? bare : hf;
+  };
   for (const auto& [name, shape] : our_shapes(ck.info.config, ck.info.diffusion)) {
     const std::vector<Piece> pieces = pieces_for(ck.info.layout, ck.info.config, name, shape[0]);
     Tensor out = Tensor::empty(shape, DType::F32);
     const int64_t K = shape.n == 1 ? 1 : shape.numel() / shape[0];
     float* o = out.data<float>();
     int64_t row = 0;
-    for (const Piece& p : pieces) {
+    for (const Piece& p0 : pieces) {
+      Piece p = p0;
+      p.hf = resolve(p0.hf);
       MDLM_CHECK(st.has(p.hf), dir, ": tensor '", p.hf, "' (for our ", name, ") is missing");
       const Tensor t = st.get(p.hf);
       const int64_t t_rows = t.dim() == 1 ? t.numel() : (p.transpose ? t.size(1) : t.size(0));

@@ -9,6 +9,10 @@
 //   qwen3  Qwen3ForCausalLM    llama + self_attn.{q,k}_norm (our qk_layernorm), head_dim free (kv_channels)
 //   llada  LLaDAModelLM        model.transformer.{wte, ln_f, ff_out}, blocks.N.{attn_norm, q_proj, k_proj,
 //                              v_proj, attn_out, ff_norm, ff_proj (gate), up_proj, ff_out}
+//   mixtral    MixtralForCausalLM   llama + block_sparse_moe.{gate, experts.E.{w1 (gate), w3 (up), w2 (down)}}
+//   qwen3_moe  Qwen3MoeForCausalLM  qwen3 + mlp.{gate, experts.E.{gate,up,down}_proj} (mlp_only_layers dense)
+// MoE routing: softmax, top-k, renormalised over the k (Mixtral; Qwen3-MoE with norm_topk_prob) is
+// our pre_softmax = false; Qwen3-MoE without norm_topk_prob is pre_softmax = true.
 // Our fc1 holds [gate; up] rows; fc2 is down_proj. Every tensor of ours is a concatenation of row
 // ranges of (possibly transposed) HF tensors, so import and export are exact inverses: a round trip
 // reproduces every HF tensor bit for bit in F32, and in BF16 / F16 too (those widen to F32 exactly).
@@ -23,8 +27,8 @@
 
 namespace megadlm {
 
-enum class HfLayout : uint8_t { GPT2, Llama, Qwen2, Qwen3, LLaDA };
-const char* hf_layout_name(HfLayout l);              // "gpt2", "llama", "qwen2", "qwen3", "llada"
+enum class HfLayout : uint8_t { GPT2, Llama, Qwen2, Qwen3, LLaDA, Mixtral, Qwen3Moe };
+const char* hf_layout_name(HfLayout l);              // "gpt2", "llama", "qwen2", "qwen3", "llada", "mixtral", "qwen3_moe"
 HfLayout hf_layout_from_name(const std::string& s);  // Error listing the names
 const char* hf_architecture_name(HfLayout l);        // "GPT2LMHeadModel", ...
 

@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors.h"
 #include "core/error.h"
 
 namespace megadlm {
@@ -68,7 +71,25 @@ std::vector<std::string> export_hf_tokenizer(const TokenizerSpec& spec, const st
     out.push_back(hf_name);
     src_dir = fs::path(path).parent_path().string();
   };
-  if (spec.type == "HuggingFaceTokenizer") carry(spec.tokenizer_model, "tokenizer.json");
+  if (spec.type == "HuggingFaceTokenizer") {
+    carry(spec.tokenizer_model, "tokenizer.json");
+    // Tokens we appended (a new mask token) go into added_tokens, with the ids our tokenizer gave
+    // them, so that transformers' tokenizer agrees with the exported embedding rows.
+    if (!spec.added_special_tokens.empty()) {
+      const auto tok = make_tokenizer(spec);
+      const std::string path = hf_dir + "/tokenizer.json";
+      nlohmann::json j = nlohmann::json::parse(read_file(path));
+      if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) j["added_tokens"] = nlohmann::json::array();
+      for (const std::string& t : spec.added_special_tokens) {
+        bool present = false;
+        for (const auto& a : j["added_tokens"]) present |= a.value("content", std::string()) == t;
+        if (present) continue;
+        j["added_tokens"].push_back({{"id", tok->token_to_id(t)}, {"content", t}, {"single_word", false},
+                                     {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
+      }
+      write_file_atomic(path, j.dump(2) + "\n");
+    }
+  }
   else if (spec.type == "GPT2BPETokenizer") {
     carry(spec.vocab_file, "vocab.json");
     carry(spec.merge_file, "merges.txt");

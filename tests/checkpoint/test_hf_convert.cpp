@@ -55,17 +55,19 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
   }
 }
 
-std::unique_ptr<LanguageModel> build(const TransformerConfig& cfg) {
+std::unique_ptr<LanguageModel> build(const TransformerConfig& cfg, bool bidirectional = false) {
   TransformerConfig c = cfg;
-  c.attention_mask = cpu::MaskType::Causal;
-  return std::make_unique<LanguageModel>(c, gpt_layer_spec(c), ParallelContext::single());
+  c.attention_mask = bidirectional ? cpu::MaskType::None : cpu::MaskType::Causal;
+  const LayerSpec spec = bidirectional ? difflm_layer_spec(c, c.attention_mask, 0) : gpt_layer_spec(c);
+  return std::make_unique<LanguageModel>(c, spec, ParallelContext::single());
 }
 
-// Causal logits of the fixture's input ids, compared with transformers' (float64) logits.
-double logits_error(LanguageModel& model, const std::string& dir) {
+// Logits of the fixture's input ids, compared with transformers' (float64) logits: "logits" (causal)
+// or "logits_bidirectional" (transformers with config.is_causal = false).
+double logits_error(LanguageModel& model, const std::string& dir, const char* which = "logits") {
   SafetensorsFile ref(dir + "/logits.safetensors");
   const Tensor ids = ref.get("input_ids");
-  const Tensor want = ref.get("logits");
+  const Tensor want = ref.get(which);
   const int64_t T = ids.size(1), V = want.size(2);
   std::vector<int32_t> tok(ids.data<int32_t>(), ids.data<int32_t>() + T), pos(T);
   std::iota(pos.begin(), pos.end(), 0);
@@ -97,7 +99,7 @@ void expect_same_tensors(const std::string& a, const std::string& b, bool tied) 
   }
 }
 
-const char* kArchs[] = {"gpt2", "llama", "qwen2", "qwen3", "qwen3_bf16"};
+const char* kArchs[] = {"gpt2", "llama", "qwen2", "qwen3", "qwen3_bf16", "mixtral", "qwen3_moe"};
 
 }  // namespace
 
@@ -109,6 +111,12 @@ TEST(HfConvert, ImportedLogitsMatchTransformers) {
     load_params_into(ck.params, *model, a);
     const double err = logits_error(*model, fixture(a));
     EXPECT_LT(err, 1e-4) << a << ": logits differ from transformers by " << err;
+    // The same weights in a diffusion model (no mask) against transformers with is_causal = false.
+    auto bidir = build(ck.info.config, true);
+    load_params_into(ck.params, *bidir, a);
+    const double err_b = logits_error(*bidir, fixture(a), "logits_bidirectional");
+    EXPECT_LT(err_b, 1e-4) << a << ": bidirectional logits differ from transformers by " << err_b;
+    std::printf("  %-11s max relative logits error vs transformers: causal %.2e, bidirectional %.2e\n", a, err, err_b);
   }
 }
 
@@ -128,6 +136,19 @@ TEST(HfConvert, ConfigsMapToOurs) {
   EXPECT_EQ(q3.info.config.kv_channels, 16);
   EXPECT_EQ(q3.dtype, DType::F32);
   EXPECT_EQ(read_hf_checkpoint(fixture("qwen3_bf16")).dtype, DType::BF16);
+  const TransformerConfig mx = read_hf_checkpoint(fixture("mixtral")).info.config;
+  EXPECT_EQ(mx.moe.num_experts, 4);
+  EXPECT_EQ(mx.moe.topk, 2);
+  EXPECT_FALSE(mx.moe.pre_softmax);  // softmax, top-k, renormalised
+  EXPECT_TRUE(mx.moe.is_moe_layer(0) && mx.moe.is_moe_layer(1));
+  const TransformerConfig qm = read_hf_checkpoint(fixture("qwen3_moe")).info.config;
+  EXPECT_TRUE(qm.moe.pre_softmax);   // norm_topk_prob false
+  EXPECT_EQ(qm.moe.ffn_hidden_size, 16);
+  EXPECT_EQ(qm.ffn_hidden_size, 64);
+  EXPECT_TRUE(qm.moe.is_moe_layer(0));
+  EXPECT_FALSE(qm.moe.is_moe_layer(1));  // mlp_only_layers [1]
+  EXPECT_EQ(default_hf_layout(qm), HfLayout::Qwen3Moe);
+  EXPECT_EQ(default_hf_layout(mx), HfLayout::Mixtral);
 }
 
 TEST(HfConvert, RoundTripIsBitExact) {
@@ -153,6 +174,23 @@ TEST(HfConvert, RoundTripIsBitExact) {
     write_hf_checkpoint(tmp / "via_native", model_params(*lm.model), ck.info, {ck.dtype, 0});
     expect_same_tensors(fixture(a), tmp / "via_native", !ck.info.config.untie_embeddings_and_output_weights);
   }
+}
+
+TEST(HfConvert, Gpt2WithoutTransformerPrefixImports) {
+  // openai-community/gpt2 stores GPT2Model's names (wte.weight, h.0..., no "transformer." prefix).
+  TempDir tmp;
+  const std::string d = tmp / "gpt2_bare";
+  fs::create_directories(d);
+  fs::copy_file(fixture("gpt2") + "/config.json", d + "/config.json");
+  fs::copy_file(fixture("gpt2") + "/logits.safetensors", d + "/logits.safetensors");
+  SafetensorsFile src(fixture("gpt2") + "/model.safetensors");
+  std::vector<SafetensorsEntry> bare;
+  for (const auto& n : src.names()) bare.push_back({n.substr(std::string("transformer.").size()), src.get(n)});
+  write_safetensors(d + "/model.safetensors", bare);
+  const HfCheckpoint ck = read_hf_checkpoint(d);
+  auto model = build(ck.info.config);
+  load_params_into(ck.params, *model, d);
+  EXPECT_LT(logits_error(*model, d), 1e-4);
 }
 
 TEST(HfConvert, LladaLayoutRoundTripsAndKeepsLogits) {

@@ -5,7 +5,8 @@ For each architecture a model is built from a config, every parameter (norm weig
 included) is redrawn from normal(0, 0.1) so that a mapping error anywhere shows in the logits, and
 the model is saved with save_pretrained (safetensors) under tests/checkpoint/fixtures/hf_<arch>/.
 The logits of the fixed input ids below are written beside it as logits.safetensors
-({"input_ids": I32 [1, T], "logits": F32 [1, T, V]}), computed in float64 from the stored weights
+({"input_ids": I32 [1, T], "logits": F32 [1, T, V], "logits_bidirectional": the same without the
+causal mask, as a diffusion model attends}), computed in float64 from the stored weights
 so the fixture is a clean reference for the C++ import test (tests/checkpoint/test_hf_convert.cpp).
 
 Usage: python3 tools/reference/hf_fixtures.py [--out tests/checkpoint/fixtures]
@@ -43,6 +44,21 @@ def configs():
                                                       rope_theta=1000000.0, tie_word_embeddings=False,
                                                       use_sliding_window=False),
                   torch.float32, None),
+        # MoE: every layer sparse, softmax -> top-2 -> renormalised (our pre_softmax off).
+        "mixtral": (tf.MixtralForCausalLM, tf.MixtralConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                                          num_attention_heads=4, num_key_value_heads=2,
+                                                          intermediate_size=16, num_local_experts=4,
+                                                          num_experts_per_tok=2, max_position_embeddings=64,
+                                                          rms_norm_eps=1e-5, tie_word_embeddings=True,
+                                                          sliding_window=None),
+                    torch.float32, None),
+        # MoE with QK-norm, layer 1 dense (mlp_only_layers), top-2 of softmax without renormalising.
+        "qwen3_moe": (tf.Qwen3MoeForCausalLM, tf.Qwen3MoeConfig(**common, num_key_value_heads=2, head_dim=16,
+                                                               moe_intermediate_size=16, num_experts=4,
+                                                               num_experts_per_tok=2, norm_topk_prob=False,
+                                                               mlp_only_layers=[1], rms_norm_eps=1e-6,
+                                                               tie_word_embeddings=True, use_sliding_window=False),
+                      torch.float32, None),
         # The same architecture stored in bf16 (round trip must stay bit-exact in bf16).
         "qwen3_bf16": (tf.Qwen3ForCausalLM, tf.Qwen3Config(**common, num_key_value_heads=2, head_dim=16,
                                                            rms_norm_eps=1e-6, rope_theta=1000000.0,
@@ -67,10 +83,18 @@ def build(name, cls, cfg, dtype, seed):
     return model
 
 
-def logits_f64(cls, out_dir):
+def logits_f64(cls, out_dir, causal=True):
     # Reloaded from the saved files in float64: the reference is what transformers computes from
     # exactly the stored weights (a model cast with .to(bf16) would also round its RoPE inv_freq buffer).
-    m64 = cls.from_pretrained(out_dir, dtype=torch.float64)
+    # causal=False: transformers (5.x) reads config.is_causal and attends bidirectionally, as our
+    # diffusion models do.
+    cfg = tf.AutoConfig.from_pretrained(out_dir)
+    cfg.is_causal = causal
+    try:
+        # MoE experts default to grouped GEMMs, which have no float64 kernel: use the eager loop.
+        m64 = cls.from_pretrained(out_dir, config=cfg, dtype=torch.float64, experts_implementation="eager")
+    except (TypeError, ValueError):
+        m64 = cls.from_pretrained(out_dir, config=cfg, dtype=torch.float64)
     m64.eval()
     with torch.no_grad():
         out = m64(torch.tensor([INPUT_IDS])).logits
@@ -92,7 +116,9 @@ def main():
             kw["max_shard_size"] = shard
         model.save_pretrained(out_dir, **kw)
         logits = logits_f64(cls, out_dir)
-        save_file({"input_ids": torch.tensor([INPUT_IDS], dtype=torch.int32), "logits": logits.contiguous()},
+        bidir = logits_f64(cls, out_dir, causal=False)
+        save_file({"input_ids": torch.tensor([INPUT_IDS], dtype=torch.int32), "logits": logits.contiguous(),
+                   "logits_bidirectional": bidir.contiguous()},
                   os.path.join(out_dir, "logits.safetensors"))
         size = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
         print(f"hf_{name}: {type(model).__name__} dtype={dtype} files={sorted(os.listdir(out_dir))} "
