@@ -3,12 +3,13 @@
 # speed-up. The goal: --workers 2 at least 1.6x faster than --workers 1 (on a machine with 2 free
 # cores; other load on the machine shows up directly in the numbers).
 #
-# Brown is 6 MB and tokenizes in about 0.1 s, of which each worker's tokenizer start-up (loading
-# vocab.json and merges.txt, ~0.06 s, done by all workers at once) is a fixed part that more workers
-# cannot shorten. The table therefore shows the start-up and the processing after it separately, and
-# two speed-ups: wall-clock and after start-up. REPEAT=k (default 1) concatenates the corpus k times
-# (repeated text is partly served by the tokenizer's per-thread word cache, so it is not a larger
-# corpus, only a longer run). Each configuration runs RUNS times (default 5), the fastest counts;
+# Brown is 6 MB and tokenizes in about 0.1 s, of which the tokenizer start-up (loading vocab.json and
+# merges.txt once, ~0.012 s, shared by the workers; the other workers parse JSON meanwhile) is a
+# fixed part that more workers cannot shorten. The table therefore shows the start-up and the
+# processing after it separately, and two speed-ups: wall-clock and after start-up. REPEAT=k (default
+# 1) concatenates the corpus k times (repeated text is partly served by the tokenizer's per-thread
+# word cache, so it is not a larger corpus, only a longer run). On a machine shared with other work,
+# `chrt -f 10 bench/bench_preprocess.sh` (root) keeps other processes off the 2 cores while it runs. Each configuration runs RUNS times (default 5), the fastest counts;
 # both outputs are checked to be byte-identical.
 #
 # usage: bench/bench_preprocess.sh [build_dir]      (default: build)

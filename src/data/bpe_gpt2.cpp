@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "data/unicode.h"
+#include "data/vocab_json.h"
 
 namespace megadlm {
 
@@ -198,24 +200,23 @@ const std::array<int16_t, 324>& unicode_to_byte() {
   return table;
 }
 
-// Decodes a vocabulary spelling; sets *pure when every character is in the byte map.
-std::string spelling_to_bytes(std::string_view token, bool* pure) {
-  std::string out;
-  out.reserve(token.size());
-  *pure = true;
+// Appends the raw bytes of a vocabulary spelling; true when every character is in the byte map.
+bool append_spelling_bytes(std::string_view token, std::string& out) {
+  bool pure = true;
+  const std::array<int16_t, 324>& to_byte = unicode_to_byte();
   const auto* s = reinterpret_cast<const uint8_t*>(token.data());
   for (size_t i = 0; i < token.size();) {
     uint32_t cp;
     const int len = unicode::decode_utf8(s + i, token.size() - i, &cp);
-    if (cp < 324 && unicode_to_byte()[cp] >= 0) {
-      out.push_back(static_cast<char>(unicode_to_byte()[cp]));
+    if (cp < 324 && to_byte[cp] >= 0) {
+      out.push_back(static_cast<char>(to_byte[cp]));
     } else {
       out.append(token.substr(i, len));
-      *pure = false;
+      pure = false;
     }
     i += len;
   }
-  return out;
+  return pure;
 }
 
 // A fast 64-bit hash of a short byte string (never 0: 0 marks an empty cache slot).
@@ -252,8 +253,10 @@ std::string bytes_to_byte_level(std::string_view bytes) {
 }
 
 std::string byte_level_to_bytes(std::string_view token) {
-  bool pure;
-  return spelling_to_bytes(token, &pure);
+  std::string out;
+  out.reserve(token.size());
+  append_spelling_bytes(token, out);
+  return out;
 }
 
 // (id_a, id_b) -> (rank, merged id), open addressing with linear probing at load <= 1/2. One lookup
@@ -283,6 +286,7 @@ struct ByteLevelBPE::MergeTable {
     k ^= k >> 29;
     return k;
   }
+  void prefetch(int32_t a, int32_t b) const { __builtin_prefetch(&slots[mix(key(a, b)) & mask]); }
   void put(int32_t a, int32_t b, uint32_t rank, int32_t merged) {
     const uint64_t k = key(a, b);
     for (uint64_t i = mix(k) & mask;; i = (i + 1) & mask) {
@@ -304,6 +308,8 @@ struct ByteLevelBPE::MergeTable {
 
 // Piece bytes -> ids for the pieces seen recently, one per thread and tokenizer: text repeats its
 // words, so most pieces are found here and skip BPE. Cleared when full (cheap, and keeps memory flat).
+// (A lock-free cache shared by all threads, to spare preprocess_data's second worker the merges of
+// words the first had seen, was tried: on 2 cores it did not measurably shorten the run.)
 struct ByteLevelBPE::WordCache {
   struct Slot {
     uint64_t hash;  // 0 = empty
@@ -326,9 +332,82 @@ struct ByteLevelBPE::WordCache {
   }
 };
 
+// Spelling or raw bytes -> id by open addressing over ids; the keys themselves stay in the tokenizer's
+// key string (spellings or token bytes) and look-ups by string_view allocate nothing. Loading merges
+// does three look-ups per merge (150k for GPT-2), where std::unordered_map<std::string> cost a string
+// and a node chase each.
+struct ByteLevelBPE::StringIndex {
+  struct Slot {
+    uint32_t tag;  // high half of the key's hash
+    int32_t id;    // -1 = empty
+  };
+  std::vector<Slot> slots;
+  uint64_t mask = 0;
+
+  explicit StringIndex(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    slots.assign(cap, Slot{0, -1});
+    mask = cap - 1;
+  }
+  static uint64_t hash(std::string_view key) {
+    return hash_bytes(reinterpret_cast<const uint8_t*>(key.data()), key.size());
+  }
+  void prefetch(uint64_t h) const { __builtin_prefetch(&slots[(h >> 1) & mask]); }
+  // The id whose key (text[off[id], off[id+1])) equals `key`, or -1.
+  int32_t find(std::string_view key, const std::string& text, const std::vector<uint32_t>& off) const {
+    return find(key, hash(key), text, off);
+  }
+  // The same with the key's hash() computed already.
+  int32_t find(std::string_view key, uint64_t h, const std::string& text, const std::vector<uint32_t>& off) const {
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (uint64_t i = (h >> 1) & mask;; i = (i + 1) & mask) {
+      const Slot& s = slots[i];
+      if (s.id < 0) return -1;
+      if (s.tag == tag && off[s.id + 1] - off[s.id] == key.size() &&
+          std::memcmp(text.data() + off[s.id], key.data(), key.size()) == 0)
+        return s.id;
+    }
+  }
+  // Adds the key of `id` (whose hash() is h); returns the id that already has an equal key (nothing
+  // added), else -1.
+  int32_t insert(int32_t id, uint64_t h, const std::string& text, const std::vector<uint32_t>& off) {
+    const std::string_view key(text.data() + off[id], off[id + 1] - off[id]);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (uint64_t i = (h >> 1) & mask;; i = (i + 1) & mask) {
+      Slot& s = slots[i];
+      if (s.id < 0) {
+        s = Slot{tag, id};
+        return -1;
+      }
+      if (s.tag == tag && off[s.id + 1] - off[s.id] == key.size() &&
+          std::memcmp(text.data() + off[s.id], key.data(), key.size()) == 0)
+        return s.id;
+    }
+  }
+};
+
+namespace {
+template <typename Pairs>
+auto as_views(const Pairs& pairs) {
+  using First = std::string_view;
+  using Second = std::conditional_t<std::is_same_v<typename Pairs::value_type::second_type, std::string>,
+                                    std::string_view, typename Pairs::value_type::second_type>;
+  std::vector<std::pair<First, Second>> v;
+  v.reserve(pairs.size());
+  for (const auto& [a, b] : pairs) v.emplace_back(a, b);
+  return v;
+}
+}  // namespace
+
 ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& vocab,
                            const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
                            const std::string& source)
+    : ByteLevelBPE(as_views(vocab), as_views(merges), ignore_merges, source) {}
+
+ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t>>& vocab,
+                           const std::vector<std::pair<std::string_view, std::string_view>>& merges,
+                           bool ignore_merges, const std::string& source)
     : ignore_merges_(ignore_merges), instance_id_(g_next_instance.fetch_add(1)) {
   MDLM_CHECK(!vocab.empty(), source, ": the vocabulary is empty");
   int32_t max_id = -1;
@@ -337,29 +416,56 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& v
     max_id = std::max(max_id, id);
   }
   MDLM_CHECK(max_id < (1 << 30), source, ": id ", max_id, " is too large");
-  std::vector<std::string> bytes_of(max_id + 1);
-  std::vector<const std::string*> spelling_of(max_id + 1, nullptr);
+  // Spellings by id, so that spellings and bytes are both laid out in id order.
+  std::vector<std::string_view> spelling_of(max_id + 1);
   present_.assign(max_id + 1, 0);
-  spelling_to_id_.reserve(vocab.size());
+  size_t total = 0;
   for (const auto& [tok, id] : vocab) {
-    MDLM_CHECK(!present_[id], source, ": id ", id, " is used by both '", *spelling_of[id], "' and '", tok, "'");
+    MDLM_CHECK(!present_[id], source, ": id ", id, " is used by both '", spelling_of[id], "' and '", tok, "'");
     present_[id] = 1;
-    spelling_of[id] = &tok;
-    bool pure;
-    bytes_of[id] = spelling_to_bytes(tok, &pure);
-    spelling_to_id_.emplace(tok, id);
-    // Only true byte-level spellings are BPE results; a token such as "<|endoftext|>" is both, and a
-    // spelling outside the byte map (a special written in plain UTF-8) never comes out of BPE.
-    if (pure) bytes_to_id_.emplace(bytes_of[id], id);
+    spelling_of[id] = tok;
+    total += tok.size();
   }
+  MDLM_CHECK(total < (size_t{1} << 32), source, ": the tokens take ", total, " bytes (at most 4 GiB)");
+  spelling_text_.reserve(total);
+  token_bytes_.reserve(total);  // a token's bytes are never longer than its spelling
+  spelling_offset_.resize(max_id + 2);
   token_offset_.resize(max_id + 2);
-  token_offset_[0] = 0;
+  spelling_offset_[0] = token_offset_[0] = 0;
+  std::vector<uint8_t> pure(max_id + 1);
   for (int32_t id = 0; id <= max_id; ++id) {
-    token_bytes_ += bytes_of[id];
+    spelling_text_ += spelling_of[id];
+    pure[id] = append_spelling_bytes(spelling_of[id], token_bytes_);
+    spelling_offset_[id + 1] = static_cast<uint32_t>(spelling_text_.size());
     token_offset_[id + 1] = static_cast<uint32_t>(token_bytes_.size());
   }
+  spelling_to_id_ = std::make_unique<StringIndex>(vocab.size());
+  bytes_to_id_ = std::make_unique<StringIndex>(vocab.size());
+  // In batches with prefetches, as the merges below (whose comment says why).
+  constexpr int32_t kBatch = 16;
+  uint64_t hash_s[kBatch], hash_t[kBatch];
+  for (int32_t id0 = 0; id0 <= max_id; id0 += kBatch) {
+    const int32_t nb = std::min(kBatch, max_id + 1 - id0);
+    for (int32_t k = 0; k < nb; ++k) {
+      hash_s[k] = StringIndex::hash(spelling(id0 + k));
+      hash_t[k] = StringIndex::hash(token_bytes(id0 + k));
+      spelling_to_id_->prefetch(hash_s[k]);
+      bytes_to_id_->prefetch(hash_t[k]);
+    }
+    for (int32_t k = 0; k < nb; ++k) {
+      const int32_t id = id0 + k;
+      if (!present_[id]) continue;
+      const int32_t twin = spelling_to_id_->insert(id, hash_s[k], spelling_text_, spelling_offset_);
+      MDLM_CHECK(twin < 0, source, ": token '", spelling_of[id], "' is given twice (ids ", twin, " and ", id, ")");
+      // Only true byte-level spellings are BPE results; a token such as "<|endoftext|>" is both, and a
+      // spelling outside the byte map (a special written in plain UTF-8) never comes out of BPE.
+      // Distinct byte-level spellings have distinct bytes, so no key repeats here.
+      if (pure[id]) bytes_to_id_->insert(id, hash_t[k], token_bytes_, token_offset_);
+    }
+  }
   for (int b = 0; b < 256; ++b) {
-    const int32_t id = id_of_bytes(std::string(1, static_cast<char>(b)));
+    const char c = static_cast<char>(b);
+    const int32_t id = id_of_bytes(std::string_view(&c, 1));
     if (id < 0) {
       std::string spelling;
       unicode::append_utf8(byte_to_unicode()[b], spelling);
@@ -369,27 +475,56 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& v
     byte_id_[b] = id;
   }
   merges_ = std::make_unique<MergeTable>(merges.size());
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const auto& [a, b] = merges[r];
-    const int32_t ia = id_of(a), ib = id_of(b), im = id_of(a + b);
-    auto where = [&] { return detail::concat(source, ": merge ", r + 1, " ('", a, " ", b, "'): "); };
-    MDLM_CHECK(ia >= 0, where(), "'", a, "' is not in the vocabulary");
-    MDLM_CHECK(ib >= 0, where(), "'", b, "' is not in the vocabulary");
-    MDLM_CHECK(im >= 0, where(), "the merged token '", a + b, "' is not in the vocabulary");
-    merges_->put(ia, ib, static_cast<uint32_t>(r), im);
+  // Loading is bound by cache misses on the hash tables (a random slot per look-up), so merges go in
+  // batches: hashes and prefetches for the whole batch first, then the look-ups, then the inserts,
+  // which lets the misses of a batch overlap.
+  uint64_t hash_a[kBatch], hash_b[kBatch];
+  int32_t id_a[kBatch], id_b[kBatch], id_m[kBatch];
+  std::string joined;
+  // Vocabularies list merge results in merge order (GPT-2: merge r makes id 256 + r), so the id of
+  // the previous result plus one is checked first, which saves most hash look-ups of a + b.
+  int64_t guess = 0;
+  for (size_t r0 = 0; r0 < merges.size(); r0 += static_cast<size_t>(kBatch)) {
+    const size_t nb = std::min<size_t>(kBatch, merges.size() - r0);
+    for (size_t k = 0; k < nb; ++k) {
+      hash_a[k] = StringIndex::hash(merges[r0 + k].first);
+      hash_b[k] = StringIndex::hash(merges[r0 + k].second);
+      spelling_to_id_->prefetch(hash_a[k]);
+      spelling_to_id_->prefetch(hash_b[k]);
+    }
+    for (size_t k = 0; k < nb; ++k) {
+      const size_t r = r0 + k;
+      const auto& [a, b] = merges[r];
+      const int32_t ia = spelling_to_id_->find(a, hash_a[k], spelling_text_, spelling_offset_);
+      const int32_t ib = spelling_to_id_->find(b, hash_b[k], spelling_text_, spelling_offset_);
+      joined.assign(a);
+      joined += b;
+      int32_t im = -1;
+      if (guess + static_cast<int64_t>(r) >= 0 && guess + static_cast<int64_t>(r) <= max_id) {
+        const auto g = static_cast<int32_t>(guess + static_cast<int64_t>(r));
+        if (present_[g] && spelling(g) == joined) im = g;
+      }
+      if (im < 0) im = id_of(joined);
+      if (im >= 0) guess = static_cast<int64_t>(im) - static_cast<int64_t>(r);
+      auto where = [&] { return detail::concat(source, ": merge ", r + 1, " ('", a, " ", b, "'): "); };
+      MDLM_CHECK(ia >= 0, where(), "'", a, "' is not in the vocabulary");
+      MDLM_CHECK(ib >= 0, where(), "'", b, "' is not in the vocabulary");
+      MDLM_CHECK(im >= 0, where(), "the merged token '", joined, "' is not in the vocabulary");
+      id_a[k] = ia, id_b[k] = ib, id_m[k] = im;
+      merges_->prefetch(ia, ib);
+    }
+    for (size_t k = 0; k < nb; ++k) merges_->put(id_a[k], id_b[k], static_cast<uint32_t>(r0 + k), id_m[k]);
   }
 }
 
 ByteLevelBPE::~ByteLevelBPE() = default;
 
 int32_t ByteLevelBPE::id_of(std::string_view spelling) const {
-  const auto it = spelling_to_id_.find(std::string(spelling));
-  return it == spelling_to_id_.end() ? -1 : it->second;
+  return spelling_to_id_->find(spelling, spelling_text_, spelling_offset_);
 }
 
 int32_t ByteLevelBPE::id_of_bytes(std::string_view raw) const {
-  const auto it = bytes_to_id_.find(std::string(raw));
-  return it == bytes_to_id_.end() ? -1 : it->second;
+  return bytes_to_id_->find(raw, token_bytes_, token_offset_);
 }
 
 inline uint32_t ByteLevelBPE::pair_rank(int32_t a, int32_t b, int32_t* merged) const {
@@ -533,7 +668,7 @@ void ByteLevelBPE::encode_pieces(const PretokenizerPattern* pattern, const uint8
     }
     const uint64_t h = hash_bytes(p, len);
     const uint64_t mask = WordCache::kSlots - 1;
-    uint64_t slot = h & mask;
+    uint64_t slot = (h >> 1) & mask;  // bit 0 of h is always set
     bool found = false;
     for (;; slot = (slot + 1) & mask) {
       const WordCache::Slot& s = cache.slots[slot];
@@ -549,7 +684,7 @@ void ByteLevelBPE::encode_pieces(const PretokenizerPattern* pattern, const uint8
     encode_uncached(p, len, out);
     if (cache.entries >= WordCache::kMaxEntries) {
       cache.clear();
-      for (slot = h & mask; cache.slots[slot].hash != 0; slot = (slot + 1) & mask) {
+      for (slot = (h >> 1) & mask; cache.slots[slot].hash != 0; slot = (slot + 1) & mask) {
       }
     }
     WordCache::Slot& s = cache.slots[slot];
@@ -572,24 +707,32 @@ GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec) {
   MDLM_CHECK(!spec.vocab_file.empty(), "GPT2BPETokenizer needs --vocab-file (vocab.json)");
   MDLM_CHECK(!spec.merge_file.empty(), "GPT2BPETokenizer needs --merge-file (merges.txt)");
 
+  // The vocabulary: the hand parser when the file is plain (always, for released vocab.json files),
+  // else nlohmann::json, whose messages then name what is wrong.
   const std::string vocab_text = read_tokenizer_file(spec.vocab_file, "vocab file");
-  nlohmann::json vj;
-  try {
-    vj = nlohmann::json::parse(vocab_text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("vocab file '", spec.vocab_file, "' is not valid JSON: ", e.what());
-  }
-  MDLM_CHECK(vj.is_object(), "vocab file '", spec.vocab_file, "' must hold a JSON object {token: id}");
-  std::vector<std::pair<std::string, int32_t>> vocab;
-  vocab.reserve(vj.size());
-  for (auto it = vj.begin(); it != vj.end(); ++it) {
-    MDLM_CHECK(it.value().is_number_integer(), "vocab file '", spec.vocab_file, "': the id of '", it.key(),
-               "' is not an integer");
-    vocab.emplace_back(it.key(), it.value().get<int32_t>());
+  std::vector<std::pair<std::string_view, int32_t>> vocab;
+  std::string decoded_keys;  // keys with escapes, decoded; `vocab` points into it and vocab_text
+  nlohmann::json vj;         // the fallback's DOM; `vocab` points into it then
+  if (!parse_flat_vocab_json(vocab_text, vocab, decoded_keys)) {
+    vocab.clear();
+    try {
+      vj = nlohmann::json::parse(vocab_text);
+    } catch (const nlohmann::json::exception& e) {
+      fail("vocab file '", spec.vocab_file, "' is not valid JSON: ", e.what());
+    }
+    MDLM_CHECK(vj.is_object(), "vocab file '", spec.vocab_file, "' must hold a JSON object {token: id}");
+    vocab.reserve(vj.size());
+    for (auto it = vj.begin(); it != vj.end(); ++it) {
+      MDLM_CHECK(it.value().is_number_integer(), "vocab file '", spec.vocab_file, "': the id of '", it.key(),
+                 "' is not an integer");
+      vocab.emplace_back(it.key(), it.value().get<int32_t>());
+    }
   }
 
+  // merges.txt: "a b" per line after an optional "#version" line; the pairs point into merges_text.
   const std::string merges_text = read_tokenizer_file(spec.merge_file, "merge file");
-  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<std::pair<std::string_view, std::string_view>> merges;
+  merges.reserve(merges_text.size() / 8 + 1);  // GPT-2: ~9 bytes a line
   size_t line_no = 0;
   for (size_t pos = 0; pos < merges_text.size();) {
     size_t end = merges_text.find('\n', pos);
@@ -603,7 +746,7 @@ GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec) {
     MDLM_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
                    line.find(' ', sp + 1) == std::string_view::npos,
                "merge file '", spec.merge_file, "' line ", line_no, ": expected two tokens 'a b', got '", line, "'");
-    merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
+    merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   MDLM_CHECK(!merges.empty(), "merge file '", spec.merge_file, "' holds no merges");
   bpe_ = std::make_unique<ByteLevelBPE>(vocab, merges, /*ignore_merges=*/false,

@@ -15,7 +15,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,6 +59,11 @@ class ByteLevelBPE {
   // that is itself in the vocabulary becomes that token without merging (LLaMA-3). `source` names the
   // file(s) in errors. Throws Error for an id below 0 or used twice, a merge whose parts or result
   // are not in the vocabulary, or a byte without a token.
+  // A spelling given twice is an error too (nlohmann::json keeps the last of duplicate keys; the
+  // hand parser of vocab.json passes them all on).
+  ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t>>& vocab,
+               const std::vector<std::pair<std::string_view, std::string_view>>& merges, bool ignore_merges,
+               const std::string& source);
   ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& vocab,
                const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
                const std::string& source);
@@ -86,20 +90,27 @@ class ByteLevelBPE {
   void merge_large(std::vector<int32_t>& symbols) const;
 
  private:
-  struct MergeTable;  // open-addressing hash map (id_a, id_b) -> (rank, merged id)
+  struct MergeTable;   // open-addressing hash map (id_a, id_b) -> (rank, merged id)
+  struct StringIndex;  // open-addressing hash map string -> id, keys kept in one string
   struct WordCache;
 
   void encode_pieces(const PretokenizerPattern* pattern, const uint8_t* text, size_t n,
                      std::vector<int32_t>& out) const;
   void encode_uncached(const uint8_t* bytes, size_t n, std::vector<int32_t>& out) const;
   WordCache& thread_cache() const;
+  std::string_view spelling(int32_t id) const {  // vocabulary spelling of id ("" when absent)
+    const uint32_t b = spelling_offset_[id], e = spelling_offset_[id + 1];
+    return std::string_view(spelling_text_).substr(b, e - b);
+  }
   uint32_t pair_rank(int32_t a, int32_t b, int32_t* merged) const;
 
   std::string token_bytes_;              // raw bytes of all tokens, back to back
   std::vector<uint32_t> token_offset_;   // [size()+1] offsets into token_bytes_
   std::vector<uint8_t> present_;         // [size()] 1 where an id is used
-  std::unordered_map<std::string, int32_t> spelling_to_id_;
-  std::unordered_map<std::string, int32_t> bytes_to_id_;
+  std::string spelling_text_;            // vocabulary spellings of all tokens, back to back
+  std::vector<uint32_t> spelling_offset_;  // [size()+1] offsets into spelling_text_
+  std::unique_ptr<StringIndex> spelling_to_id_;  // over spelling_text_
+  std::unique_ptr<StringIndex> bytes_to_id_;     // over token_bytes_, byte-level tokens only
   std::array<int32_t, 256> byte_id_{};
   std::unique_ptr<MergeTable> merges_;
   bool ignore_merges_ = false;

@@ -128,6 +128,8 @@ class Pipeline {
   Pipeline(const PreprocessOptions& opt, const Timer& timer)
       : opt_(opt), timer_(timer), reader_(opt.input), share_(encode_is_thread_safe(opt.tokenizer.type)) {
     max_in_flight_ = static_cast<int64_t>(4 * opt.workers);
+    const size_t chunks_at_startup = kReadAheadAtStartup / std::max<size_t>(opt.chunk_bytes, 1);
+    max_in_flight_at_startup_ = std::max<int64_t>(max_in_flight_, static_cast<int64_t>(chunks_at_startup));
   }
   ~Pipeline() { shutdown(); }
 
@@ -140,7 +142,7 @@ class Pipeline {
   // not spend time loading one more). Rethrows a thread's error.
   void tokenizer_info(int64_t& vocab_size, int32_t& eod) {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return error_ || info_ready_; });
+    result_cv_.wait(lk, [&] { return error_ || info_ready_; });
     if (error_) std::rethrow_exception(error_);
     vocab_size = vocab_size_;
     eod = eod_;
@@ -149,14 +151,14 @@ class Pipeline {
   // Next result in input order; false when the input is exhausted. Rethrows a thread's error.
   bool next(int64_t id, ChunkResult& out) {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return error_ || results_.count(id) || (reader_done_ && id >= chunks_read_); });
+    result_cv_.wait(lk, [&] { return error_ || results_.count(id) || (reader_done_ && id >= chunks_read_); });
     if (error_) std::rethrow_exception(error_);
     auto it = results_.find(id);
     if (it == results_.end()) return false;
     out = std::move(it->second);
     results_.erase(it);
     written_ = id + 1;
-    cv_.notify_all();  // the reader may read ahead again
+    space_cv_.notify_one();  // the reader may read ahead again
     return true;
   }
 
@@ -168,17 +170,23 @@ class Pipeline {
       std::lock_guard<std::mutex> lk(mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    notify_everyone();
     for (auto& t : threads_)
       if (t.joinable()) t.join();
     threads_.clear();
   }
 
  private:
+  void notify_everyone() {
+    space_cv_.notify_all();
+    work_cv_.notify_all();
+    result_cv_.notify_all();
+  }
+
   void set_error() {
     std::lock_guard<std::mutex> lk(mu_);
     if (!error_) error_ = std::current_exception();
-    cv_.notify_all();
+    notify_everyone();
   }
 
   void read_loop() {
@@ -188,8 +196,8 @@ class Pipeline {
           // Bound the memory: at most max_in_flight_ chunks read but not yet written (more while the
           // tokenizer loads, so that waiting workers have lines to parse).
           std::unique_lock<std::mutex> lk(mu_);
-          cv_.wait(lk, [&] {
-            return stop_ || id - written_ < (tokenizers_ready_ ? max_in_flight_ : kMaxInFlightAtStartup);
+          space_cv_.wait(lk, [&] {
+            return stop_ || id - written_ < (tokenizers_ready_ ? max_in_flight_ : max_in_flight_at_startup_);
           });
           if (stop_) return;
         }
@@ -198,12 +206,12 @@ class Pipeline {
         std::lock_guard<std::mutex> lk(mu_);
         if (!more) {
           reader_done_ = true;
-          cv_.notify_all();
+          notify_everyone();
           return;
         }
         queue_.emplace_back(id, std::move(chunk));
         chunks_read_ = id + 1;
-        cv_.notify_all();
+        work_cv_.notify_one();
       }
     } catch (...) {
       set_error();
@@ -216,7 +224,7 @@ class Pipeline {
     std::pair<int64_t, std::unique_ptr<LineChunk>> job;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || error_ || !parsed_.empty() || !queue_.empty() || reader_done_; });
+      work_cv_.wait(lk, [&] { return stop_ || error_ || !parsed_.empty() || !queue_.empty() || reader_done_; });
       if (stop_ || error_) return false;
       if (!parsed_.empty()) {
         out = std::move(parsed_.front());
@@ -239,7 +247,7 @@ class Pipeline {
       std::pair<int64_t, std::unique_ptr<LineChunk>> job;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || error_ || tokenizers_ready_ || !queue_.empty() || reader_done_; });
+        work_cv_.wait(lk, [&] { return stop_ || error_ || tokenizers_ready_ || !queue_.empty() || reader_done_; });
         if (stop_ || error_ || tokenizers_ready_ || queue_.empty()) return;
         job = std::move(queue_.front());
         queue_.pop_front();
@@ -251,7 +259,7 @@ class Pipeline {
       auto at = parsed_.end();
       while (at != parsed_.begin() && std::prev(at)->id > p.id) --at;
       parsed_.insert(at, std::move(p));
-      cv_.notify_all();
+      work_cv_.notify_one();
     }
   }
 
@@ -266,10 +274,9 @@ class Pipeline {
     loaded_ += ready_workers;
     if (loaded_ == opt_.workers) {
       startup_seconds_ = timer_.seconds();
-      if (getenv("PP_DEBUG")) fprintf(stderr, "ready at %.4f: parsed %zu queued %zu read %lld\n", startup_seconds_, parsed_.size(), queue_.size(), (long long)chunks_read_);
       tokenizers_ready_ = true;
     }
-    cv_.notify_all();
+    notify_everyone();
   }
 
   void work_loop(int worker) {
@@ -287,7 +294,7 @@ class Pipeline {
       } else {
         parse_until_ready();
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || error_ || tokenizers_ready_; });
+        work_cv_.wait(lk, [&] { return stop_ || error_ || tokenizers_ready_; });
         if (stop_ || error_) return;
         tok = shared_.get();
       }
@@ -298,14 +305,14 @@ class Pipeline {
         tokenize_chunk(p, opt_, *tok, r);
         std::lock_guard<std::mutex> lk(mu_);
         results_.emplace(p.id, std::move(r));
-        cv_.notify_all();
+        if (p.id == written_) result_cv_.notify_one();  // the writer waits for no other
       }
     } catch (...) {
       set_error();
     }
   }
 
-  static constexpr int64_t kMaxInFlightAtStartup = 256;  // 16 MiB of 64 KiB chunks
+  static constexpr size_t kReadAheadAtStartup = size_t{16} << 20;  // bytes read ahead while the tokenizer loads
 
   const PreprocessOptions& opt_;
   const Timer& timer_;
@@ -314,11 +321,15 @@ class Pipeline {
   std::unique_ptr<Tokenizer> shared_;  // built by worker 0 when share_
   std::vector<std::thread> threads_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  // Three condition variables (one per kind of waiter) so that a notification wakes only threads
+  // that can act on it: on 2 cores, needless wake-ups of the reader and writer take time from workers.
+  std::condition_variable space_cv_;   // the reader: room to read ahead
+  std::condition_variable work_cv_;    // the workers: a chunk to parse or tokenize, the tokenizer ready
+  std::condition_variable result_cv_;  // the writer: the next result, the tokenizer's info
   std::deque<std::pair<int64_t, std::unique_ptr<LineChunk>>> queue_;  // read, not yet parsed
   std::deque<ParsedChunk> parsed_;  // parsed while the tokenizer loaded, by id
   std::map<int64_t, ChunkResult> results_;
-  int64_t chunks_read_ = 0, written_ = 0, max_in_flight_ = 8;
+  int64_t chunks_read_ = 0, written_ = 0, max_in_flight_ = 8, max_in_flight_at_startup_ = 8;
   bool reader_done_ = false, stop_ = false, info_ready_ = false, tokenizers_ready_ = false;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
@@ -409,7 +420,6 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     }
   }
   pipe.shutdown();
-  if (getenv("PP_DEBUG")) fprintf(stderr, "all chunks written at %.4f\n", timer.seconds());
   if (res.bad_lines > o.max_bad_lines_kept && o.log)
     log_info("... ", res.bad_lines - o.max_bad_lines_kept, " more bad lines not shown");
   if (res.documents == 0 && o.log)

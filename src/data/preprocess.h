@@ -14,8 +14,10 @@
 // skipped silently (counted). An empty input gives a valid empty dataset (0 documents) and a warning.
 //
 // Threads: a reader thread cuts the input into chunks of whole lines, `workers` threads parse and
-// tokenize chunks (each with its own tokenizer built from the spec), and the calling thread writes the
-// results in input order, so the output is byte-identical for any number of workers.
+// tokenize chunks, and the calling thread writes the results in input order, so the output is
+// byte-identical for any number of workers. A tokenizer whose encode() is thread-safe (GPT-2 and
+// HuggingFace byte-level BPE) is built once, by worker 0, while the other workers parse the JSON of the
+// first chunks, and then shared; other tokenizers are built by each worker.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,7 +55,7 @@ struct PreprocessResult {
   std::vector<BadLine> bad;     // the first max_bad_lines_kept bad lines
   std::vector<std::string> output_prefixes;  // per key: <output_prefix>_<key>_document
   double seconds = 0;          // the whole run
-  double startup_seconds = 0;  // until every worker had loaded its tokenizer
+  double startup_seconds = 0;  // until every worker had a tokenizer (shared ones are built once)
 };
 
 // Runs the whole conversion; throws Error naming the file, line or flag at fault.

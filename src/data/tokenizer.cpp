@@ -96,6 +96,18 @@ std::string read_tokenizer_file(const std::string& path, std::string_view what) 
   MDLM_CHECK(!path.empty(), "no ", what, " given");
   std::ifstream f(path, std::ios::binary);
   MDLM_CHECK(f.good(), "cannot open ", what, " '", path, "'");
+  // One read into a string of the file's size (a stringstream would copy the text twice); a file
+  // that cannot tell its size (a pipe) is read as a stream.
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  if (size >= 0) {
+    f.seekg(0, std::ios::beg);
+    std::string text(static_cast<size_t>(size), '\0');
+    f.read(text.data(), size);
+    MDLM_CHECK(f.gcount() == size, "cannot read ", what, " '", path, "' (", f.gcount(), " of ", size, " bytes)");
+    return text;
+  }
+  f.clear();
   std::ostringstream ss;
   ss << f.rdbuf();
   MDLM_CHECK(!f.bad(), "cannot read ", what, " '", path, "'");

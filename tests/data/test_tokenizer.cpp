@@ -3,12 +3,18 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -21,6 +27,7 @@
 #include "data/tokenizer.h"
 #include "data/tokenizer_hf.h"
 #include "data/unicode.h"
+#include "data/vocab_json.h"
 #include "test_util.h"
 
 using namespace megadlm;
@@ -317,6 +324,60 @@ TEST(GPT2BPE, MergeVariantsAgreeAndLongWordsWork) {
   EXPECT_EQ(tok.decode(tok.encode(as)), as);
 }
 
+// The per-thread cache of pieces holds 65536 entries and is cleared when full: 90k distinct words
+// give the ids of BPE on each word alone, cold, warm (through a clear), and from two threads at once.
+TEST(GPT2BPE, PieceCachesGiveTheIdsOfPlainBpe) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  const TokenizerSpec spec = gpt2_spec(vocab);
+  std::vector<std::pair<std::string, int32_t>> v;
+  {
+    json vj = json::parse(read_tokenizer_file(spec.vocab_file, "vocab"));
+    for (auto it = vj.begin(); it != vj.end(); ++it) v.emplace_back(it.key(), it.value().get<int32_t>());
+  }
+  std::vector<std::pair<std::string, std::string>> m;
+  {
+    std::ifstream mf(spec.merge_file);
+    std::string line;
+    std::getline(mf, line);
+    while (std::getline(mf, line))
+      if (!line.empty()) m.emplace_back(line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1));
+  }
+  const ByteLevelBPE bpe(v, m, false, "gpt2");
+  std::mt19937_64 rng(5);
+  std::set<std::string> seen;
+  std::vector<std::string> words;
+  while (words.size() < 90000) {
+    std::string w = " ";
+    for (size_t len = 3 + rng() % 8; len > 0; --len) w += static_cast<char>('a' + rng() % 26);
+    if (seen.insert(w).second) words.push_back(w);
+  }
+  // Plain BPE per word: bytes, then the merges; the GPT-2 pattern makes each " word" one piece.
+  std::vector<std::vector<int32_t>> want(words.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    for (unsigned char c : words[i]) want[i].push_back(bpe.id_of_bytes(std::string(1, static_cast<char>(c))));
+    bpe.merge_small(want[i]);
+  }
+  auto encode_range = [&](size_t b, size_t e) {
+    std::vector<int32_t> ids;
+    for (size_t i = b; i < e; ++i) {
+      const size_t before = ids.size();
+      bpe.encode_text(PretokenizerPattern::Gpt2, reinterpret_cast<const uint8_t*>(words[i].data()),
+                      words[i].size(), ids);
+      if (std::vector<int32_t>(ids.begin() + before, ids.end()) != want[i]) return i;
+    }
+    return e;
+  };
+  EXPECT_EQ(encode_range(0, words.size()), words.size());  // cold: fills the cache, clears it, goes on
+  EXPECT_EQ(encode_range(0, words.size()), words.size());  // warm: every piece from a cache
+  size_t a = 0, b = 0;
+  std::thread t1([&] { a = encode_range(0, words.size()); });
+  std::thread t2([&] { b = encode_range(words.size() / 3, words.size()); });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a, words.size());
+  EXPECT_EQ(b, words.size());
+}
+
 TEST(GPT2BPE, VocabularyEodAndAddedTokens) {
   MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   GPT2BPETokenizer tok(gpt2_spec(vocab));
@@ -363,6 +424,166 @@ TEST(GPT2BPE, MalformedFilesNameTheFile) {
   s = good;
   s.vocab_file = "/nonexistent/vocab.json";
   expect_error([&] { GPT2BPETokenizer t(s); }, {"/nonexistent/vocab.json", "cannot open"});
+}
+
+// ---- vocab.json hand parser ------------------------------------------------------------------------
+
+namespace {
+
+// (key, id) pairs as nlohmann::json reads `text`, sorted; nullopt-like false when it rejects it.
+bool nlohmann_vocab(const std::string& text, std::vector<std::pair<std::string, int64_t>>& out) {
+  out.clear();
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception&) {
+    return false;
+  }
+  if (!j.is_object()) return false;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_number_integer()) return false;
+    out.emplace_back(it.key(), it.value().get<int64_t>());
+  }
+  std::sort(out.begin(), out.end());
+  return true;
+}
+
+bool fast_vocab(const std::string& text, std::vector<std::pair<std::string, int64_t>>& out) {
+  out.clear();
+  std::vector<std::pair<std::string_view, int32_t>> v;
+  std::string storage;
+  if (!parse_flat_vocab_json(text, v, storage)) return false;
+  for (const auto& [k, id] : v) out.emplace_back(std::string(k), id);
+  std::sort(out.begin(), out.end());
+  return true;
+}
+
+// A JSON string literal for `s` (valid UTF-8), each character written raw or escaped at random:
+// short escapes, \uXXXX, surrogate pairs above U+FFFF, upper- or lower-case hex.
+std::string random_json_literal(const std::string& s, std::mt19937_64& rng) {
+  std::string out = "\"";
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp;
+    const int len = unicode::decode_utf8(p + i, s.size() - i, &cp);
+    const bool must = cp < 0x20 || cp == '"' || cp == '\\';
+    char buf[16];
+    const char* hex = (rng() & 1) ? "\\u%04x" : "\\u%04X";
+    if (!must && rng() % 3 != 0) {
+      out.append(s, i, len);
+    } else if (cp == '"' || cp == '\\' || cp == '/' || cp == '\n' || cp == '\t' || cp == '\b' || cp == '\f' ||
+               cp == '\r') {
+      const char* shorts = "\"\\/\n\t\b\f\r";
+      const char* names = "\"\\/ntbfr";
+      out += '\\';
+      out += names[std::strchr(shorts, static_cast<int>(cp)) - shorts];
+    } else if (cp >= 0x10000) {
+      std::snprintf(buf, sizeof buf, hex, 0xD800 + ((cp - 0x10000) >> 10));
+      out += buf;
+      std::snprintf(buf, sizeof buf, hex, 0xDC00 + ((cp - 0x10000) & 0x3FF));
+      out += buf;
+    } else {
+      std::snprintf(buf, sizeof buf, hex, cp);
+      out += buf;
+    }
+    i += len;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+// Random flat objects (keys with every kind of character and escape, ids over the whole int32 range,
+// random JSON whitespace) read the same as with nlohmann::json.
+TEST(VocabJson, HandParserReadsWhatNlohmannReads) {
+  std::mt19937_64 rng(7);
+  const uint32_t pool[] = {'a', 'Z', '0', ' ', '"', '\\', '/', '\n', '\t', 0x01, 0x1F, 0x7F, 0xE9, 0x120, 0x7FF,
+                           0x800, 0x4E2D, 0xFFFD, 0xFFFF, 0x10000, 0x1F600, 0x10FFFF, '<', '|', '\'', 'e'};
+  const char* spaces[] = {"", " ", "\n", "\t", "\r\n  "};
+  auto ws = [&] { return std::string(spaces[rng() % 5]); };
+  for (int trial = 0; trial < 300; ++trial) {
+    std::set<std::string> keys;
+    const size_t n = rng() % 40;
+    while (keys.size() < n) {
+      std::string k;
+      for (size_t len = rng() % 6; len > 0; --len) unicode::append_utf8(pool[rng() % std::size(pool)], k);
+      keys.insert(k);
+    }
+    std::string text = ws() + "{";
+    bool first = true;
+    for (const std::string& k : keys) {
+      const int64_t r = static_cast<int64_t>(rng() % 5);
+      const int64_t id = r == 0 ? INT32_MAX : r == 1 ? INT32_MIN : r == 2 ? 0 : static_cast<int32_t>(rng());
+      text += (first ? "" : ",") + ws() + random_json_literal(k, rng) + ws() + ":" + ws() + std::to_string(id) + ws();
+      first = false;
+    }
+    text += "}" + ws();
+    std::vector<std::pair<std::string, int64_t>> a, b;
+    ASSERT_TRUE(nlohmann_vocab(text, a)) << text;
+    ASSERT_TRUE(fast_vocab(text, b)) << text;
+    ASSERT_EQ(a, b) << text;
+  }
+  std::vector<std::pair<std::string, int64_t>> v;
+  ASSERT_TRUE(fast_vocab(" { \"a\" : -0 , \"\\u00e9\\/\" : 2147483647 }\n", v));
+  EXPECT_EQ(v, (std::vector<std::pair<std::string, int64_t>>{{"a", 0}, {"\xC3\xA9/", INT32_MAX}}));
+  ASSERT_TRUE(fast_vocab("{}", v));
+  EXPECT_TRUE(v.empty());
+}
+
+// Outside the plain subset the hand parser declines (the caller then uses nlohmann::json), and on
+// mutated input it never accepts what nlohmann::json reads differently or rejects.
+TEST(VocabJson, HandParserDeclinesAnythingElse) {
+  const std::string declined[] = {
+      "",  "{",  "{\"a\": 1",  "{\"a",  "{\"a\" 1}",  "{\"a\": 1,}",  "{\"a\": 1} x",  "[1]",  "{\"a\": 1.5}",
+      "{\"a\": 1e3}",  "{\"a\": 1E3}",  "{\"a\": \"x\"}",  "{\"a\": [1]}",  "{\"a\": null}",  "{\"a\": 01}",
+      "{\"a\": -}",  "{\"a\": 2147483648}",  "{\"a\": -2147483649}",  "{\"a\": 99999999999}",
+      "\xEF\xBB\xBF{\"a\": 1}",  "{\"\\ud800\": 1}",  "{\"\\udc00\": 1}",  "{\"\\ud800\\u0041\": 1}",
+      "{\"a\x01\": 1}",  "{\"\xFF\": 1}",  "{\"\xED\xA0\x80\": 1}",  "{\"\\x\": 1}",  "{\"\\u12G4\": 1}",
+      "{a: 1}",  "{\"a\": +1}"};
+  std::vector<std::pair<std::string, int64_t>> v;
+  for (const std::string& t : declined) EXPECT_FALSE(fast_vocab(t, v)) << json(t).dump();
+
+  std::mt19937_64 rng(11);
+  const std::string base = "{\"a\\u0120\": 1, \"\\\"q\\\\\": -20, \"\xC3\xA9t\xC3\xA9\": 300, \"\\ud83d\\ude00\": 4}";
+  const std::string alphabet = "{}[]\":,.-+eE0123456789 \\/u\x01\xC3\xA9";
+  int accepted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string t = base;
+    for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
+      const size_t at = rng() % (t.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0: if (at < t.size()) t.erase(at, 1); break;
+        case 1: t.insert(at, 1, c); break;
+        default: if (at < t.size()) t[at] = c; break;
+      }
+    }
+    std::vector<std::pair<std::string, int64_t>> a, b;
+    if (!fast_vocab(t, b)) continue;
+    ++accepted;
+    std::set<std::string> distinct;
+    for (const auto& e : b) distinct.insert(e.first);
+    if (distinct.size() != b.size()) continue;  // duplicates: the caller rejects them
+    ASSERT_TRUE(nlohmann_vocab(t, a)) << json(t).dump();
+    ASSERT_EQ(a, b) << json(t).dump();
+  }
+  EXPECT_GT(accepted, 100);  // the mutations do reach the accepting paths
+}
+
+// The released GPT-2 vocabulary takes the fast path and gives nlohmann's map; a key given twice makes
+// GPT2BPETokenizer fail naming it (nlohmann::json would silently keep the last).
+TEST(VocabJson, Gpt2VocabFastPathAndDuplicateKeys) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  const std::string text = read_tokenizer_file(vocab, "vocab");
+  std::vector<std::pair<std::string, int64_t>> a, b;
+  ASSERT_TRUE(fast_vocab(text, b));
+  ASSERT_TRUE(nlohmann_vocab(text, a));
+  EXPECT_EQ(b.size(), 50257u);
+  EXPECT_EQ(a, b);
+  TempFile dup("vocab_dup.json", "{\"\\u0120the\": 50257, " + text.substr(text.find('{') + 1));
+  TokenizerSpec s = gpt2_spec(vocab);
+  s.vocab_file = dup.path;
+  expect_error([&] { GPT2BPETokenizer t(s); }, {dup.path, "\xC4\xA0the", "given twice"});
 }
 
 // ---- HuggingFace tokenizer.json ----------------------------------------------------------------------
