@@ -20,7 +20,7 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const TransformerConfig& cfg, int64_t params, int64_t micro_batch, int64_t T);
 double available_memory_bytes();  // MemAvailable from /proc/meminfo (0 when unknown)
 
-// fp32 GEMM throughput of this machine with the current thread count: the median of a few
+// fp32 GEMM throughput of this machine with the current thread count: the best of nine
 // 1024x1024x1024 products through oneDNN, in FLOP/s.
 double measure_gemm_peak_flops();
 
