@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
     }
     Timer total;
     LoadedModel lm = load_model(f.get_string("load"));
+    MDLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
+               ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
     LanguageModel& model = *lm.model;
     nlohmann::json res = {{"checkpoint", lm.dir}, {"model_type", lm.diffusion ? "difflm" : "gpt"}};
     DiffusionLikelihoodOptions dopt;

@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     LoadedModel lm = load_model(f.get_string("load"));
+    MDLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
+               ": a shifted (--model-running-mode vanilla) diffusion model is not supported by generate yet");
     MDLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
     std::unique_ptr<Tokenizer> tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
 
