@@ -348,9 +348,10 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
-      // Latest query tiles first: under a causal mask they are the heaviest.
-      const int64_t qtile = s.nqt - 1 - task / (B * H);
-      const int64_t b = (task % (B * H)) / H, h = task % H, g = h / s.group;
+      // Consecutive tasks share a head, so its K and V stay in cache; within a head the latest query
+      // tiles come first (under a causal mask the heaviest), leaving light tasks for the end.
+      const int64_t qtile = s.nqt - 1 - task % s.nqt;
+      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
       const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
       const Visibility vis = visibility(mask, b, T);
       const float* qb = q + (b * T + q0) * s.qs + h * D;  // [nq, D] rows, stride H*D
@@ -443,8 +444,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < nq_tasks; ++task) {
-      const int64_t qtile = s.nqt - 1 - task / (B * H);
-      const int64_t b = (task % (B * H)) / H, h = task % H, g = h / s.group;
+      const int64_t qtile = s.nqt - 1 - task % s.nqt;  // same order as the forward
+      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
       const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
       const Visibility vis = visibility(mask, b, T);
       const int64_t row0 = (b * T + q0) * s.qs + h * D;
@@ -501,9 +502,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < nk_tasks; ++task) {
-      // Earliest key tiles first: under a causal mask they are seen by the most queries.
-      const int64_t ktile = task / (B * K);
-      const int64_t b = (task % (B * K)) / K, g = task % K;
+      // Consecutive tasks share a kv head (its queries stay in cache); within it the earliest key tiles
+      // come first: under a causal mask they are seen by the most queries.
+      const int64_t ktile = task % s.nkt;
+      const int64_t b = task / s.nkt / K, g = task / s.nkt % K;
       const int64_t k0 = ktile * TK, nk = std::min(TK, T - k0);
       const Visibility vis = visibility(mask, b, T);
       const int64_t krow0 = (b * T + k0) * s.ks + g * D;
