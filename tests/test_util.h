@@ -69,14 +69,15 @@ inline std::string shared_path(const std::string& rel) {
   return p;
 }
 
-// A fresh directory per test under the system temp dir (named by pid, suite and test), removed at
-// the end of the test.
+// A fresh directory per test under the system temp dir (named by pid, suite, test and an optional
+// tag for a test that needs several), removed at the end of the test.
 class TempDir {
  public:
-  TempDir() {
+  explicit TempDir(const std::string& tag = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     path_ = (std::filesystem::temp_directory_path() /
-             ("megadlm_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name()))
+             ("megadlm_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name() +
+              (tag.empty() ? "" : "_" + tag)))
                 .string();
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);

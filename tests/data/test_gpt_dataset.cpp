@@ -20,25 +20,14 @@
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/loader.h"
+#include "test_util.h"
 
 using namespace megadlm;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    path_ = fs::temp_directory_path() / ("mdlm_gpt_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 std::string error_of(const std::function<void()>& f) {
   try {

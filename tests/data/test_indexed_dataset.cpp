@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "data/indexed_dataset.h"
+#include "test_util.h"
 
 using namespace megadlm;
 namespace fs = std::filesystem;
@@ -23,25 +24,8 @@ namespace {
 
 const std::string kFixtures = std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/";
 
-// A fresh, empty directory per test, removed afterwards.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    path_ = fs::temp_directory_path() / ("mdlm_idx_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    return out;
-  }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
+using test::entries_of;
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -194,9 +178,9 @@ TEST(IndexedDataset, WriterLeavesNothingUnlessFinalized) {
   {
     IndexedDatasetWriter w(dir / "x", IndexDType::U16);
     w.add_document(std::vector<int32_t>{1, 2, 3});
-    EXPECT_FALSE(dir.files().empty());  // the temporary .bin exists while writing
+    EXPECT_FALSE(entries_of(dir.str()).empty());  // the temporary .bin exists while writing
   }
-  EXPECT_TRUE(dir.files().empty());
+  EXPECT_TRUE(entries_of(dir.str()).empty());
   // A token that does not fit the dtype is an Error naming it, and leaves nothing behind either.
   {
     IndexedDatasetWriter w(dir / "y", IndexDType::U16);
@@ -204,7 +188,7 @@ TEST(IndexedDataset, WriterLeavesNothingUnlessFinalized) {
     EXPECT_NE(msg.find("70000"), std::string::npos) << msg;
     EXPECT_NE(msg.find(dir / "y"), std::string::npos) << msg;
   }
-  EXPECT_TRUE(dir.files().empty());
+  EXPECT_TRUE(entries_of(dir.str()).empty());
 }
 
 TEST(IndexedDataset, ReadOutsideASequenceIsAnError) {

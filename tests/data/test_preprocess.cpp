@@ -24,24 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    path_ = fs::temp_directory_path() / ("mdlm_pre_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    return out;
-  }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
+using test::entries_of;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -240,7 +224,7 @@ TEST(Preprocess, StrictStopsAtTheFirstBadLineAndWritesNothing) {
   o.chunk_bytes = 1000;
   const std::string msg = error_of([&] { preprocess_jsonl(o); });
   EXPECT_NE(msg.find(dir / "in.jsonl:301: invalid JSON"), std::string::npos) << msg;
-  EXPECT_EQ(dir.files(), std::vector<std::string>{"in.jsonl"});  // no output, no temporaries
+  EXPECT_EQ(entries_of(dir.str()), std::set<std::string>{"in.jsonl"});  // no output, no temporaries
 }
 
 TEST(Preprocess, WorkersGiveByteIdenticalOutput) {
