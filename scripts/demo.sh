@@ -2,10 +2,10 @@
 # The README's first command: on a fresh Debian 12 machine, installs what is needed, builds, and
 # trains a small masked diffusion LM for a few minutes on English text that Debian ships (the
 # `fortunes` package), with a byte-level BPE tokenizer trained on that text; then samples from it.
-# Everything goes under runs/demo/. Set DEMO_ITERS to train longer (default 300 iterations).
+# Everything goes under runs/demo/. Set DEMO_ITERS to change the length (default 1000 iterations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ITERS="${DEMO_ITERS:-300}"
+ITERS="${DEMO_ITERS:-1000}"
 OUT=runs/demo
 
 ./scripts/install_deps.sh
@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 
 echo "== 1/5 corpus: the fortune files, one quotation per document"
 FILES=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' | sort)
-./build/bin/text_to_jsonl --input $FILES --separator % --output "$OUT/fortunes.jsonl"
+./build/bin/text_to_jsonl --input $FILES --separator % --join-lines --output "$OUT/fortunes.jsonl"
 
 echo "== 2/5 tokenizer: byte-level BPE with 4096 tokens trained on the corpus"
 ./build/bin/train_tokenizer --input "$OUT/fortunes.jsonl" --json-keys text --vocab-size 4096 \
@@ -35,7 +35,7 @@ rm -rf "$OUT/checkpoints"
   --seq-length 128 --batch-size 16 --data-path "$OUT/fortunes_text_document" --output-dir "$OUT/checkpoints" \
   --max-steps "$ITERS" --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 20 --lr-decay-style cosine \
   --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear \
-  --ffn-hidden-size 704 --log-interval 20 --eval-interval 100 --eval-iters 4 --save-interval 100
+  --ffn-hidden-size 704 --log-interval 50 --eval-interval 250 --eval-iters 4 --save-interval 250
 
 echo "== 5/5 sample: LLaDA's reverse process, 48 tokens in 48 steps"
 ./build/bin/generate --load "$OUT/checkpoints" --prompt "The secret of life is" "A computer" \
