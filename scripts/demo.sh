@@ -37,6 +37,6 @@ rm -rf "$OUT/checkpoints"
   --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear \
   --ffn-hidden-size 704 --log-interval 50 --eval-interval 250 --eval-iters 4 --save-interval 250
 
-echo "== 5/5 sample: LLaDA's reverse process, 48 tokens in 48 steps"
+echo "== 5/5 sample: LLaDA's reverse process, 48 tokens in 48 steps (temperature 1, random remasking)"
 ./build/bin/generate --load "$OUT/checkpoints" --prompt "The secret of life is" "A computer" \
-  --gen-length 48 --steps 48 --block-length 16
+  --gen-length 48 --steps 48 --block-length 16 --temperature 1.0 --remasking random --seed 1
