@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <future>
 
 #include "checkpoint/native_checkpoint.h"
 #include "core/log.h"
+#include "data/loader.h"
 #include "models/config_json.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
@@ -135,15 +135,14 @@ void Trainer::save(int64_t iteration) {
   log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
 }
 
-void Trainer::fetch(const TokenDataset& data, uint64_t first_sample, SampleBatch& out) const {
-  const int64_t B = args_.micro_batch_size, T = args_.seq_length;
-  out.B = B;
-  out.T = T;
-  out.first_sample = first_sample;
-  out.tokens.resize(B * (T + 1));
-  MDLM_CHECK(static_cast<int64_t>(first_sample) + B <= data.size(), "the dataset holds ", data.size(),
-             " samples but sample ", first_sample + B - 1, " was requested");
-  for (int64_t b = 0; b < B; ++b) data.sample(static_cast<int64_t>(first_sample) + b, out.tokens.data() + b * (T + 1));
+// A loader's micro-batch as the objectives take it: rows are consecutive global samples.
+static SampleBatch to_sample_batch(Batch&& b) {
+  SampleBatch sb;
+  sb.B = b.B;
+  sb.T = b.T;
+  sb.tokens = std::move(b.tokens);
+  sb.first_sample = static_cast<uint64_t>(b.sample_ids.at(0));
+  return sb;
 }
 
 void Trainer::prepare(const SampleBatch& samples, float weight, bool eval, PreparedBatch& out) const {
@@ -166,13 +165,16 @@ void Trainer::prepare(const SampleBatch& samples, float weight, bool eval, Prepa
 
 EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
   EvalResult r;
-  SampleBatch sb;
   PreparedBatch pb;
   const int64_t available = data.size() / args_.micro_batch_size;
   batches = std::min(batches, available);
+  // The same first `batches` micro-batches at every evaluation, so the curve compares like with like.
+  LoaderConfig lc;
+  lc.micro_batch_size = args_.micro_batch_size;
+  lc.prefetch = false;
+  BatchLoader loader(std::shared_ptr<const TokenDataset>(&data, [](const TokenDataset*) {}), lc);
   for (int64_t i = 0; i < batches; ++i) {
-    fetch(data, static_cast<uint64_t>(i * args_.micro_batch_size), sb);
-    prepare(sb, 1.0f, /*eval=*/true, pb);
+    prepare(to_sample_batch(loader.next()), 1.0f, /*eval=*/true, pb);
     r.loss += model_->forward_loss(pb.micro_batch());
   }
   r.batches = batches;
@@ -216,8 +218,13 @@ int64_t Trainer::run() {
   Timer run_timer, interval_timer;
   double interval_loss = 0, interval_t = 0, interval_masked = 0, interval_tokens = 0, interval_seqs = 0;
   int64_t interval_steps = 0;
-  SampleBatch current, next;
   PreparedBatch prepared;
+  // Micro-batches in Megatron's sampler order from consumed_samples on; the next one is assembled in
+  // the background while the current one computes.
+  LoaderConfig lc;
+  lc.micro_batch_size = args_.micro_batch_size;
+  lc.consumed_samples = static_cast<int64_t>(consumed_samples_);
+  BatchLoader loader(data_.train, lc);
 
   if (iteration_ == 0 && data_.valid && args_.eval_interval > 0 && args_.eval_iters > 0) {
     const EvalResult e = evaluate(*data_.valid, args_.eval_iters);
@@ -229,24 +236,13 @@ int64_t Trainer::run() {
     Timer step_timer;
     model_->params().zero_grads();
     double step_loss = 0;
-    fetch(*data_.train, consumed_samples_, current);
     for (int64_t m = 0; m < M; ++m) {
-      // Prefetch the next micro-batch's samples while this one computes.
-      std::future<void> pending;
-      if (m + 1 < M)
-        pending = std::async(std::launch::async, [&, m] {
-          fetch(*data_.train, consumed_samples_ + static_cast<uint64_t>((m + 1) * args_.micro_batch_size), next);
-        });
-      prepare(current, micro_weight, false, prepared);
+      prepare(to_sample_batch(loader.next()), micro_weight, false, prepared);
       step_loss += model_->forward_backward(prepared.micro_batch(), 1.0f);
       interval_t += prepared.stats.sum_t;
       interval_masked += prepared.stats.loss_tokens;
       interval_tokens += prepared.stats.real_tokens;
       interval_seqs += prepared.stats.sequences;
-      if (pending.valid()) {
-        pending.get();
-        std::swap(current, next);
-      }
     }
     const double lr = args_.lr.at(iteration_ + 1);
     double gnorm = 0;

@@ -35,7 +35,6 @@ class Trainer {
  private:
   void print_header() const;
   void prepare(const SampleBatch& samples, float micro_batch_weight, bool eval, PreparedBatch& out) const;
-  void fetch(const TokenDataset& data, uint64_t first_sample, SampleBatch& out) const;
   void save(int64_t iteration);
   void load();
   nlohmann::json checkpoint_meta() const;
