@@ -13,40 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/indexed_dataset.h"
 #include "train/arguments.h"
 #include "train/trainer.h"
+#include "test_util.h"
+#include "train_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace megadlm;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("megadlm_moe_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-// Documents counting upwards over a 64-token NullTokenizer vocabulary (eod = 63).
-std::string make_dataset(const fs::path& dir) {
-  const std::string prefix = (dir / "toy_text_document").string();
-  IndexedDatasetWriter w(prefix, IndexDType::U16);
-  for (int d = 0; d < 120; ++d) {
-    std::vector<int32_t> doc;
-    const int len = 20 + (d * 7) % 30;
-    for (int i = 0; i < len; ++i) doc.push_back((d + i) % 60);
-    doc.push_back(63);
-    w.add_document(doc);
-  }
-  w.finalize();
-  return prefix;
-}
 
 std::vector<std::string> flags(const std::string& model_type, const std::string& data, const std::string& save,
                                const std::string& layers = "2") {
@@ -65,37 +40,16 @@ std::vector<std::string> flags(const std::string& model_type, const std::string&
   return f;
 }
 
-TrainArgs parse(const std::vector<std::string>& f) {
-  std::vector<const char*> argv;
-  for (const auto& s : f) argv.push_back(s.c_str());
-  TrainArgs a;
-  EXPECT_TRUE(parse_train_args(static_cast<int>(argv.size()), argv.data(), a));
-  return a;
-}
-
-void run(std::vector<std::string> f, const std::vector<std::string>& extra) {
-  f.insert(f.end(), extra.begin(), extra.end());
-  Trainer t(parse(f));
-  t.run();
-}
-
-std::vector<nlohmann::json> train_lines(const std::string& metrics) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j);
-  }
-  return out;
-}
+using test::parse_flags;
+using test::run_training;
+using test::training_lines;
 
 void check_moe_training(const std::string& model_type) {
-  TempDir tmp;
-  const std::string data = make_dataset(tmp.path);
-  const std::string full = (tmp.path / "full").string(), part = (tmp.path / "part").string();
-  run(flags(model_type, data, full), {"--train-iters", "6"});
-  const auto a = train_lines(full + "/metrics.jsonl");
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 120);
+  const std::string full = tmp / "full", part = tmp / "part";
+  run_training(flags(model_type, data, full), {"--train-iters", "6"});
+  const auto a = training_lines(full + "/metrics.jsonl");
   ASSERT_EQ(a.size(), 6u);
   for (const auto& j : a) {
     ASSERT_TRUE(j.contains("moe_aux_loss") && j.contains("moe_z_loss") && j.contains("moe_layers"));
@@ -110,9 +64,9 @@ void check_moe_training(const std::string& model_type) {
     }
   }
   // A resume reproduces the uninterrupted run bitwise (routing included).
-  run(flags(model_type, data, part), {"--train-iters", "6", "--exit-interval", "3"});
-  run(flags(model_type, data, part), {"--train-iters", "6", "--load", part});
-  const auto b = train_lines(part + "/metrics.jsonl");
+  run_training(flags(model_type, data, part), {"--train-iters", "6", "--exit-interval", "3"});
+  run_training(flags(model_type, data, part), {"--train-iters", "6", "--load", part});
+  const auto b = training_lines(part + "/metrics.jsonl");
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "iteration " << i + 1;
@@ -160,15 +114,15 @@ TEST(MoETrainer, FlagErrorsNameTheFlag) {
 }
 
 TEST(MoETrainer, LayerFreqPicksLayers) {
-  TrainArgs a = parse(flags("gpt", "/nonexistent", "/tmp/unused"));
+  TrainArgs a = parse_flags(flags("gpt", "/nonexistent", "/tmp/unused"));
   EXPECT_TRUE(a.model.moe.is_moe_layer(0) && a.model.moe.is_moe_layer(1));
   std::vector<std::string> f = flags("gpt", "/nonexistent", "/tmp/unused", "4");
   for (const char* s : {"--moe-layer-freq", "2"}) f.push_back(s);
-  a = parse(f);
+  a = parse_flags(f);
   EXPECT_TRUE(a.model.moe.is_moe_layer(0) && !a.model.moe.is_moe_layer(1) && a.model.moe.is_moe_layer(2) &&
               !a.model.moe.is_moe_layer(3));
   f = flags("gpt", "/nonexistent", "/tmp/unused", "3");
   for (const char* s : {"--moe-layer-freq", "[0, 1, 1]"}) f.push_back(s);
-  a = parse(f);
+  a = parse_flags(f);
   EXPECT_TRUE(!a.model.moe.is_moe_layer(0) && a.model.moe.is_moe_layer(1) && a.model.moe.is_moe_layer(2));
 }

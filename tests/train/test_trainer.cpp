@@ -11,42 +11,15 @@
 
 #include "checkpoint/native_checkpoint.h"
 #include "core/error.h"
-#include "data/indexed_dataset.h"
 #include "train/arguments.h"
 #include "train/trainer.h"
+#include "test_util.h"
+#include "train_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace megadlm;
 
 namespace {
-
-// A temporary directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("megadlm_trainer_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-// 200 documents of a learnable pattern over a 64-token NullTokenizer vocabulary (eod = 63): each
-// document counts upwards from a start value, so the next token is predictable.
-std::string make_dataset(const fs::path& dir) {
-  const std::string prefix = (dir / "toy_text_document").string();
-  IndexedDatasetWriter w(prefix, IndexDType::U16);
-  for (int d = 0; d < 200; ++d) {
-    std::vector<int32_t> doc;
-    const int len = 20 + (d * 7) % 30;
-    for (int i = 0; i < len; ++i) doc.push_back((d + i) % 60);
-    doc.push_back(63);
-    w.add_document(doc);
-  }
-  w.finalize();
-  return prefix;
-}
 
 std::vector<std::string> base_flags(const std::string& model_type, const std::string& data, const std::string& save) {
   std::vector<std::string> f = {"pretrain_difflm", "--model-type", model_type, "--num-layers", "2", "--hidden-size", "32",
@@ -62,38 +35,19 @@ std::vector<std::string> base_flags(const std::string& model_type, const std::st
   return f;
 }
 
-TrainArgs parse(const std::vector<std::string>& flags) {
-  std::vector<const char*> argv;
-  for (const auto& s : flags) argv.push_back(s.c_str());
-  TrainArgs a;
-  EXPECT_TRUE(parse_train_args(static_cast<int>(argv.size()), argv.data(), a));
-  return a;
-}
-
 std::vector<double> losses(const std::string& metrics) {
   std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  }
+  for (const auto& j : test::training_lines(metrics)) out.push_back(j["loss"].get<double>());
   return out;
 }
 
-void run(std::vector<std::string> flags, const std::vector<std::string>& extra) {
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  Trainer t(parse(flags));
-  t.run();
-}
-
 void expect_resume_identical(const std::string& model_type) {
-  TempDir tmp;
-  const std::string data = make_dataset(tmp.path);
-  const std::string full = (tmp.path / "full").string(), part = (tmp.path / "part").string();
-  run(base_flags(model_type, data, full), {"--train-iters", "8"});
-  run(base_flags(model_type, data, part), {"--train-iters", "8", "--exit-interval", "4"});
-  run(base_flags(model_type, data, part), {"--train-iters", "8", "--load", part});
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 200);
+  const std::string full = tmp / "full", part = tmp / "part";
+  test::run_training(base_flags(model_type, data, full), {"--train-iters", "8"});
+  test::run_training(base_flags(model_type, data, part), {"--train-iters", "8", "--exit-interval", "4"});
+  test::run_training(base_flags(model_type, data, part), {"--train-iters", "8", "--load", part});
   const auto a = losses(full + "/metrics.jsonl"), b = losses(part + "/metrics.jsonl");
   ASSERT_EQ(a.size(), 8u);
   ASSERT_EQ(b.size(), 8u);
@@ -111,10 +65,10 @@ TEST(Trainer, ResumeIsBitwiseIdenticalDiffLM) { expect_resume_identical("difflm"
 
 TEST(Trainer, LossGoesDownOnALearnablePattern) {
   for (const char* type : {"gpt", "difflm"}) {
-    TempDir tmp;
-    const std::string data = make_dataset(tmp.path);
-    const std::string save = (tmp.path / "run").string();
-    run(base_flags(type, data, save), {"--train-iters", "40"});
+    test::TempDir tmp;
+    const std::string data = test::make_counting_dataset(tmp.str(), 200);
+    const std::string save = tmp / "run";
+    test::run_training(base_flags(type, data, save), {"--train-iters", "40"});
     const auto l = losses(save + "/metrics.jsonl");
     ASSERT_EQ(l.size(), 40u);
     double first = 0, last = 0;
@@ -155,9 +109,9 @@ TEST(Trainer, FlagErrorsNameTheFlag) {
 }
 
 TEST(Trainer, RefusesAModelThatCannotFitWithTheEstimate) {
-  TempDir tmp;
-  const std::string data = make_dataset(tmp.path);
-  auto flags = base_flags("difflm", data, (tmp.path / "big").string());
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 200);
+  auto flags = base_flags("difflm", data, tmp / "big");
   // The guide's 32-layer 4096-hidden model at batch 8 x 2048 needs far more than this machine has.
   for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
            {"--num-layers", "32"}, {"--hidden-size", "4096"}, {"--num-heads", "32"}, {"--seq-length", "2048"},
@@ -166,7 +120,7 @@ TEST(Trainer, RefusesAModelThatCannotFitWithTheEstimate) {
       if (flags[i] == k) flags[i + 1] = v;
   }
   try {
-    Trainer t(parse(flags));
+    Trainer t(test::parse_flags(flags));
     FAIL() << "expected the model to be refused";
   } catch (const Error& e) {
     const std::string msg = e.what();
