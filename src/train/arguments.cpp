@@ -7,6 +7,7 @@
 #include "data/cli_flags.h"
 #include "train/hf_init.h"
 #include "train/moe_arguments.h"
+#include "train/signals.h"
 
 namespace megadlm {
 
@@ -128,6 +129,8 @@ void declare(CliFlags& f) {
   f.add_bool("no-load-rng", "do not load the RNG state");
   f.add_int("exit-interval", 0, "exit (after saving) when the iteration is a multiple of this");
   f.add_double("exit-duration-in-mins", 0, "exit (after saving) after this many minutes");
+  f.add_bool("exit-signal-handler", "on --exit-signal or SIGINT: finish the iteration, save, exit 0");
+  f.add_string("exit-signal", "SIGTERM", "the signal --exit-signal-handler catches (besides SIGINT)");
   // parallelism and precision: accepted names, single-process fp32 for now
   f.add_int("tensor-model-parallel-size", 1, "tensor parallel size");
   f.add_int("pipeline-model-parallel-size", 1, "pipeline parallel size");
@@ -292,6 +295,8 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.no_load_rng = f.get_bool("no-load-rng");
   a.exit_interval = f.get_int("exit-interval");
   a.exit_duration_in_mins = f.get_double("exit-duration-in-mins");
+  a.exit_signal_handler = f.get_bool("exit-signal-handler");
+  a.exit_signal = parse_signal_name(f.get_string("exit-signal"));
   return true;
 }
 

@@ -53,6 +53,8 @@ struct TrainArgs {
   // limits
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0;
+  bool exit_signal_handler = false;    // --exit-signal-handler: save and exit 0 on --exit-signal / SIGINT
+  int exit_signal = 15;                // --exit-signal (SIGTERM)
 };
 
 // Parses argv; returns false when --help was printed. Throws Error naming a bad or inconsistent flag.

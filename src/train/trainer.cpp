@@ -15,6 +15,7 @@
 #include "train/moe_arguments.h"
 #include "train/moe_metrics.h"
 #include "train/hf_init.h"
+#include "train/signals.h"
 
 namespace megadlm {
 
@@ -216,6 +217,17 @@ int64_t Trainer::run() {
   const double tokens_per_step = static_cast<double>(args_.global_batch_size * args_.seq_length);
   const double flops_per_token = model_flops_per_token(args_.model, args_.seq_length);
   Timer run_timer, interval_timer;
+  // --exit-signal-handler: handlers live only while the loop runs, so a Trainer used in-process (tests,
+  // tools) leaves the host's signal dispositions as it found them, also on an exception.
+  struct SignalGuard {
+    bool on;
+    explicit SignalGuard(const TrainArgs& a) : on(a.exit_signal_handler) {
+      if (on) install_exit_signal_handlers(a.exit_signal);
+    }
+    ~SignalGuard() {
+      if (on) uninstall_exit_signal_handlers();
+    }
+  } signal_guard(args_);
   double interval_loss = 0, interval_t = 0, interval_masked = 0, interval_tokens = 0, interval_seqs = 0;
   int64_t interval_steps = 0;
   PreparedBatch prepared;
@@ -309,13 +321,20 @@ int64_t Trainer::run() {
       if (metrics_) metrics_->write({{"iteration", iteration_}, {"val_loss", e.loss}, {"val_ppl", e.ppl}});
       interval_timer.reset();  // keep evaluation out of the throughput
     }
+    // Polled once per iteration: the step just taken is complete, so the checkpoint is consistent.
+    const int signum = args_.exit_signal_handler ? exit_signal_received() : 0;
     const bool exit_now = (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0) ||
-                          (args_.exit_duration_in_mins > 0 && run_timer.seconds() > 60.0 * args_.exit_duration_in_mins);
+                          (args_.exit_duration_in_mins > 0 && run_timer.seconds() > 60.0 * args_.exit_duration_in_mins) ||
+                          signum != 0;
     if (!args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
                                 iteration_ == args_.train_iters || exit_now))
       save(iteration_);
     if (exit_now) {
-      log_info("exiting at iteration ", iteration_, " (--exit-interval / --exit-duration-in-mins)");
+      if (signum != 0)
+        log_info("exiting at iteration ", iteration_, " on ", signal_name(signum), " (--exit-signal-handler)",
+                 args_.save.empty() ? "; no --save, nothing saved" : "");
+      else
+        log_info("exiting at iteration ", iteration_, " (--exit-interval / --exit-duration-in-mins)");
       break;
     }
   }
