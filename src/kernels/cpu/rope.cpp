@@ -30,10 +30,14 @@ void rope_tables(float* cos, float* sin, int64_t P, int64_t D, double base) {
   }
 }
 
-// out[i] = x[i] cos - x[i+D/2] sin, out[i+D/2] = x[i+D/2] cos + x[i] sin.
+namespace {
+
+// Rotates each (i, i + D/2) pair of every head by +angle (Inverse = false) or -angle (true):
+//   out[i] = x[i] cos -+ x[i+D/2] sin,  out[i+D/2] = x[i+D/2] cos +- x[i] sin.
 // out [N, H, D], inp [N, H, D] (may alias), positions [N], cos [P, D/2], sin [P, D/2]
-void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
-                  int64_t N, int64_t H, int64_t D) {
+template <bool Inverse>
+void rotate_half(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
+                 int64_t N, int64_t H, int64_t D) {
   const int64_t half = D / 2;
 #pragma omp parallel for schedule(static) if (N * H * D >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -46,34 +50,27 @@ void rope_forward(float* out, const float* inp, const int32_t* positions, const 
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
         const float x1 = x[i], x2 = x[i + half];
-        o[i] = x1 * cs[i] - x2 * sn[i];
-        o[i + half] = x2 * cs[i] + x1 * sn[i];
+        const float s = Inverse ? -sn[i] : sn[i];
+        o[i] = x1 * cs[i] - x2 * s;
+        o[i + half] = x2 * cs[i] + x1 * s;
       }
     }
   }
 }
 
-// The rotation is orthogonal, so its backward is the rotation by -angle (the transpose):
-// dinp[i] = d[i] cos + d[i+D/2] sin, dinp[i+D/2] = d[i+D/2] cos - d[i] sin.
+}  // namespace
+
+// out [N, H, D], inp [N, H, D] (may alias), positions [N], cos [P, D/2], sin [P, D/2]
+void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
+                  int64_t N, int64_t H, int64_t D) {
+  rotate_half<false>(out, inp, positions, cos, sin, N, H, D);
+}
+
+// The rotation is orthogonal, so its backward is the rotation by -angle (the transpose).
 // dinp [N, H, D] (written, may alias dout), dout [N, H, D], positions [N], cos [P, D/2], sin [P, D/2]
 void rope_backward(float* dinp, const float* dout, const int32_t* positions, const float* cos, const float* sin,
                    int64_t N, int64_t H, int64_t D) {
-  const int64_t half = D / 2;
-#pragma omp parallel for schedule(static) if (N * H * D >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* cs = cos + static_cast<int64_t>(positions[n]) * half;
-    const float* sn = sin + static_cast<int64_t>(positions[n]) * half;
-    for (int64_t h = 0; h < H; ++h) {
-      const float* d = dout + (n * H + h) * D;
-      float* di = dinp + (n * H + h) * D;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        const float d1 = d[i], d2 = d[i + half];
-        di[i] = d1 * cs[i] + d2 * sn[i];
-        di[i + half] = d2 * cs[i] - d1 * sn[i];
-      }
-    }
-  }
+  rotate_half<true>(dinp, dout, positions, cos, sin, N, H, D);
 }
 
 }  // namespace megadlm::cpu
