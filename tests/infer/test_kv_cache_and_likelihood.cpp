@@ -17,6 +17,7 @@
 #include "infer/sampling.h"
 #include "models/language_model.h"
 #include "models/layer_specs.h"
+#include "model_util.h"
 
 using namespace megadlm;
 
@@ -62,19 +63,7 @@ std::unique_ptr<LanguageModel> dlm(bool llama, uint64_t seed = 31) {
   return m;
 }
 
-std::vector<float> full_logits(LanguageModel& m, const std::vector<int32_t>& seq) {
-  std::vector<int32_t> pos(seq.size());
-  std::iota(pos.begin(), pos.end(), 0);
-  MicroBatch mb;
-  mb.B = 1;
-  mb.T = static_cast<int64_t>(seq.size());
-  mb.tokens = seq.data();
-  mb.positions = pos.data();
-  const Tensor lg = m.forward_logits(mb);
-  std::vector<float> out(lg.data<float>(), lg.data<float>() + lg.numel());
-  m.arena().reset();
-  return out;
-}
+std::vector<float> full_logits(LanguageModel& m, const std::vector<int32_t>& seq) { return test::sequence_logits(m, seq); }
 
 // Rows [from, from + n) of tokens written at cache rows starting at `offset`, logits copied out.
 std::vector<float> cached_logits(LanguageModel& m, KVCache& cache, const std::vector<int32_t>& seq, int64_t from,

@@ -18,6 +18,7 @@
 #include "infer/sampling.h"
 #include "models/language_model.h"
 #include "models/layer_specs.h"
+#include "model_util.h"
 
 using namespace megadlm;
 
@@ -69,20 +70,7 @@ std::unique_ptr<LanguageModel> gpt_model() {
   return m;
 }
 
-// Logits [T, V] of one sequence, copied out of the arena.
-std::vector<float> logits(LanguageModel& m, const std::vector<int32_t>& seq) {
-  std::vector<int32_t> pos(seq.size());
-  std::iota(pos.begin(), pos.end(), 0);
-  MicroBatch mb;
-  mb.B = 1;
-  mb.T = static_cast<int64_t>(seq.size());
-  mb.tokens = seq.data();
-  mb.positions = pos.data();
-  const Tensor lg = m.forward_logits(mb);
-  std::vector<float> out(lg.data<float>(), lg.data<float>() + lg.numel());
-  m.arena().reset();
-  return out;
-}
+std::vector<float> logits(LanguageModel& m, const std::vector<int32_t>& seq) { return test::sequence_logits(m, seq); }
 
 // LLaDA's greedy low-confidence reverse process, written out plainly. Proposals and their softmax
 // confidence are over ids [0, vlim) without the mask token. Returns the final canvas; `canvases`
