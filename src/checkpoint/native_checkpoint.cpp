@@ -10,6 +10,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace fs = std::filesystem;
 
@@ -44,15 +45,11 @@ const char* kPointer = "latest_checkpointed_iteration.txt";
 uint64_t file_checksum(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   MDLM_CHECK(in.good(), path, ": cannot open to checksum");
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnv1a64Offset;
   std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const std::streamsize got = in.gcount();
-    for (std::streamsize i = 0; i < got; ++i) {
-      h ^= static_cast<unsigned char>(buf[i]);
-      h *= 1099511628211ull;
-    }
+    h = fnv1a64_update(h, buf.data(), static_cast<size_t>(in.gcount()));
   }
   return h;
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/philox.h"
 
@@ -77,15 +78,6 @@ namespace {
 
 // Streams of the DataShuffle purpose used by one GPTDataset.
 constexpr uint32_t kStreamDocuments = 0, kStreamDocumentsFinal = 1, kStreamSamples = 2, kStreamSamplesFinal = 3;
-
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 constexpr char kCacheMagic[8] = {'M', 'D', 'L', 'M', 'G', 'P', 'T', 'I'};
 constexpr uint64_t kCacheVersion = 1;

@@ -1,17 +1,9 @@
 #include "nn/parameters.h"
 
+#include "core/hash.h"
 #include "core/philox.h"
 
 namespace megadlm {
-
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 int ParamStore::add(const std::string& name, const Shape& shape, Init init, float std, bool weight_decay) {
   MDLM_CHECK(!finalized_, "parameter '", name, "' registered after the model was finalised");

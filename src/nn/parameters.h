@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/hash.h"  // fnv1a64: the init stream of a parameter is keyed by the hash of its name
 #include "core/tensor.h"
 
 namespace megadlm {
@@ -58,6 +59,5 @@ class ParamStore {
   Tensor values_, grads_;
 };
 
-uint64_t fnv1a64(const std::string& s);
 
 }  // namespace megadlm

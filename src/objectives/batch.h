@@ -29,6 +29,9 @@ struct PreparedBatch {
   ObjectiveStats stats;
   int64_t B = 0, T = 0;
 
+  // Sizes every array for B x T tokens and clears the statistics.
+  void reset(int64_t batch, int64_t seq, bool segments);
+
   MicroBatch micro_batch() const {
     MicroBatch mb;
     mb.B = B;

@@ -31,15 +31,7 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
                               PreparedBatch& out) {
   MDLM_CHECK(opt.mask_token >= 0, "the diffusion objective needs a mask token (--mask-token)");
   const int64_t B = in.B, T = in.T, N = B * T;
-  out.B = B;
-  out.T = T;
-  out.inputs.resize(N);
-  out.positions.resize(N);
-  out.segment_ids.resize(N);
-  out.targets.resize(N);
-  out.weights.resize(N);
-  out.stats = ObjectiveStats{};
-  out.use_segments = opt.reset_attention_mask;
+  out.reset(B, T, opt.reset_attention_mask);
 
   const CounterRng mask_rng(opt.seed, RngPurpose::DiffusionMask);
   const CounterRng len_rng(opt.seed, RngPurpose::VariableLength);

@@ -5,15 +5,7 @@ namespace megadlm {
 void prepare_next_token(const SampleBatch& in, const NextTokenOptions& opt, float micro_batch_weight,
                         PreparedBatch& out) {
   const int64_t B = in.B, T = in.T, N = B * T;
-  out.B = B;
-  out.T = T;
-  out.inputs.resize(N);
-  out.positions.resize(N);
-  out.segment_ids.resize(N);
-  out.targets.resize(N);
-  out.weights.resize(N);
-  out.use_segments = opt.reset_attention_mask;
-  out.stats = ObjectiveStats{};
+  out.reset(B, T, opt.reset_attention_mask);
   int64_t loss_tokens = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int32_t* row = in.tokens.data() + b * (T + 1);
