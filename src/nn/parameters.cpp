@@ -15,11 +15,41 @@ int ParamStore::add(const std::string& name, const Shape& shape, Init init, floa
   p.init = init;
   p.std = std;
   p.weight_decay = weight_decay;
+  p.full_shape = shape;
   // Keep every parameter 64-byte aligned inside the flat buffer (16 floats).
   numel_ += (shape.numel() + 15) / 16 * 16;
   by_name_[name] = static_cast<int>(infos_.size());
   infos_.push_back(p);
   return static_cast<int>(infos_.size()) - 1;
+}
+
+int ParamStore::add_sharded(const std::string& name, const Shape& full_shape, int split_dim, int parts, int part,
+                            Init init, float std, bool weight_decay) {
+  if (parts == 1) return add(name, full_shape, init, std, weight_decay);
+  MDLM_CHECK(split_dim >= 0 && split_dim < full_shape.n, "parameter '", name, "': split dimension ", split_dim,
+             " outside a tensor of rank ", full_shape.n);
+  const int64_t full = full_shape[split_dim];
+  MDLM_CHECK(full % parts == 0, "parameter '", name, "': dimension ", split_dim, " of size ", full,
+             " is not divisible by the tensor-parallel size ", parts);
+  Shape local = full_shape;
+  local[split_dim] = full / parts;
+  const int id = add(name, local, init, std, weight_decay);
+  ParamInfo& p = infos_[id];
+  p.full_shape = full_shape;
+  p.split_dim = split_dim;
+  p.shard_begin = part * (full / parts);
+  return id;
+}
+
+int64_t ParamInfo::global_index(int64_t i) const {
+  if (split_dim < 0) return i;
+  int64_t inner = 1;
+  for (int d = split_dim + 1; d < shape.n; ++d) inner *= shape[d];
+  const int64_t local = shape[split_dim];
+  const int64_t in = i % inner;
+  const int64_t l = (i / inner) % local;
+  const int64_t outer = i / (inner * local);
+  return (outer * full_shape[split_dim] + shard_begin + l) * inner + in;
 }
 
 void ParamStore::finalize() {
@@ -45,7 +75,7 @@ void ParamStore::init(uint64_t seed) {
         break;
       case Init::Normal:
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) w[i] = p.std * rng.normal(key, static_cast<uint32_t>(i));
+        for (int64_t i = 0; i < n; ++i) w[i] = p.std * rng.normal(key, static_cast<uint32_t>(p.global_index(i)));
         break;
     }
   }

@@ -26,12 +26,29 @@ struct ParamInfo {
   Init init = Init::Normal;
   float std = 0.02f;    // for Init::Normal
   bool weight_decay = true;  // false for norms and biases
+  // Tensor-parallel sharding: this rank holds rows [shard_begin, shard_begin + shape[split_dim]) of
+  // dimension split_dim of a tensor of full_shape. split_dim = -1: not sharded (full_shape == shape).
+  // Init, checkpoints and HF conversion work on the full tensor's element indices, so values do not
+  // depend on the layout.
+  Shape full_shape;
+  int split_dim = -1;
+  int64_t shard_begin = 0;
+  // Expert parameters are replicated over the expert-data-parallel group, not the data-parallel one.
+  bool expert = false;
+  // Global element index of local element i (row-major), for layout-independent init.
+  int64_t global_index(int64_t i) const;
 };
 
 class ParamStore {
  public:
   // Registration: returns a handle. Names are unique.
   int add(const std::string& name, const Shape& shape, Init init, float std = 0.0f, bool weight_decay = true);
+  // A shard of a tensor of full_shape split along split_dim into `parts` equal pieces; this rank holds
+  // piece `part`. parts == 1 is add().
+  int add_sharded(const std::string& name, const Shape& full_shape, int split_dim, int parts, int part, Init init,
+                  float std = 0.0f, bool weight_decay = true);
+  // Marks a registered parameter as an expert parameter (its gradient is reduced over edp).
+  void set_expert(int id) { infos_.at(id).expert = true; }
   // Allocates the flat buffers (gradients zeroed); parameters are left uninitialised until init().
   void finalize();
   void init(uint64_t seed);

@@ -1,34 +1,52 @@
 #pragma once
-// ParallelContext: where this process sits in the tensor / pipeline / data / expert / context grid.
-// Every module is written against it from the first line; in a single process every group has size 1
-// and the communication hooks below are identities. The MPI and NCCL communicators plug in here.
+// ParallelContext: where this process sits in the tensor / pipeline / data / expert / context grid,
+// and the communicator of each group. Every module is written against it; in a single process every
+// group has size 1 and its communicator is a SelfCommunicator, so the same calls cost nothing.
+//
+// Rank order is Megatron's "tp-cp-dp-pp": tensor-parallel ranks are adjacent (same node, fastest
+// links), then context, then data, then pipeline:
+//   world_rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
+// Expert parallelism is carved out of data parallelism: ep divides dp, the ep group is ep consecutive
+// dp ranks, and expert weights are data-parallel (edp) across dp / ep such groups.
 #include <cstdint>
+#include <memory>
+
+#include "parallel/communicator.h"
 
 namespace megadlm {
 
 struct ParallelGroup {
   int size = 1;
   int rank = 0;
+  std::shared_ptr<Communicator> comm;  // null = a group of one
+  // The communicator; a SelfCommunicator when the group has one rank and none was set.
+  Communicator& communicator() const;
 };
 
 struct ParallelContext {
-  ParallelGroup tp;  // tensor-model-parallel
-  ParallelGroup pp;  // pipeline-model-parallel
-  ParallelGroup dp;  // data-parallel
-  ParallelGroup ep;  // expert-model-parallel
-  ParallelGroup cp;  // context-parallel
+  ParallelGroup tp;   // tensor-model-parallel
+  ParallelGroup pp;   // pipeline-model-parallel
+  ParallelGroup dp;   // data-parallel (dense parameters' gradients are reduced here)
+  ParallelGroup ep;   // expert-model-parallel (tokens exchanged by all-to-all here)
+  ParallelGroup edp;  // expert-data-parallel: dp / ep (expert parameters' gradients are reduced here)
+  ParallelGroup cp;   // context-parallel
+  ParallelGroup embd;  // embedding group: first and last pipeline stage (tied embeddings' gradient sum)
+  ParallelGroup world;
   int world_size = 1;
   int world_rank = 0;
+  // --sequence-parallel: with tp > 1, activations between blocks are split along the tokens
+  // (parallel/tp_mappings.h). Set before the model is built; ignored at tp = 1.
+  bool sequence_parallel = false;
 
   bool is_first_stage() const { return pp.rank == 0; }
   bool is_last_stage() const { return pp.rank == pp.size - 1; }
   static ParallelContext single() { return ParallelContext{}; }
 };
 
-// Tensor-parallel mappings (Megatron's copy_to / reduce_from / gather_from regions). With tp = 1
-// they do nothing; they are named here so the call sites exist where the all-reduces will go.
+// Tensor-parallel mappings (Megatron's copy_to / reduce_from / gather_from regions): an all-reduce
+// over the tp group; nothing at tp = 1.
 inline void tp_all_reduce_sum(const ParallelContext& ctx, float* data, int64_t n) {
-  (void)ctx; (void)data; (void)n;  // tp.size == 1: nothing to reduce
+  if (ctx.tp.size > 1) ctx.tp.communicator().all_reduce_sum(data, n);
 }
 
 }  // namespace megadlm

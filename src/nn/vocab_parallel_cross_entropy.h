@@ -1,0 +1,21 @@
+#pragma once
+// Vocab-parallel softmax cross-entropy (Megatron's vocab_parallel_cross_entropy): each tensor-parallel
+// rank holds the logits of its vocabulary shard, [N, V/tp], and they are never gathered. Per row the
+// max is all-reduced (max), then the sum of exp(x - max) and the target's logit (held by one rank)
+// are all-reduced (sum, in double); loss and dlogits follow locally. Every rank returns the same
+// losses. At tp = 1 it is cpu::cross_entropy_forward_backward exactly.
+// Legend: N tokens, Vl = V/tp this rank's vocabulary columns.
+#include <cstdint>
+
+#include "parallel/parallel_context.h"
+
+namespace megadlm {
+
+// logits [N, Vl]: columns [vocab_start, vocab_start + Vl) of a vocabulary of V. losses [N] (or null),
+// dlogits [N, Vl] (or null; may alias logits), targets [N] in [0, V) or ignore_index, weights [N]
+// (or null = 1). Returns sum_n w_n CE_n, the same on every tp rank.
+double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, float* dlogits, const float* logits,
+                                    const int32_t* targets, const float* weights, int64_t ignore_index,
+                                    float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V);
+
+}  // namespace megadlm

@@ -1,0 +1,32 @@
+#include "parallel/communicator.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace megadlm {
+
+void SelfCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  if (in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+}
+
+void SelfCommunicator::all_gather(const float* in, float* out, int64_t n) {
+  if (in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+}
+
+void SelfCommunicator::send(const void*, int64_t, int dst, int) {
+  fail("send to rank ", dst, " in a group of size 1 (", name_, ")");
+}
+
+void SelfCommunicator::recv(void*, int64_t, int src, int) {
+  fail("recv from rank ", src, " in a group of size 1 (", name_, ")");
+}
+
+void SelfCommunicator::all_to_all_v(const float* send, const int64_t* send_counts, float* recv,
+                                    const int64_t* recv_counts) {
+  MDLM_CHECK(send_counts[0] == recv_counts[0], name_, ": all_to_all_v of one rank sends ", send_counts[0],
+             " floats but receives ", recv_counts[0]);
+  if (send != recv) std::memmove(recv, send, static_cast<size_t>(send_counts[0]) * sizeof(float));
+}
+
+}  // namespace megadlm

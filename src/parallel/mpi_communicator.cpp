@@ -1,0 +1,199 @@
+#include "parallel/mpi_communicator.h"
+
+// The C API only: OpenMPI's deprecated C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <vector>
+
+#include "core/error.h"
+
+namespace megadlm {
+
+namespace {
+
+bool g_initialized = false;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Times a call and counts it in the communicator's stats.
+struct CommTimer {
+  CommStats& s;
+  double t0 = now_s();
+  CommTimer(CommStats& stats, double bytes) : s(stats) {
+    s.bytes_sent += bytes;
+    ++s.calls;
+  }
+  ~CommTimer() { s.seconds += now_s() - t0; }
+};
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  fail("MPI ", what, " failed: ", std::string(msg, static_cast<size_t>(len)));
+}
+
+int to_int_count(int64_t n, const char* what) {
+  MDLM_CHECK(n >= 0 && n <= INT_MAX, "MPI ", what, ": count ", n, " does not fit MPI's int count");
+  return static_cast<int>(n);
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, int size, int rank, std::string name)
+      : Communicator(size, rank, std::move(name)), comm_(comm) {}
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+
+  // Ring estimates of the bytes one rank sends: all-reduce 2(p-1)/p, reduce-scatter and all-gather
+  // (p-1)/p of the full buffer.
+  double ring(double bytes, double factor) const { return size_ > 1 ? factor * bytes * (size_ - 1) / size_ : 0; }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n, 2));
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, to_int_count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, comm_), "Allreduce");
+  }
+  void all_reduce_sum(double* data, int64_t n) override {
+    CommTimer t(stats_, ring(8.0 * n, 2));
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, to_int_count(n, "all_reduce"), MPI_DOUBLE, MPI_SUM, comm_), "Allreduce");
+  }
+  void all_reduce_max(float* data, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n, 2));
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, to_int_count(n, "all_reduce"), MPI_FLOAT, MPI_MAX, comm_), "Allreduce");
+  }
+  CommRequest all_reduce_sum_async(float* data, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n, 2));
+    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int_count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, comm_, req.get()),
+              "Iallreduce");
+    return CommRequest(std::static_pointer_cast<void>(req));
+  }
+  void wait(CommRequest& r) override {
+    if (!r.pending()) return;
+    const double t0 = now_s();
+    auto* req = static_cast<MPI_Request*>(r.impl().get());
+    check_mpi(MPI_Wait(req, MPI_STATUS_IGNORE), "Wait");
+    stats_.seconds += now_s() - t0;
+    r = CommRequest();
+  }
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n * size_, 1));
+    check_mpi(MPI_Reduce_scatter_block(in, out, to_int_count(n, "reduce_scatter"), MPI_FLOAT, MPI_SUM, comm_),
+              "Reduce_scatter_block");
+  }
+  void all_gather(const float* in, float* out, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n * size_, 1));
+    check_mpi(MPI_Allgather(in, to_int_count(n, "all_gather"), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, comm_),
+              "Allgather");
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    CommTimer t(stats_, rank_ == root ? static_cast<double>(bytes) : 0);
+    check_mpi(MPI_Bcast(data, to_int_count(bytes, "broadcast"), MPI_BYTE, root, comm_), "Bcast");
+  }
+  void send(const void* data, int64_t bytes, int dst, int tag) override {
+    CommTimer t(stats_, static_cast<double>(bytes));
+    check_mpi(MPI_Send(data, to_int_count(bytes, "send"), MPI_BYTE, dst, tag, comm_), "Send");
+  }
+  void recv(void* data, int64_t bytes, int src, int tag) override {
+    CommTimer t(stats_, 0);
+    check_mpi(MPI_Recv(data, to_int_count(bytes, "recv"), MPI_BYTE, src, tag, comm_, MPI_STATUS_IGNORE), "Recv");
+  }
+  void all_to_all_v(const float* send, const int64_t* send_counts, float* recv, const int64_t* recv_counts) override {
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    int64_t so = 0, ro = 0;
+    double sent = 0;
+    for (int r = 0; r < size_; ++r) {
+      sc[r] = to_int_count(send_counts[r], "all_to_all_v");
+      rc[r] = to_int_count(recv_counts[r], "all_to_all_v");
+      sd[r] = to_int_count(so, "all_to_all_v offset");
+      rd[r] = to_int_count(ro, "all_to_all_v offset");
+      so += send_counts[r];
+      ro += recv_counts[r];
+      if (r != rank_) sent += 4.0 * send_counts[r];
+    }
+    CommTimer t(stats_, sent);
+    check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT, comm_),
+              "Alltoallv");
+  }
+  void barrier() override {
+    CommTimer t(stats_, 0);
+    check_mpi(MPI_Barrier(comm_), "Barrier");
+  }
+
+ private:
+  MPI_Comm comm_;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+int init_distributed(int* argc, char*** argv) {
+  if (g_initialized) return world_size();
+  if (!launched_by_mpi()) return 1;
+  int provided = 0;
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "Init_thread");
+  MDLM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided, ", FUNNELED is needed");
+  // Errors come back as return codes (turned into Error with MPI's message) instead of aborting.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  g_initialized = true;
+  std::atexit([] {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  });
+  return world_size();
+}
+
+bool distributed_initialized() { return g_initialized; }
+
+int world_size() {
+  if (!g_initialized) return 1;
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int world_rank() {
+  if (!g_initialized) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+void abort_distributed(int code) {
+  if (g_initialized && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+std::shared_ptr<Communicator> world_communicator() {
+  if (!g_initialized) return std::make_shared<SelfCommunicator>("world");
+  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, world_size(), world_rank(), "world");
+}
+
+std::shared_ptr<Communicator> split_world(int color, int key, const std::string& name) {
+  if (!g_initialized) return std::make_shared<SelfCommunicator>(name);
+  MPI_Comm c;
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), "Comm_split");
+  int size = 1, rank = 0;
+  MPI_Comm_size(c, &size);
+  MPI_Comm_rank(c, &rank);
+  return std::make_shared<MpiCommunicator>(c, size, rank, name);
+}
+
+}  // namespace megadlm

@@ -1,0 +1,163 @@
+#include "train/parallel_training.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "checkpoint/reshard.h"
+#include "parallel/grad_norm.h"
+#include "parallel/layout.h"
+#include "parallel/mpi_communicator.h"
+
+namespace megadlm {
+
+namespace {
+
+// The groups in the order of the report.
+const ParallelGroup* group_at(const ParallelContext& c, int i, const char** name) {
+  static const char* names[] = {"tp", "pp", "dp", "ep", "edp", "cp", "world"};
+  const ParallelGroup* g[] = {&c.tp, &c.pp, &c.dp, &c.ep, &c.edp, &c.cp, &c.world};
+  *name = names[i];
+  return g[i];
+}
+constexpr int kGroups = 7;
+
+}  // namespace
+
+ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerConfig& model, int64_t micro,
+                                   int64_t global)
+    : args_(args) {
+  validate_parallel_layout(args, world_size(), model, micro, global);
+  ctx_ = make_parallel_context(args.layout);
+  ctx_.sequence_parallel = args.sequence_parallel;
+}
+
+ParallelTraining::~ParallelTraining() = default;
+
+void ParallelTraining::attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_full) {
+  model_ = &model;
+  make_full_ = std::move(make_full);
+  if (args_.use_distributed_optimizer) {
+    dist_ = std::make_unique<DistributedOptimizer>(model.params(), adam, ctx_);
+    return;
+  }
+  buckets_ = std::make_unique<GradBuckets>(model.params(), ctx_, args_.ddp_bucket_size, args_.overlap_grad_reduce);
+  if (ctx_.dp.size > 1 && args_.overlap_grad_reduce)
+    model.set_grads_ready_hook([this](int first) { buckets_->grads_ready(first); });
+}
+
+void ParallelTraining::before_micro_batch(int64_t m, int64_t M) {
+  if (buckets_ && m == M - 1) buckets_->arm();
+}
+
+void ParallelTraining::reduce_gradients() {
+  if (dist_) {
+    dist_->reduce_scatter_grads();
+    // Expert gradients would need edp; the constructor refuses ep > 1.
+  } else if (buckets_) {
+    buckets_->finish();
+  }
+}
+
+void ParallelTraining::sum_over_dp(double* v, int n) {
+  if (ctx_.dp.size > 1) ctx_.dp.communicator().all_reduce_sum(v, n);
+}
+
+std::function<bool(const ParamInfo&)> ParallelTraining::duplicate_filter() const {
+  // Tied embeddings with pp > 1: the last stage's copy of embed_tokens.weight equals the first
+  // stage's after the embedding-group sum; count it once, on the first stage.
+  const int shared = model_->shared_embedding_id();
+  if (ctx_.pp.size <= 1 || shared < 0 || model_->is_first_stage()) return nullptr;
+  const int64_t offset = model_->params().info(shared).offset;
+  return [offset](const ParamInfo& p) { return p.offset == offset; };
+}
+
+void ParallelTraining::max_over_world(float* v, int n) {
+  if (ctx_.world_size > 1) ctx_.world.communicator().all_reduce_max(v, n);
+}
+
+double ParallelTraining::grad_norm() {
+  if (dist_) return dist_->grad_norm(duplicate_filter());
+  GradNormOptions o;
+  o.skip_param = duplicate_filter();
+  return std::sqrt(global_grad_norm_sq(model_->params(), ctx_, o));
+}
+
+void ParallelTraining::apply(AdamW& opt, double lr, double norm) {
+  if (dist_) {
+    dist_->apply(lr, norm);
+    opt.set_steps_taken(dist_->steps_taken());
+  } else {
+    opt.apply(lr, norm);
+  }
+}
+
+void ParallelTraining::before_save(AdamW& opt) {
+  if (dist_) dist_->gather_state(opt);
+}
+
+void ParallelTraining::after_load(AdamW& opt) {
+  if (dist_) dist_->scatter_state(opt);
+}
+
+std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {
+  before_save(opt);
+  const bool split = ctx_.tp.size > 1 || ctx_.pp.size > 1;
+  if (!split) {
+    // Every rank holds the whole model: rank 0 writes it as is.
+    return writes_files() ? megadlm::save_checkpoint(save_dir, *model_, &opt, st) : std::string();
+  }
+  std::unique_ptr<LanguageModel> full;
+  std::unique_ptr<AdamW> full_opt;
+  MomentBuffers fm;
+  if (writes_files()) {
+    full = make_full_();
+    full_opt = std::make_unique<AdamW>(full->params(), AdamWConfig{});
+    full_opt->set_steps_taken(opt.steps_taken());
+    fm = {full_opt->exp_avg().data<float>(), full_opt->exp_avg_sq().data<float>()};
+  }
+  gather_full_state(model_->params(), {opt.exp_avg().data<float>(), opt.exp_avg_sq().data<float>()}, ctx_,
+                    full ? &full->params() : nullptr, fm);
+  return full ? megadlm::save_checkpoint(save_dir, *full, full_opt.get(), st) : std::string();
+}
+
+void ParallelTraining::load_checkpoint(const std::string& dir, AdamW* opt) {
+  const bool split = ctx_.tp.size > 1 || ctx_.pp.size > 1;
+  if (!split) {
+    load_checkpoint_tensors(dir, *model_, opt);
+  } else {
+    // Every rank reads the full tensors into a single-process model and keeps its piece.
+    std::unique_ptr<LanguageModel> full = make_full_();
+    std::unique_ptr<AdamW> full_opt = opt ? std::make_unique<AdamW>(full->params(), AdamWConfig{}) : nullptr;
+    load_checkpoint_tensors(dir, *full, full_opt.get());
+    MomentBuffers fm, lm;
+    if (opt) {
+      fm = {full_opt->exp_avg().data<float>(), full_opt->exp_avg_sq().data<float>()};
+      lm = {opt->exp_avg().data<float>(), opt->exp_avg_sq().data<float>()};
+      opt->set_steps_taken(full_opt->steps_taken());
+    }
+    take_local_state(full->params(), fm, model_->params(), lm);
+  }
+  if (opt) after_load(*opt);
+}
+
+void ParallelTraining::take_comm_report(int64_t steps, std::string& line, nlohmann::json& metrics) {
+  const double per = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
+  nlohmann::json comm = nlohmann::json::object();
+  for (int i = 0; i < kGroups; ++i) {
+    const char* name = nullptr;
+    const ParallelGroup* g = group_at(ctx_, i, &name);
+    if (g->size <= 1 || !g->comm) continue;
+    const CommStats& s = g->comm->stats();
+    const double bytes = (s.bytes_sent - last_bytes_[i]) * per, secs = (s.seconds - last_seconds_[i]) * per;
+    last_bytes_[i] = s.bytes_sent;
+    last_seconds_[i] = s.seconds;
+    if (bytes == 0 && secs == 0) continue;  // a group without traffic (edp of a dense model)
+    comm[name] = {{"bytes_per_step", bytes}, {"seconds_per_step", secs}};
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | comm %s %.2f MB %.1f ms", name, bytes / 1e6, 1000.0 * secs);
+    line += buf;
+  }
+  if (!comm.empty()) metrics["comm"] = comm;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,81 @@
+#pragma once
+// What the Trainer needs from the parallel layout, in one place: the groups (make_parallel_context),
+// this rank's share of the data (Megatron's sampler: dp rank r takes rows [r B, (r+1) B) of each
+// consecutive B x dp block), the gradient reduction (bucketed all-reduce over dp / edp, overlapped
+// with the last micro-batch's backward when --overlap-grad-reduce, or the distributed optimizer's
+// reduce-scatter), the global gradient norm, the update, the log's reductions, and the checkpoint
+// hooks. With one rank every call is a no-op or a plain AdamW call.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/native_checkpoint.h"
+#include "models/language_model.h"
+#include "optim/adamw.h"
+#include "optim/distributed_optimizer.h"
+#include "parallel/grad_buckets.h"
+#include "parallel/parallel_context.h"
+#include "train/parallel_arguments.h"
+
+namespace megadlm {
+
+class ParallelTraining {
+ public:
+  // Builds the groups (collective over the world) after checking the layout against the world and
+  // the model (validate_parallel_layout).
+  ParallelTraining(const ParallelArgs& args, const TransformerConfig& model, int64_t micro_batch_size,
+                   int64_t global_batch_size);
+  ~ParallelTraining();
+
+  const ParallelContext& context() const { return ctx_; }
+  int dp_rank() const { return ctx_.dp.rank; }
+  int dp_size() const { return ctx_.dp.size; }
+  // Rank 0 alone writes the log, metrics.jsonl and checkpoints (full tensors, gathered).
+  bool writes_files() const { return ctx_.world_rank == 0; }
+  bool distributed_optimizer() const { return dist_ != nullptr; }
+
+  // After the model and its AdamW exist: installs the grads-ready hook, builds buckets or the
+  // distributed optimizer. make_full builds the single-process model (checkpoints of split models).
+  using ModelFactory = std::function<std::unique_ptr<LanguageModel>()>;
+  void attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_full);
+  // Before the forward/backward of local micro-batch m of M: the last one arms the bucket launches.
+  void before_micro_batch(int64_t m, int64_t M);
+  // After the last backward: gradients become the data-parallel mean (or the optimizer's shards).
+  void reduce_gradients();
+  // Sums v[n] over the data-parallel group (the step's loss and objective statistics for the log).
+  void sum_over_dp(double* v, int n);
+  // v[n] <- max over every rank (exit decisions); nothing with one rank.
+  void max_over_world(float* v, int n);
+  // The global gradient norm (parallel/grad_norm.h), identical on every rank.
+  double grad_norm();
+  // Clips by norm and updates (AdamW, or the sharded update then the all-gather).
+  void apply(AdamW& opt, double lr, double norm);
+  // Checkpoints: the distributed optimizer's moment shards gathered into / taken from `opt`'s
+  // full-size buffers, so the files keep the single-process format. Collective.
+  void before_save(AdamW& opt);
+  void after_load(AdamW& opt);
+  // The checkpoint in the single-process format whatever the layout (checkpoint/reshard.h):
+  // collective; returns the directory written on the writing rank, "" on the others.
+  std::string save_checkpoint(const std::string& save_dir, AdamW& opt, const CheckpointState& st);
+  // Loads this rank's piece of every parameter (and the optimizer state when opt is not null).
+  void load_checkpoint(const std::string& dir, AdamW* opt);
+
+  // Communication since the last call, per group with traffic: " | comm dp 1.2 MB 3.4 ms" for the log
+  // line (per step: divided by steps) and {"comm": {"dp": {"bytes": .., "seconds": ..}}} in metrics.
+  void take_comm_report(int64_t steps, std::string& line, nlohmann::json& metrics);
+
+ private:
+  ParallelArgs args_;
+  ParallelContext ctx_;
+  LanguageModel* model_ = nullptr;
+  ModelFactory make_full_;
+  std::function<bool(const ParamInfo&)> duplicate_filter() const;
+  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<DistributedOptimizer> dist_;
+  double last_bytes_[8] = {}, last_seconds_[8] = {};
+};
+
+}  // namespace megadlm
