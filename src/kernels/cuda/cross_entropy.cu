@@ -1,0 +1,88 @@
+// Fused softmax cross-entropy over the vocabulary (kernels/cpu/cross_entropy.h), one block per row:
+// pass 1 finds the row maximum and the sum of exponentials (each thread an online max/sum over its
+// 16-byte packs, then block reductions), pass 2 writes the gradient. The target's logit is read before
+// pass 2, so dlogits may alias logits.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace megadlm::cuda {
+
+namespace {
+
+template <typename T, bool kVec>
+__global__ void cross_entropy_kernel(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                                     const float* weights, int64_t ignore_index, float grad_scale, int64_t V) {
+  __shared__ float scratch[32];
+  constexpr int kN = kVec ? Pack<T>::kN : 1;
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * V;
+  const int64_t t = targets[row];
+  const bool ignored = t == ignore_index;
+  if (ignored || t < 0 || t >= V) {
+    // Ignored rows: loss 0, gradient 0. An out-of-range target (the CPU throws) poisons the loss with NaN.
+    if (threadIdx.x == 0 && losses) losses[row] = ignored ? 0.0f : __int_as_float(0x7fc00000);
+    if (dlogits)
+      for (int64_t i = threadIdx.x; i < V; i += blockDim.x) dlogits[row * V + i] = from_f32<T>(ignored ? 0.0f : NAN);
+    return;
+  }
+  const float x_t = to_f32(x[t]);
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t i = threadIdx.x * kN; i < V; i += blockDim.x * kN) {
+    T v[kN];
+    if constexpr (kVec) *reinterpret_cast<Pack<T>*>(v) = load_pack(x + i);
+    else v[0] = x[i];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const float xv = to_f32(v[j]);
+      if (xv > m) {
+        s = s * __expf(m - xv) + 1.0f;
+        m = xv;
+      } else {
+        s += __expf(xv - m);
+      }
+    }
+  }
+  const float M = block_max(m, scratch);
+  const float S = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - M), scratch);
+  const float lse = M + logf(S);
+  const float w = weights ? weights[row] : 1.0f;
+  if (threadIdx.x == 0 && losses) losses[row] = w * (lse - x_t);
+  if (!dlogits) return;
+  const float gs = grad_scale * w;
+  T* d = dlogits + row * V;
+  for (int64_t i = threadIdx.x * kN; i < V; i += blockDim.x * kN) {
+    T v[kN];
+    if constexpr (kVec) *reinterpret_cast<Pack<T>*>(v) = load_pack(x + i);
+    else v[0] = x[i];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = from_f32<T>(gs * (__expf(to_f32(v[j]) - lse) - (i + j == t ? 1.0f : 0.0f)));
+    if constexpr (kVec) store_pack(d + i, *reinterpret_cast<Pack<T>*>(v));
+    else d[i] = v[0];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                                    const float* weights, int64_t ignore_index, float grad_scale, int64_t N, int64_t V,
+                                    cudaStream_t stream) {
+  if (N <= 0) return;
+  MDLM_CHECK(V > 0, "cuda cross_entropy: vocabulary size ", V, " must be positive");
+  using D = Dev<T>;
+  const int threads = V >= 8192 ? 1024 : (V >= 1024 ? 256 : 64);
+  if (vec_ok<D>(V, {dlogits, logits}))
+    cross_entropy_kernel<D, true><<<static_cast<unsigned>(N), threads, 0, stream>>>(
+        losses, dev(dlogits), dev(logits), targets, weights, ignore_index, grad_scale, V);
+  else
+    cross_entropy_kernel<D, false><<<static_cast<unsigned>(N), threads, 0, stream>>>(
+        losses, dev(dlogits), dev(logits), targets, weights, ignore_index, grad_scale, V);
+  MDLM_CUDA_LAUNCH_CHECK();
+}
+
+template void cross_entropy_forward_backward<float>(float*, float*, const float*, const int32_t*, const float*, int64_t,
+                                                    float, int64_t, int64_t, cudaStream_t);
+template void cross_entropy_forward_backward<bf16_t>(float*, bf16_t*, const bf16_t*, const int32_t*, const float*,
+                                                     int64_t, float, int64_t, int64_t, cudaStream_t);
+
+}  // namespace megadlm::cuda

@@ -1,0 +1,164 @@
+// NCCL implementation of the Communicator interface; see nccl_communicator.h.
+#include "kernels/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace megadlm::cuda {
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+void nccl_check(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) fail("NCCL ", what, " failed: ", ncclGetErrorString(rc));
+}
+void cuda_check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) fail("NCCL communicator: ", what, " failed: ", cudaGetErrorString(rc));
+}
+
+// Counts bytes and calls, and the wall time spent inside the call (as the MPI communicator does).
+struct CommTimer {
+  CommStats& s;
+  double t0 = now_s();
+  CommTimer(CommStats& stats, double bytes) : s(stats) {
+    s.bytes_sent += bytes;
+    ++s.calls;
+  }
+  ~CommTimer() { s.seconds += now_s() - t0; }
+};
+
+struct PendingEvent {
+  cudaEvent_t event = nullptr;
+  ~PendingEvent() {
+    if (event) cudaEventDestroy(event);
+  }
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(int size, int rank, std::string name, const ncclUniqueId& id) : Communicator(size, rank, std::move(name)) {
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+  }
+  ~NcclCommunicator() override {
+    if (comm_) ncclCommDestroy(comm_);
+    if (barrier_buf_) cudaFree(barrier_buf_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  double ring(double bytes, double factor) const { return size_ > 1 ? factor * bytes * (size_ - 1) / size_ : 0; }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n, 2));
+    nccl_check(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "AllReduce");
+    sync();
+  }
+  void all_reduce_sum(double* data, int64_t n) override {
+    CommTimer t(stats_, ring(8.0 * n, 2));
+    nccl_check(ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_), "AllReduce");
+    sync();
+  }
+  void all_reduce_max(float* data, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n, 2));
+    nccl_check(ncclAllReduce(data, data, n, ncclFloat32, ncclMax, comm_, stream_), "AllReduce");
+    sync();
+  }
+  CommRequest all_reduce_sum_async(float* data, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n, 2));
+    nccl_check(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "AllReduce");
+    auto ev = std::make_shared<PendingEvent>();
+    cuda_check(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventRecord(ev->event, stream_), "cudaEventRecord");
+    return CommRequest(std::static_pointer_cast<void>(ev));
+  }
+  void wait(CommRequest& r) override {
+    if (!r.pending()) return;
+    CommTimer t(stats_, 0);
+    --stats_.calls;  // the wait belongs to the call that started it
+    auto ev = std::static_pointer_cast<PendingEvent>(r.impl());
+    cuda_check(cudaEventSynchronize(ev->event), "cudaEventSynchronize");
+    r = CommRequest();
+  }
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n * size_, 1));
+    nccl_check(ncclReduceScatter(in, out, n, ncclFloat32, ncclSum, comm_, stream_), "ReduceScatter");
+    sync();
+  }
+  void all_gather(const float* in, float* out, int64_t n) override {
+    CommTimer t(stats_, ring(4.0 * n * size_, 1));
+    nccl_check(ncclAllGather(in, out, n, ncclFloat32, comm_, stream_), "AllGather");
+    sync();
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    CommTimer t(stats_, rank_ == root ? static_cast<double>(bytes) : 0.0);
+    nccl_check(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "Broadcast");
+    sync();
+  }
+  void send(const void* data, int64_t bytes, int dst, int) override {
+    CommTimer t(stats_, static_cast<double>(bytes));
+    nccl_check(ncclSend(data, bytes, ncclUint8, dst, comm_, stream_), "Send");
+    sync();
+  }
+  void recv(void* data, int64_t bytes, int src, int) override {
+    CommTimer t(stats_, 0);
+    nccl_check(ncclRecv(data, bytes, ncclUint8, src, comm_, stream_), "Recv");
+    sync();
+  }
+  void all_to_all_v(const float* send, const int64_t* send_counts, float* recv, const int64_t* recv_counts) override {
+    double sent = 0;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) sent += 4.0 * send_counts[r];
+    CommTimer t(stats_, sent);
+    // Grouped point-to-point: NCCL's all-to-all-v idiom.
+    nccl_check(ncclGroupStart(), "GroupStart");
+    int64_t so = 0, ro = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (send_counts[r] > 0) nccl_check(ncclSend(send + so, send_counts[r], ncclFloat32, r, comm_, stream_), "Send");
+      if (recv_counts[r] > 0) nccl_check(ncclRecv(recv + ro, recv_counts[r], ncclFloat32, r, comm_, stream_), "Recv");
+      so += send_counts[r];
+      ro += recv_counts[r];
+    }
+    nccl_check(ncclGroupEnd(), "GroupEnd");
+    sync();
+  }
+  void barrier() override {
+    // An all-reduce of one float is NCCL's barrier.
+    CommTimer t(stats_, 0);
+    if (!barrier_buf_) cuda_check(cudaMalloc(&barrier_buf_, sizeof(float)), "cudaMalloc");
+    nccl_check(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_), "AllReduce");
+    sync();
+  }
+
+ private:
+  void sync() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  float* barrier_buf_ = nullptr;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, const std::string& name) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (bootstrap.rank() == 0) nccl_check(ncclGetUniqueId(&id), "GetUniqueId");
+  bootstrap.broadcast(&id, sizeof(id), 0);
+  return std::make_shared<NcclCommunicator>(bootstrap.size(), bootstrap.rank(), name, id);
+}
+
+std::string nccl_version() {
+  int v = 0;
+  nccl_check(ncclGetVersion(&v), "GetVersion");
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+}  // namespace megadlm::cuda
