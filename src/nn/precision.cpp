@@ -1,0 +1,175 @@
+#include "nn/precision.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/optim.h"
+
+namespace megadlm {
+
+std::string describe_precision(const PrecisionConfig& c) {
+  switch (c.mode) {
+    case PrecisionMode::FP32: return "fp32";
+    case PrecisionMode::BF16:
+      return c.bf16_products ? "bf16 (bf16 products through oneDNN, fp32 accumulation and master weights)"
+                             : "bf16 (bf16 storage of saved Linear inputs, fp32 products, fp32 master weights)";
+    case PrecisionMode::FP16:
+      return "fp16 emulated (Linear inputs, weights and gradients rounded to fp16, fp32 products; loss scaling)";
+    case PrecisionMode::FP8:
+      return std::string("fp8 emulated (") + fp8_format_name(c.fp8.format) +
+             ", delayed scaling, amax history " + std::to_string(c.fp8.amax_history_len) + ", " +
+             (c.fp8.amax_algo == Fp8AmaxAlgo::Max ? "max" : "most_recent") + ", margin " +
+             std::to_string(c.fp8.margin) + "; quantised Linear inputs, fp32 products)";
+  }
+  return "?";
+}
+
+MixedPrecision::MixedPrecision(ParamStore& store, const PrecisionConfig& cfg) : store_(store), cfg_(cfg) {}
+
+DType MixedPrecision::saved_dtype() const {
+  switch (cfg_.mode) {
+    case PrecisionMode::BF16: return DType::BF16;
+    case PrecisionMode::FP16: return DType::F16;
+    case PrecisionMode::FP8: return DType::F8E4M3;
+    default: return DType::F32;
+  }
+}
+
+void MixedPrecision::weights_updated() {
+  ++version_;
+  if (cfg_.mode == PrecisionMode::FP8)
+    for (auto& [id, s] : fp8_) {
+      s->input.update();
+      s->weight.update();
+      s->grad.update();
+    }
+}
+
+MixedPrecision::WeightCopy& MixedPrecision::copy_of(int id) { return weights_[id]; }
+
+const uint16_t* MixedPrecision::weight_bf16(int id) {
+  WeightCopy& w = copy_of(id);
+  if (w.version != version_) {
+    const Tensor v = store_.value(id);
+    w.bits.resize(static_cast<size_t>(v.numel()));
+    cpu::cast_f32_to_bf16(w.bits.data(), v.data<float>(), v.numel());
+    w.version = version_;
+  }
+  return w.bits.data();
+}
+
+const float* MixedPrecision::weight_rounded(int id) {
+  WeightCopy& w = copy_of(id);
+  if (w.version != version_) {
+    const Tensor v = store_.value(id);
+    const int64_t n = v.numel();
+    w.values.assign(v.data<float>(), v.data<float>() + n);
+    if (cfg_.mode == PrecisionMode::FP16) {
+      uint16_t* bits = scratch_u16(1, n);
+      cpu::cast_f32_to_f16(bits, w.values.data(), n);
+      cpu::cast_f16_to_f32(w.values.data(), bits, n);
+    } else if (cfg_.mode == PrecisionMode::FP8) {
+      fp8_quantize_dequantize(w.values.data(), n, fp8_scaling(id).weight);
+    } else if (cfg_.mode == PrecisionMode::BF16) {
+      cpu::round_to_bf16(w.values.data(), n);
+    }
+    w.version = version_;
+  }
+  return w.values.data();
+}
+
+Fp8LinearScaling& MixedPrecision::fp8_scaling(int weight_id) {
+  auto& p = fp8_[weight_id];
+  if (!p) {
+    const Fp8Kind g = cfg_.fp8.format == Fp8Format::Hybrid ? Fp8Kind::E5M2 : Fp8Kind::E4M3;
+    p = std::make_unique<Fp8LinearScaling>(Fp8LinearScaling{Fp8TensorScaling(Fp8Kind::E4M3, cfg_.fp8),
+                                                            Fp8TensorScaling(Fp8Kind::E4M3, cfg_.fp8),
+                                                            Fp8TensorScaling(g, cfg_.fp8)});
+  }
+  return *p;
+}
+
+float MixedPrecision::store_input(void* out, const float* x, int64_t n, Fp8TensorScaling* s) const {
+  switch (cfg_.mode) {
+    case PrecisionMode::BF16: cpu::cast_f32_to_bf16(static_cast<uint16_t*>(out), x, n); return 1.0f;
+    case PrecisionMode::FP16: cpu::cast_f32_to_f16(static_cast<uint16_t*>(out), x, n); return 1.0f;
+    case PrecisionMode::FP8: {
+      MDLM_CHECK(s != nullptr, "fp8: a Linear input was stored without its scaling state");
+      s->record(cpu::abs_max(x, n));
+      cpu::cast_f32_to_e4m3(static_cast<uint8_t*>(out), x, n, s->scale());
+      return s->scale();
+    }
+    default: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); return 1.0f;
+  }
+}
+
+void MixedPrecision::load_input(float* out, const void* stored, int64_t n, float scale) const {
+  switch (cfg_.mode) {
+    case PrecisionMode::BF16: cpu::cast_bf16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
+    case PrecisionMode::FP16: cpu::cast_f16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
+    case PrecisionMode::FP8: cpu::cast_e4m3_to_f32(out, static_cast<const uint8_t*>(stored), n, 1.0f / scale); break;
+    default: std::memcpy(out, stored, static_cast<size_t>(n) * sizeof(float)); break;
+  }
+}
+
+void MixedPrecision::round_grad(float* out, const float* dy, int64_t n, Fp8TensorScaling* s) {
+  if (out != dy) std::memcpy(out, dy, static_cast<size_t>(n) * sizeof(float));
+  switch (cfg_.mode) {
+    case PrecisionMode::FP16: {
+      // Through fp16 bits: values beyond 65504 become inf, as they would in fp16 (loss scaling then
+      // sees the overflow and skips the step).
+      uint16_t* bits = scratch_u16(1, n);
+      cpu::cast_f32_to_f16(bits, out, n);
+      cpu::cast_f16_to_f32(out, bits, n);
+      break;
+    }
+    case PrecisionMode::FP8:
+      MDLM_CHECK(s != nullptr, "fp8: a gradient was quantised without its scaling state");
+      fp8_quantize_dequantize(out, n, *s);
+      break;
+    case PrecisionMode::BF16: cpu::round_to_bf16(out, n); break;
+    default: break;
+  }
+}
+
+double MixedPrecision::buffer_bytes() const {
+  double b = 0;
+  for (const auto& [id, w] : weights_) b += 2.0 * w.bits.capacity() + 4.0 * w.values.capacity();
+  for (const auto& v : f32_) b += 4.0 * v.capacity();
+  for (const auto& v : u16_) b += 2.0 * v.capacity();
+  return b;
+}
+
+float* MixedPrecision::scratch_f32(int slot, int64_t n) {
+  auto& v = f32_[slot];
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+uint16_t* MixedPrecision::scratch_u16(int slot, int64_t n) {
+  auto& v = u16_[slot];
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+DType activation_dtype(const MixedPrecision& p) {
+  return p.mode() == PrecisionMode::FP16 ? DType::F16 : DType::BF16;
+}
+
+void store_activation(const MixedPrecision& p, Tensor& out, const Tensor& x) {
+  (void)p;
+  uint16_t* bits = static_cast<uint16_t*>(out.raw());
+  if (out.dtype() == DType::F16) cpu::cast_f32_to_f16(bits, x.data<float>(), x.numel());
+  else cpu::cast_f32_to_bf16(bits, x.data<float>(), x.numel());
+}
+
+void load_activation(Tensor& out, const Tensor& stored) {
+  const uint16_t* bits = static_cast<const uint16_t*>(stored.raw());
+  if (stored.dtype() == DType::F16) cpu::cast_f16_to_f32(out.data<float>(), bits, stored.numel());
+  else cpu::cast_bf16_to_f32(out.data<float>(), bits, stored.numel());
+}
+
+}  // namespace megadlm

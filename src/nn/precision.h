@@ -1,0 +1,109 @@
+#pragma once
+// The mixed-precision policy of the matrix products (Megatron's --bf16 / --fp16 / --fp8-format),
+// shared by every Linear layer of a model. Master weights, gradients, optimizer state, reductions,
+// norms, softmax and the loss stay fp32 in every mode; only what goes into a Linear's matrix
+// products changes:
+//
+//   fp32   x, W fp32 -> fp32 products (the default).
+//   bf16   x, W, dy rounded to bf16, products through oneDNN's bf16 matmul with fp32 accumulation;
+//          or, with bf16_products off (where the CPU multiplies bf16 slower than fp32), fp32
+//          products with only the saved inputs stored in bf16 ("bf16 storage").
+//   fp16   x, W, dy rounded to fp16 (values representable in fp16, so gradients overflow to inf as
+//          they would in fp16), multiplied in fp32: fp16 products emulated. Used with loss scaling.
+//   fp8    x and W quantised to E4M3, dy to E5M2 (hybrid) or E4M3, with delayed per-tensor scaling
+//          (nn/fp8_scaling.h), dequantised and multiplied in fp32: fp8 products emulated.
+//
+// The low-precision copy of each weight matrix is made once per optimizer step (weights_updated()
+// marks them stale), not per micro-batch. The input a Linear saves for its backward is stored in the
+// narrow format (bf16 / fp16 bits, fp8 bytes) instead of as a view of the fp32 input.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/fp8_scaling.h"
+#include "nn/parameters.h"
+
+namespace megadlm {
+
+enum class PrecisionMode : uint8_t { FP32, BF16, FP16, FP8 };
+
+struct PrecisionConfig {
+  PrecisionMode mode = PrecisionMode::FP32;
+  bool bf16_products = true;  // --bf16: bf16 products (true) or bf16 storage with fp32 products
+  Fp8Recipe fp8;
+};
+
+// One line for the log: which path the products take.
+std::string describe_precision(const PrecisionConfig& c);
+
+// The fp8 scaling state of one Linear layer: its input, its weight, its output gradient.
+struct Fp8LinearScaling {
+  Fp8TensorScaling input, weight, grad;
+};
+
+class MixedPrecision {
+ public:
+  MixedPrecision(ParamStore& store, const PrecisionConfig& cfg);
+
+  const PrecisionConfig& config() const { return cfg_; }
+  PrecisionMode mode() const { return cfg_.mode; }
+  // Whether Linear products run in oneDNN bf16 (else fp32 products, possibly on rounded values).
+  bool bf16_gemm() const { return cfg_.mode == PrecisionMode::BF16 && cfg_.bf16_products; }
+  // dtype of a saved Linear input: BF16, F16, F8E4M3, or F32 in fp32 mode.
+  DType saved_dtype() const;
+
+  // Call after every change of the fp32 weights (each optimizer step, a checkpoint load): the
+  // low-precision weight copies are remade at their next use, and the fp8 scales advance one step.
+  void weights_updated();
+
+  // Low-precision copies of weight `id`, remade when stale: raw bf16 bits (bf16_gemm) or fp32 values
+  // rounded to fp16 / quantised through fp8 (with the weight's fp8 scaling, recorded at the remake).
+  const uint16_t* weight_bf16(int id);
+  const float* weight_rounded(int id);
+
+  // Each Linear registers once for its fp8 scaling state (one per weight id).
+  Fp8LinearScaling& fp8_scaling(int weight_id);
+
+  // x [n] fp32 -> the narrow storage format at out (bytes per element of saved_dtype()); fp8 records
+  // amax and uses the scaling `s` (may be null otherwise). Returns the scale applied (1 unless fp8).
+  float store_input(void* out, const float* x, int64_t n, Fp8TensorScaling* s) const;
+  // The stored input back to fp32 (values exactly as the forward used them).
+  void load_input(float* out, const void* stored, int64_t n, float scale) const;
+  // dy [n] rounded into out [n] (may alias dy) as the backward products of the emulated modes take it;
+  // fp8 records amax and quantises with the scaling `s`.
+  void round_grad(float* out, const float* dy, int64_t n, Fp8TensorScaling* s);
+
+  // Bytes held by the weight copies and scratch buffers (for the memory report).
+  double buffer_bytes() const;
+
+  // Reusable scratch buffers (grown, never shrunk: no allocation in the steady state).
+  float* scratch_f32(int slot, int64_t n);
+  uint16_t* scratch_u16(int slot, int64_t n);
+
+ private:
+  struct WeightCopy {
+    int64_t version = -1;
+    std::vector<uint16_t> bits;
+    std::vector<float> values;
+  };
+  WeightCopy& copy_of(int id);
+
+  ParamStore& store_;
+  PrecisionConfig cfg_;
+  int64_t version_ = 0;
+  std::unordered_map<int, WeightCopy> weights_;
+  std::unordered_map<int, std::unique_ptr<Fp8LinearScaling>> fp8_;
+  std::vector<float> f32_[4];  // 0, 1: Linear input / gradient; 2, 3: MLP fc1 output / activation
+  std::vector<uint16_t> u16_[2];  // slot 0: Linear's bf16 gradient, slot 1: fp16 rounding
+};
+
+// Activations saved for an elementwise backward (the MLP's GELU / SwiGLU input): bf16, or fp16 under
+// --fp16 (fp8 keeps them in bf16, as Transformer Engine keeps non-GEMM activations in high precision).
+DType activation_dtype(const MixedPrecision& p);
+void store_activation(const MixedPrecision& p, Tensor& out, const Tensor& x);  // x fp32 -> out narrow
+void load_activation(Tensor& out, const Tensor& stored);                       // stored narrow -> out fp32
+
+}  // namespace megadlm

@@ -1,0 +1,42 @@
+#include "nn/recompute.h"
+
+#include "core/error.h"
+
+namespace megadlm {
+
+RecomputeGranularity recompute_granularity_from_name(const std::string& name) {
+  if (name.empty() || name == "none") return RecomputeGranularity::None;
+  if (name == "full") return RecomputeGranularity::Full;
+  if (name == "selective") return RecomputeGranularity::Selective;
+  fail("--recompute-granularity: unknown value '", name, "' (expected full or selective)");
+}
+
+RecomputeMethod recompute_method_from_name(const std::string& name) {
+  if (name == "uniform") return RecomputeMethod::Uniform;
+  if (name == "block") return RecomputeMethod::Block;
+  fail("--recompute-method: unknown value '", name, "' (expected uniform or block)");
+}
+
+std::vector<int64_t> recompute_group_starts(const RecomputeConfig& c, int64_t L) {
+  std::vector<int64_t> start(static_cast<size_t>(L), -1);
+  if (c.granularity != RecomputeGranularity::Full) return start;
+  MDLM_CHECK(c.num_layers >= 1, "--recompute-num-layers must be at least 1, got ", c.num_layers);
+  for (int64_t l = 0; l < L; ++l) {
+    if (c.method == RecomputeMethod::Uniform) start[static_cast<size_t>(l)] = l - l % c.num_layers;
+    else if (l < c.num_layers) start[static_cast<size_t>(l)] = l;
+  }
+  return start;
+}
+
+std::string describe_recompute(const RecomputeConfig& c) {
+  switch (c.granularity) {
+    case RecomputeGranularity::None: return "none";
+    case RecomputeGranularity::Selective: return "selective (the attention core, as always here)";
+    case RecomputeGranularity::Full:
+      return std::string("full, ") + (c.method == RecomputeMethod::Uniform ? "uniform" : "block") + ", " +
+             std::to_string(c.num_layers) + " layer(s)";
+  }
+  return "?";
+}
+
+}  // namespace megadlm

@@ -1,0 +1,123 @@
+#include "train/activation_memory.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "nn/moe_counts.h"
+
+namespace megadlm {
+
+namespace {
+
+// Sizes per token, in elements, of the tensors one layer makes.
+struct LayerDims {
+  double C, H, K, D, F, fc1, V, stats;
+  bool qk_norm;
+};
+
+LayerDims dims(const TransformerConfig& c) {
+  LayerDims d;
+  d.C = static_cast<double>(c.hidden_size);
+  d.H = static_cast<double>(c.num_attention_heads);
+  d.K = static_cast<double>(c.num_query_groups);
+  d.D = static_cast<double>(c.kv_channels);
+  d.F = static_cast<double>(c.ffn_hidden_size);
+  d.fc1 = c.activation == Activation::SwiGLU ? 2 * d.F : d.F;
+  d.V = static_cast<double>(c.vocab_size);
+  d.stats = c.normalization == NormKind::LayerNorm ? 2 : 1;  // mean and rstd, or rstd
+  d.qk_norm = c.qk_layernorm;
+  return d;
+}
+
+// Bytes per element of a Linear's saved input copy (0: fp32 keeps a view of its input).
+double saved_input_bytes(const PrecisionConfig& p) {
+  switch (p.mode) {
+    case PrecisionMode::BF16:
+    case PrecisionMode::FP16: return 2;
+    case PrecisionMode::FP8: return 1;
+    default: return 0;
+  }
+}
+
+// Bytes per token a layer leaves in the arena after its forward.
+double layer_saved(const LayerDims& d, const TransformerConfig& c, int64_t layer, const PrecisionConfig& p) {
+  const double e = saved_input_bytes(p);
+  const bool lowp = p.mode != PrecisionMode::FP32;
+  double b = 4 * (d.C + d.stats);                                  // input norm
+  b += e * d.C;                                                    // q/k/v's shared input copy
+  b += 4 * (d.H + 2 * d.K) * d.D;                                  // q, k, v
+  if (d.qk_norm) b += 4 * (d.H + d.K) + 4 * (d.H + d.K) * d.D;     // rstd, normed q, k
+  b += 4 * (d.H * d.D + d.H);                                      // attention output, log-sum-exp
+  b += e * d.H * d.D + 4 * d.C;                                    // o_proj input copy, output (residual)
+  b += 4 * (d.C + d.stats);                                        // post-attention norm
+  if (c.moe.is_moe_layer(layer)) return b + 4 * ffn_counts(c, layer).saved_per_token;
+  if (lowp) b += e * d.C + 2 * d.fc1 + e * d.F + 4 * d.C;          // fc1 input copy, narrow h, fc2 input copy, output
+  else b += 4 * (d.fc1 + d.F + d.C);                               // h, activation, output
+  return b;
+}
+
+// Bytes per token of one layer's backward temporaries at their peak.
+double layer_backward_temps(const LayerDims& d) {
+  const double mlp = 4 * (d.F + d.fc1);                           // da, dh (also h back in fp32)
+  double attn = 4 * (2 * d.H * d.D + 2 * d.K * d.D);              // d_attn, dq, dk, dv
+  if (d.qk_norm) attn += 4 * (d.H + d.K) * d.D;                   // dq_raw, dk_raw
+  return 4 * 2 * d.C + std::max(mlp, attn);                       // tmp, dx1 + the larger block
+}
+
+}  // namespace
+
+double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, int64_t T, const MemoryOptions& o) {
+  const LayerDims d = dims(c);
+  const int64_t L = c.num_layers;
+  const std::vector<int64_t> start = recompute_group_starts(o.recompute, L);
+  double kept = 4 * d.C;  // embedding output
+  double largest_group = 0, group = 0;
+  double temps = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    const double s = layer_saved(d, c, l, o.precision);
+    temps = std::max(temps, layer_backward_temps(d));
+    const int64_t g = start[static_cast<size_t>(l)];
+    if (g < 0) {
+      kept += s;
+      continue;
+    }
+    if (g == l) {
+      kept += 4 * d.C;  // the group's output copy (its input is the previous output, kept already)
+      group = 0;
+    }
+    group += s;
+    largest_group = std::max(largest_group, group);
+  }
+  // Final norm, the two gradient buffers, the logits (and their gradient, in place), per-token losses.
+  const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C + 4 * d.V + 4;
+  const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
+  return N * (kept + head + largest_group + temps);
+}
+
+double precision_buffer_bytes(const TransformerConfig& c, int64_t micro_batch, int64_t T, const MemoryOptions& o) {
+  const PrecisionConfig& p = o.precision;
+  if (p.mode == PrecisionMode::FP32) return 0;
+  const LayerDims d = dims(c);
+  const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
+  const double in_max = std::max({d.C, d.H * d.D, d.F}), out_max = std::max({d.C, d.H * d.D, d.fc1});
+  // Weight matrices of the dense layers' Linear products (MoE experts stay fp32).
+  double matrices = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    matrices += d.C * (d.H + 2 * d.K) * d.D + d.H * d.D * d.C;
+    if (!c.moe.is_moe_layer(l)) matrices += d.C * d.fc1 + d.F * d.C;
+  }
+  const bool bf16_gemm = p.mode == PrecisionMode::BF16 && p.bf16_products;
+  const bool storage_only = p.mode == PrecisionMode::BF16 && !p.bf16_products;
+  double b = 4 * N * (d.fc1 + d.F);  // the MLP's fc1 output and activation scratch
+  if (bf16_gemm) {
+    b += 2 * matrices + 2 * N * out_max;  // bf16 weights, the bf16 output gradient
+  } else if (storage_only) {
+    b += 4 * N * in_max;  // the saved input back in fp32
+  } else {
+    b += 4 * matrices + 4 * N * (in_max + out_max);  // rounded weights, input and gradient in fp32
+    if (p.mode == PrecisionMode::FP16) b += 2 * N * out_max;
+  }
+  return b;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,66 @@
+#include "train/precision_arguments.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace megadlm {
+
+void declare_precision_flags(CliFlags& f) {
+  f.add_bool("bf16", "bf16 mixed precision: bf16 matrix products with fp32 accumulation and master weights");
+  f.add_bool("bf16-storage-only",
+             "with --bf16: keep fp32 products, store only the saved Linear inputs in bf16 (for CPUs where bf16 "
+             "products are slower than fp32)");
+  f.add_bool("fp16", "fp16 mixed precision (products emulated in fp32 on fp16 values) with loss scaling");
+  f.add_double("loss-scale", 0, "--fp16: static loss scale (default: dynamic)");
+  f.add_double("initial-loss-scale", 4294967296.0, "--fp16: initial dynamic loss scale (2^32)");
+  f.add_double("min-loss-scale", 1.0, "--fp16: minimum dynamic loss scale");
+  f.add_int("loss-scale-window", 1000, "--fp16: clean steps before the dynamic loss scale doubles");
+  f.add_int("hysteresis", 2, "--fp16: overflows tolerated before the dynamic loss scale halves");
+  f.add_string("fp8-format", "", "fp8 products (emulated on CPU): e4m3 or hybrid (e4m3 forward, e5m2 gradients)");
+  f.add_int("fp8-margin", 0, "fp8 scaling margin: scale = (fp8 max / amax) / 2^margin");
+  f.add_int("fp8-amax-history-len", 1, "fp8: steps of amax history per tensor");
+  f.add_string("fp8-amax-compute-algo", "most_recent", "fp8: amax from the history by max or most_recent");
+  f.add_string("recompute-granularity", "", "activation recomputation: full or selective");
+  f.add_string("recompute-method", "uniform", "full recomputation: uniform (groups of layers) or block (first layers)");
+  f.add_int("recompute-num-layers", 1, "full recomputation: layers per group (uniform) or layers recomputed (block)");
+}
+
+void read_precision_flags(const CliFlags& f, PrecisionArgs& a) {
+  const bool bf16 = f.get_bool("bf16"), fp16 = f.get_bool("fp16");
+  const std::string fp8 = f.get_string("fp8-format");
+  MDLM_CHECK(!(bf16 && fp16), "--bf16 and --fp16 cannot be given together");
+  MDLM_CHECK(!f.get_bool("bf16-storage-only") || bf16, "--bf16-storage-only needs --bf16");
+  PrecisionConfig& p = a.precision;
+  if (bf16) p.mode = PrecisionMode::BF16;
+  if (fp16) p.mode = PrecisionMode::FP16;
+  p.bf16_products = !f.get_bool("bf16-storage-only");
+  if (!fp8.empty()) {
+    // Megatron runs fp8 inside a bf16 or fp16 model; here the fp8 emulation replaces the products'
+    // precision, and everything else is fp32 either way.
+    MDLM_CHECK(!fp16, "--fp8-format with --fp16 is not available (use --fp8-format with --bf16 or alone)");
+    p.mode = PrecisionMode::FP8;
+    p.fp8.format = fp8_format_from_name(fp8);
+    p.fp8.margin = static_cast<int>(f.get_int("fp8-margin"));
+    p.fp8.amax_history_len = f.get_int("fp8-amax-history-len");
+    MDLM_CHECK(p.fp8.amax_history_len >= 1, "--fp8-amax-history-len must be at least 1, got ", p.fp8.amax_history_len);
+    p.fp8.amax_algo = fp8_amax_algo_from_name(f.get_string("fp8-amax-compute-algo"));
+  }
+  LossScalerConfig& s = a.loss_scale;
+  s.dynamic = f.get_double("loss-scale") <= 0;
+  s.static_scale = f.get_double("loss-scale");
+  // The default is exactly 2^32 (the flag's default as text would round it): a power of two keeps
+  // scaling and unscaling exact.
+  s.initial_scale = f.given("initial-loss-scale") ? f.get_double("initial-loss-scale") : 4294967296.0;
+  s.min_scale = f.get_double("min-loss-scale");
+  s.window = f.get_int("loss-scale-window");
+  s.hysteresis = f.get_int("hysteresis");
+  if (fp16) LossScaler check(s);  // validates the values, naming the flag at fault
+  RecomputeConfig& r = a.recompute;
+  r.granularity = recompute_granularity_from_name(f.get_string("recompute-granularity"));
+  r.method = recompute_method_from_name(f.get_string("recompute-method"));
+  r.num_layers = f.get_int("recompute-num-layers");
+  MDLM_CHECK(r.num_layers >= 1, "--recompute-num-layers must be at least 1, got ", r.num_layers);
+}
+
+}  // namespace megadlm

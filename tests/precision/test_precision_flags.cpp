@@ -1,0 +1,79 @@
+// The precision and recomputation flags as pretrain_difflm reads them (train/precision_arguments.h).
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "train/precision_arguments.h"
+
+namespace megadlm {
+namespace {
+
+PrecisionArgs parse(const std::vector<std::string>& args) {
+  CliFlags f("test", "test");
+  declare_precision_flags(f);
+  f.parse(args);
+  PrecisionArgs a;
+  read_precision_flags(f, a);
+  return a;
+}
+
+std::string error_of(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PrecisionFlags, DefaultsAreFp32AndMegatrons) {
+  const PrecisionArgs a = parse({});
+  EXPECT_EQ(a.precision.mode, PrecisionMode::FP32);
+  EXPECT_EQ(a.recompute.granularity, RecomputeGranularity::None);
+  const PrecisionArgs h = parse({"--fp16"});
+  EXPECT_EQ(h.precision.mode, PrecisionMode::FP16);
+  EXPECT_TRUE(h.loss_scale.dynamic);
+  EXPECT_EQ(h.loss_scale.initial_scale, 4294967296.0) << "exactly 2^32";
+  EXPECT_EQ(h.loss_scale.window, 1000);
+  EXPECT_EQ(h.loss_scale.hysteresis, 2);
+  const PrecisionArgs e = parse({"--fp8-format", "hybrid"});
+  EXPECT_EQ(e.precision.mode, PrecisionMode::FP8);
+  EXPECT_EQ(e.precision.fp8.amax_history_len, 1);
+  EXPECT_EQ(e.precision.fp8.amax_algo, Fp8AmaxAlgo::MostRecent);
+}
+
+TEST(PrecisionFlags, ValuesAreRead) {
+  const PrecisionArgs a = parse({"--bf16", "--bf16-storage-only", "--recompute-granularity", "full",
+                                 "--recompute-method", "block", "--recompute-num-layers", "3"});
+  EXPECT_EQ(a.precision.mode, PrecisionMode::BF16);
+  EXPECT_FALSE(a.precision.bf16_products);
+  EXPECT_EQ(a.recompute.granularity, RecomputeGranularity::Full);
+  EXPECT_EQ(a.recompute.method, RecomputeMethod::Block);
+  EXPECT_EQ(a.recompute.num_layers, 3);
+  const PrecisionArgs s = parse({"--fp16", "--loss-scale", "512", "--min-loss-scale", "4"});
+  EXPECT_FALSE(s.loss_scale.dynamic);
+  EXPECT_EQ(s.loss_scale.static_scale, 512);
+  const PrecisionArgs e = parse({"--bf16", "--fp8-format", "e4m3", "--fp8-margin", "2", "--fp8-amax-history-len",
+                                 "16", "--fp8-amax-compute-algo", "max"});
+  EXPECT_EQ(e.precision.mode, PrecisionMode::FP8);
+  EXPECT_EQ(e.precision.fp8.format, Fp8Format::E4M3);
+  EXPECT_EQ(e.precision.fp8.margin, 2);
+  EXPECT_EQ(e.precision.fp8.amax_history_len, 16);
+  EXPECT_EQ(e.precision.fp8.amax_algo, Fp8AmaxAlgo::Max);
+}
+
+TEST(PrecisionFlags, ErrorsNameTheFlag) {
+  EXPECT_NE(error_of({"--bf16", "--fp16"}).find("--bf16 and --fp16"), std::string::npos);
+  EXPECT_NE(error_of({"--bf16-storage-only"}).find("--bf16-storage-only"), std::string::npos);
+  EXPECT_NE(error_of({"--fp8-format", "e5m2"}).find("--fp8-format"), std::string::npos);
+  EXPECT_NE(error_of({"--fp8-format", "hybrid", "--fp8-amax-compute-algo", "avg"}).find("--fp8-amax-compute-algo"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--fp16", "--hysteresis", "0"}).find("--hysteresis"), std::string::npos);
+  EXPECT_NE(error_of({"--recompute-granularity", "some"}).find("--recompute-granularity"), std::string::npos);
+  EXPECT_NE(error_of({"--recompute-num-layers", "0"}).find("--recompute-num-layers"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace megadlm
