@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Side-by-side training throughput: build/bin/pretrain_difflm against a PyTorch trainer
+(torch_trainer.py, eager and torch.compile) on identical models, batches and thread counts.
+
+One run: (1) the fp32 and bf16 GEMM peaks of this machine, measured now with build/bench/bench_kernels
+(`gemm --quick`: the best of the GPT-2 124M layer products, 2 threads) and, for reference, with a
+torch.mm probe; (2) for each configuration, objective and precision, our trainer then the PyTorch
+trainer(s), each a child process of this one (peak RSS from wait4); (3) a Markdown table.
+
+Model FLOPs per token, the same for both (PaLM convention, as pretrain_difflm's MFU):
+  6 * (matrix parameters of the layers + V*C of the output layer) + 12 * L * C * T
+(the attention scores and values, forward and backward, counted in full even under a causal mask;
+embeddings, norms and biases not counted). MFU = model FLOP/s / the GEMM peak of that precision.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+CONFIGS = {
+    "gpt2-small": dict(style="gpt2", layers=6, hidden=384, heads=6, ffn=1536, seq=256, batch=8),
+    "llama-small": dict(style="llama", layers=8, hidden=512, heads=8, ffn=1376, seq=256, batch=8),
+    "gpt2-124m": dict(style="gpt2", layers=12, hidden=768, heads=12, ffn=3072, seq=256, batch=4),
+}
+VOCAB = 50304  # GPT-2's 50257 (+ a mask token for DLM) padded to a multiple of 128
+
+
+def flops_per_token(c):
+    C, F, L, T = c["hidden"], c["ffn"], c["layers"], c["seq"]
+    mlp = (3 if c["style"] == "llama" else 2) * C * F
+    return 6.0 * (L * (4 * C * C + mlp) + VOCAB * C) + 12.0 * L * C * T
+
+
+def run_child(cmd, env, log_path):
+    """Runs cmd as a child; returns (rc, output text, peak RSS in KiB from wait4)."""
+    with open(log_path, "w") as log:
+        p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    with open(log_path) as f:
+        return p.returncode, f.read(), ru.ru_maxrss
+
+
+def gemm_peaks(build, env, workdir):
+    """Best fp32 and bf16 GFLOP/s of bench_kernels' GEMM section."""
+    exe = os.path.join(build, "bench", "bench_kernels")
+    rc, out, _ = run_child([exe, "gemm", "--quick"], env, os.path.join(workdir, "bench_kernels.log"))
+    if rc != 0:
+        sys.exit(f"{exe} failed (rc {rc}):\n{out}")
+    fp32, bf16 = 0.0, 0.0
+    for line in out.splitlines():
+        m = re.match(r".*\s(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s*$", line)
+        if m:
+            fp32, bf16 = max(fp32, float(m.group(4))), max(bf16, float(m.group(5)))
+    if fp32 == 0:
+        sys.exit(f"could not parse the GEMM table of {exe}:\n{out}")
+    return fp32 * 1e9, bf16 * 1e9
+
+
+def torch_mm_peaks(threads):
+    code = (
+        "import torch,time,json\n"
+        f"torch.set_num_threads({threads})\n"
+        "r={}\n"
+        "for dt in (torch.float32, torch.bfloat16):\n"
+        "  a=torch.randn(2048,2048).to(dt); b=torch.randn(2048,2048).to(dt); best=0\n"
+        "  for i in range(6):\n"
+        "    t=time.perf_counter(); torch.mm(a,b); s=time.perf_counter()-t\n"
+        "    best=max(best,2*2048**3/s)\n"
+        "  r[str(dt)]=best\n"
+        "print(json.dumps(r))\n"
+    )
+    try:
+        r = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+        return r["torch.float32"], r["torch.bfloat16"]
+    except Exception:  # informational only
+        return 0.0, 0.0
+
+
+def prepare_data(build, workdir, shared):
+    """Brown tokenised with GPT-2's tokenizer, or synthetic token ids when ../shared is absent."""
+    prefix = os.path.join(workdir, "brown")
+    pre = os.path.join(build, "bin", "preprocess_data")
+    if os.path.isfile(os.path.join(shared, "data", "brown.jsonl")):
+        if not os.path.isfile(prefix + "_text_document.idx"):
+            tok = os.path.join(shared, "tokenizers", "gpt2")
+            subprocess.run([pre, "--input", os.path.join(shared, "data", "brown.jsonl"), "--json-keys", "text",
+                            "--output-prefix", prefix, "--tokenizer-type", "GPT2BPETokenizer",
+                            "--vocab-file", os.path.join(tok, "vocab.json"), "--merge-file", os.path.join(tok, "merges.txt"),
+                            "--append-eod", "--workers", "2"], check=True, stdout=subprocess.DEVNULL)
+        return prefix + "_text_document", "Brown corpus, GPT-2 tokenizer"
+    prefix = os.path.join(workdir, "synthetic")
+    if not os.path.isfile(prefix + "_text_document.idx"):
+        import random
+        rnd = random.Random(1234)
+        jsonl = os.path.join(workdir, "synthetic.jsonl")
+        with open(jsonl, "w") as f:
+            for _ in range(400):
+                f.write(json.dumps({"text": " ".join(str(rnd.randrange(50256)) for _ in range(2000))}) + "\n")
+        subprocess.run([pre, "--input", jsonl, "--json-keys", "text", "--output-prefix", prefix, "--tokenizer-type",
+                        "NullTokenizer", "--vocab-size", "50257", "--append-eod", "--workers", "2"], check=True,
+                       stdout=subprocess.DEVNULL)
+    return prefix + "_text_document", "synthetic uniform token ids (../shared absent)"
+
+
+def ours_cmd(build, c, objective, precision, data, iters):
+    cmd = [os.path.join(build, "bin", "pretrain_difflm"), "--model-type", "gpt" if objective == "ar" else "difflm",
+           "--num-layers", c["layers"], "--hidden-size", c["hidden"], "--num-attention-heads", c["heads"],
+           "--ffn-hidden-size", c["ffn"], "--seq-length", c["seq"], "--micro-batch-size", c["batch"],
+           "--global-batch-size", c["batch"], "--data-path", data, "--split", "100,0,0", "--train-iters", iters,
+           "--log-interval", 1, "--eval-interval", 0, "--eval-iters", 0, "--lr", "3e-4", "--lr-decay-style", "constant",
+           "--weight-decay", "0.01", "--clip-grad", "1.0"]
+    if c["style"] == "llama":
+        cmd += ["--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope", "--disable-bias-linear",
+                "--untie-embeddings-and-output-weights"]
+    if objective == "dlm":
+        cmd += ["--difflm-varilen-prob", "0"]
+    if precision == "bf16":
+        cmd += ["--bf16"]
+    return [str(x) for x in cmd]
+
+
+def run_ours(args, c, objective, precision, data, env, log):
+    cmd = ours_cmd(args.build_dir, c, objective, precision, data, args.warmup + args.steps)
+    rc, out, rss = run_child(cmd, env, log)
+    if rc != 0:
+        if precision != "fp32" and re.search(r"--bf16.*not available|unknown flag.*bf16", out):
+            return {"na": "n/a (not yet)"}
+        return {"na": f"failed (rc {rc}, see {log})"}
+    steps = [float(m.group(1)) for m in re.finditer(r"\| step time ([\d.]+) ms", out)]
+    timed = steps[args.warmup:]
+    if not timed:
+        return {"na": f"no step times in {log}"}
+    step_s = sum(timed) / len(timed) / 1000.0
+    return {"tokens_per_s": c["batch"] * c["seq"] / step_s, "rss_kib": rss}
+
+
+def run_torch(args, c, objective, precision, mode, data, env, log):
+    cfg = dict(style=c["style"], layers=c["layers"], hidden=c["hidden"], heads=c["heads"], ffn=c["ffn"], vocab=VOCAB,
+               vocab_real=50257)
+    warm = args.warmup + (1 if mode == "compile" else 0)  # the first step compiles; one more to settle
+    cmd = [sys.executable, os.path.join(HERE, "torch_trainer.py"), "--config", json.dumps(cfg), "--objective", objective,
+           "--precision", precision, "--mode", mode, "--seq-length", str(c["seq"]), "--micro-batch-size", str(c["batch"]),
+           "--data", data, "--warmup", str(warm), "--steps", str(args.steps), "--threads", str(args.threads)]
+    if args.torch_masked_logits:
+        cmd.append("--masked-logits")
+    rc, out, rss = run_child(cmd, env, log)
+    m = re.search(r"^RESULT (.*)$", out, re.M)
+    if rc != 0 or not m:
+        return {"na": f"failed (rc {rc}, see {log})"}
+    r = json.loads(m.group(1))
+    r["rss_kib"] = rss
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description="pretrain_difflm against PyTorch (eager, torch.compile), side by side")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="built tree (bin/, bench/); default build/")
+    ap.add_argument("--quick", action="store_true", help="1 warm-up and 2 timed steps, eager PyTorch only")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma list of " + ", ".join(CONFIGS))
+    ap.add_argument("--objectives", default="ar,dlm", help="comma list of ar, dlm")
+    ap.add_argument("--precisions", default="fp32", help="comma list of fp32, bf16")
+    ap.add_argument("--impls", default="ours,eager,compile", help="comma list of ours, eager, compile")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps (torch.compile gets one more)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps")
+    ap.add_argument("--threads", type=int, default=2, help="threads of every trainer (OMP_NUM_THREADS)")
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"), help="../shared (Brown, GPT-2 tokenizer)")
+    ap.add_argument("--torch-masked-logits", action="store_true",
+                    help="DLM: PyTorch runs its output layer on the masked rows only, as ours does (default: all rows)")
+    ap.add_argument("--output", default="", help="also write the table (with the machine) to this Markdown file")
+    args = ap.parse_args()
+    if args.quick:
+        args.warmup, args.steps = 1, 2
+        if "--impls" not in sys.argv:
+            args.impls = "ours,eager"
+    args.build_dir = os.path.abspath(args.build_dir)
+    configs = args.configs.split(",")
+    for c in configs:
+        if c not in CONFIGS:
+            sys.exit(f"--configs: unknown configuration '{c}' (expected {', '.join(CONFIGS)})")
+    impls = args.impls.split(",")
+
+    workdir = os.path.join(args.build_dir, "compare_pytorch")
+    os.makedirs(workdir, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TORCHINDUCTOR_COMPILE_THREADS="1")
+    load_before = os.getloadavg()
+    t_start = time.time()
+    data, data_desc = prepare_data(args.build_dir, workdir, args.shared)
+    peak = dict(zip(("fp32", "bf16"), gemm_peaks(args.build_dir, env, workdir)))
+    tpeak = dict(zip(("fp32", "bf16"), torch_mm_peaks(args.threads)))
+    print(f"GEMM peak (bench_kernels gemm --quick, best shape, {args.threads} threads): fp32 {peak['fp32']/1e9:.1f} GFLOP/s, "
+          f"bf16 {peak['bf16']/1e9:.1f} GFLOP/s; torch.mm 2048^3 probe: fp32 {tpeak['fp32']/1e9:.1f}, "
+          f"bf16 {tpeak['bf16']/1e9:.1f} GFLOP/s", flush=True)
+
+    rows = []
+    for name in configs:
+        c = CONFIGS[name]
+        fpt = flops_per_token(c)
+        for objective in args.objectives.split(","):
+            for precision in args.precisions.split(","):
+                res = {}
+                for impl in impls:
+                    log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}.log")
+                    if impl == "ours":
+                        res[impl] = run_ours(args, c, objective, precision, data, env, log)
+                    else:
+                        res[impl] = run_torch(args, c, objective, precision, impl, data, env, log)
+                    r = res[impl]
+                    print(f"  {name} {objective} {precision} {impl}: " +
+                          (r["na"] if "na" in r else f"{r['tokens_per_s']:.0f} tokens/s, peak RSS {r['rss_kib']/1048576:.2f} GiB"),
+                          flush=True)
+                for impl in impls:
+                    r = res[impl]
+                    row = [name, objective.upper(), precision, impl]
+                    if "na" in r:
+                        rows.append(row + [r["na"], "", "", "", "", ""])
+                        continue
+                    fl = r["tokens_per_s"] * fpt
+                    ratio = lambda other: (f"{r['tokens_per_s'] / res[other]['tokens_per_s']:.2f}x"
+                                           if impl == "ours" and other in res and "na" not in res[other] else "")
+                    rows.append(row + [f"{r['tokens_per_s']:.0f}", f"{fl/1e12:.3f}", f"{100*fl/peak[precision]:.1f}%",
+                                       f"{r['rss_kib']/1048576:.2f}", ratio("eager"), ratio("compile")])
+                write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=False)
+
+    write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=True)
+
+
+def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final):
+    """The table and the run's conditions; printed at the end, and written to --output after every
+    group of rows so that an interrupted run keeps what it measured."""
+    header = ["config", "objective", "precision", "impl", "tokens/s", "model TFLOP/s", "MFU", "peak RSS GiB",
+              "ours/eager", "ours/compile"]
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(r) + " |" for r in rows]
+    load_now = os.getloadavg()
+    import torch  # only for its version string
+    cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+                if l.startswith("Model name")), platform.processor())
+    notes = [
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, {time.time() - t_start:.0f} s "
+        + ("in all" if final else "so far (run still in progress or interrupted)"),
+        f"- machine: {cpu}, {os.cpu_count()} cores, {args.threads} threads per trainer; torch {torch.__version__}",
+        f"- load average (1 min) at the start / now: {load_before[0]:.2f} / {load_now[0]:.2f}",
+        f"- data: {data_desc}; {args.warmup} warm-up step(s) (torch.compile: {args.warmup + 1}), then {args.steps} timed steps",
+        f"- GEMM peak measured in this run (bench_kernels gemm --quick, best shape): fp32 {peak['fp32']/1e9:.1f} GFLOP/s, "
+        f"bf16 {peak['bf16']/1e9:.1f} GFLOP/s (torch.mm 2048^3 probe: fp32 {tpeak['fp32']/1e9:.1f}, bf16 {tpeak['bf16']/1e9:.1f})",
+        "- model FLOPs/token = 6 * (layer matrix params + V*C output layer) + 12 * L * C * T (attention counted in full)",
+    ]
+    text = "\n".join(table) + "\n\n" + "\n".join(notes) + "\n"
+    if final:
+        print("\n" + text)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write("# pretrain_difflm against PyTorch (bench/compare_pytorch)\n\n")
+            f.write("Command: `bench/compare_pytorch/run.sh " + " ".join(sys.argv[1:]) + "`\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()
