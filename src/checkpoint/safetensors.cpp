@@ -111,6 +111,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     for (size_t i = 1; i < ranges.size(); ++i)
       MDLM_CHECK(ranges[i].first >= ranges[i - 1].second, path, ": tensor data ranges overlap at byte ",
                  ranges[i].first);
+    // A header length that is not a multiple of 8 (allowed by the format) leaves tensors misaligned
+    // for their dtype, and reading them through a float* or uint16_t* would be undefined behaviour.
+    for (auto& [name, e] : entries_) {
+      e.at = data_ + e.begin;
+      const uint64_t bytes = e.end - e.begin;
+      if (bytes > 0 && reinterpret_cast<uintptr_t>(e.at) % dtype_size(e.dtype) != 0) {
+        aligned_copies_.emplace_back(new uint64_t[(bytes + 7) / 8]);
+        std::memcpy(aligned_copies_.back().get(), e.at, bytes);
+        e.at = reinterpret_cast<const char*>(aligned_copies_.back().get());
+      }
+    }
   } catch (...) {
     ::munmap(map_, size_);
     map_ = nullptr;
@@ -132,7 +143,7 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   auto it = entries_.find(name);
   MDLM_CHECK(it != entries_.end(), path_, ": no tensor named '", name, "'");
   const Entry& e = it->second;
-  return Tensor::borrow(const_cast<char*>(data_ + e.begin), e.shape, e.dtype);
+  return Tensor::borrow(const_cast<char*>(e.at), e.shape, e.dtype);
 }
 
 void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
@@ -140,7 +151,7 @@ void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
   MDLM_CHECK(src.numel() == dst.numel(), path_, ": tensor '", name, "' has shape ", src.shape().str(),
              " but the model expects ", dst.shape().str());
   if (src.dtype() == dst.dtype()) {
-    std::memcpy(dst.raw(), src.raw(), dst.nbytes());
+    if (dst.nbytes() > 0) std::memcpy(dst.raw(), src.raw(), dst.nbytes());  // an empty tensor has no storage
     return;
   }
   MDLM_CHECK(dst.dtype() == DType::F32, path_, ": cannot convert '", name, "' from ", dtype_name(src.dtype()),

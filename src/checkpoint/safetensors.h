@@ -7,6 +7,7 @@
 // crash never leaves a partial file under the final name.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ class SafetensorsFile {
     DType dtype;
     Shape shape;
     uint64_t begin, end;
+    const char* at = nullptr;  // the bytes: in the mapping, or in aligned_copies_ when misaligned there
   };
   std::string path_;
   void* map_ = nullptr;
@@ -46,6 +48,9 @@ class SafetensorsFile {
   const char* data_ = nullptr;  // start of the byte buffer
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
+  // The format does not require the data buffer (at 8 + header length) to be aligned, but views are
+  // read as their dtype; a tensor misaligned in the file is copied once into aligned memory here.
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies_;
 };
 
 struct SafetensorsEntry {

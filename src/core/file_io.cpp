@@ -64,6 +64,34 @@ void write_file_atomic(const std::string& path, const std::vector<std::pair<cons
   sync_directory_of(path);
 }
 
+StagedFile::StagedFile(std::string path, const void* data, size_t bytes)
+    : path_(std::move(path)), tmp_(temporary_name_for(path_)) {
+  std::FILE* f = std::fopen(tmp_.c_str(), "wb");
+  if (!f) fail(path_, ": cannot create ", tmp_, " (", errno_text(), ")");
+  const bool ok = bytes == 0 || std::fwrite(data, 1, bytes, f) == bytes;
+  const std::string why = ok ? "" : errno_text();
+  try {
+    if (!ok) {
+      std::fclose(f);
+      fail(path_, ": write failed (", why, ")");
+    }
+    flush_and_close(f, tmp_);
+  } catch (...) {
+    std::remove(tmp_.c_str());
+    throw;
+  }
+}
+
+StagedFile::~StagedFile() {
+  if (!committed_) std::remove(tmp_.c_str());
+}
+
+void StagedFile::commit() {
+  MDLM_CHECK(!committed_, path_, ": committed twice");
+  rename_or_fail(tmp_, path_);
+  committed_ = true;
+}
+
 void write_file_atomic(const std::string& path, const void* data, size_t bytes) {
   write_file_atomic(path, {{data, bytes}});
 }

@@ -19,6 +19,24 @@ void write_file_atomic(const std::string& path, const std::vector<std::pair<cons
 void write_file_atomic(const std::string& path, const void* data, size_t bytes);
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// A file written under a temporary name next to `path` and fsynced at construction, published under
+// `path` by commit() (a rename; the caller syncs the directory once for all its renames). Destroyed
+// uncommitted, it removes the temporary. Lets a tool write and sync an output early, overlapping the
+// fsync with other work, and publish every output at the end.
+class StagedFile {
+ public:
+  StagedFile(std::string path, const void* data, size_t bytes);  // throws Error naming path
+  ~StagedFile();
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_;
+  bool committed_ = false;
+};
+
 // Flushes, fsyncs and closes a stream being written to `path` (named in the Error on failure).
 void flush_and_close(std::FILE* f, const std::string& path);
 // Renames or throws an Error naming both paths.

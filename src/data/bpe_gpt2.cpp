@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
+#include <future>
+#include <thread>
 #include <type_traits>
 
 #include "core/error.h"
@@ -407,7 +410,7 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& v
 
 ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t>>& vocab,
                            const std::vector<std::pair<std::string_view, std::string_view>>& merges,
-                           bool ignore_merges, const std::string& source)
+                           bool ignore_merges, const std::string& source, int threads)
     : ignore_merges_(ignore_merges), instance_id_(g_next_instance.fetch_add(1)) {
   MDLM_CHECK(!vocab.empty(), source, ": the vocabulary is empty");
   int32_t max_id = -1;
@@ -415,7 +418,11 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t
     MDLM_CHECK(id >= 0, source, ": token '", tok, "' has negative id ", id);
     max_id = std::max(max_id, id);
   }
-  MDLM_CHECK(max_id < (1 << 30), source, ": id ", max_id, " is too large");
+  // Tables have a slot per id: ids far beyond the number of tokens (a hostile file's 999999999) would
+  // allocate gigabytes for nothing. Real vocabularies are dense; a few gaps are allowed.
+  const int64_t id_limit = 2 * static_cast<int64_t>(vocab.size()) + 1024;
+  MDLM_CHECK(max_id < id_limit, source, ": id ", max_id, " is out of range (the vocabulary has ", vocab.size(),
+             " tokens; ids must be below 2 x that + 1024)");
   // Spellings by id, so that spellings and bytes are both laid out in id order.
   std::vector<std::string_view> spelling_of(max_id + 1);
   present_.assign(max_id + 1, 0);
@@ -427,53 +434,94 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t
     total += tok.size();
   }
   MDLM_CHECK(total < (size_t{1} << 32), source, ": the tokens take ", total, " bytes (at most 4 GiB)");
+  // The two indices are independent: raw bytes -> id (encoding) and spelling -> id (the merges below).
+  // Each is built in batches with prefetches, as the merges (whose comment says why).
+  constexpr int32_t kBatch = 16;
+  auto build_bytes_index = [&] {
+    token_bytes_.reserve(total);  // a token's bytes are never longer than its spelling
+    token_offset_.assign(max_id + 2, 0);
+    std::vector<uint8_t> pure(max_id + 1);
+    for (int32_t id = 0; id <= max_id; ++id) {
+      pure[id] = append_spelling_bytes(spelling_of[id], token_bytes_);
+      token_offset_[id + 1] = static_cast<uint32_t>(token_bytes_.size());
+    }
+    bytes_to_id_ = std::make_unique<StringIndex>(vocab.size());
+    uint64_t hash_t[kBatch];
+    for (int32_t id0 = 0; id0 <= max_id; id0 += kBatch) {
+      const int32_t nb = std::min(kBatch, max_id + 1 - id0);
+      for (int32_t k = 0; k < nb; ++k) {
+        hash_t[k] = StringIndex::hash(token_bytes(id0 + k));
+        bytes_to_id_->prefetch(hash_t[k]);
+      }
+      // Only true byte-level spellings are BPE results; a token such as "<|endoftext|>" is both, and a
+      // spelling outside the byte map (a special written in plain UTF-8) never comes out of BPE.
+      // Distinct byte-level spellings have distinct bytes, so no key repeats here.
+      for (int32_t k = 0; k < nb; ++k)
+        if (present_[id0 + k] && pure[id0 + k]) bytes_to_id_->insert(id0 + k, hash_t[k], token_bytes_, token_offset_);
+    }
+  };
+  // With a second thread the bytes index is built there; the join comes before anything reads it.
+  std::exception_ptr bytes_error;
+  std::thread bytes_thread;
+  if (threads > 1) {
+    bytes_thread = std::thread([&] {
+      try {
+        build_bytes_index();
+      } catch (...) {
+        bytes_error = std::current_exception();
+      }
+    });
+  } else {
+    build_bytes_index();
+  }
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{bytes_thread};
+
   spelling_text_.reserve(total);
-  token_bytes_.reserve(total);  // a token's bytes are never longer than its spelling
-  spelling_offset_.resize(max_id + 2);
-  token_offset_.resize(max_id + 2);
-  spelling_offset_[0] = token_offset_[0] = 0;
-  std::vector<uint8_t> pure(max_id + 1);
+  spelling_offset_.assign(max_id + 2, 0);
   for (int32_t id = 0; id <= max_id; ++id) {
     spelling_text_ += spelling_of[id];
-    pure[id] = append_spelling_bytes(spelling_of[id], token_bytes_);
     spelling_offset_[id + 1] = static_cast<uint32_t>(spelling_text_.size());
-    token_offset_[id + 1] = static_cast<uint32_t>(token_bytes_.size());
   }
   spelling_to_id_ = std::make_unique<StringIndex>(vocab.size());
-  bytes_to_id_ = std::make_unique<StringIndex>(vocab.size());
-  // In batches with prefetches, as the merges below (whose comment says why).
-  constexpr int32_t kBatch = 16;
-  uint64_t hash_s[kBatch], hash_t[kBatch];
+  uint64_t hash_s[kBatch];
   for (int32_t id0 = 0; id0 <= max_id; id0 += kBatch) {
     const int32_t nb = std::min(kBatch, max_id + 1 - id0);
     for (int32_t k = 0; k < nb; ++k) {
       hash_s[k] = StringIndex::hash(spelling(id0 + k));
-      hash_t[k] = StringIndex::hash(token_bytes(id0 + k));
       spelling_to_id_->prefetch(hash_s[k]);
-      bytes_to_id_->prefetch(hash_t[k]);
     }
     for (int32_t k = 0; k < nb; ++k) {
       const int32_t id = id0 + k;
       if (!present_[id]) continue;
       const int32_t twin = spelling_to_id_->insert(id, hash_s[k], spelling_text_, spelling_offset_);
       MDLM_CHECK(twin < 0, source, ": token '", spelling_of[id], "' is given twice (ids ", twin, " and ", id, ")");
-      // Only true byte-level spellings are BPE results; a token such as "<|endoftext|>" is both, and a
-      // spelling outside the byte map (a special written in plain UTF-8) never comes out of BPE.
-      // Distinct byte-level spellings have distinct bytes, so no key repeats here.
-      if (pure[id]) bytes_to_id_->insert(id, hash_t[k], token_bytes_, token_offset_);
     }
   }
+  // Every byte needs a token; checked through the spelling index (a one-byte token is spelled by the
+  // byte map, and every spelling made of byte-map characters is a byte-level token) so that the error
+  // comes before any merge's.
   for (int b = 0; b < 256; ++b) {
-    const char c = static_cast<char>(b);
-    const int32_t id = id_of_bytes(std::string_view(&c, 1));
-    if (id < 0) {
-      std::string spelling;
-      unicode::append_utf8(byte_to_unicode()[b], spelling);
+    std::string spelling;
+    unicode::append_utf8(byte_to_unicode()[b], spelling);
+    const int32_t id = id_of(spelling);
+    if (id < 0)
       fail(source, ": the vocabulary has no token for byte ", b, " (spelled '", spelling,
            "'): a byte-level vocabulary needs all 256 (truncated vocabulary?)");
-    }
     byte_id_[b] = id;
   }
+  build_merges(merges, max_id, source);
+  if (bytes_thread.joinable()) bytes_thread.join();
+  if (bytes_error) std::rethrow_exception(bytes_error);
+}
+
+void ByteLevelBPE::build_merges(const std::vector<std::pair<std::string_view, std::string_view>>& merges,
+                                int32_t max_id, const std::string& source) {
+  constexpr int32_t kBatch = 16;
   merges_ = std::make_unique<MergeTable>(merges.size());
   // Loading is bound by cache misses on the hash tables (a random slot per look-up), so merges go in
   // batches: hashes and prefetches for the whole batch first, then the look-ups, then the inserts,
@@ -494,7 +542,8 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t
     }
     for (size_t k = 0; k < nb; ++k) {
       const size_t r = r0 + k;
-      const auto& [a, b] = merges[r];
+      // Not a structured binding: the lambda below captures a and b, which clang < 16 rejects.
+      const std::string_view a = merges[r].first, b = merges[r].second;
       const int32_t ia = spelling_to_id_->find(a, hash_a[k], spelling_text_, spelling_offset_);
       const int32_t ib = spelling_to_id_->find(b, hash_b[k], spelling_text_, spelling_offset_);
       joined.assign(a);
@@ -701,11 +750,47 @@ void ByteLevelBPE::encode_pieces(const PretokenizerPattern* pattern, const uint8
 
 // ==== 3. GPT2BPETokenizer ==========================================================================
 
-GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec) {
+GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec, int load_threads) {
   spec_ = spec;
   spec_.added_special_tokens.clear();
   MDLM_CHECK(!spec.vocab_file.empty(), "GPT2BPETokenizer needs --vocab-file (vocab.json)");
   MDLM_CHECK(!spec.merge_file.empty(), "GPT2BPETokenizer needs --merge-file (merges.txt)");
+
+  // merges.txt: "a b" per line after an optional "#version" line; the pairs point into merges_text.
+  // With two load threads it is read and split while vocab.json is parsed.
+  std::string merges_text;
+  std::vector<std::pair<std::string_view, std::string_view>> merges;
+  auto parse_merges = [&] {
+    merges_text = read_tokenizer_file(spec.merge_file, "merge file");
+    merges.reserve(merges_text.size() / 8 + 1);  // GPT-2: ~9 bytes a line
+    size_t line_no = 0;
+    for (size_t pos = 0; pos < merges_text.size();) {
+      size_t end = merges_text.find('\n', pos);
+      if (end == std::string::npos) end = merges_text.size();
+      std::string_view line(merges_text.data() + pos, end - pos);
+      pos = end + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || (line_no == 1 && line.substr(0, 9) == "#version:")) continue;
+      const size_t sp = line.find(' ');
+      MDLM_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
+                     line.find(' ', sp + 1) == std::string_view::npos,
+                 "merge file '", spec.merge_file, "' line ", line_no, ": expected two tokens 'a b', got '", line, "'");
+      merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+    }
+  };
+  std::future<void> merges_done;
+  if (load_threads > 1)
+    merges_done = std::async(std::launch::async, parse_merges);
+  else
+    parse_merges();
+  // Waits for the merges (and rethrows their error) also when the vocabulary throws first.
+  struct Waiter {
+    std::future<void>& f;
+    ~Waiter() {
+      if (f.valid()) f.wait();
+    }
+  } waiter{merges_done};
 
   // The vocabulary: the hand parser when the file is plain (always, for released vocab.json files),
   // else nlohmann::json, whose messages then name what is wrong.
@@ -729,28 +814,11 @@ GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec) {
     }
   }
 
-  // merges.txt: "a b" per line after an optional "#version" line; the pairs point into merges_text.
-  const std::string merges_text = read_tokenizer_file(spec.merge_file, "merge file");
-  std::vector<std::pair<std::string_view, std::string_view>> merges;
-  merges.reserve(merges_text.size() / 8 + 1);  // GPT-2: ~9 bytes a line
-  size_t line_no = 0;
-  for (size_t pos = 0; pos < merges_text.size();) {
-    size_t end = merges_text.find('\n', pos);
-    if (end == std::string::npos) end = merges_text.size();
-    std::string_view line(merges_text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && line.substr(0, 9) == "#version:")) continue;
-    const size_t sp = line.find(' ');
-    MDLM_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
-                   line.find(' ', sp + 1) == std::string_view::npos,
-               "merge file '", spec.merge_file, "' line ", line_no, ": expected two tokens 'a b', got '", line, "'");
-    merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
-  }
+  if (merges_done.valid()) merges_done.get();
+
   MDLM_CHECK(!merges.empty(), "merge file '", spec.merge_file, "' holds no merges");
   bpe_ = std::make_unique<ByteLevelBPE>(vocab, merges, /*ignore_merges=*/false,
-                                        "'" + spec.vocab_file + "' + '" + spec.merge_file + "'");
+                                        "'" + spec.vocab_file + "' + '" + spec.merge_file + "'", load_threads);
   eod_ = token_to_id("<|endoftext|>");
   if (eod_ < 0) eod_ = add_special_token("<|endoftext|>");
   for (const std::string& t : spec.added_special_tokens) add_special_token(t);

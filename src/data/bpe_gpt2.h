@@ -61,9 +61,11 @@ class ByteLevelBPE {
   // are not in the vocabulary, or a byte without a token.
   // A spelling given twice is an error too (nlohmann::json keeps the last of duplicate keys; the
   // hand parser of vocab.json passes them all on).
+  // threads > 1: the raw-bytes index is built on a second thread while this one builds the spelling
+  // index and the merge table (the same tables either way).
   ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t>>& vocab,
                const std::vector<std::pair<std::string_view, std::string_view>>& merges, bool ignore_merges,
-               const std::string& source);
+               const std::string& source, int threads = 1);
   ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& vocab,
                const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
                const std::string& source);
@@ -90,6 +92,9 @@ class ByteLevelBPE {
   void merge_large(std::vector<int32_t>& symbols) const;
 
  private:
+  // The merge table from merges in rank order (needs the spelling index); part of construction.
+  void build_merges(const std::vector<std::pair<std::string_view, std::string_view>>& merges, int32_t max_id,
+                    const std::string& source);
   struct MergeTable;   // open-addressing hash map (id_a, id_b) -> (rank, merged id)
   struct StringIndex;  // open-addressing hash map string -> id, keys kept in one string
   struct WordCache;
@@ -124,7 +129,8 @@ class ByteLevelBPE {
 // GPT-2); a vocabulary without it gets it appended as a special token.
 class GPT2BPETokenizer : public Tokenizer {
  public:
-  explicit GPT2BPETokenizer(const TokenizerSpec& spec);
+  // load_threads > 1: merges.txt is parsed while vocab.json is, and the tables are built on two threads.
+  explicit GPT2BPETokenizer(const TokenizerSpec& spec, int load_threads = 1);
   ~GPT2BPETokenizer() override;
 
   using Tokenizer::decode;

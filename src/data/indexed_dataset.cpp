@@ -10,8 +10,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
+#include <thread>
 #include <type_traits>
 
 #include "core/error.h"
@@ -120,7 +122,8 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 
 // ---- IndexedDataset: open and validate -------------------------------------------------------------
 
-IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
+    : prefix_(prefix), vocab_size_(vocab_size) {
   const std::string ip = idx_path(prefix), bp = bin_path(prefix);
   idx_ = MappedFile(ip);
   const uint8_t* p = idx_.data();
@@ -210,14 +213,19 @@ int64_t IndexedDataset::document_index(int64_t j) const {
 }
 
 namespace {
+// vocab: ids must be below it (0: any non-negative int32).
 template <typename T>
-void convert_tokens(const uint8_t* src, int64_t count, int32_t* out, const std::string& path, int64_t seq) {
+void convert_tokens(const uint8_t* src, int64_t count, int32_t* out, const std::string& path, int64_t seq,
+                    int64_t vocab) {
   for (int64_t k = 0; k < count; ++k) {
     const T v = load<T>(src + k * sizeof(T));
     if constexpr (std::is_signed_v<T> || sizeof(T) >= 4) {
       if (v < 0 || static_cast<int64_t>(v) > std::numeric_limits<int32_t>::max())
         fail(path, ": sequence ", seq, " holds ", static_cast<int64_t>(v), ", which is not a valid token id");
     }
+    if (vocab > 0 && static_cast<int64_t>(v) >= vocab)
+      fail(path, ": sequence ", seq, " holds token id ", static_cast<int64_t>(v), " but the model's vocabulary has ",
+           vocab, " ids (was the data tokenized with another tokenizer?)");
     out[k] = static_cast<int32_t>(v);
   }
 }
@@ -231,12 +239,12 @@ void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int32_t* o
   const uint8_t* src = bin_.data() + sequence_pointer(seq) + static_cast<uint64_t>(offset) * item;
   if (count == 0) return;
   switch (dtype_) {
-    case IndexDType::U8: convert_tokens<uint8_t>(src, count, out, bin_.path(), seq); break;
-    case IndexDType::I8: convert_tokens<int8_t>(src, count, out, bin_.path(), seq); break;
-    case IndexDType::I16: convert_tokens<int16_t>(src, count, out, bin_.path(), seq); break;
-    case IndexDType::U16: convert_tokens<uint16_t>(src, count, out, bin_.path(), seq); break;
-    case IndexDType::I32: convert_tokens<int32_t>(src, count, out, bin_.path(), seq); break;
-    case IndexDType::I64: convert_tokens<int64_t>(src, count, out, bin_.path(), seq); break;
+    case IndexDType::U8: convert_tokens<uint8_t>(src, count, out, bin_.path(), seq, vocab_size_); break;
+    case IndexDType::I8: convert_tokens<int8_t>(src, count, out, bin_.path(), seq, vocab_size_); break;
+    case IndexDType::I16: convert_tokens<int16_t>(src, count, out, bin_.path(), seq, vocab_size_); break;
+    case IndexDType::U16: convert_tokens<uint16_t>(src, count, out, bin_.path(), seq, vocab_size_); break;
+    case IndexDType::I32: convert_tokens<int32_t>(src, count, out, bin_.path(), seq, vocab_size_); break;
+    case IndexDType::I64: convert_tokens<int64_t>(src, count, out, bin_.path(), seq, vocab_size_); break;
     default: fail(bin_.path(), ": dtype ", index_dtype_name(dtype_), " cannot hold token ids");
   }
 }
@@ -330,11 +338,26 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t n) {
   add_document(tokens, n, lens);
 }
 
-void IndexedDatasetWriter::finalize() {
+void IndexedDatasetWriter::finalize(bool sync_directory) {
   MDLM_CHECK(!finalized_, prefix_, ": finalize called twice");
   std::FILE* bin = bin_;
   bin_ = nullptr;
-  flush_and_close(bin, tmp_bin_);
+  // The .bin's fsync (the bulk of the data) runs while the .idx is written and synced: each fsync
+  // waits on the disk, and two of them in flight share the file system's journal commit.
+  std::exception_ptr bin_error;
+  std::thread bin_sync([&] {
+    try {
+      flush_and_close(bin, tmp_bin_);
+    } catch (...) {
+      bin_error = std::current_exception();
+    }
+  });
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{bin_sync};
 
   std::FILE* idx = std::fopen(tmp_idx_.c_str(), "wb");
   if (!idx) fail(idx_path(prefix_), ": cannot create ", tmp_idx_, " (", errno_text(), ")");
@@ -370,6 +393,8 @@ void IndexedDatasetWriter::finalize() {
     fail(idx_path(prefix_), ": write failed (", why, ")");
   }
   flush_and_close(idx, tmp_idx_);
+  bin_sync.join();
+  if (bin_error) std::rethrow_exception(bin_error);
   // The .bin first: whoever sees the .idx under its final name finds a complete .bin beside it.
   rename_or_fail(tmp_bin_, bin_path(prefix_));
   try {
@@ -379,7 +404,7 @@ void IndexedDatasetWriter::finalize() {
     throw;
   }
   finalized_ = true;
-  sync_directory_of(idx_path(prefix_));
+  if (sync_directory) sync_directory_of(idx_path(prefix_));
 }
 
 }  // namespace megadlm

@@ -64,8 +64,10 @@ class MappedFile {
 
 class IndexedDataset {
  public:
-  // Opens <prefix>.idx and <prefix>.bin; throws Error naming the file and the fault.
-  explicit IndexedDataset(const std::string& prefix);
+  // Opens <prefix>.idx and <prefix>.bin; throws Error naming the file and the fault. With vocab_size
+  // > 0, read() also refuses a token id >= vocab_size (data tokenized for another vocabulary) naming
+  // the .bin, before it can index past an embedding table.
+  explicit IndexedDataset(const std::string& prefix, int64_t vocab_size = 0);
 
   const std::string& prefix() const { return prefix_; }
   IndexDType dtype() const { return dtype_; }
@@ -78,7 +80,8 @@ class IndexedDataset {
   int64_t document_index(int64_t j) const;    // j in [0, num_documents]: sequence boundary
 
   // out[0..count) = tokens [offset, offset + count) of sequence `seq`, converted to int32. Throws
-  // Error when the range leaves the sequence or a value does not fit a non-negative int32.
+  // Error when the range leaves the sequence or a value is not a token id (negative, beyond int32, or
+  // >= the vocab_size given to the constructor).
   void read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const;  // out: [count]
   std::vector<int32_t> get(int64_t seq) const;                                 // the whole sequence
 
@@ -89,6 +92,7 @@ class IndexedDataset {
   int64_t num_sequences_ = 0;
   int64_t num_doc_entries_ = 0;
   int64_t total_tokens_ = 0;
+  int64_t vocab_size_ = 0;  // 0: no bound beyond int32
   uint64_t lengths_at_ = 0, pointers_at_ = 0, docs_at_ = 0;  // byte offsets of the arrays in the .idx
 };
 
@@ -112,7 +116,8 @@ class IndexedDatasetWriter {
   void add_document(const std::vector<int32_t>& tokens) { add_document(tokens.data(), static_cast<int64_t>(tokens.size())); }
 
   // Writes the .idx, flushes both files to disk and renames them to their final names.
-  void finalize();
+  // sync_directory false: the caller syncs the directory once after its other renames.
+  void finalize(bool sync_directory = true);
 
   int64_t num_sequences() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t num_documents() const { return static_cast<int64_t>(doc_index_.size()) - 1; }

@@ -110,24 +110,30 @@ bool JsonlReader::next_chunk(LineChunk& chunk, size_t target_bytes) {
   fill(target_bytes);
   // Extend until the buffer holds at least one newline past the target (or the input ends).
   size_t cut = std::string::npos;  // one past the last '\n' we hand out
+  // Bytes (from pending_at_) already searched for the crossing line's '\n': each pass of the loop
+  // looks only at what the last fill added, so a long line costs linear time, not quadratic.
+  size_t searched = target_bytes - 1;
   for (;;) {
     const size_t avail = pending_.size() - pending_at_;
     if (avail == 0) return false;
     const char* base = pending_.data() + pending_at_;
     if (avail >= target_bytes) {
       // The end of the line that crosses the target.
-      const void* nl = std::memchr(base + target_bytes - 1, '\n', avail - (target_bytes - 1));
+      const void* nl = std::memchr(base + searched, '\n', avail - searched);
       if (nl) {
         cut = static_cast<size_t>(static_cast<const char*>(nl) - base) + 1;
         break;
       }
+      searched = avail;
     }
     if (eof_) {
       cut = avail;  // the last line, possibly without a newline
       break;
     }
-    // Bound the memory: the unfinished line at the end of the buffer may not exceed the limit.
-    const auto* last_nl = static_cast<const char*>(memrchr(base, '\n', avail));
+    // Bound the memory: the unfinished line at the end of the buffer may not exceed the limit. Past
+    // target_bytes - 1 there is no '\n' (searched above), so only the start needs a backward scan.
+    const auto* last_nl =
+        static_cast<const char*>(memrchr(base, '\n', avail >= target_bytes ? target_bytes - 1 : avail));
     const size_t tail = last_nl ? avail - static_cast<size_t>(last_nl - base + 1) : avail;
     if (tail > max_line_bytes_) {
       int64_t line = next_line_number_;
@@ -157,11 +163,11 @@ bool JsonlReader::next_line(std::string& line, int64_t& line_number) {
   const size_t avail0 = pending_.size() - pending_at_;
   const void* nl = avail0 ? std::memchr(pending_.data() + pending_at_, '\n', avail0) : nullptr;
   while (!nl && !eof_) {
-    const size_t avail = pending_.size() - pending_at_;
+    const size_t avail = pending_.size() - pending_at_;  // searched: no '\n' in it
     if (avail > max_line_bytes_) fail(path_, ": line ", next_line_number_, " is longer than ", max_line_bytes_, " bytes");
     fill(avail + (size_t(1) << 18));
     const size_t now = pending_.size() - pending_at_;
-    nl = now ? std::memchr(pending_.data() + pending_at_, '\n', now) : nullptr;
+    nl = now > avail ? std::memchr(pending_.data() + pending_at_ + avail, '\n', now - avail) : nullptr;
   }
   const size_t avail = pending_.size() - pending_at_;
   if (avail == 0) return false;
@@ -207,8 +213,11 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::vector<std::string
   try {
     j = nlohmann::json::parse(line.begin(), line.end());
   } catch (const nlohmann::json::exception& e) {
-    // nlohmann's message carries the column ("syntax error while parsing value - ...").
-    return bad(LineStatus::InvalidJson, std::string("invalid JSON: ") + e.what());
+    // nlohmann's message carries the column ("syntax error while parsing value - ...") and then the
+    // text last read, which for a huge line is huge: keep the start, so a report stays one short line.
+    std::string what = e.what();
+    if (what.size() > 240) what = what.substr(0, 240) + "...";
+    return bad(LineStatus::InvalidJson, "invalid JSON: " + what);
   }
   if (!j.is_object()) return bad(LineStatus::NotObject, std::string("not a JSON object (a ") + j.type_name() + ")");
   out.texts.resize(keys.size());

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
@@ -288,7 +289,9 @@ class Pipeline {
         tok = own.get();
         tokenizer_built(*tok, 1);
       } else if (worker == 0) {
-        shared_ = make_tokenizer(opt_.tokenizer);  // the others read shared_ only after the notify below
+        // Two load threads when there are two workers or more: the pool's second thread would otherwise
+        // wait for the tokenizer once it has parsed the JSON read so far.
+        shared_ = make_tokenizer(opt_.tokenizer, std::min(opt_.workers, 2));  // read by the others after the notify
         tok = shared_.get();
         tokenizer_built(*tok, opt_.workers);
       } else {
@@ -338,6 +341,17 @@ class Pipeline {
   std::exception_ptr error_;
 };
 
+// The sidecar beside <prefix>_<key>_document.{bin,idx}: the tokenizer that made the ids.
+std::string sidecar_text(const PreprocessOptions& o, size_t key, int64_t vocab, int32_t eod, IndexDType dtype) {
+  nlohmann::json j = o.tokenizer.to_json();
+  j["vocab_size"] = vocab;
+  j["eod"] = eod;
+  j["dtype"] = index_dtype_name(dtype);
+  j["json_key"] = o.json_keys[key];
+  j["append_eod"] = o.append_eod;
+  return j.dump(2) + "\n";
+}
+
 std::string absolute_or_empty(const std::string& p) {
   if (p.empty()) return p;
   std::error_code ec;
@@ -385,6 +399,26 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     }(), "}_document.{bin,idx}; ", o.tokenizer.type, " vocab ", vocab, ", eod ", eod, ", ", index_dtype_name(dtype),
              ", ", o.workers, " worker(s)");
 
+  // The sidecars depend only on the tokenizer: they are written and synced in the background while the
+  // data is processed, and renamed into place with the data at the end.
+  std::vector<std::unique_ptr<StagedFile>> sidecars(o.json_keys.size());
+  std::thread sidecar_writer([&] {
+    for (size_t k = 0; k < o.json_keys.size(); ++k) {
+      const std::string text = sidecar_text(o, k, vocab, eod, dtype);
+      try {
+        sidecars[k] = std::make_unique<StagedFile>(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
+      } catch (...) {
+        return;  // reported below: the final pass writes it again and fails with the error
+      }
+    }
+  });
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{sidecar_writer};
+
   ChunkResult r;
   int64_t next_log = o.log_interval > 0 ? o.log_interval : -1;
   for (int64_t id = 0; pipe.next(id, r); ++id) {
@@ -425,18 +459,18 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   if (res.documents == 0 && o.log)
     log_info("warning: ", o.input, " has no usable documents; writing an empty dataset");
 
-  // Outputs appear under their final names only now, each file renamed into place after it is complete.
+  // Outputs appear under their final names only now, each file renamed into place after it is complete;
+  // one directory sync makes all the renames durable.
+  sidecar_writer.join();
   for (size_t k = 0; k < writers.size(); ++k) {
-    writers[k]->finalize();
-    nlohmann::json j = o.tokenizer.to_json();
-    j["vocab_size"] = vocab;
-    j["eod"] = eod;
-    j["dtype"] = index_dtype_name(dtype);
-    j["json_key"] = o.json_keys[k];
-    j["append_eod"] = o.append_eod;
-    const std::string text = j.dump(2) + "\n";
-    write_file_atomic(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
+    writers[k]->finalize(/*sync_directory=*/false);
+    if (!sidecars[k]) {  // the background write failed: once more here, to report why
+      const std::string text = sidecar_text(o, k, vocab, eod, dtype);
+      sidecars[k] = std::make_unique<StagedFile>(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
+    }
+    sidecars[k]->commit();
   }
+  if (!writers.empty()) sync_directory_of(res.output_prefixes.front());
   res.seconds = timer.seconds();
   res.startup_seconds = pipe.startup_seconds();
   if (o.log) {

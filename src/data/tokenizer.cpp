@@ -82,10 +82,10 @@ TokenizerSpec TokenizerSpec::from_json(const nlohmann::json& j) {
   return s;
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec, int load_threads) {
   const std::string& t = spec.type;
   (void)type_info(t);  // unknown names fail here, listing the known ones
-  if (t == "GPT2BPETokenizer") return std::make_unique<GPT2BPETokenizer>(spec);
+  if (t == "GPT2BPETokenizer") return std::make_unique<GPT2BPETokenizer>(spec, load_threads);
   if (t == "HuggingFaceTokenizer") return std::make_unique<HuggingFaceTokenizer>(spec);
   if (t == "NullTokenizer") return std::make_unique<NullTokenizer>(spec);
   if (t == "ByteTokenizer") return std::make_unique<ByteTokenizer>(spec);

@@ -58,7 +58,9 @@ class Tokenizer {
 
 // Builds the tokenizer a spec describes (and adds its added_special_tokens); throws Error naming the
 // file or field at fault.
-std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec);
+// load_threads > 1 lets a tokenizer whose files are large (GPT2BPETokenizer) build its tables on two
+// threads; preprocess_data passes its worker count, so one worker means one thread.
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec, int load_threads = 1);
 
 // The whole content of a tokenizer file; throws Error naming `what` and the path when it can't be read.
 std::string read_tokenizer_file(const std::string& path, std::string_view what);

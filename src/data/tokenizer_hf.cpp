@@ -178,6 +178,8 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
   // ---- added tokens ----
   if (const auto at = j.find("added_tokens"); at != j.end() && !at->is_null()) {
     MDLM_CHECK(at->is_array(), where, ": added_tokens must be an array");
+    // added_index_of_id_ has a slot per id: bound the ids as ByteLevelBPE bounds the vocabulary's.
+    const int64_t id_limit = vocab_size_ + 2 * static_cast<int64_t>(at->size()) + 1024;
     for (size_t i = 0; i < at->size(); ++i) {
       const json& t = (*at)[i];
       const std::string tw = where + ": added_tokens[" + std::to_string(i) + "]";
@@ -187,7 +189,8 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
       AddedToken a;
       a.content = t["content"].get<std::string>();
       a.id = t["id"].get<int32_t>();
-      MDLM_CHECK(a.id >= 0 && a.id < (1 << 30), tw, ": id ", a.id, " is out of range");
+      MDLM_CHECK(a.id >= 0 && a.id < id_limit, tw, ": id ", a.id, " is out of range (the vocabulary has ", vocab_size_,
+                 " ids; added tokens may extend it by at most 2 x their number + 1024)");
       MDLM_CHECK(!a.content.empty(), tw, ": content is empty");
       MDLM_CHECK(!get_bool(t, "single_word", false, tw), tw, ": single_word = true is not supported");
       a.special = get_bool(t, "special", false, tw);
