@@ -5,20 +5,21 @@
 
 #include "core/error.h"
 #include "train/arguments.h"
+#include "train/rank_output.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
   try {
+    // Under mpirun / srun: one rank per process, rank 0 alone prints (train/rank_output.h).
+    megadlm::start_ranks(&argc, &argv);
     megadlm::TrainArgs args;
     if (!megadlm::parse_train_args(argc, argv, args)) return 0;
     megadlm::Trainer trainer(args);
     trainer.run();
     return 0;
   } catch (const megadlm::Error& e) {
-    std::fprintf(stderr, "pretrain_difflm: error: %s\n", e.what());
-    return 1;
+    return megadlm::report_fatal("pretrain_difflm", "error", e.what(), 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pretrain_difflm: internal error: %s\n", e.what());
-    return 2;
+    return megadlm::report_fatal("pretrain_difflm", "internal error", e.what(), 2);
   }
 }

@@ -35,6 +35,7 @@ void* Arena::allocate(size_t bytes) {
   MDLM_CHECK(p != nullptr, "out of memory: the activation arena needs ", used_ + bytes, " bytes");
   ++heap_allocations_;
   overflow_.push_back(p);
+  overflow_at_.push_back(used_);
   used_ += bytes;
   if (used_ > high_water_) high_water_ = used_;
   return p;
@@ -55,6 +56,7 @@ void Arena::reset() {
   if (!overflow_.empty()) {
     for (void* p : overflow_) std::free(p);
     overflow_.clear();
+    overflow_at_.clear();
     std::free(block_);
     capacity_ = round_up64(high_water_);
     block_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
@@ -66,7 +68,16 @@ void Arena::reset() {
 
 void Arena::release(size_t mark) {
   MDLM_CHECK(mark <= used_, "Arena::release to a mark beyond the used size");
-  if (overflow_.empty()) used_ = mark;  // with overflow chunks live, memory is returned at reset()
+  // The count follows the mark (later allocations take new chunks until reset()), so high_water_, and
+  // the block reset() regrows to, is the live peak rather than the sum of everything allocated in the
+  // step. Overflow chunks handed out after the mark are freed now, so that the first step's resident
+  // memory is that live peak too, not the sum of every temporary (the [N,V] logits, for instance).
+  while (!overflow_at_.empty() && overflow_at_.back() >= mark) {
+    std::free(overflow_.back());
+    overflow_.pop_back();
+    overflow_at_.pop_back();
+  }
+  used_ = mark;
 }
 
 }  // namespace megadlm

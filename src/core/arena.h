@@ -41,6 +41,7 @@ class Arena {
   size_t high_water_ = 0;
   size_t heap_allocations_ = 0;
   std::vector<void*> overflow_;
+  std::vector<size_t> overflow_at_;  // used_ when each overflow chunk was handed out (freed by release())
 };
 
 }  // namespace megadlm

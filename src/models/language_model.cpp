@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "nn/moe_counts.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
@@ -38,60 +39,117 @@ int64_t parameter_count(const TransformerConfig& c) {
   return total;
 }
 
+LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int pp_rank) {
+  MDLM_CHECK(pp_size >= 1 && pp_rank >= 0 && pp_rank < pp_size, "pipeline stage ", pp_rank, " of ", pp_size);
+  MDLM_CHECK(cfg.num_layers % pp_size == 0, "--num-layers ", cfg.num_layers,
+             " is not divisible by --pipeline-model-parallel-size ", pp_size,
+             ": every pipeline stage must get the same number of layers");
+  const int64_t per_stage = cfg.num_layers / pp_size;
+  return LayerRange{pp_rank * per_stage, (pp_rank + 1) * per_stage};
+}
+
 LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec, const ParallelContext& ctx,
                              bool pre_process, bool post_process)
-    : cfg_(cfg), ctx_(ctx), pre_process_(pre_process), post_process_(post_process) {
+    : cfg_(cfg),
+      ctx_(ctx),
+      pre_process_(pre_process && ctx.is_first_stage()),
+      post_process_(post_process && ctx.is_last_stage()) {
   validate_config(cfg);
-  MDLM_CHECK(pre_process && post_process, "pipeline stages are not available in this build yet");
-  embedding_ = Embedding(params_, ctx_, cfg_);
-  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+  layer_range_ = pipeline_stage_layers(cfg, ctx.pp.size, ctx.pp.rank);
+  if (pre_process_) embedding_ = Embedding(params_, ctx_, cfg_);
+  for (int64_t l = layer_range_.begin; l < layer_range_.end; ++l) {
     LayerSpec layer_spec = spec;
     if (cfg.moe.is_moe_layer(l)) layer_spec.mlp = MlpKind::MoE;  // --num-experts with --moe-layer-freq
+    layer_first_param_.push_back(params_.count());
     layers_.push_back(
         std::make_unique<TransformerLayer>(params_, ctx_, "layers." + std::to_string(l), cfg_, layer_spec));
   }
-  final_norm_ = Norm(params_, "norm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon,
-                     cfg.normalization == NormKind::LayerNorm);
-  head_ = LMHead(params_, cfg_, cfg.untie_embeddings_and_output_weights ? -1 : embedding_.word_embeddings_id());
+  const bool tied = !cfg.untie_embeddings_and_output_weights;
+  final_norm_first_param_ = params_.count();
+  if (post_process_) {
+    final_norm_ = Norm(params_, "norm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon,
+                       cfg.normalization == NormKind::LayerNorm, &ctx_);
+    int head_weight = -1;
+    if (tied && pre_process_) {
+      head_weight = embedding_.word_embeddings_id();
+    } else if (tied) {
+      // The last stage's own copy of the tied matrix (Megatron's word_embeddings_for_head): the same
+      // name, hence the same name-keyed init as the first stage's, kept equal by summing the two
+      // gradients over the embedding group. Sharded over the vocabulary like the embedding.
+      head_weight = params_.add_sharded("embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size}, 0, ctx.tp.size,
+                                        ctx.tp.rank, Init::Normal, cfg.init_method_std, true);
+    }
+    head_ = LMHead(params_, cfg_, head_weight, &ctx_);
+  }
+  if (tied && ctx.pp.size > 1 && pre_process_ != post_process_)
+    shared_embedding_ = pre_process_ ? embedding_.word_embeddings_id() : params_.find("embed_tokens.weight");
   params_.finalize();
 }
 
 Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
+  MDLM_CHECK(pre_process_ && post_process_, "pipeline stage ", ctx_.pp.rank,
+             ": whole-model calls need one stage; use the pipeline schedule (parallel/pipeline_schedule.h)");
+  return forward_stage(mb, nullptr);
+}
+
+Tensor LanguageModel::forward_stage(const MicroBatch& mb, const float* input) {
   const BatchInfo info = mb.info();
-  Tensor x = embedding_.forward(arena_, mb.tokens, info);
-  for (auto& layer : layers_) x = layer->forward(arena_, x, info);
-  return final_norm_.forward(arena_, x);
+  Tensor x;
+  if (pre_process_) {
+    x = embedding_.forward(arena_, mb.tokens, info);
+  } else {
+    MDLM_CHECK(input != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the previous stage's activation");
+    // Copied: the layers keep pointers to their inputs until backward.
+    x = arena_.tensor({local_rows(ctx_, mb.B * mb.T), cfg_.hidden_size});  // N/tp rows under sequence parallel
+    std::copy(input, input + x.numel(), x.data<float>());
+  }
+  x = forward_all_layers(x, info);  // with recomputation when set (models/language_model_recompute.cpp)
+  return post_process_ ? final_norm_.forward(arena_, x) : x;
+}
+
+double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, const float* output_grad,
+                                     float grad_scale, float* input_grad, float* per_token_loss) {
+  const Shape shape = out.shape();
+  // Two gradient buffers, ping-ponged down the layers, so the backward's memory is O(N*C) on top of
+  // the saved activations.
+  Tensor g0 = arena_.tensor(shape), g1 = arena_.tensor(shape);
+  Tensor* dy = &g1;
+  Tensor* dx = &g0;
+  double loss = 0;
+  if (post_process_) {
+    loss = head_.loss_and_backward(arena_, out, mb.targets, mb.weights, grad_scale, g0, per_token_loss);
+    final_norm_.backward(g0, g1);
+    if (grads_ready_) grads_ready_(final_norm_first_param_);
+  } else {
+    MDLM_CHECK(output_grad != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the next stage's gradient");
+    std::copy(output_grad, output_grad + g1.numel(), g1.data<float>());
+  }
+  backward_all_layers(mb.info(), dy, dx);
+  if (pre_process_) {
+    embedding_.backward(*dy);
+  } else {
+    MDLM_CHECK(input_grad != nullptr, "pipeline stage ", ctx_.pp.rank, ": no buffer for the input gradient");
+    std::copy(dy->data<float>(), dy->data<float>() + dy->numel(), input_grad);
+  }
+  if (grads_ready_) grads_ready_(0);
+  arena_.reset();
+  return loss;
+}
+
+double LanguageModel::loss_stage(const MicroBatch& mb, const Tensor& out, float* per_token_loss) {
+  MDLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
+  const double loss = head_.loss(arena_, out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
+  arena_.reset();
+  return loss;
 }
 
 double LanguageModel::forward_backward(const MicroBatch& mb, float grad_scale, float* per_token_loss) {
   Tensor h = forward_hidden(mb);
-  const Shape shape = h.shape();
-  // Two gradient buffers, ping-ponged down the layers, so the backward's memory is O(N*C) on top of
-  // the saved activations.
-  Tensor g0 = arena_.tensor(shape), g1 = arena_.tensor(shape);
-  const double loss = head_.loss_and_backward(arena_, h, mb.targets, mb.weights, grad_scale, g0, per_token_loss);
-  final_norm_.backward(g0, g1);
-  Tensor* dy = &g1;
-  Tensor* dx = &g0;
-  for (int64_t l = static_cast<int64_t>(layers_.size()) - 1; l >= 0; --l) {
-    layers_[l]->backward(arena_, *dy, *dx);
-    std::swap(dy, dx);
-  }
-  embedding_.backward(*dy);
-  arena_.reset();
-  return loss;
+  return backward_stage(mb, h, nullptr, grad_scale, nullptr, per_token_loss);
 }
 
 double LanguageModel::forward_loss(const MicroBatch& mb, float* per_token_loss) {
-  Tensor h = forward_hidden(mb);
-  Tensor lg = head_.logits(arena_, h);
-  const int64_t N = mb.B * mb.T;
-  Tensor losses = arena_.tensor({N});
-  const double loss = cpu::cross_entropy_forward_backward(losses.data<float>(), nullptr, lg.data<float>(),
-                                                          mb.targets, mb.weights, -100, 1.0f, N, cfg_.vocab_size);
-  if (per_token_loss) std::copy(losses.data<float>(), losses.data<float>() + N, per_token_loss);
-  arena_.reset();
-  return loss;
+  return loss_stage(mb, forward_hidden(mb), per_token_loss);
 }
 
 std::vector<MoELayer*> LanguageModel::moe_layers() {
@@ -103,17 +161,20 @@ std::vector<MoELayer*> LanguageModel::moe_layers() {
 
 Tensor LanguageModel::forward_logits(const MicroBatch& mb) {
   Tensor h = forward_hidden(mb);
-  return head_.logits(arena_, h);
+  return head_.full_logits(arena_, h);  // gathered over the vocabulary at tp > 1
 }
 
 void LanguageModel::allocate_cache(KVCache& cache, int64_t batch, int64_t capacity) const {
   MDLM_CHECK(capacity <= cfg_.max_position_embeddings, "KV cache of ", capacity,
              " rows is longer than the model's --max-position-embeddings ", cfg_.max_position_embeddings);
-  cache.allocate(cfg_.num_layers, batch, capacity, cfg_.num_query_groups * cfg_.kv_channels);
+  // This rank's KV groups only under tensor parallelism.
+  cache.allocate(cfg_.num_layers, batch, capacity, cfg_.num_query_groups / ctx_.tp.size * cfg_.kv_channels);
 }
 
 Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq,
                                             const int64_t* offsets, bool causal, bool last_only) {
+  MDLM_CHECK(pre_process_ && post_process_, "inference with a KV cache needs the whole model on one pipeline stage");
+  MDLM_CHECK(!sequence_parallel(ctx_), "inference with a KV cache: build the model without --sequence-parallel");
   MDLM_CHECK(first_seq >= 0 && first_seq + mb.B <= cache.B, "KV cache: sequences [", first_seq, ", ",
              first_seq + mb.B, ") exceed its batch ", cache.B);
   MDLM_CHECK(static_cast<int64_t>(cache.k.size()) == cfg_.num_layers, "KV cache was not allocated for this model");
@@ -131,7 +192,7 @@ Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache
                 last.data<float>() + b * C);
     x = last;
   }
-  return head_.logits(arena_, final_norm_.forward(arena_, x));
+  return head_.full_logits(arena_, final_norm_.forward(arena_, x));
 }
 
 }  // namespace megadlm

@@ -1,11 +1,17 @@
 #pragma once
 // A decoder-only language model (GPT-2 or LLaMA/Qwen3 style, autoregressive or diffusion) built from
-// a TransformerConfig and a LayerSpec, per pipeline stage: the first stage owns the embedding
-// (pre_process), the last the final norm and the output layer (post_process). With one stage it owns
-// everything.
+// a TransformerConfig and a LayerSpec, per pipeline stage: stage s of ctx.pp owns the layers
+// [s L/pp, (s+1) L/pp) (pipeline_stage_layers), the first stage the embedding (pre_process), the last
+// the final norm and the output layer (post_process). With one stage it owns everything.
+//
+// Layers keep their GLOBAL index in parameter names (layers.N...), so init (keyed by name) and
+// checkpoints do not depend on the layout. With tied embeddings and pp > 1 the last stage holds its
+// own copy of embed_tokens.weight for the output layer (same name, hence same init); the copies'
+// gradients are summed over ctx.embd before the optimizer (pipeline_schedule.h), as in Megatron.
 //
 // Parameter names follow HuggingFace's LLaMA layout (embed_tokens, layers.N.self_attn.q_proj, ...),
 // so checkpoints map 1:1 to HF tensor names.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -15,6 +21,8 @@
 #include "nn/lm_head.h"
 #include "nn/norm.h"
 #include "nn/parameters.h"
+#include "nn/precision.h"
+#include "nn/recompute.h"
 #include "nn/transformer_layer.h"
 
 namespace megadlm {
@@ -29,6 +37,13 @@ struct MicroBatch {
   const float* weights = nullptr;        // per-token loss weights, or null for 1
   BatchInfo info() const { return BatchInfo{B, T, positions, segment_ids}; }
 };
+
+// The layers [begin, end) of pipeline stage `pp_rank` of `pp_size`; an Error naming both flags when
+// --num-layers is not a multiple of --pipeline-model-parallel-size.
+struct LayerRange {
+  int64_t begin = 0, end = 0;
+};
+LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int pp_rank);
 
 class LanguageModel {
  public:
@@ -57,19 +72,72 @@ class LanguageModel {
   void allocate_cache(KVCache& cache, int64_t batch, int64_t capacity) const;
   // The MoE blocks of the layers that have one, in layer order (empty for a dense model).
   std::vector<MoELayer*> moe_layers();
+  // Data parallelism's overlap hook: during a backward, called with k whenever the parameters with
+  // id >= k have their final gradients for this micro-batch (after the final norm, after each layer,
+  // k = 0 at the end). Ids grow in registration order (embedding, layers, final norm, head), so a
+  // tied embedding is final only at the end.
+  void set_grads_ready_hook(std::function<void(int first_final_param)> hook) { grads_ready_ = std::move(hook); }
+
+  // The precision policy of the Linear layers' products (nn/precision.h); fp32 until set. After any
+  // change of the weights call precision()->weights_updated() (the trainer does after each step).
+  void set_precision(const PrecisionConfig& cfg);
+  MixedPrecision* precision() { return precision_.get(); }
+  // Activation recomputation in forward_backward (nn/recompute.h).
+  void set_recompute(const RecomputeConfig& cfg);
+
+  // ---- Pipeline stage API (parallel/pipeline_schedule.h drives it). Activations are [N, C], N = B*T.
+  bool is_first_stage() const { return pre_process_; }
+  bool is_last_stage() const { return post_process_; }
+  LayerRange layers() const { return layer_range_; }
+  // Forward of this stage: from mb.tokens on the first stage, else from `input` [N, C] (the previous
+  // stage's output; copied into the arena). Returns the output [N, C] in the arena: the last layer's
+  // output, or on the last stage the final norm's (the head runs in backward_stage / loss_stage,
+  // since the fused cross-entropy computes the loss and dlogits in one pass).
+  Tensor forward_stage(const MicroBatch& mb, const float* input);
+  // Backward of the forward_stage just run (no other forward in between: layers keep their saved
+  // activations in members). On the last stage it starts from the loss (returned; output_grad
+  // unused), else from output_grad [N, C]. Writes input_grad [N, C] on a non-first stage (the first
+  // stage ends in the embedding). Accumulates parameter gradients; resets the arena.
+  double backward_stage(const MicroBatch& mb, const Tensor& out, const float* output_grad, float grad_scale,
+                        float* input_grad, float* per_token_loss = nullptr);
+  // Last stage, forward only: the loss of `out` (from forward_stage). Resets the arena.
+  double loss_stage(const MicroBatch& mb, const Tensor& out, float* per_token_loss = nullptr);
+  // The word-embedding matrix this stage shares with the other end of the pipeline (tied embeddings,
+  // pp > 1, first or last stage), whose gradient is summed over ctx.embd; -1 otherwise.
+  int shared_embedding_id() const { return shared_embedding_; }
 
  private:
-  Tensor forward_hidden(const MicroBatch& mb);  // through the final norm
+  Tensor forward_hidden(const MicroBatch& mb);  // whole model (one stage), through the final norm
+  // This stage's layers forward from x; under full recomputation each recomputed group of layers
+  // keeps only its input (group_inputs_[its first layer]) and frees the rest.
+  Tensor forward_all_layers(Tensor x, const BatchInfo& info);
+  // Runs layers [first, last] forward from x; their activations stay in the arena.
+  Tensor forward_layers(int64_t first, int64_t last, Tensor x, const BatchInfo& info);
+  // The backward of this stage's layers from *dy, recomputing groups first; ends with the input
+  // gradient in *dy (dy, dx ping-pong, swapped after each layer).
+  void backward_all_layers(const BatchInfo& info, Tensor*& dy, Tensor*& dx);
+  // Calls the grads-ready hook for the local layer l just back-propagated.
+  void notify_grads_ready(int64_t l) {
+    if (grads_ready_) grads_ready_(layer_first_param_[static_cast<size_t>(l)]);
+  }
 
   TransformerConfig cfg_;
   ParallelContext ctx_;
   ParamStore params_;
   Arena arena_;
   bool pre_process_, post_process_;
+  LayerRange layer_range_;
+  int shared_embedding_ = -1;
   Embedding embedding_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   Norm final_norm_;
   LMHead head_;
+  std::unique_ptr<MixedPrecision> precision_;
+  std::vector<int64_t> recompute_start_;  // per layer: first layer of its recomputed group, or -1
+  std::vector<Tensor> group_inputs_;      // per layer: the kept input of a recomputed group
+  std::vector<int> layer_first_param_;    // per layer: the id of its first parameter
+  int final_norm_first_param_ = 0;
+  std::function<void(int)> grads_ready_;
 };
 
 // Checks that the sizes are consistent (heads divide hidden, groups divide heads, ...), with an Error

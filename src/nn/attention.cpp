@@ -5,6 +5,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
+#include "parallel/tp_mappings.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,14 +14,24 @@ namespace megadlm {
 
 SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                              const TransformerConfig& cfg, float output_init_std)
-    : store_(&store), cfg_(cfg), H_(cfg.num_attention_heads), K_(cfg.num_query_groups), D_(cfg.kv_channels) {
+    : store_(&store), ctx_(&ctx), cfg_(cfg), H_(cfg.num_attention_heads), K_(cfg.num_query_groups),
+      D_(cfg.kv_channels) {
   const int64_t C = cfg.hidden_size;
+  // Tensor parallelism gives each rank H/tp heads and the K/tp KV groups they read (heads of a group
+  // are contiguous, so rank r's heads use exactly groups [r*K/tp, (r+1)*K/tp)).
+  const int tp = ctx.tp.size;
+  MDLM_CHECK(H_ % tp == 0 && K_ % tp == 0, name, ": --num-attention-heads ", H_, " and --num-query-groups ", K_,
+             " must both be divisible by --tensor-model-parallel-size ", tp);
   const bool qkv_bias = cfg.add_bias_linear || cfg.add_qkv_bias;
   q_proj_ = Linear(store, ctx, name + ".q_proj", C, H_ * D_, qkv_bias, cfg.init_method_std);
   k_proj_ = Linear(store, ctx, name + ".k_proj", C, K_ * D_, qkv_bias, cfg.init_method_std);
   v_proj_ = Linear(store, ctx, name + ".v_proj", C, K_ * D_, qkv_bias, cfg.init_method_std);
   o_proj_ = Linear(store, ctx, name + ".o_proj", H_ * D_, C, cfg.add_bias_linear, output_init_std,
                    LinearParallel::Row);
+  // One all-gather of the input (sequence parallel) and one reduction of dx for the three.
+  for (Linear* l : {&q_proj_, &k_proj_, &v_proj_}) l->set_input_mapped_by_caller();
+  H_ /= tp;
+  K_ /= tp;
   if (cfg.qk_layernorm) {
     q_norm_ = store.add(name + ".q_norm.weight", {D_}, Init::Ones, 0.0f, false);
     k_norm_ = store.add(name + ".k_norm.weight", {D_}, Init::Ones, 0.0f, false);
@@ -33,6 +44,10 @@ SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, cons
   }
 }
 
+void SelfAttention::set_precision(MixedPrecision* p) {
+  for (Linear* l : {&q_proj_, &k_proj_, &v_proj_, &o_proj_}) l->set_precision(p);
+}
+
 cpu::AttentionMask SelfAttention::mask() const {
   cpu::AttentionMask m;
   m.type = cfg_.attention_mask;
@@ -41,12 +56,13 @@ cpu::AttentionMask SelfAttention::mask() const {
   return m;
 }
 
-Tensor SelfAttention::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
+Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchInfo& batch) {
   batch_ = batch;
+  const Tensor x = gather_rows(arena, *ctx_, x_local);  // all N rows (sequence parallel: gathered)
   const int64_t N = batch.B * batch.T;
-  Tensor q = q_proj_.forward(arena, x);  // [N, H*D]
-  Tensor k = k_proj_.forward(arena, x);  // [N, K*D]
-  v_ = v_proj_.forward(arena, x);        // [N, K*D]
+  Tensor q = q_proj_.forward(arena, x);                          // [N, H*D]
+  Tensor k = k_proj_.forward_shared_input(arena, x, q_proj_);    // [N, K*D]
+  v_ = v_proj_.forward_shared_input(arena, x, q_proj_);          // [N, K*D]
   if (q_norm_ >= 0) {
     q_raw_ = q;
     k_raw_ = k;
@@ -132,18 +148,33 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   if (q_norm_ >= 0) {
     Tensor dq_raw = arena.tensor({N, H_ * D_});
     Tensor dk_raw = arena.tensor({N, K_ * D_});
-    cpu::rmsnorm_backward(dq_raw.data<float>(), store_->grad(q_norm_).data<float>(), dq.data<float>(),
+    // The QK-norm weights are shared by all heads: at tp > 1 each rank sees only its heads, so the
+    // weight gradients are made in a zeroed buffer and summed over the tp ranks.
+    const bool split = ctx_->tp.size > 1;
+    Tensor gqk = split ? arena.zeros({2 * D_}) : Tensor();
+    float* gq = split ? gqk.data<float>() : store_->grad(q_norm_).data<float>();
+    float* gk = split ? gqk.data<float>() + D_ : store_->grad(k_norm_).data<float>();
+    cpu::rmsnorm_backward(dq_raw.data<float>(), gq, dq.data<float>(),
                           q_raw_.data<float>(), store_->value(q_norm_).data<float>(), q_rstd_.data<float>(),
                           N * H_, D_);
-    cpu::rmsnorm_backward(dk_raw.data<float>(), store_->grad(k_norm_).data<float>(), dk.data<float>(),
+    cpu::rmsnorm_backward(dk_raw.data<float>(), gk, dk.data<float>(),
                           k_raw_.data<float>(), store_->value(k_norm_).data<float>(), k_rstd_.data<float>(),
                           N * K_, D_);
+    if (split) {
+      tp_all_reduce_sum(*ctx_, gqk.data<float>(), 2 * D_);
+      cpu::add_inplace(store_->grad(q_norm_).data<float>(), gqk.data<float>(), D_);
+      cpu::add_inplace(store_->grad(k_norm_).data<float>(), gqk.data<float>() + D_, D_);
+    }
     dq = dq_raw;
     dk = dk_raw;
   }
-  q_proj_.backward(dq, dx, false);
-  k_proj_.backward(dk, dx, true);
-  v_proj_.backward(dv, dx, true);
+  // At tp > 1 the three input gradients are summed locally, then over the tp ranks once (this rank's
+  // rows under sequence parallelism).
+  Tensor dxp = ctx_->tp.size > 1 ? arena.tensor({N, cfg_.hidden_size}) : dx;
+  q_proj_.backward(dq, dxp, false);
+  k_proj_.backward(dk, dxp, true);
+  v_proj_.backward(dv, dxp, true);
+  if (ctx_->tp.size > 1) reduce_rows(*ctx_, dxp, dx, false);
   arena.release(mark);
 }
 

@@ -2,6 +2,9 @@
 // Self-attention: q/k/v projections (column-parallel), optional per-head QK RMSNorm, RoPE, the
 // memory-efficient attention kernel (causal, bidirectional or block-causal, per-document), output
 // projection (row-parallel). Grouped-query attention when K < H.
+// Tensor parallelism: each rank computes H/tp heads and their K/tp KV groups (QK-norm and RoPE per
+// local head; the QK-norm weights' gradients are summed over tp). Under sequence parallelism x and y
+// hold this rank's N/tp rows: x is all-gathered once for q, k, v, and dx reduce-scattered back.
 // Legend: N = B*T tokens, C hidden, H heads, K kv heads, D head dim.
 #include <string>
 
@@ -26,12 +29,15 @@ class SelfAttention {
   // attend to the cache (cpu::decode_attention_forward: causal or full). -> y [B*Tn, C].
   Tensor forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache, float* v_cache,
                         int64_t S, const int64_t* offsets, bool causal);
+  // The precision policy of the four projections (nn/precision.h).
+  void set_precision(MixedPrecision* p);
 
  private:
   cpu::AttentionMask mask() const;
   ParamStore* store_ = nullptr;
+  const ParallelContext* ctx_ = nullptr;
   TransformerConfig cfg_;
-  int64_t H_ = 0, K_ = 0, D_ = 0;
+  int64_t H_ = 0, K_ = 0, D_ = 0;  // this rank's heads and KV groups (H/tp, K/tp), head dim
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   int q_norm_ = -1, k_norm_ = -1;  // per-head RMSNorm weights [D]
   Tensor rope_cos_, rope_sin_;     // [P, D/2]

@@ -1,14 +1,21 @@
 #include "nn/embedding.h"
 
 #include "kernels/cpu/embedding.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
 Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg)
     : store_(&store), ctx_(&ctx), V_(cfg.vocab_size), C_(cfg.hidden_size), P_(cfg.max_position_embeddings),
       uses_positions_(cfg.position_embedding != PositionEmbedding::None) {
-  MDLM_CHECK(ctx.tp.size == 1, "vocab-parallel embedding: tensor parallelism is not available in this build yet");
-  wte_ = store.add("embed_tokens.weight", {V_, C_}, Init::Normal, cfg.init_method_std, true);
+  // Vocab-parallel: rank r holds rows [r*V/tp, (r+1)*V/tp) of the word embeddings.
+  MDLM_CHECK(V_ % ctx.tp.size == 0, "the vocabulary size ", V_,
+             " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ",
+             ctx.tp.size);
+  wte_ = store.add_sharded("embed_tokens.weight", {V_, C_}, 0, ctx.tp.size, ctx.tp.rank, Init::Normal,
+                           cfg.init_method_std, true);
+  vocab_start_ = store.info(wte_).shard_begin;
+  V_local_ = V_ / ctx.tp.size;
   if (cfg.position_embedding == PositionEmbedding::LearnedAbsolute)
     wpe_ = store.add("embed_positions.weight", {P_, C_}, Init::Normal, cfg.init_method_std, true);
 }
@@ -27,16 +34,24 @@ Tensor Embedding::forward(Arena& arena, const int32_t* tokens, const BatchInfo& 
   tokens_ = tokens;
   batch_ = batch;
   Tensor x = arena.tensor({N, C_});
-  cpu::embedding_forward(x.data<float>(), tokens, store_->value(wte_).data<float>(), 0, V_,
-                         wpe_ >= 0 ? batch.positions : nullptr,
-                         wpe_ >= 0 ? store_->value(wpe_).data<float>() : nullptr, N, C_);
-  return x;
+  // Tokens outside this rank's vocabulary shard give zero rows; the sum over tp fills them in. The
+  // replicated position embeddings are added by tp rank 0 only, so that they count once.
+  const bool add_positions = wpe_ >= 0 && ctx_->tp.rank == 0;
+  cpu::embedding_forward(x.data<float>(), tokens, store_->value(wte_).data<float>(), vocab_start_, V_local_,
+                         add_positions ? batch.positions : nullptr,
+                         add_positions ? store_->value(wpe_).data<float>() : nullptr, N, C_);
+  return reduce_rows(arena, *ctx_, x);  // all-reduce, or this rank's rows under sequence parallelism
 }
 
-void Embedding::backward(const Tensor& dx) {
+void Embedding::backward(const Tensor& dx_local) {
   const int64_t N = batch_.B * batch_.T;
+  // Every rank needs the gradient of all rows (gathered under sequence parallelism): its word
+  // embedding shard takes the rows of its tokens, and the replicated position embeddings get the
+  // same gradient on every rank.
+  const Tensor dx = gather_rows_scratch(*ctx_, dx_local, 0);
   cpu::embedding_backward(store_->grad(wte_).data<float>(), wpe_ >= 0 ? store_->grad(wpe_).data<float>() : nullptr,
-                          dx.data<float>(), tokens_, 0, V_, wpe_ >= 0 ? batch_.positions : nullptr, N, C_);
+                          dx.data<float>(), tokens_, vocab_start_, V_local_, wpe_ >= 0 ? batch_.positions : nullptr, N,
+                          C_);
 }
 
 }  // namespace megadlm

@@ -1,6 +1,7 @@
 #pragma once
-// Token embedding (vocab-parallel ready: each tensor-parallel rank holds a shard of rows) and, for
-// GPT-2 style models, learned absolute position embeddings.
+// Token embedding, vocab-parallel: each tensor-parallel rank holds V/tp rows, tokens outside its shard
+// give zero rows and the output is summed over tp (reduce-scattered to this rank's rows under
+// sequence parallelism). For GPT-2 style models, learned absolute position embeddings (replicated).
 // Legend: N tokens, C hidden, V vocabulary, P positions.
 #include <string>
 
@@ -16,7 +17,8 @@ class Embedding {
   Embedding() = default;
   Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg);
 
-  // tokens [N] -> x [N, C]. Token ids must be in [0, V) and positions in [0, P): checked, with an
+  // tokens [N] -> x [N, C] (all tokens on every tp rank; x has this rank's N/tp rows under sequence
+  // parallelism). Token ids must be in [0, V) and positions in [0, P): checked, with an
   // Error naming the first bad id.
   Tensor forward(Arena& arena, const int32_t* tokens, const BatchInfo& batch);
   void backward(const Tensor& dx);  // accumulates into the embedding gradients
@@ -27,6 +29,7 @@ class Embedding {
   ParamStore* store_ = nullptr;
   const ParallelContext* ctx_ = nullptr;
   int64_t V_ = 0, C_ = 0, P_ = 0;
+  int64_t vocab_start_ = 0, V_local_ = 0;  // this rank's shard of the vocabulary
   bool uses_positions_ = false;
   int wte_ = -1, wpe_ = -1;
   const int32_t* tokens_ = nullptr;

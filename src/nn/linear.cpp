@@ -1,42 +1,141 @@
 #include "nn/linear.h"
 
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
 Linear::Linear(ParamStore& store, const ParallelContext& ctx, const std::string& name, int64_t in_features,
-               int64_t out_features, bool bias, float init_std, LinearParallel mode)
+               int64_t out_features, bool bias, float init_std, LinearParallel mode, int64_t fused_blocks)
     : store_(&store), ctx_(&ctx), mode_(mode), in_(in_features), out_(out_features) {
-  MDLM_CHECK(ctx.tp.size == 1, name, ": tensor parallelism is not available in this build yet");
-  w_ = store.add(name + ".weight", {out_, in_}, Init::Normal, init_std, /*weight_decay=*/true);
-  if (bias) b_ = store.add(name + ".bias", {out_}, Init::Zeros, 0.0f, /*weight_decay=*/false);
+  const int tp = ctx.tp.size, r = ctx.tp.rank;
+  const int64_t O = out_features, I = in_features;
+  if (mode == LinearParallel::Row) {
+    MDLM_CHECK(I % tp == 0, name, ": ", I, " input features are not divisible by --tensor-model-parallel-size ", tp);
+    in_ = I / tp;
+    w_ = store.add_sharded(name + ".weight", {O, I}, 1, tp, r, Init::Normal, init_std, /*weight_decay=*/true);
+    // Added once, after the reduction: replicated on every tp rank.
+    if (bias) b_ = store.add(name + ".bias", {O}, Init::Zeros, 0.0f, /*weight_decay=*/false);
+    return;
+  }
+  MDLM_CHECK(fused_blocks >= 1 && O % (fused_blocks * tp) == 0, name, ": ", O, " output features (",
+             fused_blocks, " stacked block(s)) are not divisible by --tensor-model-parallel-size ", tp);
+  out_ = O / tp;
+  if (fused_blocks == 1 || tp == 1) {
+    w_ = store.add_sharded(name + ".weight", {O, I}, 0, tp, r, Init::Normal, init_std, /*weight_decay=*/true);
+    if (bias) b_ = store.add_sharded(name + ".bias", {O}, 0, tp, r, Init::Zeros, 0.0f, /*weight_decay=*/false);
+  } else {
+    // [fused, O/fused, I] split along dimension 1: the same rows of each block, so that e.g. SwiGLU's
+    // gate and up columns of one rank pair up; the full tensor has [O, I]'s element order.
+    const int64_t blk = O / fused_blocks;
+    w_ = store.add_sharded(name + ".weight", {fused_blocks, blk, I}, 1, tp, r, Init::Normal, init_std, true);
+    if (bias) b_ = store.add_sharded(name + ".bias", {fused_blocks, blk}, 1, tp, r, Init::Zeros, 0.0f, false);
+  }
 }
 
-Tensor Linear::forward(Arena& arena, const Tensor& x) {
+Tensor Linear::forward(Arena& arena, const Tensor& x) { return forward_impl(arena, x, nullptr, nullptr); }
+
+Tensor Linear::forward_into(Arena& arena, const Tensor& x, Tensor& out) {
+  return forward_impl(arena, x, nullptr, &out);
+}
+
+Tensor Linear::forward_shared_input(Arena& arena, const Tensor& x, const Linear& first) {
+  return forward_impl(arena, x, &first, nullptr);
+}
+
+// Row-parallel: the partial products are summed over tp (all-reduce, or reduce-scatter to this rank's
+// rows under sequence parallelism) before the replicated bias is added, once.
+Tensor Linear::bias_and_reduce(Arena& arena, Tensor& y) {
+  Tensor out = mode_ == LinearParallel::Row ? reduce_rows(arena, *ctx_, y) : y;
+  if (b_ >= 0) cpu::bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), out.numel() / out_, out_);
+  return out;
+}
+
+Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* first, Tensor* out) {
+  // Column-parallel under sequence parallelism: all rows of the input (identity otherwise).
+  const Tensor x = mode_ == LinearParallel::Column && !caller_maps_input_ ? gather_rows(arena, *ctx_, x_in) : x_in;
   const int64_t N = x.numel() / in_;
   MDLM_CHECK(x.numel() == N * in_, "Linear: input ", x.shape().str(), " is not [N, ", in_, "]");
-  saved_x_ = x;
-  Tensor y = arena.tensor({N, out_});
-  const float* W = store_->value(w_).data<float>();
-  cpu::gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, W, in_, 0.0f, y.data<float>(), out_);
-  if (b_ >= 0) cpu::bias_add_forward(y.data<float>(), store_->value(b_).data<float>(), N, out_);
-  if (mode_ == LinearParallel::Row) tp_all_reduce_sum(*ctx_, y.data<float>(), y.numel());
-  return y;
+  Tensor y = out ? *out : arena.tensor({N, out_});
+  MDLM_CHECK(y.numel() == N * out_, "Linear: output ", y.shape().str(), " is not [", N, ", ", out_, "]");
+  if (!low_precision()) {
+    saved_x_ = x;
+    const float* W = store_->value(w_).data<float>();
+    cpu::gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, W, in_, 0.0f, y.data<float>(), out_);
+    return bias_and_reduce(arena, y);
+  }
+  // The narrow copy of x, saved for the backward (shared by layers that read the same input).
+  if (first) {
+    saved_x_ = first->saved_x_;
+    saved_scale_ = first->saved_scale_;
+  } else {
+    saved_x_ = arena.tensor({N, in_}, prec_->saved_dtype());
+    Fp8TensorScaling* s = prec_->mode() == PrecisionMode::FP8 ? &prec_->fp8_scaling(w_).input : nullptr;
+    saved_scale_ = prec_->store_input(saved_x_.raw(), x.data<float>(), N * in_, s);
+  }
+  if (prec_->bf16_gemm()) {
+    cpu::gemm_bf16(false, true, N, out_, in_, 1.0f, static_cast<const uint16_t*>(saved_x_.raw()), in_,
+                   prec_->weight_bf16(w_), in_, 0.0f, y.data<float>(), out_);
+  } else if (prec_->mode() == PrecisionMode::BF16) {
+    // bf16 storage only: the forward product is exact fp32.
+    cpu::gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, store_->value(w_).data<float>(), in_, 0.0f,
+              y.data<float>(), out_);
+  } else {
+    // Emulated fp16 / fp8: the values the narrow format holds, multiplied in fp32.
+    float* xr = prec_->scratch_f32(0, N * in_);
+    prec_->load_input(xr, saved_x_.raw(), N * in_, saved_scale_);
+    cpu::gemm(false, true, N, out_, in_, 1.0f, xr, in_, prec_->weight_rounded(w_), in_, 0.0f, y.data<float>(),
+              out_);
+  }
+  return bias_and_reduce(arena, y);
 }
 
-void Linear::backward(const Tensor& dy, Tensor& dx, bool accumulate_dx) {
+void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
+  // Row-parallel under sequence parallelism: the output gradient of all rows (identity otherwise).
+  const Tensor dy = mode_ == LinearParallel::Row ? gather_rows_scratch(*ctx_, dy_in, 0) : dy_in;
   const int64_t N = dy.numel() / out_;
-  const float* x = saved_x_.data<float>();
-  const float* W = store_->value(w_).data<float>();
-  // dx [N, I] = dy [N, O] @ W [O, I]
-  cpu::gemm(false, false, N, in_, out_, 1.0f, dy.data<float>(), out_, W, in_, accumulate_dx ? 1.0f : 0.0f,
-            dx.data<float>(), in_);
-  if (mode_ == LinearParallel::Column) tp_all_reduce_sum(*ctx_, dx.data<float>(), dx.numel());
-  // dW [O, I] += dy^T [O, N] @ x [N, I]
-  cpu::gemm(true, false, out_, in_, N, 1.0f, dy.data<float>(), out_, x, in_, 1.0f,
-            store_->grad(w_).data<float>(), in_);
+  // Column-parallel at tp > 1: dx is this rank's partial sum; it is made in a staging buffer and then
+  // reduced into dx_in (all-reduce, or reduce-scatter to the local rows under sequence parallelism).
+  const bool reduce_dx = mode_ == LinearParallel::Column && ctx_->tp.size > 1 && !caller_maps_input_;
+  Tensor dx = reduce_dx ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in;
+  const float beta_dx = accumulate_dx && !reduce_dx ? 1.0f : 0.0f;
+  float* dW = store_->grad(w_).data<float>();
   if (b_ >= 0) cpu::bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
+  if (prec_ && prec_->bf16_gemm()) {
+    uint16_t* dyb = prec_->scratch_u16(0, N * out_);
+    cpu::cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
+    const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
+    // dx [N, I] = dy [N, O] @ W [O, I];  dW [O, I] += dy^T [O, N] @ x [N, I]
+    cpu::gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, beta_dx,
+                   dx.data<float>(), in_);
+    if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
+    cpu::gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, 1.0f, dW, in_);
+    return;
+  }
+  const float* g = dy.data<float>();
+  const float* W = store_->value(w_).data<float>();
+  const float* x = low_precision() ? nullptr : saved_x_.data<float>();
+  if (low_precision()) {
+    // The saved input back in fp32; the emulated modes also round the gradient and use the rounded
+    // weight copy, so both backward products see what the narrow format would hold.
+    float* xr = prec_->scratch_f32(0, N * in_);
+    prec_->load_input(xr, saved_x_.raw(), N * in_, saved_scale_);
+    x = xr;
+    if (prec_->mode() != PrecisionMode::BF16) {
+      float* gr = prec_->scratch_f32(1, N * out_);
+      Fp8TensorScaling* s = prec_->mode() == PrecisionMode::FP8 ? &prec_->fp8_scaling(w_).grad : nullptr;
+      prec_->round_grad(gr, g, N * out_, s);
+      g = gr;
+      W = prec_->weight_rounded(w_);
+    }
+  }
+  // dx [N, I] = dy [N, O] @ W [O, I]
+  cpu::gemm(false, false, N, in_, out_, 1.0f, g, out_, W, in_, beta_dx, dx.data<float>(), in_);
+  if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
+  // dW [O, I] += dy^T [O, N] @ x [N, I]
+  cpu::gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, 1.0f, dW, in_);
 }
 
 }  // namespace megadlm

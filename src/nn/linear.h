@@ -7,6 +7,7 @@
 
 #include "core/arena.h"
 #include "nn/parameters.h"
+#include "nn/precision.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {
@@ -16,25 +17,50 @@ enum class LinearParallel : uint8_t { Column, Row };
 class Linear {
  public:
   Linear() = default;
+  // in_features / out_features are the full (unsharded) sizes. Column: this rank holds output rows
+  // [r*O/tp, (r+1)*O/tp) of the weight and bias; with fused_blocks = 2 the output is two stacked
+  // blocks (SwiGLU's [gate; up]) and this rank holds the same slice of each (weight [2, O/2, I] split
+  // along dimension 1). Row: this rank holds input columns [r*I/tp, (r+1)*I/tp); the bias is whole.
   Linear(ParamStore& store, const ParallelContext& ctx, const std::string& name, int64_t in_features,
-         int64_t out_features, bool bias, float init_std, LinearParallel mode = LinearParallel::Column);
+         int64_t out_features, bool bias, float init_std, LinearParallel mode = LinearParallel::Column,
+         int64_t fused_blocks = 1);
 
-  // x [N, I] -> y [N, O] from the arena. Saves a view of x for the backward.
+  // x [N, I] -> y [N, O] from the arena. Saves a view of x for the backward (fp32), or a copy in the
+  // narrow format of the precision policy (nn/precision.h).
   Tensor forward(Arena& arena, const Tensor& x);
+  // The same with y written to `out` [N, O] (a caller's scratch) instead of the arena.
+  Tensor forward_into(Arena& arena, const Tensor& x, Tensor& out);
+  // The same, for a layer whose input is the same tensor as `first`'s (q/k/v projections): the
+  // narrow copy `first` saved is shared instead of made again (fp8: with `first`'s input scale).
+  Tensor forward_shared_input(Arena& arena, const Tensor& x, const Linear& first);
   // dy [N, O] -> dx [N, I] written (or added to, when accumulate_dx). dW, db accumulated.
   void backward(const Tensor& dy, Tensor& dx, bool accumulate_dx);
 
+  // This rank's sizes (local shards under tensor parallelism).
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  // Column-parallel: the caller maps the input itself (q, k, v share one all-gather of their input
+  // and one reduction of their summed input gradients): forward takes x as given (all rows), and
+  // backward leaves dx as this rank's partial sum over the tp ranks.
+  void set_input_mapped_by_caller() { caller_maps_input_ = true; }
   int weight_id() const { return w_; }
+  // The mixed-precision policy of the products (null = fp32). Set once, before the first forward.
+  void set_precision(MixedPrecision* p) { prec_ = p; }
 
  private:
   ParamStore* store_ = nullptr;
   const ParallelContext* ctx_ = nullptr;
   LinearParallel mode_ = LinearParallel::Column;
+  bool caller_maps_input_ = false;
   int64_t in_ = 0, out_ = 0;
   int w_ = -1, b_ = -1;
-  Tensor saved_x_;
+  MixedPrecision* prec_ = nullptr;
+  Tensor saved_x_;           // [N, I]: fp32 view, or bf16 / fp16 bits, or e4m3 bytes
+  float saved_scale_ = 1.0f;  // fp8: the scale saved_x_ was quantised with
+
+  bool low_precision() const { return prec_ && prec_->mode() != PrecisionMode::FP32; }
+  Tensor forward_impl(Arena& arena, const Tensor& x, const Linear* first, Tensor* out);
+  Tensor bias_and_reduce(Arena& arena, Tensor& y);
 };
 
 }  // namespace megadlm

@@ -2,38 +2,142 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gemm.h"
+#include "nn/vocab_parallel_cross_entropy.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
-LMHead::LMHead(ParamStore& store, const TransformerConfig& cfg, int tied_weight_id)
-    : store_(&store), V_(cfg.vocab_size), C_(cfg.hidden_size), w_(tied_weight_id) {
-  if (w_ < 0) w_ = store.add("lm_head.weight", {V_, C_}, Init::Normal, cfg.init_method_std, true);
+static const ParallelContext& single_context() {
+  static const ParallelContext ctx;
+  return ctx;
 }
 
-Tensor LMHead::logits(Arena& arena, const Tensor& x) {
+// The rows of x [N, C] that carry a loss (target != -100 and weight != 0), copied together in order:
+// x [n, C], their targets and weights [n], and index [n] = their row in x. All from the arena.
+LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const {
   const int64_t N = x.numel() / C_;
-  Tensor out = arena.tensor({N, V_});
-  cpu::gemm(false, true, N, V_, C_, 1.0f, x.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
-            out.data<float>(), V_);
+  LossRows r;
+  r.index = static_cast<int32_t*>(arena.allocate(sizeof(int32_t) * static_cast<size_t>(N)));
+  for (int64_t i = 0; i < N; ++i)
+    if (targets[i] != -100 && (weights == nullptr || weights[i] != 0.0f)) r.index[r.n++] = static_cast<int32_t>(i);
+  if (r.n == 0 || r.n == N) return r;
+  r.targets = static_cast<int32_t*>(arena.allocate(sizeof(int32_t) * static_cast<size_t>(r.n)));
+  r.weights = static_cast<float*>(arena.allocate(sizeof(float) * static_cast<size_t>(r.n)));
+  r.x = arena.tensor({r.n, C_});
+  const float* src = x.data<float>();
+  float* dst = r.x.data<float>();
+#pragma omp parallel for schedule(static) if (r.n * C_ >= (1 << 16))
+  for (int64_t k = 0; k < r.n; ++k) {
+    const int64_t i = r.index[k];
+    std::copy(src + i * C_, src + (i + 1) * C_, dst + k * C_);
+    r.targets[k] = targets[i];
+    r.weights[k] = weights ? weights[i] : 1.0f;
+  }
+  return r;
+}
+
+// out [N_all, width] = rows [n, width] placed at rows index[k] (index null: the rows as they are),
+// zeros elsewhere.
+void LMHead::scatter_rows(float* out, const float* rows, const int32_t* index, int64_t n, int64_t N_all,
+                          int64_t width) {
+  if (index == nullptr) {
+    std::copy(rows, rows + n * width, out);
+    return;
+  }
+  std::fill(out, out + N_all * width, 0.0f);
+#pragma omp parallel for schedule(static) if (n * width >= (1 << 16))
+  for (int64_t k = 0; k < n; ++k) std::copy(rows + k * width, rows + (k + 1) * width, out + index[k] * width);
+}
+
+LMHead::LMHead(ParamStore& store, const TransformerConfig& cfg, int tied_weight_id, const ParallelContext* ctx)
+    : store_(&store), ctx_(ctx ? ctx : &single_context()), V_(cfg.vocab_size), C_(cfg.hidden_size), w_(tied_weight_id) {
+  const int tp = ctx_->tp.size;
+  MDLM_CHECK(V_ % tp == 0, "the vocabulary size ", V_,
+             " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ", tp);
+  if (w_ < 0)
+    w_ = store.add_sharded("lm_head.weight", {V_, C_}, 0, tp, ctx_->tp.rank, Init::Normal, cfg.init_method_std, true);
+  const ParamInfo& p = store.info(w_);
+  MDLM_CHECK(p.shape[0] * tp == V_ && p.shape[1] == C_, "output layer: weight '", p.name, "' has shape ",
+             p.shape.str(), ", expected this rank's [", V_ / tp, ", ", C_, "]");
+  vocab_start_ = p.shard_begin;
+  V_local_ = V_ / tp;
+}
+
+Tensor LMHead::logits(Arena& arena, const Tensor& x_local) {
+  return shard_logits(arena, gather_rows(arena, *ctx_, x_local));
+}
+
+Tensor LMHead::shard_logits(Arena& arena, const Tensor& x) {
+  const int64_t N = x.numel() / C_;
+  Tensor out = arena.tensor({N, V_local_});
+  cpu::gemm(false, true, N, V_local_, C_, 1.0f, x.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
+            out.data<float>(), V_local_);
   return out;
 }
 
-double LMHead::loss_and_backward(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
-                                 float grad_scale, Tensor& dx, float* per_token_loss) {
-  const int64_t N = x.numel() / C_;
+Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
+  Tensor local = logits(arena, x);
+  const int tp = ctx_->tp.size;
+  if (tp == 1) return local;
+  const int64_t N = local.size(0);
+  // all_gather gives [tp, N, Vl]; the logits of row n are the tp shards side by side.
+  Tensor chunks = arena.tensor({tp, N, V_local_});
+  ctx_->tp.communicator().all_gather(local.data<float>(), chunks.data<float>(), local.numel());
+  Tensor out = arena.tensor({N, V_});
+  for (int r = 0; r < tp; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* src = chunks.data<float>() + (r * N + n) * V_local_;
+      std::copy(src, src + V_local_, out.data<float>() + n * V_ + r * V_local_);
+    }
+  return out;
+}
+
+double LMHead::loss(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
+                    float* per_token_loss) {
   const size_t mark = arena.mark();
   Tensor lg = logits(arena, x);
+  const int64_t N = lg.size(0);
+  Tensor losses = arena.tensor({N});
+  const double total = vocab_parallel_cross_entropy(*ctx_, losses.data<float>(), nullptr, lg.data<float>(), targets,
+                                                    weights, -100, 1.0f, N, V_local_, vocab_start_, V_);
+  if (per_token_loss) std::copy(losses.data<float>(), losses.data<float>() + N, per_token_loss);
+  arena.release(mark);
+  return total;
+}
+
+double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int32_t* targets, const float* weights,
+                                 float grad_scale, Tensor& dx, float* per_token_loss) {
+  const size_t mark = arena.mark();
+  const Tensor x_all = gather_rows(arena, *ctx_, x_local);  // all N rows
+  const int64_t N_all = x_all.numel() / C_;
+  // Rows without a loss (target -100 or weight 0: the unmasked tokens of a diffusion batch, about half
+  // of them) have zero loss and zero gradient, so the output layer runs on the other rows only: the
+  // [N,V] products and the cross-entropy shrink by that share. Every tp rank holds the same targets,
+  // so every rank keeps the same rows.
+  const LossRows kept = loss_rows(arena, x_all, targets, weights);
+  const bool compact = kept.n > 0 && kept.n < N_all;
+  const Tensor& x = compact ? kept.x : x_all;
+  const int64_t N = compact ? kept.n : N_all;
+  if (compact) targets = kept.targets, weights = kept.weights;
+  Tensor lg = shard_logits(arena, x);
   Tensor losses = arena.tensor({N});
   float* dlogits = lg.data<float>();  // in place
-  const double total = cpu::cross_entropy_forward_backward(losses.data<float>(), dlogits, lg.data<float>(),
-                                                           targets, weights, -100, grad_scale, N, V_);
-  if (per_token_loss) std::copy(losses.data<float>(), losses.data<float>() + N, per_token_loss);
-  // dx [N, C] = dlogits [N, V] @ W [V, C];  dW [V, C] += dlogits^T @ x
-  cpu::gemm(false, false, N, C_, V_, 1.0f, dlogits, V_, store_->value(w_).data<float>(), C_, 0.0f,
-            dx.data<float>(), C_);
-  cpu::gemm(true, false, V_, C_, N, 1.0f, dlogits, V_, x.data<float>(), C_, 1.0f, store_->grad(w_).data<float>(), C_);
+  const double total = vocab_parallel_cross_entropy(*ctx_, losses.data<float>(), dlogits, lg.data<float>(), targets,
+                                                    weights, -100, grad_scale, N, V_local_, vocab_start_, V_);
+  if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
+  // dx [N, C] = dlogits [N, Vl] @ W [Vl, C]: this rank's share, summed over tp (all rows, or this
+  // rank's rows under sequence parallelism).
+  const bool reduce = ctx_->tp.size > 1;
+  Tensor dxp = reduce ? arena.tensor({N_all, C_}) : dx;
+  Tensor dxk = compact ? arena.tensor({N, C_}) : dxp;
+  cpu::gemm(false, false, N, C_, V_local_, 1.0f, dlogits, V_local_, store_->value(w_).data<float>(), C_, 0.0f,
+            dxk.data<float>(), C_);
+  if (compact) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
+  if (reduce) reduce_rows(*ctx_, dxp, dx, false);
+  // dW [Vl, C] += dlogits^T @ x
+  cpu::gemm(true, false, V_local_, C_, N, 1.0f, dlogits, V_local_, x.data<float>(), C_, 1.0f,
+            store_->grad(w_).data<float>(), C_);
   arena.release(mark);
   return total;
 }

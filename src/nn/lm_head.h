@@ -1,10 +1,18 @@
 #pragma once
 // The output layer: logits = x W^T with W the word embeddings (tied) or a separate output matrix,
 // then the fused softmax cross-entropy with per-token weights. The logits buffer is reused in place
-// for dlogits. Legend: N tokens, C hidden, V vocabulary.
+// for dlogits. Legend: N tokens, C hidden, V vocabulary, Vl = V/tp this rank's vocabulary shard.
+//
+// Tensor parallelism: the output matrix is split by vocabulary rows like the word embeddings (with
+// tied embeddings the same shard serves both), each rank makes the logits of its shard [N, Vl] and the
+// cross-entropy is vocab-parallel (nn/vocab_parallel_cross_entropy.h): the full logits are never
+// gathered in training. The input gradient is a partial sum over the tp ranks, all-reduced (or
+// reduce-scattered to this rank's rows under sequence parallelism, where x holds N/tp rows and is
+// all-gathered first).
 #include "core/arena.h"
 #include "nn/parameters.h"
 #include "nn/transformer_config.h"
+#include "parallel/parallel_context.h"
 
 namespace megadlm {
 
@@ -12,18 +20,37 @@ class LMHead {
  public:
   LMHead() = default;
   // tied_weight_id: the word-embedding parameter when tied, else -1 (a separate lm_head is made).
-  LMHead(ParamStore& store, const TransformerConfig& cfg, int tied_weight_id);
+  // ctx: the tensor-parallel group (null = one rank); must outlive the head.
+  LMHead(ParamStore& store, const TransformerConfig& cfg, int tied_weight_id, const ParallelContext* ctx = nullptr);
 
-  // x [N, C] -> logits [N, V] (arena).
+  // x [N, C] (this rank's rows under sequence parallelism) -> logits [N, Vl] of all N rows (arena).
   Tensor logits(Arena& arena, const Tensor& x);
+  // The same gathered over the vocabulary: [N, V] on every rank (inference and evaluation tools).
+  Tensor full_logits(Arena& arena, const Tensor& x);
+  // Forward only: sum_n w_n CE_n (vocab-parallel), per-token losses [N] when not null.
+  double loss(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights, float* per_token_loss);
   // Loss sum_n w_n CE_n over targets [N] (ignore_index -100) and weights [N] (null = 1); then the
   // backward: dx [N, C] written, output weight gradient accumulated. grad_scale multiplies dlogits.
   double loss_and_backward(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
                            float grad_scale, Tensor& dx, float* per_token_loss);
 
  private:
+  Tensor shard_logits(Arena& arena, const Tensor& x_all);  // x [N, C] all rows -> [N, Vl]
+  // The rows that carry a loss, gathered (see lm_head.cpp); n == 0 or n == N: nothing is copied.
+  struct LossRows {
+    int64_t n = 0;
+    int32_t* index = nullptr;  // [n] row of x
+    Tensor x;                  // [n, C]
+    int32_t* targets = nullptr;
+    float* weights = nullptr;
+  };
+  LossRows loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const;
+  static void scatter_rows(float* out, const float* rows, const int32_t* index, int64_t n, int64_t N_all,
+                           int64_t width);
   ParamStore* store_ = nullptr;
+  const ParallelContext* ctx_ = nullptr;
   int64_t V_ = 0, C_ = 0;
+  int64_t vocab_start_ = 0, V_local_ = 0;
   int w_ = -1;
 };
 

@@ -1,19 +1,43 @@
 #include "nn/mlp.h"
 
 #include "kernels/cpu/elementwise.h"
+#include "nn/precision.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
 MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
          int64_t ffn_hidden, float output_init_std)
-    : act_(cfg.activation), F_(ffn_hidden) {
-  const int64_t fc1_out = act_ == Activation::SwiGLU ? 2 * F_ : F_;
-  fc1_ = Linear(store, ctx, name + ".fc1", cfg.hidden_size, fc1_out, cfg.add_bias_linear, cfg.init_method_std);
-  fc2_ = Linear(store, ctx, name + ".fc2", F_, cfg.hidden_size, cfg.add_bias_linear, output_init_std,
+    : act_(cfg.activation), F_(ffn_hidden), ctx_(&ctx) {
+  // Tensor parallelism splits the F hidden features: F/tp per rank (SwiGLU: F/tp gate and F/tp up).
+  MDLM_CHECK(ffn_hidden % ctx.tp.size == 0, name, ": --ffn-hidden-size ", ffn_hidden,
+             " is not divisible by --tensor-model-parallel-size ", ctx.tp.size);
+  const int64_t blocks = act_ == Activation::SwiGLU ? 2 : 1;
+  fc1_ = Linear(store, ctx, name + ".fc1", cfg.hidden_size, blocks * ffn_hidden, cfg.add_bias_linear,
+                cfg.init_method_std, LinearParallel::Column, blocks);
+  fc2_ = Linear(store, ctx, name + ".fc2", ffn_hidden, cfg.hidden_size, cfg.add_bias_linear, output_init_std,
                 LinearParallel::Row);
+  F_ = ffn_hidden / ctx.tp.size;
+}
+
+// Under a precision policy the fc1 output and the activation are made in scratch buffers and only
+// narrow copies are kept for the backward: h_ here (the activation's input) and fc2's saved input.
+Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
+  // fc1's output has all rows (sequence parallelism: x holds this rank's 1/tp of them).
+  const int64_t N = x.numel() / x.size(-1) * (sequence_parallel(*ctx_) ? ctx_->tp.size : 1);
+  const int64_t fc1_out = fc1_.out_features();
+  Tensor h = Tensor::borrow(prec_->scratch_f32(2, N * fc1_out), {N, fc1_out}, DType::F32);
+  fc1_.forward_into(arena, x, h);
+  h_ = arena.tensor({N, fc1_out}, activation_dtype(*prec_));
+  store_activation(*prec_, h_, h);
+  Tensor a = Tensor::borrow(prec_->scratch_f32(3, N * F_), {N, F_}, DType::F32);
+  if (act_ == Activation::Gelu) cpu::gelu_forward(a.data<float>(), h.data<float>(), N * F_);
+  else cpu::swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
+  return fc2_.forward(arena, a);
 }
 
 Tensor MLP::forward(Arena& arena, const Tensor& x) {
+  if (low_precision()) return forward_low_precision(arena, x);
   h_ = fc1_.forward(arena, x);
   const int64_t N = h_.size(0);
   Tensor a = arena.tensor({N, F_});
@@ -28,8 +52,15 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor da = arena.tensor({N, F_});
   fc2_.backward(dy, da, false);
   Tensor dh = arena.tensor(h_.shape());
-  if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), h_.data<float>(), da.data<float>(), N * F_);
-  else cpu::swiglu_backward(dh.data<float>(), h_.data<float>(), da.data<float>(), N, F_);
+  Tensor h = h_;
+  if (h_.dtype() != DType::F32) {
+    // The narrow h back in fp32 in dh itself: the activation backward reads each input before it
+    // writes the gradient at the same place.
+    load_activation(dh, h_);
+    h = dh;
+  }
+  if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
+  else cpu::swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
   fc1_.backward(dh, dx, false);
   arena.release(mark);
 }

@@ -1,6 +1,8 @@
 #pragma once
 // The feed-forward block: fc1 (column-parallel) -> GELU or SwiGLU -> fc2 (row-parallel).
-// With SwiGLU, fc1 is Megatron's fused [gate; up] projection of 2F outputs.
+// With SwiGLU, fc1 is Megatron's fused [gate; up] projection of 2F outputs. Tensor parallelism gives
+// each rank F/tp hidden features: the same slice of gate and of up (fc1's weight is then registered
+// as [2, F, C] split along dimension 1), and fc2's matching input columns.
 // Legend: N tokens, C hidden, F ffn hidden.
 #include <string>
 
@@ -18,12 +20,21 @@ class MLP {
 
   Tensor forward(Arena& arena, const Tensor& x);                // x [N, C] -> [N, C]
   void backward(Arena& arena, const Tensor& dy, Tensor& dx);    // dx [N, C] written
+  void set_precision(MixedPrecision* p) {                       // nn/precision.h
+    prec_ = p;
+    fc1_.set_precision(p);
+    fc2_.set_precision(p);
+  }
 
  private:
+  Tensor forward_low_precision(Arena& arena, const Tensor& x);
   Activation act_ = Activation::Gelu;
-  int64_t F_ = 0;
+  int64_t F_ = 0;  // this rank's hidden features: ffn_hidden / tp
+  const ParallelContext* ctx_ = nullptr;
   Linear fc1_, fc2_;
-  Tensor h_;  // fc1 output [N, F] or [N, 2F]
+  Tensor h_;  // fc1 output [N, F] or [N, 2F]: fp32, or bf16 / fp16 bits under a precision policy
+  MixedPrecision* prec_ = nullptr;
+  bool low_precision() const { return prec_ && prec_->mode() != PrecisionMode::FP32; }
 };
 
 }  // namespace megadlm

@@ -6,16 +6,19 @@
 namespace megadlm {
 
 MoEExperts::MoEExperts(ParamStore& store, const std::string& name, const TransformerConfig& cfg, int64_t num_experts,
-                       int64_t ffn_hidden, float output_init_std, bool grouped)
+                       int64_t ffn_hidden, float output_init_std, bool grouped, int64_t first_expert)
     : store_(&store), act_(cfg.activation), E_(num_experts), C_(cfg.hidden_size), F_(ffn_hidden), grouped_(grouped) {
   MDLM_CHECK(F_ >= 1, name, ": --moe-ffn-hidden-size must be positive, got ", F_);
   F1_ = act_ == Activation::SwiGLU ? 2 * F_ : F_;
   for (int64_t e = 0; e < E_; ++e) {
-    const std::string p = name + "." + std::to_string(e);
+    const std::string p = name + "." + std::to_string(first_expert + e);
     w1_.push_back(store.add(p + ".fc1.weight", {F1_, C_}, Init::Normal, cfg.init_method_std, true));
     b1_.push_back(cfg.add_bias_linear ? store.add(p + ".fc1.bias", {F1_}, Init::Zeros, 0.0f, false) : -1);
     w2_.push_back(store.add(p + ".fc2.weight", {C_, F_}, Init::Normal, output_init_std, true));
     b2_.push_back(cfg.add_bias_linear ? store.add(p + ".fc2.bias", {C_}, Init::Zeros, 0.0f, false) : -1);
+    // Expert gradients are reduced over the expert-data-parallel group (parallel_context.h).
+    for (int id : {w1_.back(), b1_.back(), w2_.back(), b2_.back()})
+      if (id >= 0) store.set_expert(id);
   }
 }
 

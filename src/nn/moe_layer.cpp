@@ -7,10 +7,16 @@ namespace megadlm {
 MoELayer::MoELayer(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
                    float output_init_std)
     : name_(name), cfg_(cfg.moe), C_(cfg.hidden_size) {
-  MDLM_CHECK(ctx.ep.size == 1, name, ": expert parallelism is not available in this build yet");
   const int64_t F = cfg_.ffn_hidden_size > 0 ? cfg_.ffn_hidden_size : cfg.ffn_hidden_size;
   router_ = MoERouter(store, name + ".router", cfg_, C_, cfg.init_method_std);
-  experts_ = MoEExperts(store, name + ".experts", cfg, cfg_.num_experts, F, output_init_std, cfg_.grouped_gemm);
+  expert_parallel_ = ctx.ep.size > 1;
+  if (expert_parallel_) {
+    exchange_ = ExpertExchange(ctx, cfg_.num_experts, C_);
+    experts_ = MoEExperts(store, name + ".experts", cfg, exchange_.local_experts(), F, output_init_std,
+                          cfg_.grouped_gemm, exchange_.first_expert());
+  } else {
+    experts_ = MoEExperts(store, name + ".experts", cfg, cfg_.num_experts, F, output_init_std, cfg_.grouped_gemm);
+  }
   if (cfg_.shared_expert_size > 0)
     shared_ = std::make_unique<MLP>(store, ctx, name + ".shared_experts", cfg, cfg_.shared_expert_size, output_init_std);
   stats_.tokens_per_expert.assign(static_cast<size_t>(cfg_.num_experts), 0.0);
@@ -21,7 +27,13 @@ Tensor MoELayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) 
   const int64_t B = batch.B > 0 && batch.T > 0 && batch.B * batch.T == N ? batch.B : 1;
   router_.forward(arena, x, B, N / B, routing_);
   Tensor xp = dispatcher_.dispatch(arena, x, routing_);
-  Tensor out = experts_.forward(arena, xp, routing_.offsets);
+  Tensor out;
+  if (expert_parallel_) {
+    Tensor xl = exchange_.send_to_experts(arena, xp, routing_.offsets, local_offsets_);
+    out = exchange_.return_from_experts(arena, experts_.forward(arena, xl, local_offsets_));
+  } else {
+    out = experts_.forward(arena, xp, routing_.offsets);
+  }
   Tensor y = dispatcher_.combine(arena, out, routing_);
   if (shared_) {
     Tensor s = shared_->forward(arena, x);
@@ -38,7 +50,14 @@ void MoELayer::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor dweight = arena.tensor({P});
   dispatcher_.combine_backward(dy, routing_, dout, dweight.data<float>());
   Tensor dxp = arena.tensor({P, C_});
-  experts_.backward(arena, dout, dxp);
+  if (expert_parallel_) {
+    Tensor doutl = exchange_.gradients_to_experts(arena, dout);
+    Tensor dxl = arena.tensor(doutl.shape());
+    experts_.backward(arena, doutl, dxl);
+    exchange_.gradients_from_experts(dxl, dxp);
+  } else {
+    experts_.backward(arena, dout, dxp);
+  }
   dispatcher_.dispatch_backward(dxp, routing_, dx, /*accumulate=*/shared_ != nullptr);
   router_.backward(arena, routing_, dweight.data<float>(), aux_loss_scale_, dx);  // accumulates into dx
   arena.release(mark);

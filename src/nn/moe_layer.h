@@ -13,6 +13,7 @@
 #include "core/arena.h"
 #include "nn/mlp.h"
 #include "nn/moe_dispatcher.h"
+#include "nn/moe_ep_exchange.h"
 #include "nn/moe_experts.h"
 #include "nn/moe_router.h"
 #include "nn/transformer_config.h"
@@ -52,6 +53,10 @@ class MoELayer {
   MoERouter router_;
   TokenDispatcher dispatcher_;
   MoEExperts experts_;
+  // --expert-model-parallel-size > 1: this rank's experts only, tokens exchanged over ctx.ep.
+  bool expert_parallel_ = false;
+  ExpertExchange exchange_;
+  std::vector<int64_t> local_offsets_;
   std::unique_ptr<MLP> shared_;
   MoERouting routing_;
   MoEStats stats_;

@@ -1,6 +1,10 @@
 #include "nn/norm.h"
 
+#include <algorithm>
+
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/norm.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
@@ -10,8 +14,9 @@ NormKind norm_kind_from_name(const std::string& name) {
   fail("--normalization: unknown value '", name, "' (expected LayerNorm or RMSNorm)");
 }
 
-Norm::Norm(ParamStore& store, const std::string& name, NormKind kind, int64_t C, float eps, bool bias)
-    : store_(&store), kind_(kind), C_(C), eps_(eps) {
+Norm::Norm(ParamStore& store, const std::string& name, NormKind kind, int64_t C, float eps, bool bias,
+           const ParallelContext* ctx)
+    : store_(&store), ctx_(ctx), kind_(kind), C_(C), eps_(eps) {
   w_ = store.add(name + ".weight", {C}, Init::Ones, 0.0f, /*weight_decay=*/false);
   if (kind == NormKind::LayerNorm && bias) b_ = store.add(name + ".bias", {C}, Init::Zeros, 0.0f, false);
 }
@@ -35,13 +40,25 @@ Tensor Norm::forward(Arena& arena, const Tensor& x) {
 void Norm::backward(const Tensor& dy, Tensor& dx) {
   const int64_t N = dy.numel() / C_;
   const float* w = store_->value(w_).data<float>();
+  // Sequence parallel: this rank's rows give a partial weight gradient, made in a zeroed staging
+  // buffer [dw | db] and summed over the tp ranks.
+  const bool split = ctx_ && sequence_parallel(*ctx_);
+  float* part = split ? tp_scratch(2 * C_, 1) : nullptr;
+  if (split) std::fill(part, part + 2 * C_, 0.0f);
+  float* dw = split ? part : store_->grad(w_).data<float>();
+  float* db = b_ < 0 ? nullptr : split ? part + C_ : store_->grad(b_).data<float>();
   if (kind_ == NormKind::LayerNorm) {
-    cpu::layernorm_backward(dx.data<float>(), store_->grad(w_).data<float>(),
-                            b_ >= 0 ? store_->grad(b_).data<float>() : nullptr, dy.data<float>(),
-                            saved_x_.data<float>(), w, mean_.data<float>(), rstd_.data<float>(), N, C_);
+    cpu::layernorm_backward(dx.data<float>(), dw, db, dy.data<float>(), saved_x_.data<float>(), w,
+                            mean_.data<float>(), rstd_.data<float>(), N, C_);
   } else {
-    cpu::rmsnorm_backward(dx.data<float>(), store_->grad(w_).data<float>(), dy.data<float>(),
-                          saved_x_.data<float>(), w, rstd_.data<float>(), N, C_);
+    cpu::rmsnorm_backward(dx.data<float>(), dw, dy.data<float>(), saved_x_.data<float>(), w, rstd_.data<float>(),
+                          N, C_);
+  }
+  if (split) {
+    const int64_t n = b_ >= 0 ? 2 * C_ : C_;
+    tp_all_reduce_sum(*ctx_, part, n);
+    cpu::add_inplace(store_->grad(w_).data<float>(), part, C_);
+    if (b_ >= 0) cpu::add_inplace(store_->grad(b_).data<float>(), part + C_, C_);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/arena.h"
 #include "nn/parameters.h"
+#include "parallel/parallel_context.h"
 
 namespace megadlm {
 
@@ -13,7 +14,10 @@ NormKind norm_kind_from_name(const std::string& name);  // "LayerNorm" | "RMSNor
 class Norm {
  public:
   Norm() = default;
-  Norm(ParamStore& store, const std::string& name, NormKind kind, int64_t C, float eps, bool bias);
+  // ctx: under sequence parallelism (ctx->sequence_parallel, tp > 1) each rank normalises its own
+  // rows, so the weight gradients are summed over the tp ranks. Null: a single rank's rows.
+  Norm(ParamStore& store, const std::string& name, NormKind kind, int64_t C, float eps, bool bias,
+       const ParallelContext* ctx = nullptr);
 
   // x [N, C] -> y [N, C] from the arena; saves x and the statistics.
   Tensor forward(Arena& arena, const Tensor& x);
@@ -24,6 +28,7 @@ class Norm {
 
  private:
   ParamStore* store_ = nullptr;
+  const ParallelContext* ctx_ = nullptr;
   NormKind kind_ = NormKind::LayerNorm;
   int64_t C_ = 0;
   float eps_ = 1e-5f;

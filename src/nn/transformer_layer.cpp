@@ -21,10 +21,14 @@ TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx
   // Megatron scales the init of the projections that write into the residual stream by 1/sqrt(2L).
   const float out_std = cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers));
   const bool norm_bias = cfg.normalization == NormKind::LayerNorm;
-  input_norm_ = Norm(store, name + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon, norm_bias);
+  input_norm_ = Norm(store, name + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon, norm_bias,
+                     &ctx);
   attn_ = SelfAttention(store, ctx, name + ".self_attn", cfg, out_std);
   post_attention_norm_ = Norm(store, name + ".post_attention_layernorm", cfg.normalization, cfg.hidden_size,
-                              cfg.norm_epsilon, norm_bias);
+                              cfg.norm_epsilon, norm_bias, &ctx);
+  // A MoE block routes the rows it is given; its router statistics need all of them.
+  MDLM_CHECK(spec.mlp != MlpKind::MoE || !(ctx.sequence_parallel && ctx.tp.size > 1),
+             name, ": --sequence-parallel is not supported with MoE layers (--num-experts)");
   if (spec.mlp == MlpKind::MoE) moe_ = std::make_unique<MoELayer>(store, ctx, name + ".mlp", cfg, out_std);
   else mlp_ = MLP(store, ctx, name + ".mlp", cfg, cfg.ffn_hidden_size, out_std);
 }

@@ -25,6 +25,11 @@ class TransformerLayer {
   void backward(Arena& arena, const Tensor& dy, Tensor& dx);
 
   MoELayer* moe() { return moe_.get(); }  // null for a dense layer
+  // The precision policy of the attention and MLP projections (MoE experts stay fp32).
+  void set_precision(MixedPrecision* p) {
+    attn_.set_precision(p);
+    mlp_.set_precision(p);
+  }
 
  private:
   Tensor mlp_forward(Arena& arena, const Tensor& x, const BatchInfo& batch);  // dense MLP or MoE

@@ -12,8 +12,15 @@ AdamW::AdamW(ParamStore& params, const AdamWConfig& cfg) : params_(params), cfg_
   v_ = Tensor::zeros({params.numel()}, DType::F32);
 }
 
+double AdamW::grad_norm() const { return std::sqrt(cpu::sum_squares(params_.grads(), params_.numel())); }
+
 double AdamW::step(double lr) {
-  const double norm = std::sqrt(cpu::sum_squares(params_.grads(), params_.numel()));
+  const double norm = grad_norm();
+  apply(lr, norm);
+  return norm;
+}
+
+void AdamW::apply(double lr, double norm) {
   if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad)
     cpu::scale_inplace(params_.grads(), static_cast<float>(cfg_.clip_grad / (norm + 1e-6)), params_.numel());
   ++step_;
@@ -29,7 +36,6 @@ double AdamW::step(double lr) {
     cpu::adamw_step(params_.values() + p.offset, params_.grads() + p.offset, m_.data<float>() + p.offset,
                     v_.data<float>() + p.offset, n, h);
   }
-  return norm;
 }
 
 }  // namespace megadlm

@@ -20,8 +20,14 @@ class AdamW {
   AdamW(ParamStore& params, const AdamWConfig& cfg);
 
   // Clips, then updates every parameter with learning rate lr. Returns the gradient norm before
-  // clipping. step counts updates from 1 (bias correction).
+  // clipping. step counts updates from 1 (bias correction). Same as apply(lr, grad_norm()).
   double step(double lr);
+
+  // The two halves of step(), so that a caller can look at the norm before anything changes: a
+  // non-finite norm (a NaN or Inf gradient) must skip the update with parameters, moments and the
+  // step count untouched, which clipping by a NaN factor would not.
+  double grad_norm() const;  // global L2 norm of the gradients (deterministic order)
+  void apply(double lr, double grad_norm);  // clips by grad_norm, then one AdamW update
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

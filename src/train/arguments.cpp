@@ -7,6 +7,8 @@
 #include "data/cli_flags.h"
 #include "train/hf_init.h"
 #include "train/moe_arguments.h"
+#include "train/parallel_arguments.h"
+#include "train/precision_arguments.h"
 #include "train/signals.h"
 
 namespace megadlm {
@@ -131,22 +133,12 @@ void declare(CliFlags& f) {
   f.add_double("exit-duration-in-mins", 0, "exit (after saving) after this many minutes");
   f.add_bool("exit-signal-handler", "on --exit-signal or SIGINT: finish the iteration, save, exit 0");
   f.add_string("exit-signal", "SIGTERM", "the signal --exit-signal-handler catches (besides SIGINT)");
-  // parallelism and precision: accepted names, single-process fp32 for now
-  f.add_int("tensor-model-parallel-size", 1, "tensor parallel size");
-  f.add_int("pipeline-model-parallel-size", 1, "pipeline parallel size");
-  f.add_int("expert-model-parallel-size", 1, "expert parallel size");
-  f.add_bool("sequence-parallel", "sequence parallelism");
-  f.add_bool("bf16", "bf16 mixed precision");
-  f.add_bool("fp16", "fp16 mixed precision");
+  f.add_int("max-skipped-steps", 10, "stop with an error after this many consecutive non-finite steps (0 = never)");
+  declare_parallel_flags(f);  // --tensor-model-parallel-size, ... (train/parallel_arguments.cpp)
+  declare_precision_flags(f);  // --bf16, --fp16, --fp8-*, --recompute-* (train/precision_arguments.cpp)
 }
 
 void require_unsupported_off(const CliFlags& f) {
-  for (const char* p : {"tensor-model-parallel-size", "pipeline-model-parallel-size", "expert-model-parallel-size"})
-    MDLM_CHECK(f.get_int(p) == 1, "--", p, " ", f.get_int(p),
-               ": model parallelism is not available in this build yet (only 1 is accepted)");
-  MDLM_CHECK(!f.get_bool("sequence-parallel"), "--sequence-parallel is not available in this build yet");
-  MDLM_CHECK(!f.get_bool("bf16") && !f.get_bool("fp16"),
-             "--bf16 / --fp16 are not available in this build yet (training runs in fp32)");
   MDLM_CHECK(f.get_double("hidden-dropout") == 0.0, "--hidden-dropout ", f.get_double("hidden-dropout"),
              ": dropout is not available in this build yet (use 0)");
   MDLM_CHECK(f.get_double("attention-dropout") == 0.0, "--attention-dropout ", f.get_double("attention-dropout"),
@@ -297,6 +289,10 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.exit_duration_in_mins = f.get_double("exit-duration-in-mins");
   a.exit_signal_handler = f.get_bool("exit-signal-handler");
   a.exit_signal = parse_signal_name(f.get_string("exit-signal"));
+  read_parallel_flags(f, a.parallel);
+  read_precision_flags(f, a.precision);
+  a.max_skipped_steps = f.get_int("max-skipped-steps");
+  MDLM_CHECK(a.max_skipped_steps >= 0, "--max-skipped-steps ", a.max_skipped_steps, " must be 0 (no limit) or positive");
   return true;
 }
 

@@ -11,6 +11,8 @@
 #include "objectives/masked_diffusion.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "train/parallel_arguments.h"
+#include "train/precision_arguments.h"
 
 namespace megadlm {
 
@@ -55,6 +57,9 @@ struct TrainArgs {
   double exit_duration_in_mins = 0;
   bool exit_signal_handler = false;    // --exit-signal-handler: save and exit 0 on --exit-signal / SIGINT
   int exit_signal = 15;                // --exit-signal (SIGTERM)
+  ParallelArgs parallel;              // --tensor-model-parallel-size ... (train/parallel_arguments.h)
+  PrecisionArgs precision;            // --bf16, --fp16, --fp8-format, --recompute-* (train/precision_arguments.h)
+  int64_t max_skipped_steps = 10;     // --max-skipped-steps: consecutive non-finite steps that stop the run
 };
 
 // Parses argv; returns false when --help was printed. Throws Error naming a bad or inconsistent flag.

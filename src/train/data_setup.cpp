@@ -85,7 +85,8 @@ std::shared_ptr<const TokenDataset> build_split(const TrainArgs& a, const DataBl
   double wsum = 0;
   for (double w : blend.weights) wsum += w;
   for (size_t i = 0; i < blend.prefixes.size(); ++i) {
-    auto data = std::make_shared<const IndexedDataset>(blend.prefixes[i]);
+    // Bounded by the model's vocabulary: a token beyond it is an Error naming the .bin, not a bad read.
+    auto data = std::make_shared<const IndexedDataset>(blend.prefixes[i], a.model.vocab_size);
     auto ranges = split_ranges(split_string, data->num_sequences());
     const auto& range = ranges[static_cast<int>(split)];
     if (!range || range->size() == 0) continue;

@@ -11,22 +11,13 @@
 
 namespace megadlm {
 
-MemoryEstimate estimate_memory(const TransformerConfig& c, int64_t params, int64_t micro_batch, int64_t T) {
+MemoryEstimate estimate_memory(const TransformerConfig& c, int64_t params, int64_t micro_batch, int64_t T,
+                               const MemoryOptions& options) {
   MemoryEstimate m;
   m.params_bytes = 4.0 * 4.0 * static_cast<double>(params);
-  const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
-  const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.ffn_hidden_size);
-  const double qkv = static_cast<double>((c.num_attention_heads + 2 * c.num_query_groups) * c.kv_channels);
-  const double hd = static_cast<double>(c.num_attention_heads * c.kv_channels);
-  const double fc1 = c.activation == Activation::SwiGLU ? 2 * F : F;
-  // Per layer, floats saved per token: two norm outputs, q/k/v, attention output, residual and
-  // layer output, fc1 output and activation (plus QK-norm copies).
-  double per_token = 4 * C + qkv + hd + (c.qk_layernorm ? qkv : 0);
-  double act = N * per_token * static_cast<double>(c.num_layers);
-  for (int64_t l = 0; l < c.num_layers; ++l) act += N * ffn_counts(c, l).saved_per_token;  // dense or MoE
-  // Embedding, final norm, gradient ping-pong buffers, backward temporaries of one layer, logits.
-  act += N * (4 * C + qkv + hd + fc1 + F) + N * static_cast<double>(c.vocab_size);
-  m.activations_bytes = 4.0 * act;
+  // Allocation by allocation, with the precision policy and the recomputation plan.
+  m.activations_bytes = activation_peak_bytes(c, micro_batch, T, options);
+  m.precision_bytes = precision_buffer_bytes(c, micro_batch, T, options);
   return m;
 }
 

@@ -9,15 +9,18 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/transformer_config.h"
+#include "train/activation_memory.h"
 
 namespace megadlm {
 
 struct MemoryEstimate {
   double params_bytes = 0;       // parameters + gradients + AdamW moments (fp32)
-  double activations_bytes = 0;  // saved activations and the logits of one micro-batch
-  double total() const { return params_bytes + activations_bytes; }
+  double activations_bytes = 0;  // peak of the activation arena in one micro-batch's forward_backward
+  double precision_bytes = 0;    // low-precision weight copies and scratch (train/activation_memory.h)
+  double total() const { return params_bytes + activations_bytes + precision_bytes; }
 };
-MemoryEstimate estimate_memory(const TransformerConfig& cfg, int64_t params, int64_t micro_batch, int64_t T);
+MemoryEstimate estimate_memory(const TransformerConfig& cfg, int64_t params, int64_t micro_batch, int64_t T,
+                               const MemoryOptions& options = {});
 double available_memory_bytes();  // MemAvailable from /proc/meminfo (0 when unknown)
 
 // fp32 GEMM throughput of this machine with the current thread count: the best of nine

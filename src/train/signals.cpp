@@ -1,4 +1,4 @@
-// Async-signal-safe exit requests: see signals.h.
+// Exit requests taken synchronously, with an async-signal-safe fallback handler: see signals.h.
 #include "train/signals.h"
 
 #include <atomic>
@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
 #include "core/error.h"
 
@@ -24,12 +26,17 @@ struct Installed {
   struct sigaction previous;
 };
 std::vector<Installed> g_installed;  // touched only by install/uninstall, never by the handler
+sigset_t g_set;                      // the signals installed for
+sigset_t g_previous_mask;            // the installing thread's mask before install
+bool g_masked = false;
 
-extern "C" void on_exit_signal(int signum) {
+// Keeps the first signal: a second SIGINT while saving must not change the reason logged.
+void record(int signum) {
   int expected = 0;
-  // Keep the first signal: a second SIGINT while saving must not change the reason logged.
   g_received.compare_exchange_strong(expected, signum, std::memory_order_relaxed);
 }
+
+extern "C" void on_exit_signal(int signum) { record(signum); }
 
 struct Named {
   const char* name;
@@ -63,6 +70,12 @@ void install_exit_signal_handlers(int signum) {
   g_received.store(0);
   std::vector<int> sigs = {signum};
   if (signum != SIGINT) sigs.push_back(SIGINT);
+  sigemptyset(&g_set);
+  for (int s : sigs) sigaddset(&g_set, s);
+  // Block first: from here on these signals wait, pending, for exit_signal_received().
+  const int rc = pthread_sigmask(SIG_BLOCK, &g_set, &g_previous_mask);
+  MDLM_CHECK(rc == 0, "cannot block ", signal_name(signum), " and SIGINT (pthread_sigmask: ", rc, ")");
+  g_masked = true;
   for (int s : sigs) {
     struct sigaction sa {};
     sa.sa_handler = on_exit_signal;
@@ -76,10 +89,25 @@ void install_exit_signal_handlers(int signum) {
 }
 
 void uninstall_exit_signal_handlers() {
+  // Signals that arrived while installed are consumed first: the run already stops for the first one,
+  // and a second SIGTERM during the final save must not kill the process once the mask is restored.
+  (void)exit_signal_received();
   for (const Installed& in : g_installed) sigaction(in.signum, &in.previous, nullptr);
   g_installed.clear();
+  if (g_masked) {
+    pthread_sigmask(SIG_SETMASK, &g_previous_mask, nullptr);
+    g_masked = false;
+  }
 }
 
-int exit_signal_received() { return g_received.load(std::memory_order_relaxed); }
+int exit_signal_received() {
+  if (g_masked) {
+    // Collect what is pending (blocked here, or in every thread started since install), without waiting.
+    const struct timespec zero = {0, 0};
+    int s;
+    while ((s = sigtimedwait(&g_set, nullptr, &zero)) > 0) record(s);
+  }
+  return g_received.load(std::memory_order_relaxed);
+}
 
 }  // namespace megadlm

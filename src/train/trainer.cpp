@@ -16,6 +16,9 @@
 #include "train/moe_metrics.h"
 #include "train/hf_init.h"
 #include "train/signals.h"
+#include "train/step_guard.h"
+#include "train/parallel_training.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace megadlm {
 
@@ -35,14 +38,15 @@ std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& go
 
 }  // namespace
 
-Trainer::Trainer(const TrainArgs& args) : args_(args) {
+Trainer::Trainer(const TrainArgs& args)
+    : args_(args), exit_signals_(args.exit_signal_handler, args.exit_signal), step_guard_(args.max_skipped_steps) {
   // Tokenizer, mask token and vocabulary.
   tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
   eod_ = tokenizer_->eod();
   if (args_.model_type == ModelType::DiffLM) mask_token_ = resolve_mask_token(args_.mask_token, *tokenizer_);
   // From --load-hf the checkpoint's vocabulary, grown only for ids it lacks (an appended mask token).
   args_.model.vocab_size = args_.load_hf.empty()
-                               ? padded_vocab_size(tokenizer_->vocab_size(), args_.make_vocab_size_divisible_by)
+                               ? padded_vocab_size(tokenizer_->vocab_size(), args_.make_vocab_size_divisible_by * args_.parallel.layout.tp)
                                : hf_adapted_vocab_size(args_.model.vocab_size, tokenizer_->vocab_size());
   args_.diffusion.mask_token = mask_token_;
   args_.diffusion.eod = eod_;
@@ -50,7 +54,8 @@ Trainer::Trainer(const TrainArgs& args) : args_(args) {
   // Refuse a model that cannot fit before allocating anything large.
   validate_config(args_.model);
   const int64_t params = parameter_count(args_.model);
-  const MemoryEstimate mem = estimate_memory(args_.model, params, args_.micro_batch_size, args_.seq_length);
+  const MemoryEstimate mem = estimate_memory(args_.model, params, args_.micro_batch_size, args_.seq_length,
+                                             memory_options(args_.precision));
   const double avail = available_memory_bytes();
   MDLM_CHECK(avail <= 0 || mem.total() < 0.9 * avail, "the model does not fit in memory: it needs about ",
              human_bytes(mem.total()), " (", human_count(static_cast<double>(params)), " parameters: ",
@@ -69,12 +74,20 @@ Trainer::Trainer(const TrainArgs& args) : args_(args) {
   const LayerSpec spec = args_.model_type == ModelType::GPT
                              ? gpt_layer_spec(args_.model)
                              : difflm_layer_spec(args_.model, args_.model.attention_mask, args_.model.attention_block_size);
-  model_ = std::make_unique<LanguageModel>(args_.model, spec, ParallelContext::single());
+  // The groups (collective over the world); Megatron pads the vocabulary to a multiple of
+  // --make-vocab-size-divisible-by x tp, above, so every tp rank gets an equal slice.
+  parallel_ = std::make_unique<ParallelTraining>(args_.parallel, args_.model, args_.micro_batch_size,
+                                                 args_.global_batch_size);
+  model_ = std::make_unique<LanguageModel>(args_.model, spec, parallel_->context());
   model_->params().init(args_.seed);
   if (!args_.load_hf.empty()) load_hf_into_model(args_.load_hf, *model_);
+  precision_ = std::make_unique<PrecisionRuntime>(args_.precision, *model_);
   optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
+  parallel_->attach(*model_, args_.adam, [cfg = args_.model, spec] {
+    return std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
+  });
   if (!args_.load.empty()) load();
-  if (!args_.save.empty()) {
+  if (!args_.save.empty() && parallel_->writes_files()) {
     std::filesystem::create_directories(args_.save);
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
@@ -113,11 +126,13 @@ void Trainer::load() {
     want_shape.erase(k);
     got_shape.erase(k);
   }
-  const std::string diff = config_mismatch(want_shape, got_shape);
-  MDLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
+  // The model type first: it implies config differences (the attention mask) that would hide it.
   MDLM_CHECK(st.meta.value("model_type", "") == model_type_name(args_.model_type), dir, ": the checkpoint is a ",
              st.meta.value("model_type", "?"), " model but --model-type is ", model_type_name(args_.model_type));
-  load_checkpoint_tensors(dir, *model_, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
+  const std::string diff = config_mismatch(want_shape, got_shape);
+  MDLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
+  // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).
+  parallel_->load_checkpoint(dir, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
   if (!args_.finetune) {
     iteration_ = st.iteration;
     consumed_samples_ = st.consumed_samples;
@@ -127,12 +142,18 @@ void Trainer::load() {
 }
 
 void Trainer::save(int64_t iteration) {
+  // Never replace the last good checkpoint by a poisoned state (see step_guard.h).
+  const std::string bad = first_non_finite_parameter(model_->params(), optimizer_.get());
+  MDLM_CHECK(bad.empty(), "not saving the checkpoint of iteration ", iteration, " to ", args_.save, ": parameter '",
+             bad, "' holds a NaN or Inf; the last checkpoint written is the last good one");
   CheckpointState st;
   st.iteration = iteration;
   st.consumed_samples = consumed_samples_;
   st.meta = checkpoint_meta();
   Timer t;
-  const std::string dir = save_checkpoint(args_.save, *model_, optimizer_.get(), st);
+  // Collective: every rank takes part, rank 0 writes the full tensors whatever the layout.
+  const std::string dir = parallel_->save_checkpoint(args_.save, *optimizer_, st);
+  if (dir.empty()) return;
   log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
 }
 
@@ -176,7 +197,7 @@ EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
   BatchLoader loader(std::shared_ptr<const TokenDataset>(&data, [](const TokenDataset*) {}), lc);
   for (int64_t i = 0; i < batches; ++i) {
     prepare(to_sample_batch(loader.next()), 1.0f, /*eval=*/true, pb);
-    r.loss += model_->forward_loss(pb.micro_batch());
+    r.loss += pipeline_forward_loss(*model_, parallel_->context(), pb.micro_batch());  // forward_loss at pp = 1
   }
   r.batches = batches;
   if (batches > 0) r.loss /= static_cast<double>(batches);
@@ -187,14 +208,20 @@ EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
 void Trainer::print_header() const {
   const TransformerConfig& c = args_.model;
   const int64_t params = model_->params().numel();
-  const MemoryEstimate mem = estimate_memory(c, parameter_count(c), args_.micro_batch_size, args_.seq_length);
+  const MemoryEstimate mem = estimate_memory(c, parameter_count(c), args_.micro_batch_size, args_.seq_length,
+                                             memory_options(args_.precision));
   log_info("MegaDLMs C++: ", model_type_name(args_.model_type), " model, ", human_count(static_cast<double>(parameter_count(c))),
            " parameters (", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads / ",
            c.num_query_groups, " kv groups, head dim ", c.kv_channels, ", ffn ", c.ffn_hidden_size, ", vocab ",
            c.vocab_size, " padded from ", tokenizer_->vocab_size(), ")");
   log_info("memory estimate: ", human_bytes(mem.total()), " (", human_bytes(mem.params_bytes), " weights+grads+AdamW, ",
-           human_bytes(mem.activations_bytes), " activations); flat parameter buffer: ", params, " floats");
-  log_info("parallel layout: tp=1 pp=1 dp=1 ep=1, ", omp_get_max_threads(), " OpenMP threads, fp32");
+           human_bytes(mem.activations_bytes), " activations, ", human_bytes(mem.precision_bytes),
+           " precision buffers); flat parameter buffer: ", params, " floats");
+  log_info("parallel layout: ", describe(args_.parallel.layout, parallel_->context().world_size),
+           args_.parallel.use_distributed_optimizer ? ", distributed optimizer" : "",
+           args_.parallel.overlap_grad_reduce ? ", overlapped grad reduce" : "", ", ", omp_get_max_threads(),
+           " OpenMP threads per rank, ",
+           precision_->describe());
   log_info("batch: micro ", args_.micro_batch_size, " x seq ", args_.seq_length, ", global ", args_.global_batch_size,
            " (", args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_.description);
   if (args_.model_type == ModelType::DiffLM)
@@ -210,24 +237,14 @@ void Trainer::print_header() const {
 
 int64_t Trainer::run() {
   print_header();
-  const int64_t M = args_.global_batch_size / args_.micro_batch_size;
+  // Each data-parallel rank runs M of the global batch's micro-batches (Megatron's num_micro_batches).
+  const int64_t M = args_.global_batch_size / (args_.micro_batch_size * parallel_->dp_size());
   const float micro_weight = 1.0f / static_cast<float>(M);
   // MoE aux / z losses: each micro-batch's gradient counts 1/M, like its share of the LM loss.
   for (MoELayer* layer : model_->moe_layers()) layer->set_aux_loss_scale(micro_weight);
   const double tokens_per_step = static_cast<double>(args_.global_batch_size * args_.seq_length);
   const double flops_per_token = model_flops_per_token(args_.model, args_.seq_length);
   Timer run_timer, interval_timer;
-  // --exit-signal-handler: handlers live only while the loop runs, so a Trainer used in-process (tests,
-  // tools) leaves the host's signal dispositions as it found them, also on an exception.
-  struct SignalGuard {
-    bool on;
-    explicit SignalGuard(const TrainArgs& a) : on(a.exit_signal_handler) {
-      if (on) install_exit_signal_handlers(a.exit_signal);
-    }
-    ~SignalGuard() {
-      if (on) uninstall_exit_signal_handlers();
-    }
-  } signal_guard(args_);
   double interval_loss = 0, interval_t = 0, interval_masked = 0, interval_tokens = 0, interval_seqs = 0;
   int64_t interval_steps = 0;
   PreparedBatch prepared;
@@ -236,6 +253,8 @@ int64_t Trainer::run() {
   LoaderConfig lc;
   lc.micro_batch_size = args_.micro_batch_size;
   lc.consumed_samples = static_cast<int64_t>(consumed_samples_);
+  lc.dp_rank = parallel_->dp_rank();
+  lc.dp_size = parallel_->dp_size();
   BatchLoader loader(data_.train, lc);
 
   if (iteration_ == 0 && data_.valid && args_.eval_interval > 0 && args_.eval_iters > 0) {
@@ -248,23 +267,56 @@ int64_t Trainer::run() {
     Timer step_timer;
     model_->params().zero_grads();
     double step_loss = 0;
-    for (int64_t m = 0; m < M; ++m) {
-      prepare(to_sample_batch(loader.next()), micro_weight, false, prepared);
-      step_loss += model_->forward_backward(prepared.micro_batch(), 1.0f);
-      interval_t += prepared.stats.sum_t;
-      interval_masked += prepared.stats.loss_tokens;
-      interval_tokens += prepared.stats.real_tokens;
-      interval_seqs += prepared.stats.sequences;
-    }
-    const double lr = args_.lr.at(iteration_ + 1);
-    double gnorm = 0;
-    if (!std::isfinite(step_loss)) {
-      // A non-finite loss: skip the update rather than poison the weights.
-      ++skipped_steps_;
-      gnorm = NAN;
+    const double interval_t0 = interval_t, interval_masked0 = interval_masked, interval_tokens0 = interval_tokens,
+                 interval_seqs0 = interval_seqs;
+    // The next micro-batch from the loader, its objective statistics counted.
+    auto next_micro_batch = [&](PreparedBatch& pb) {
+      prepare(to_sample_batch(loader.next()), micro_weight, false, pb);
+      interval_t += pb.stats.sum_t;
+      interval_masked += pb.stats.loss_tokens;
+      interval_tokens += pb.stats.real_tokens;
+      interval_seqs += pb.stats.sequences;
+    };
+    if (parallel_->context().pp.size > 1) {
+      // 1F1B over the pipeline stages, each preparing every micro-batch itself; the loss comes from
+      // the last stage (parallel/pipeline_schedule.h). The dp reduction is not overlapped here: the
+      // tied embedding's gradient is summed over the stages first.
+      step_loss = pipeline_1f1b_step(*model_, parallel_->context(), M,
+                                     [&](int64_t, PreparedBatch& pb) { next_micro_batch(pb); },
+                                     precision_->grad_scale());
+      parallel_->before_micro_batch(M - 1, M);  // arms the buckets after every backward: no overlap
     } else {
-      gnorm = optimizer_->step(lr);
+      for (int64_t m = 0; m < M; ++m) {
+        next_micro_batch(prepared);
+        parallel_->before_micro_batch(m, M);
+        step_loss += model_->forward_backward(prepared.micro_batch(), precision_->grad_scale());
+      }
     }
+    // Gradients become the data-parallel mean; the loss and statistics the global batch's.
+    parallel_->reduce_gradients();
+    {
+      double v[5] = {step_loss, interval_t - interval_t0, interval_masked - interval_masked0,
+                     interval_tokens - interval_tokens0, interval_seqs - interval_seqs0};
+      parallel_->sum_over_dp(v, 5);
+      step_loss = v[0] / parallel_->dp_size();
+      interval_t = interval_t0 + v[1];
+      interval_masked = interval_masked0 + v[2];
+      interval_tokens = interval_tokens0 + v[3];
+      interval_seqs = interval_seqs0 + v[4];
+    }
+    if (after_backward_hook_) after_backward_hook_(iteration_ + 1, *this);
+    const double lr = args_.lr.at(iteration_ + 1);
+    // A non-finite loss or gradient norm skips the update rather than poison the weights (step_guard.h);
+    // too many in a row throw from record(), before this iteration can save anything.
+    // An fp16 overflow is the loss scaler's business (precision_runtime.h): skipped and counted there.
+    const bool overflow = precision_->overflowed();
+    const double gnorm = std::isfinite(step_loss) && !overflow ? parallel_->grad_norm() : NAN;
+    const StepSkip skip = classify_step(step_loss, overflow ? 0.0 : gnorm);
+    if (skip == StepSkip::None && !overflow) parallel_->apply(*optimizer_, lr, gnorm);
+    step_guard_.record(skip, iteration_ + 1, step_loss, gnorm);
+    precision_->after_step();
+    precision_->report_memory_once(estimate_memory(args_.model, parameter_count(args_.model), args_.micro_batch_size,
+                                                   args_.seq_length, memory_options(args_.precision)));
     consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
     ++iteration_;
     interval_loss += step_loss;
@@ -287,9 +339,12 @@ int64_t Trainer::run() {
       std::snprintf(line + n, sizeof line - n,
                     " | grad norm %.3f | tokens/s %.0f | MFU %.1f%% | step time %.1f ms | skipped %lld", gnorm, tps,
                     100.0 * mfu, 1000.0 * secs / static_cast<double>(interval_steps),
-                    static_cast<long long>(skipped_steps_));
+                    static_cast<long long>(step_guard_.total() + precision_->overflow_skips()));
       const MoEReport moe = collect_moe_report(*model_);
-      log_line(std::string(line) + moe_line_suffix(moe));
+      std::string comm_text;
+      nlohmann::json comm_json = nlohmann::json::object();
+      parallel_->take_comm_report(interval_steps, comm_text, comm_json);
+      log_line(std::string(line) + precision_->log_suffix() + moe_line_suffix(moe) + comm_text);
       for (const std::string& l : moe_layer_lines(moe)) log_line(l);
       if (metrics_) {
         nlohmann::json j = {{"iteration", iteration_},
@@ -300,12 +355,14 @@ int64_t Trainer::run() {
                             {"tokens_per_s", tps},
                             {"mfu", mfu},
                             {"step_time_s", secs / static_cast<double>(interval_steps)},
-                            {"skipped_steps", skipped_steps_}};
+                            {"skipped_steps", step_guard_.total() + precision_->overflow_skips()}};
+        precision_->add_metrics(j);
         if (args_.model_type == ModelType::DiffLM) {
           j["mean_t"] = interval_t / interval_seqs;
           j["masked_fraction"] = interval_masked / interval_tokens;
         }
         add_moe_metrics(moe, j);
+        if (comm_json.contains("comm")) j["comm"] = comm_json["comm"];
         metrics_->write(j);
       }
       interval_loss = interval_t = interval_masked = interval_tokens = interval_seqs = 0;
@@ -322,9 +379,14 @@ int64_t Trainer::run() {
       interval_timer.reset();  // keep evaluation out of the throughput
     }
     // Polled once per iteration: the step just taken is complete, so the checkpoint is consistent.
-    const int signum = args_.exit_signal_handler ? exit_signal_received() : 0;
-    const bool exit_now = (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0) ||
-                          (args_.exit_duration_in_mins > 0 && run_timer.seconds() > 60.0 * args_.exit_duration_in_mins) ||
+    // Under MPI every rank must take the same decision (a rank alone in a save or an exit would leave
+    // the others waiting in a collective): the signal and the clock are taken as the max over ranks.
+    float local_exit[2] = {static_cast<float>(args_.exit_signal_handler ? exit_signal_received() : 0),
+                           args_.exit_duration_in_mins > 0 && run_timer.seconds() > 60.0 * args_.exit_duration_in_mins
+                               ? 1.0f : 0.0f};
+    parallel_->max_over_world(local_exit, 2);
+    const int signum = static_cast<int>(local_exit[0]);
+    const bool exit_now = (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0) || local_exit[1] != 0 ||
                           signum != 0;
     if (!args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
                                 iteration_ == args_.train_iters || exit_now))

@@ -1,6 +1,7 @@
 #pragma once
 // The training loop of pretrain_difflm: data -> objective -> forward/backward over micro-batches ->
 // clip -> AdamW -> log, evaluate, checkpoint. One process, one pipeline stage for now.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,10 @@
 #include "train/arguments.h"
 #include "train/data_setup.h"
 #include "train/metrics.h"
+#include "train/signals.h"
+#include "train/precision_runtime.h"
+#include "train/step_guard.h"
+#include "train/parallel_training.h"
 
 namespace megadlm {
 
@@ -29,6 +34,13 @@ class Trainer {
 
   EvalResult evaluate(const TokenDataset& data, int64_t batches);
   LanguageModel& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  int64_t skipped_steps() const { return step_guard_.total(); }
+  // Test hook: called in every step after the backward passes and before the update, with the
+  // iteration being computed (from 1). Tests use it to poison a gradient and see the step skipped.
+  void set_after_backward_hook(std::function<void(int64_t iteration, Trainer&)> hook) {
+    after_backward_hook_ = std::move(hook);
+  }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int32_t mask_token() const { return mask_token_; }
 
@@ -40,14 +52,20 @@ class Trainer {
   nlohmann::json checkpoint_meta() const;
 
   TrainArgs args_;
+  // --exit-signal-handler: installed first, so that every thread the trainer starts (OpenMP workers,
+  // the data loader) inherits the blocked signals; restored when the Trainer goes (signals.h).
+  ExitSignalScope exit_signals_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int32_t mask_token_ = -1, eod_ = -1;
   Datasets data_;
   std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<ParallelTraining> parallel_;  // groups, gradient reduction, global norm (parallel_training.h)
+  std::unique_ptr<PrecisionRuntime> precision_;  // --bf16 / --fp16 / --fp8-format, --recompute-*
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0;
-  int64_t skipped_steps_ = 0;
+  StepGuard step_guard_;  // non-finite steps: skip, count, stop after --max-skipped-steps in a row
+  std::function<void(int64_t, Trainer&)> after_backward_hook_;
   double peak_flops_ = 0;
   std::unique_ptr<JsonlWriter> metrics_;
 };

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -183,6 +184,36 @@ TEST(Signals, ParseSignalNames) {
   }
 }
 
+// The signals are blocked in the installing thread and in the threads it starts afterwards (so no
+// handler interrupts their computation), collected when polled, and the mask is restored after.
+TEST(Signals, BlockedInTheInstallingThreadAndItsNewThreads) {
+  sigset_t before;
+  pthread_sigmask(SIG_SETMASK, nullptr, &before);
+  ASSERT_FALSE(sigismember(&before, SIGUSR2));
+  install_exit_signal_handlers(SIGUSR2);
+  sigset_t now;
+  pthread_sigmask(SIG_SETMASK, nullptr, &now);
+  EXPECT_TRUE(sigismember(&now, SIGUSR2));
+  EXPECT_TRUE(sigismember(&now, SIGINT));
+  bool child_blocks = false;
+  std::thread([&] {
+    sigset_t m;
+    pthread_sigmask(SIG_SETMASK, nullptr, &m);
+    child_blocks = sigismember(&m, SIGUSR2) && sigismember(&m, SIGINT);
+  }).join();
+  EXPECT_TRUE(child_blocks);
+  kill(getpid(), SIGUSR2);  // process-directed, as from `kill`: stays pending until polled
+  EXPECT_EQ(exit_signal_received(), SIGUSR2);
+  EXPECT_EQ(exit_signal_received(), SIGUSR2);
+  uninstall_exit_signal_handlers();
+  pthread_sigmask(SIG_SETMASK, nullptr, &now);
+  EXPECT_FALSE(sigismember(&now, SIGUSR2));
+  EXPECT_EQ(sigismember(&now, SIGINT), sigismember(&before, SIGINT));
+  sigset_t pending;
+  sigpending(&pending);
+  EXPECT_FALSE(sigismember(&pending, SIGUSR2));
+}
+
 TEST(Signals, HandlerRecordsTheFirstSignalAndRestores) {
   struct sigaction before_int {};
   sigaction(SIGINT, nullptr, &before_int);
@@ -200,13 +231,11 @@ TEST(Signals, HandlerRecordsTheFirstSignalAndRestores) {
   EXPECT_EQ(now.sa_handler, before_int.sa_handler);  // restored to whatever it was
 }
 
-// DISABLED: under load (ctest -j2 alongside the SIGKILL test) about 1 run in 10 ends with the child
-// aborting on glibc heap corruption ("corrupted size vs. prev_size") after SIGTERM, while alive and
-// training; not reproduced in 50 unloaded shell runs nor with --exit-interval under the same load.
-// Root cause not found yet: run with --gtest_also_run_disabled_tests to reproduce.
 // (a) SIGTERM (or SIGINT) mid-run with --exit-signal-handler: exit 0 with a log line, checkpoint of the iteration
-// reached; without the flag SIGTERM keeps its default (the process dies of it).
-TEST(Signals, DISABLED_SigtermSavesAndExitsZero) {
+// reached; without the flag SIGTERM keeps its default (the process dies of it). This test was disabled
+// for rare heap-corruption aborts while an asynchronous handler took the signal (signals.h); the
+// signals are now blocked and collected synchronously, and it passed 30 consecutive runs under load.
+TEST(Signals, SigtermSavesAndExitsZero) {
   REQUIRE_BINARY();
   test::TempDir tmp;
   const std::string data = test::make_counting_dataset(tmp.str(), 200);

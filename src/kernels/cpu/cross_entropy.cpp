@@ -101,4 +101,94 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
   return total;
 }
 
+// ---- vocab-parallel pieces: the same three passes, with the row reductions done across ranks ----
+
+void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
+                             int64_t N, int64_t Vl) {
+#pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] == ignore_index) {
+      row_max[n] = 0.0f;
+      continue;
+    }
+    const float* x = logits + n * Vl;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < Vl; ++v) mx = x[v] > mx ? x[v] : mx;
+    row_max[n] = mx;
+  }
+}
+
+void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
+                                const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t N,
+                                int64_t Vl) {
+#pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * Vl;
+    float* d = e ? e + n * Vl : nullptr;
+    const int64_t t = targets[n];
+    if (t == ignore_index) {
+      stats[2 * n] = stats[2 * n + 1] = 0.0;
+      if (d) {
+#pragma omp simd
+        for (int64_t v = 0; v < Vl; ++v) d[v] = 0.0f;
+      }
+      continue;
+    }
+    const int64_t tl = t - vocab_start;
+    // Read before the loop below overwrites it when e aliases logits.
+    stats[2 * n + 1] = tl >= 0 && tl < Vl ? static_cast<double>(x[tl]) : 0.0;
+    const float mx = row_max[n];
+    double sum = 0.0;  // fp32 blocks, double across blocks, as in the single-rank kernel
+    for (int64_t v0 = 0; v0 < Vl; v0 += kSumBlock) {
+      const int64_t v1 = v0 + kSumBlock < Vl ? v0 + kSumBlock : Vl;
+      float block = 0.0f;
+      if (d) {
+#pragma omp simd reduction(+ : block)
+        for (int64_t v = v0; v < v1; ++v) {
+          const float ev = vexp(x[v] - mx);
+          d[v] = ev;
+          block += ev;
+        }
+      } else {
+#pragma omp simd reduction(+ : block)
+        for (int64_t v = v0; v < v1; ++v) block += vexp(x[v] - mx);
+      }
+      sum += static_cast<double>(block);
+    }
+    stats[2 * n] = sum;
+  }
+}
+
+double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
+                                  const int32_t* targets, const float* weights, int64_t ignore_index,
+                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl) {
+  std::vector<double> row_loss(N);
+#pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = targets[n];
+    if (t == ignore_index) {
+      row_loss[n] = 0.0;
+      if (losses) losses[n] = 0.0f;
+      continue;  // dlogits already zero from pass (2)
+    }
+    const double w = weights ? static_cast<double>(weights[n]) : 1.0;
+    const double sum = stats[2 * n];
+    const double loss = w * (static_cast<double>(row_max[n]) + std::log(sum) - stats[2 * n + 1]);
+    row_loss[n] = loss;
+    if (losses) losses[n] = static_cast<float>(loss);
+    if (dlogits) {
+      float* d = dlogits + n * Vl;
+      const float k = static_cast<float>(static_cast<double>(grad_scale) * w / sum);
+#pragma omp simd
+      for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
+      const int64_t tl = t - vocab_start;
+      if (tl >= 0 && tl < Vl) d[tl] -= static_cast<float>(static_cast<double>(grad_scale) * w);
+    }
+  }
+  double total = 0.0;
+  for (int64_t n = 0; n < N; ++n) total += row_loss[n];
+  return total;
+}
+
 }  // namespace megadlm::cpu

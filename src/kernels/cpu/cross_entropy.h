@@ -15,4 +15,22 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
                                       const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
                                       int64_t V);
 
+// Vocab-parallel pieces (tensor parallelism; nn/vocab_parallel_cross_entropy.h reduces between them):
+// logits [N, Vl] are columns [vocab_start, vocab_start + Vl) of rows of the full vocabulary.
+// (1) row_max[n] = max of the shard's logits of row n (0 for ignored rows).
+void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
+                             int64_t N, int64_t Vl);
+// (2) With the max over all shards: stats[2n] = sum of exp(x - row_max[n]) over the shard and
+// stats[2n+1] = the target's logit when this shard holds it, else 0. e [N, Vl] (or null; may alias
+// logits) receives exp(x - row_max), zeros for ignored rows.
+void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
+                                const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t N,
+                                int64_t Vl);
+// (3) With stats summed over the shards: losses[n] = w_n (row_max + log(sum) - target logit) (or
+// null), and, when dlogits is not null (it holds e from (2)), dlogits = grad_scale w_n (e / sum -
+// onehot) on the shard. Returns the sum of losses over rows 0..N-1 in double.
+double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
+                                  const int32_t* targets, const float* weights, int64_t ignore_index,
+                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl);
+
 }  // namespace megadlm::cpu
