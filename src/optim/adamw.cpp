@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/optim.h"
 
@@ -10,6 +12,19 @@ namespace megadlm {
 AdamW::AdamW(ParamStore& params, const AdamWConfig& cfg) : params_(params), cfg_(cfg) {
   m_ = Tensor::zeros({params.numel()}, DType::F32);
   v_ = Tensor::zeros({params.numel()}, DType::F32);
+}
+
+void AdamW::release_state() {
+  m_ = Tensor();
+  v_ = Tensor();
+  has_state_ = false;
+}
+
+void AdamW::ensure_state() {
+  if (has_state_) return;
+  m_ = Tensor::zeros({params_.numel()}, DType::F32);
+  v_ = Tensor::zeros({params_.numel()}, DType::F32);
+  has_state_ = true;
 }
 
 double AdamW::grad_norm() const { return std::sqrt(cpu::sum_squares(params_.grads(), params_.numel())); }
@@ -21,6 +36,7 @@ double AdamW::step(double lr) {
 }
 
 void AdamW::apply(double lr, double norm) {
+  MDLM_CHECK(has_state_, "AdamW::apply after release_state()");
   if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad)
     cpu::scale_inplace(params_.grads(), static_cast<float>(cfg_.clip_grad / (norm + 1e-6)), params_.numel());
   ++step_;

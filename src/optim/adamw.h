@@ -31,6 +31,12 @@ class AdamW {
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
+  // The moments can be dropped while another owner keeps them (the distributed optimizer holds this
+  // rank's shard): release_state() frees them, ensure_state() brings back zeroed full-size buffers
+  // (for a checkpoint to be gathered into or read from).
+  bool has_state() const { return has_state_; }
+  void release_state();
+  void ensure_state();
   Tensor& exp_avg() { return m_; }
   Tensor& exp_avg_sq() { return v_; }
 
@@ -38,6 +44,7 @@ class AdamW {
   ParamStore& params_;
   AdamWConfig cfg_;
   Tensor m_, v_;  // flat, like the parameters
+  bool has_state_ = true;
   int64_t step_ = 0;
 };
 

@@ -55,6 +55,9 @@ class ParallelTraining {
   void apply(AdamW& opt, double lr, double norm);
   // Checkpoints: the distributed optimizer's moment shards gathered into / taken from `opt`'s
   // full-size buffers, so the files keep the single-process format. Collective.
+  // Called once on the trainer's AdamW: under the distributed optimizer its full-size moments are
+  // freed (they exist only around checkpoints).
+  void adopt(AdamW& opt);
   void before_save(AdamW& opt);
   void after_load(AdamW& opt);
   // The checkpoint in the single-process format whatever the layout (checkpoint/reshard.h):

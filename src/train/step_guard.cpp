@@ -36,7 +36,7 @@ std::string first_non_finite_parameter(const ParamStore& params, const AdamW* op
   for (const ParamInfo& p : params.infos()) {
     const int64_t n = p.shape.numel();
     if (!all_finite(params.values() + p.offset, n)) return p.name;
-    if (opt && (!all_finite(opt->exp_avg().data<float>() + p.offset, n) ||
+    if (opt && opt->has_state() && (!all_finite(opt->exp_avg().data<float>() + p.offset, n) ||
                 !all_finite(opt->exp_avg_sq().data<float>() + p.offset, n)))
       return p.name + " (AdamW state)";
   }

@@ -18,10 +18,10 @@ enum class StepSkip { None, NonFiniteLoss, NonFiniteGradNorm };
 StepSkip classify_step(double loss, double grad_norm);
 const char* skip_reason(StepSkip s);  // "" for None
 
-// The name of the first parameter holding a NaN or Inf in its value or (with an optimizer) its AdamW
-// moments, or "" when all are finite. The trainer refuses to save such a state: skipped steps leave
-// the weights as they were, so this only fires on weights poisoned some other way, and the last good
-// checkpoint must not be replaced by them.
+// The name of the first parameter holding a NaN or Inf in its value or (with an optimizer that holds
+// them: not under the distributed optimizer) its AdamW moments, or "" when all are finite. The
+// trainer refuses to save such a state: skipped steps leave the weights as they were, so this only
+// fires on weights poisoned some other way, and the last good checkpoint must not be replaced by them.
 std::string first_non_finite_parameter(const ParamStore& params, const AdamW* optimizer);
 
 class StepGuard {

@@ -83,6 +83,7 @@ Trainer::Trainer(const TrainArgs& args)
   if (!args_.load_hf.empty()) load_hf_into_model(args_.load_hf, *model_);
   precision_ = std::make_unique<PrecisionRuntime>(args_.precision, *model_);
   optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
+  parallel_->adopt(*optimizer_);
   parallel_->attach(*model_, args_.adam, [cfg = args_.model, spec] {
     return std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
   });
