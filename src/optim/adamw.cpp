@@ -1,5 +1,6 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -35,23 +36,30 @@ double AdamW::step(double lr) {
   return norm;
 }
 
-void AdamW::apply(double lr, double norm) {
-  MDLM_CHECK(has_state_, "AdamW::apply after release_state()");
-  if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad)
-    cpu::scale_inplace(params_.grads(), static_cast<float>(cfg_.clip_grad / (norm + 1e-6)), params_.numel());
-  ++step_;
+void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
+                        int64_t begin, int64_t end, float* grads, float* m, float* v) {
+  if (cfg.clip_grad > 0 && norm > cfg.clip_grad)
+    cpu::scale_inplace(grads, static_cast<float>(cfg.clip_grad / (norm + 1e-6)), end - begin);
   cpu::AdamWParams h;
   h.lr = static_cast<float>(lr);
-  h.beta1 = cfg_.beta1;
-  h.beta2 = cfg_.beta2;
-  h.eps = cfg_.eps;
-  h.step = step_;
-  for (const ParamInfo& p : params_.infos()) {
-    h.weight_decay = p.weight_decay ? cfg_.weight_decay : 0.0f;
-    const int64_t n = p.shape.numel();
-    cpu::adamw_step(params_.values() + p.offset, params_.grads() + p.offset, m_.data<float>() + p.offset,
-                    v_.data<float>() + p.offset, n, h);
+  h.beta1 = cfg.beta1;
+  h.beta2 = cfg.beta2;
+  h.eps = cfg.eps;
+  h.step = step;
+  // A parameter may straddle the range's ends (a dp shard): only its part inside is updated.
+  for (const ParamInfo& p : params.infos()) {
+    const int64_t a = std::max(p.offset, begin), b = std::min(p.offset + p.shape.numel(), end);
+    if (a >= b) continue;
+    h.weight_decay = p.weight_decay ? cfg.weight_decay : 0.0f;
+    cpu::adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h);
   }
+}
+
+void AdamW::apply(double lr, double norm) {
+  MDLM_CHECK(has_state_, "AdamW::apply after release_state()");
+  ++step_;
+  adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
+                     v_.data<float>());
 }
 
 }  // namespace megadlm

@@ -15,6 +15,13 @@ struct AdamWConfig {
   float clip_grad = 1.0f;  // 0 disables clipping
 };
 
+// One AdamW update of the flat range [begin, end) of the parameters (weight decay per parameter;
+// alignment padding between parameters untouched), after clipping by `norm`. grads, m and v hold that
+// range only: element i of them belongs to flat index begin + i. step counts updates from 1. Shared by
+// AdamW (the whole buffer) and the distributed optimizer (its shard).
+void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
+                        int64_t begin, int64_t end, float* grads, float* m, float* v);
+
 class AdamW {
  public:
   AdamW(ParamStore& params, const AdamWConfig& cfg);

@@ -23,6 +23,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& params, const AdamWConfig
   end_ = std::min<int64_t>(n, begin_ + shard_);
   g_ = Tensor::zeros({shard_}, DType::F32);
   m_ = Tensor::zeros({shard_}, DType::F32);
+  send_ = Tensor::zeros({shard_}, DType::F32);
   v_ = Tensor::zeros({shard_}, DType::F32);
   padded_ = shard_ * dp != n;
   if (padded_) staging_ = Tensor::zeros({shard_ * dp}, DType::F32);
@@ -52,32 +53,17 @@ double DistributedOptimizer::grad_norm(std::function<bool(const ParamInfo&)> ski
 }
 
 void DistributedOptimizer::apply(double lr, double norm) {
-  float* g = g_.data<float>();
-  if (cfg_.clip_grad > 0 && norm > cfg_.clip_grad)
-    cpu::scale_inplace(g, static_cast<float>(cfg_.clip_grad / (norm + 1e-6)), shard_);
   ++step_;
-  cpu::AdamWParams h;
-  h.lr = static_cast<float>(lr);
-  h.beta1 = cfg_.beta1;
-  h.beta2 = cfg_.beta2;
-  h.eps = cfg_.eps;
-  h.step = step_;
-  // Weight decay is per parameter: update the shard parameter by parameter (a parameter may straddle
-  // two shards; each rank updates its part). Alignment padding between parameters is not updated.
-  for (const ParamInfo& p : params_.infos()) {
-    const int64_t a = std::max(p.offset, begin_), b = std::min(p.offset + p.shape.numel(), end_);
-    if (a >= b) continue;
-    h.weight_decay = p.weight_decay ? cfg_.weight_decay : 0.0f;
-    cpu::adamw_step(params_.values() + a, g + (a - begin_), m_.data<float>() + (a - begin_),
-                    v_.data<float>() + (a - begin_), b - a, h);
-  }
+  adamw_update_range(params_, cfg_, lr, norm, step_, begin_, end_, g_.data<float>(), m_.data<float>(),
+                     v_.data<float>());
   // Every rank needs the whole updated model: all-gather the shards.
   const int64_t n = params_.numel();
   float* out = padded_ ? staging_.data<float>() : params_.values();
-  // The input is this rank's shard of the values; copy it out first since out may alias it.
-  std::vector<float> mine(static_cast<size_t>(shard_), 0.0f);
-  std::copy(params_.values() + begin_, params_.values() + end_, mine.begin());
-  ctx_.dp.communicator().all_gather(mine.data(), out, shard_);
+  // The input is this rank's shard of the values; copied out first since out may alias it (the
+  // copy's tail beyond end_, for the last rank of a padded buffer, stays zero).
+  float* mine = send_.data<float>();
+  std::copy(params_.values() + begin_, params_.values() + end_, mine);
+  ctx_.dp.communicator().all_gather(mine, out, shard_);
   if (padded_) std::memcpy(params_.values(), out, static_cast<size_t>(n) * sizeof(float));
 }
 

@@ -49,6 +49,7 @@ class DistributedOptimizer {
   int64_t begin_ = 0, end_ = 0;  // this rank's flat range, clipped to numel
   Tensor g_, m_, v_;           // [S] shard gradient and moments
   Tensor staging_;             // [S * dp] when numel is not a multiple of dp (padded_)
+  Tensor send_;                // [S] this rank's updated values, the all-gather's input
   bool padded_ = false;
   int64_t step_ = 0;
 };
