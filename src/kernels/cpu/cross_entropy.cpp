@@ -24,6 +24,29 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which threads cost more than they save
 constexpr int64_t kSumBlock = 512;         // terms per fp32 partial sum of the softmax denominator
 
+// sum_v exp(x[v] - mx) over x[0..V), also writing each term to d[v] when d is not null. Blocks of
+// kSumBlock terms are summed in fp32 by the vector lanes and the block sums in double: nearly double
+// accuracy at fp32 speed. Fixed blocks, fixed order.
+double sum_exp_blocked(const float* x, int64_t V, float mx, float* d) {
+  double sum = 0.0;
+  for (int64_t v0 = 0; v0 < V; v0 += kSumBlock) {
+    const int64_t v1 = v0 + kSumBlock < V ? v0 + kSumBlock : V;
+    float block = 0.0f;
+    if (d) {
+#pragma omp simd reduction(+ : block)
+      for (int64_t v = v0; v < v1; ++v) {
+        const float e = vexp(x[v] - mx);
+        d[v] = e;
+        block += e;
+      }
+    } else {
+#pragma omp simd reduction(+ : block)
+      for (int64_t v = v0; v < v1; ++v) block += vexp(x[v] - mx);
+    }
+    sum += static_cast<double>(block);
+  }
+  return sum;
+}
 
 }  // namespace
 
@@ -62,26 +85,9 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
     for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
     const float xt = x[t];  // read before pass 2 overwrites it when dlogits aliases logits
 
-    // Pass 2: sum of exp(x - max). Blocks of kSumBlock terms are summed in fp32 by the vector lanes
-    // and the block sums in double: nearly double accuracy at fp32 speed (a double reduction over the
-    // whole row runs ~8x slower, the conversions defeat the vectoriser). Fixed blocks, fixed order.
-    double sum = 0.0;
-    for (int64_t v0 = 0; v0 < V; v0 += kSumBlock) {
-      const int64_t v1 = v0 + kSumBlock < V ? v0 + kSumBlock : V;
-      float block = 0.0f;
-      if (d) {
-#pragma omp simd reduction(+ : block)
-        for (int64_t v = v0; v < v1; ++v) {
-          const float e = vexp(x[v] - mx);
-          d[v] = e;
-          block += e;
-        }
-      } else {
-#pragma omp simd reduction(+ : block)
-        for (int64_t v = v0; v < v1; ++v) block += vexp(x[v] - mx);
-      }
-      sum += static_cast<double>(block);
-    }
+    // Pass 2: sum of exp(x - max), in fp32 blocks summed in double (a double reduction over the whole
+    // row runs ~8x slower: the conversions defeat the vectoriser).
+    const double sum = sum_exp_blocked(x, V, mx, d);
     const double logsumexp = static_cast<double>(mx) + std::log(sum);
     const double loss = w * (logsumexp - static_cast<double>(xt));
     row_loss[n] = loss;
@@ -139,23 +145,7 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
     // Read before the loop below overwrites it when e aliases logits.
     stats[2 * n + 1] = tl >= 0 && tl < Vl ? static_cast<double>(x[tl]) : 0.0;
     const float mx = row_max[n];
-    double sum = 0.0;  // fp32 blocks, double across blocks, as in the single-rank kernel
-    for (int64_t v0 = 0; v0 < Vl; v0 += kSumBlock) {
-      const int64_t v1 = v0 + kSumBlock < Vl ? v0 + kSumBlock : Vl;
-      float block = 0.0f;
-      if (d) {
-#pragma omp simd reduction(+ : block)
-        for (int64_t v = v0; v < v1; ++v) {
-          const float ev = vexp(x[v] - mx);
-          d[v] = ev;
-          block += ev;
-        }
-      } else {
-#pragma omp simd reduction(+ : block)
-        for (int64_t v = v0; v < v1; ++v) block += vexp(x[v] - mx);
-      }
-      sum += static_cast<double>(block);
-    }
+    const double sum = sum_exp_blocked(x, Vl, mx, d);  // as in the single-rank kernel
     stats[2 * n] = sum;
   }
 }
