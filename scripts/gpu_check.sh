@@ -4,12 +4,17 @@
 # json or zlib needed), runs test_cuda, then the DLM training-step benchmark and its PyTorch peer side by
 # side. Budget: about 8 minutes.
 #
-#   scripts/gpu_check.sh --pack    on a machine WITH GoogleTest sources (/usr/src/googletest): copies them
-#                                  to build-gpu-deps/ (~4 MB), to be carried with the tree
+#   scripts/gpu_check.sh --pack    on a machine WITH GoogleTest sources (/usr/src/googletest) and PyPI or the
+#                                  cuDNN frontend headers: copies GoogleTest to build-gpu-deps/googletest
+#                                  and the frontend headers to build-gpu-deps/cudnn_frontend/include
+#                                  (scripts/get_cudnn_frontend.sh; ~7 MB in all), to be carried with the tree
 #   scripts/gpu_check.sh           on the GPU machine
 #
+# cuDNN's fused attention is built when the carried frontend headers are there; cuDNN itself comes from
+# the toolkit or PyTorch's nvidia-cudnn wheel (CUDNN_ROOT is set to the wheel when the toolkit has none).
 # Environment: MEGADLM_GPU_DEPS (default build-gpu-deps), BUILD (default build-gpu), CUDA_ARCHS (default
-# 90), BENCH_ARGS (extra flags for both benchmarks, e.g. "--batch 2"), SKIP_PEER=1, SKIP_BENCH=1.
+# 90), BENCH_ARGS (extra flags for both benchmarks, e.g. "--batch 2"), SKIP_PEER=1, SKIP_BENCH=1,
+# MEGADLM_ATTENTION (auto|cudnn|gemm|flash, passed to the benchmark and the tests).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DEPS="${MEGADLM_GPU_DEPS:-$ROOT/build-gpu-deps}"
@@ -22,7 +27,9 @@ stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 if [[ "${1:-}" == "--pack" ]]; then
   src=/usr/src/googletest
   [[ -f $src/CMakeLists.txt ]] || { echo "gpu_check.sh --pack: no GoogleTest sources at $src" >&2; exit 1; }
-  rm -rf "$DEPS" && mkdir -p "$DEPS" && cp -r "$src" "$DEPS/googletest"
+  rm -rf "$DEPS/googletest" && mkdir -p "$DEPS" && cp -r "$src" "$DEPS/googletest"
+  "$ROOT/scripts/get_cudnn_frontend.sh" "$DEPS/cudnn_frontend/include" \
+    || echo "gpu_check.sh --pack: no cuDNN frontend headers: the GPU build will have no cuDNN attention" >&2
   echo "packed $(du -sh "$DEPS" | cut -f1) into $DEPS (carry it: it is git-ignored)"
   exit 0
 fi
@@ -46,18 +53,26 @@ PY
   [[ -n "$NCCL_ROOT" ]] && export NCCL_ROOT && echo "NCCL from PyTorch's wheel: $NCCL_ROOT"
 fi
 
+# cuDNN: the toolkit's, or the nvidia-cudnn wheel PyTorch depends on (include/ and lib/ under nvidia/cudnn).
+if [[ -z "${CUDNN_ROOT:-}" && ! -f /usr/local/cuda/include/cudnn.h ]]; then
+  CUDNN_ROOT=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.cudnn'); print(list(s.submodule_search_locations)[0] if s else '')" 2>/dev/null || true)
+  [[ -n "$CUDNN_ROOT" ]] && export CUDNN_ROOT && echo "cuDNN from PyTorch's wheel: $CUDNN_ROOT"
+fi
+FE_ARG=()
+[[ -f "$DEPS/cudnn_frontend/include/cudnn_frontend.h" ]] && FE_ARG=(-DCUDNN_FRONTEND_INCLUDE="$DEPS/cudnn_frontend/include")
+
 stamp "configure + build ($BUILD, sm_$ARCHS)"
 mkdir -p "$BUILD"
 GTEST_ARG=()
 [[ -f "$DEPS/googletest/CMakeLists.txt" ]] && GTEST_ARG=(-DGTEST_SOURCE_DIR="$DEPS/googletest")
 cmake -S "$ROOT/bench/cuda" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEGADLM_CUDA_ARCHS="$ARCHS" \
-  "${GTEST_ARG[@]}" >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; echo "FAIL: configure"; exit 1; }
-grep -i "nccl" "$BUILD/configure.log" || true
+  "${GTEST_ARG[@]}" "${FE_ARG[@]}" >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; echo "FAIL: configure"; exit 1; }
+grep -i "nccl\|cudnn" "$BUILD/configure.log" || true
 ninja -C "$BUILD" test_cuda bench_dlm_step >"$BUILD/build.log" 2>&1 || { tail -60 "$BUILD/build.log"; echo "FAIL: build"; exit 1; }
 stamp "built"
 
 stamp "test_cuda"
-timeout 120 "$BUILD/test_cuda" --gtest_brief=1 2>&1 | tail -40
+timeout 180 "$BUILD/test_cuda" --gtest_brief=1  # cuDNN builds (and run-time compiles) a graph per shape 2>&1 | tail -40
 test_rc=${PIPESTATUS[0]}
 echo "test_cuda exit code: $test_rc"
 

@@ -5,7 +5,8 @@
 //
 // It prints the bf16 cuBLASLt GEMM rate measured in the same process (the MFU denominator), the step
 // time split into forward / backward / optimizer, tokens/s, model TFLOP/s and MFU, and the time of one
-// layer's attention forward + backward (the flash kernel) for diagnosis.
+// layer's attention forward + backward through each implementation (cuDNN when compiled in, cuBLASLt,
+// flash) for diagnosis. Env MEGADLM_ATTENTION=auto|cudnn|gemm|flash picks the one the steps use.
 //
 //   bench_dlm_step [--layers 28] [--hidden 2048] [--heads 16] [--kv-heads 8] [--head-dim 128] [--ffn 6144]
 //                  [--vocab 151936] [--seq 2048] [--batch 4] [--steps 5] [--warmup 2] [--gemm-size 8192]
@@ -213,13 +214,20 @@ int main(int argc, char** argv) try {
   }
   const int64_t N = c.B * c.T, HD = c.H * c.D, KD = c.K * c.D;
   std::printf("device: %s (sm_%d)\n", mc::device_name().c_str(), mc::compute_capability());
-  if (const char* impl = std::getenv("MEGADLM_ATTENTION")) {  // "flash" or "gemm" (default: auto)
+  if (const char* impl = std::getenv("MEGADLM_ATTENTION")) {  // "cudnn", "flash" or "gemm" (default: auto)
     const std::string v = impl;
-    MDLM_CHECK(v == "flash" || v == "gemm" || v == "auto", "bench_dlm_step: MEGADLM_ATTENTION=", v,
-               " (want flash, gemm or auto)");
-    mc::set_attention_impl(v == "flash" ? mc::AttentionImpl::Flash
-                                        : (v == "gemm" ? mc::AttentionImpl::Gemm : mc::AttentionImpl::Auto));
+    MDLM_CHECK(v == "cudnn" || v == "flash" || v == "gemm" || v == "auto", "bench_dlm_step: MEGADLM_ATTENTION=", v,
+               " (want cudnn, flash, gemm or auto)");
+    MDLM_CHECK(v != "cudnn" || mc::attention_cudnn_compiled(),
+               "bench_dlm_step: MEGADLM_ATTENTION=cudnn but this build has no cuDNN frontend (see docs/cuda.md)");
+    mc::set_attention_impl(v == "cudnn" ? mc::AttentionImpl::Cudnn
+                           : v == "flash" ? mc::AttentionImpl::Flash
+                           : v == "gemm"  ? mc::AttentionImpl::Gemm
+                                          : mc::AttentionImpl::Auto);
   }
+  std::printf("attention: cuDNN fused SDPA %s\n", mc::attention_cudnn_compiled()
+                                                      ? "compiled in (Auto uses it for bf16 causal / bidirectional)"
+                                                      : "not in this build");
 
   const double peak = measure_gemm_tflops(c.gemm_size);
   std::printf("bf16 cuBLASLt GEMM %lldx%lldx%lld: %.1f TFLOP/s (the MFU denominator)\n", (long long)c.gemm_size,
@@ -400,9 +408,15 @@ int main(int argc, char** argv) try {
               step_ms, f_ms / c.steps, b_ms / c.steps, o_ms / c.steps, tok_s, tflops, 100.0 * tflops / peak, peak);
 
   // Diagnosis: one layer's attention forward and backward alone, through each implementation.
-  for (mc::AttentionImpl impl : {mc::AttentionImpl::Gemm, mc::AttentionImpl::Flash}) {
+  std::vector<mc::AttentionImpl> impls = {mc::AttentionImpl::Gemm, mc::AttentionImpl::Flash};
+  if (mc::attention_cudnn_compiled()) impls.insert(impls.begin(), mc::AttentionImpl::Cudnn);
+  for (mc::AttentionImpl impl : impls) {
     mc::set_attention_impl(impl);
     Acts& A = acts[0];
+    // One untimed call each way first: cuDNN builds its graphs and cuBLASLt picks algorithms on first use.
+    mc::attention_forward(A.o.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), c.B, c.T, c.H, c.K, c.D, bidir, scale);
+    mc::attention_backward(dq.get(), dk.get(), dv.get(), d_o.get(), A.q.get(), A.k.get(), A.v.get(), A.o.get(),
+                           A.lse.get(), c.B, c.T, c.H, c.K, c.D, bidir, scale);
     Timer t;
     t.start();
     mc::attention_forward(A.o.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), c.B, c.T, c.H, c.K, c.D, bidir, scale);
@@ -414,7 +428,10 @@ int main(int argc, char** argv) try {
     const double fl = 4.0 * c.B * c.T * c.T * c.H * c.D;
     std::printf("attention %s (one layer): forward %.2f ms (%.1f TFLOP/s), backward %.2f ms (%.1f TFLOP/s); "
                 "x%lld layers = %.0f ms per step\n",
-                impl == mc::AttentionImpl::Gemm ? "cuBLASLt" : "flash (CUDA cores)", af, fl / (af * 1e-3) / 1e12, ab,
+                impl == mc::AttentionImpl::Cudnn  ? "cuDNN fused SDPA"
+                : impl == mc::AttentionImpl::Gemm ? "cuBLASLt"
+                                                  : "flash (CUDA cores)",
+                af, fl / (af * 1e-3) / 1e12, ab,
                 2.5 * fl / (ab * 1e-3) / 1e12, (long long)c.L, (af + ab) * c.L);
   }
   mc::set_attention_impl(mc::AttentionImpl::Auto);

@@ -10,10 +10,13 @@
 // broadcast by shuffles. Each output element is written by exactly one thread in a fixed order: the
 // backward needs no atomics and is bitwise reproducible.
 //
-// This is the portable kernel. It does not use tensor cores; a WMMA / wgmma version (or cuDNN's fused
-// SDPA for the causal and bidirectional masks) is the next step for speed, see docs/cuda.md.
+// This is the portable kernel. It does not use tensor cores; a WMMA / wgmma version is the next step for
+// speed, see docs/cuda.md. The entry points below route bf16 calls with no mask or the causal one to
+// cuDNN's fused SDPA (attention_cudnn.cpp) when the build has the cuDNN frontend.
 #include <atomic>
 #include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention_mask.cuh"
 #include "kernels/cuda/ops.h"
@@ -250,9 +253,66 @@ void backward_d(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, cons
 
 }  // namespace
 
+#ifdef MEGADLM_HAVE_CUDNN_FRONTEND
+// attention_cudnn.cpp: true when cuDNN ran the call; false when it declined and `required` is false.
+bool attention_cudnn_forward(bf16_t* out, float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t B,
+                             int64_t Tn, int64_t H, int64_t K, int64_t D, bool causal, float scale, bool required,
+                             cudaStream_t stream);
+bool attention_cudnn_backward(bf16_t* dq, bf16_t* dk, bf16_t* dv, const bf16_t* dout, const bf16_t* q, const bf16_t* k,
+                              const bf16_t* v, const bf16_t* out, const float* lse, int64_t B, int64_t Tn, int64_t H,
+                              int64_t K, int64_t D, bool causal, float scale, bool required, cudaStream_t stream);
+#else
+// Without the frontend cudnn_use never answers yes; these stubs keep the call sites unconditional.
+inline bool attention_cudnn_forward(bf16_t*, float*, const bf16_t*, const bf16_t*, const bf16_t*, int64_t, int64_t,
+                                    int64_t, int64_t, int64_t, bool, float, bool, cudaStream_t) {
+  return false;
+}
+inline bool attention_cudnn_backward(bf16_t*, bf16_t*, bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*,
+                                     const bf16_t*, const bf16_t*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                     int64_t, bool, float, bool, cudaStream_t) {
+  return false;
+}
+#endif
+
 namespace {
 
-std::atomic<AttentionImpl> g_impl{AttentionImpl::Auto};
+// -1 until first use; then env MEGADLM_ATTENTION decides, unless set_attention_impl came first.
+std::atomic<int> g_impl{-1};
+
+AttentionImpl impl_from_env() {
+  const char* e = std::getenv("MEGADLM_ATTENTION");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "auto") return AttentionImpl::Auto;
+  if (v == "cudnn") return AttentionImpl::Cudnn;
+  if (v == "gemm") return AttentionImpl::Gemm;
+  if (v == "flash") return AttentionImpl::Flash;
+  fail("MEGADLM_ATTENTION=", v, " is not one of auto, cudnn, gemm, flash");
+}
+
+AttentionImpl current_impl() {
+  int v = g_impl.load();
+  if (v < 0) {
+    int unset = -1;
+    g_impl.compare_exchange_strong(unset, static_cast<int>(impl_from_env()));
+    v = g_impl.load();
+  }
+  return static_cast<AttentionImpl>(v);
+}
+
+// cuDNN's fused SDPA (attention_cudnn.cpp) takes bf16 with no mask or the causal one, when the build has
+// the frontend. Preferred (Auto) falls back when cuDNN declines the shape; Required (Cudnn) throws.
+enum class CudnnUse { No, Preferred, Required };
+CudnnUse cudnn_use(const char* who, const cpu::AttentionMask& mask, bool bf16) {
+  const AttentionImpl impl = current_impl();
+  if (impl != AttentionImpl::Auto && impl != AttentionImpl::Cudnn) return CudnnUse::No;
+  MDLM_CHECK(impl != AttentionImpl::Cudnn || attention_cudnn_compiled(), who,
+             ": AttentionImpl::Cudnn (MEGADLM_ATTENTION=cudnn) asked for, but this build has no cuDNN frontend "
+             "(MEGADLM_HAVE_CUDNN_FRONTEND undefined; see docs/cuda.md, Build)");
+  const bool applies = bf16 && mask.segment_ids == nullptr &&
+                       (mask.type == cpu::MaskType::None || mask.type == cpu::MaskType::Causal);
+  if (!applies || !attention_cudnn_compiled()) return CudnnUse::No;
+  return impl == AttentionImpl::Cudnn ? CudnnUse::Required : CudnnUse::Preferred;
+}
 
 int64_t gemm_budget_bytes() {
   static const int64_t budget = [] {
@@ -266,7 +326,8 @@ bool flash_supports(int64_t D) { return D == 32 || D == 64 || D == 128; }
 
 // Auto: the tensor-core cuBLASLt path while its scratch fits the budget, the flash kernel otherwise.
 bool use_gemm(const char* who, int64_t B, int64_t Tn, int64_t H, int64_t D, size_t elem) {
-  const AttentionImpl impl = g_impl.load();
+  // Cudnn reaches here only for what cuDNN lacks (masks, fp32): it then chooses as Auto does.
+  const AttentionImpl impl = current_impl() == AttentionImpl::Cudnn ? AttentionImpl::Auto : current_impl();
   // Auto also wants 16-byte aligned rows of scores (T % 8 == 0) for cuBLASLt's tensor-core kernels.
   const bool fits = attention_gemm_scratch_bytes(B, Tn, H, elem) <= gemm_budget_bytes() && Tn % 8 == 0 && D % 8 == 0;
   if (impl == AttentionImpl::Gemm || (impl == AttentionImpl::Auto && fits)) {
@@ -293,14 +354,26 @@ MaskDev attention_check_args(const char* who, int64_t B, int64_t Tn, int64_t H, 
   return MaskDev{mask.type, std::min(mask.block_size, Tn), mask.segment_ids};
 }
 
-void set_attention_impl(AttentionImpl impl) { g_impl.store(impl); }
-AttentionImpl attention_impl() { return g_impl.load(); }
+void set_attention_impl(AttentionImpl impl) { g_impl.store(static_cast<int>(impl)); }
+AttentionImpl attention_impl() { return current_impl(); }
+bool attention_cudnn_compiled() {
+#ifdef MEGADLM_HAVE_CUDNN_FRONTEND
+  return true;
+#else
+  return false;
+#endif
+}
 
 template <typename T>
 void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t Tn, int64_t H,
                        int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale, cudaStream_t stream) {
   const char* who = "cuda attention_forward";
   const MaskDev m = attention_check_args(who, B, Tn, H, K, D, mask);
+  const CudnnUse cu = cudnn_use(who, mask, std::is_same_v<T, bf16_t>);
+  if constexpr (std::is_same_v<T, bf16_t>)
+    if (cu != CudnnUse::No && attention_cudnn_forward(out, lse, q, k, v, B, Tn, H, K, D, mask.type == cpu::MaskType::Causal,
+                                                      scale, cu == CudnnUse::Required, stream))
+      return;
   if (use_gemm(who, B, Tn, H, D, sizeof(T))) {
     attention_gemm_forward(out, lse, q, k, v, B, Tn, H, K, D, m, scale, stream);
     return;
@@ -316,6 +389,12 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
                         const cpu::AttentionMask& mask, float scale, cudaStream_t stream) {
   const char* who = "cuda attention_backward";
   const MaskDev m = attention_check_args(who, B, Tn, H, K, D, mask);
+  const CudnnUse cu = cudnn_use(who, mask, std::is_same_v<T, bf16_t>);
+  if constexpr (std::is_same_v<T, bf16_t>)
+    if (cu != CudnnUse::No && attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tn, H, K, D,
+                                                       mask.type == cpu::MaskType::Causal, scale,
+                                                       cu == CudnnUse::Required, stream))
+      return;
   const bool gemm = use_gemm(who, B, Tn, H, D, sizeof(T));
   float* delta = stream_alloc<float>(B * H * Tn, stream);
   const int64_t rows = B * Tn * H;

@@ -203,11 +203,16 @@ void cast_e5m2_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale
 //   Gemm:  scores materialised per head in scratch (fp32) and the products on tensor cores through
 //          cuBLASLt (bf16 in, fp32 accumulation); any D % 8 == 0; scratch ~12 bytes per score in the
 //          backward (B*H*T*T scores).
-//   Auto (default): Gemm when T % 8 == 0, D % 8 == 0 and its scratch fits MEGADLM_ATTENTION_GEMM_MAX_MB
-//   (default 8192), else Flash.
-enum class AttentionImpl : uint8_t { Auto, Flash, Gemm };
-void set_attention_impl(AttentionImpl impl);  // process-wide (tests and benchmarks compare both)
+//   Cudnn: cuDNN's fused SDPA (attention_cudnn.cpp, builds with the cuDNN frontend only) for bf16 with no
+//          mask or the causal one, GQA, D % 8 == 0 up to cuDNN's limit; block-causal / segment masks and
+//          fp32 fall back to Auto's choice of the two above. A shape cuDNN rejects throws its message.
+//   Auto (default): Cudnn where it applies and cuDNN accepts the shape (when compiled in), else Gemm when
+//   T % 8 == 0, D % 8 == 0 and its scratch fits MEGADLM_ATTENTION_GEMM_MAX_MB (default 8192), else Flash.
+// The initial choice comes from env MEGADLM_ATTENTION=auto|cudnn|gemm|flash (read once, default auto).
+enum class AttentionImpl : uint8_t { Auto, Flash, Gemm, Cudnn };
+void set_attention_impl(AttentionImpl impl);  // process-wide (tests and benchmarks compare them)
 AttentionImpl attention_impl();
+bool attention_cudnn_compiled();  // true when this build has the cuDNN path (MEGADLM_HAVE_CUDNN_FRONTEND)
 template <typename T>
 void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t Tn, int64_t H,
                        int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale, cudaStream_t stream = 0);
