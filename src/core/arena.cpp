@@ -68,6 +68,10 @@ void Arena::reset() {
 
 void Arena::release(size_t mark) {
   MDLM_CHECK(mark <= used_, "Arena::release to a mark beyond the used size");
+  if (mark == 0) {
+    reset();  // everything is free: regrow now, so that an arena used only through marks settles too
+    return;
+  }
   // The count follows the mark (later allocations take new chunks until reset()), so high_water_, and
   // the block reset() regrows to, is the live peak rather than the sum of everything allocated in the
   // step. Overflow chunks handed out after the mark are freed now, so that the first step's resident

@@ -26,6 +26,7 @@ class Arena {
   // Frees everything allocated since construction (or the last reset).
   void reset();
   // A mark to free back to: everything allocated after mark() is released by release(mark).
+  // release(0) is reset().
   size_t mark() const { return used_; }
   void release(size_t mark);
 

@@ -86,6 +86,12 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
   params_.finalize();
 }
 
+// Temporaries that no later step reads (the output layer's chunks of logits): the precision policy's
+// transient arena, which is empty between the layers' forward and backward, or the arena in fp32.
+Arena& LanguageModel::work_arena() {
+  return precision_ && precision_->mode() != PrecisionMode::FP32 ? precision_->transient() : arena_;
+}
+
 Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
   MDLM_CHECK(pre_process_ && post_process_, "pipeline stage ", ctx_.pp.rank,
              ": whole-model calls need one stage; use the pipeline schedule (parallel/pipeline_schedule.h)");
@@ -117,7 +123,7 @@ double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, co
   Tensor* dx = &g0;
   double loss = 0;
   if (post_process_) {
-    loss = head_.loss_and_backward(arena_, out, mb.targets, mb.weights, grad_scale, g0, per_token_loss);
+    loss = head_.loss_and_backward(work_arena(), out, mb.targets, mb.weights, grad_scale, g0, per_token_loss);
     final_norm_.backward(g0, g1);
     if (grads_ready_) grads_ready_(final_norm_first_param_);
   } else {
@@ -138,7 +144,7 @@ double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, co
 
 double LanguageModel::loss_stage(const MicroBatch& mb, const Tensor& out, float* per_token_loss) {
   MDLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
-  const double loss = head_.loss(arena_, out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
+  const double loss = head_.loss(work_arena(), out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
   arena_.reset();
   return loss;
 }

@@ -54,6 +54,10 @@ class LanguageModel {
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
   Arena& arena() { return arena_; }
+  // High-water bytes of the activations so far: the arena, plus the precision policy's transient arena.
+  double activation_high_water() const {
+    return static_cast<double>(arena_.high_water()) + (precision_ ? precision_->transient_bytes() : 0.0);
+  }
 
   // Forward and backward of one micro-batch; returns sum_n w_n CE_n. Gradients are accumulated into
   // params().grads() with dlogits multiplied by grad_scale. The arena is reset at the end.
@@ -133,6 +137,7 @@ class LanguageModel {
   Norm final_norm_;
   LMHead head_;
   std::unique_ptr<MixedPrecision> precision_;
+  Arena& work_arena();
   std::vector<int64_t> recompute_start_;  // per layer: first layer of its recomputed group, or -1
   std::vector<Tensor> group_inputs_;      // per layer: the kept input of a recomputed group
   std::vector<int> layer_first_param_;    // per layer: the id of its first parameter

@@ -45,6 +45,7 @@ SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, cons
 }
 
 void SelfAttention::set_precision(MixedPrecision* p) {
+  prec_ = p && p->mode() != PrecisionMode::FP32 ? p : nullptr;
   for (Linear* l : {&q_proj_, &k_proj_, &v_proj_, &o_proj_}) l->set_precision(p);
 }
 
@@ -56,20 +57,22 @@ cpu::AttentionMask SelfAttention::mask() const {
   return m;
 }
 
-Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchInfo& batch) {
-  batch_ = batch;
-  const Tensor x = gather_rows(arena, *ctx_, x_local);  // all N rows (sequence parallel: gathered)
-  const int64_t N = batch.B * batch.T;
-  Tensor q = q_proj_.forward(arena, x);                          // [N, H*D]
-  Tensor k = k_proj_.forward_shared_input(arena, x, q_proj_);    // [N, K*D]
-  v_ = v_proj_.forward_shared_input(arena, x, q_proj_);          // [N, K*D]
+void SelfAttention::normalize_and_rotate(Arena& arena, Arena& work, Tensor& q, Tensor& k) {
+  const int64_t N = batch_.B * batch_.T;
   if (q_norm_ >= 0) {
+    // The raw projections are kept (fp32) for the norm's backward; q, k become the normed copies.
     q_raw_ = q;
     k_raw_ = k;
+    if (prec_) {  // q, k were made in the transient arena: keep copies
+      q_raw_ = arena.tensor(q.shape());
+      k_raw_ = arena.tensor(k.shape());
+      q_raw_.copy_from(q);
+      k_raw_.copy_from(k);
+    }
     q_rstd_ = arena.tensor({N * H_});
     k_rstd_ = arena.tensor({N * K_});
-    q = arena.tensor({N, H_ * D_});
-    k = arena.tensor({N, K_ * D_});
+    q = work.tensor({N, H_ * D_});
+    k = work.tensor({N, K_ * D_});
     cpu::rmsnorm_forward(q.data<float>(), q_rstd_.data<float>(), q_raw_.data<float>(),
                          store_->value(q_norm_).data<float>(), N * H_, D_, cfg_.norm_epsilon);
     cpu::rmsnorm_forward(k.data<float>(), k_rstd_.data<float>(), k_raw_.data<float>(),
@@ -77,11 +80,22 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchIn
   }
   if (cfg_.position_embedding == PositionEmbedding::Rope) {
     // In place: the rotated q, k are what the attention backward needs.
-    cpu::rope_forward(q.data<float>(), q.data<float>(), batch.positions, rope_cos_.data<float>(),
+    cpu::rope_forward(q.data<float>(), q.data<float>(), batch_.positions, rope_cos_.data<float>(),
                       rope_sin_.data<float>(), N, H_, D_);
-    cpu::rope_forward(k.data<float>(), k.data<float>(), batch.positions, rope_cos_.data<float>(),
+    cpu::rope_forward(k.data<float>(), k.data<float>(), batch_.positions, rope_cos_.data<float>(),
                       rope_sin_.data<float>(), N, K_, D_);
   }
+}
+
+Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchInfo& batch) {
+  batch_ = batch;
+  if (prec_) return forward_low_precision(arena, x_local);
+  const Tensor x = gather_rows(arena, *ctx_, x_local);  // all N rows (sequence parallel: gathered)
+  const int64_t N = batch.B * batch.T;
+  Tensor q = q_proj_.forward(arena, x);                          // [N, H*D]
+  Tensor k = k_proj_.forward_shared_input(arena, x, q_proj_);    // [N, K*D]
+  v_ = v_proj_.forward_shared_input(arena, x, q_proj_);          // [N, K*D]
+  normalize_and_rotate(arena, arena, q, k);
   q_ = q;
   k_ = k;
   attn_out_ = arena.tensor({N, H_ * D_});
@@ -90,6 +104,44 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchIn
                          v_.data<float>(), batch.B, batch.T, H_, K_, D_, mask(),
                          1.0f / std::sqrt(static_cast<float>(D_)));
   return o_proj_.forward(arena, attn_out_);
+}
+
+// Under a precision policy: the fp32 q, k, v and attention output live in the policy's transient
+// arena; the arena keeps their narrow copies (plus the log-sum-exp and the projections' saved inputs).
+Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local) {
+  Arena& tmp = prec_->transient();
+  const size_t mark = tmp.mark();
+  const Tensor x = gather_rows(tmp, *ctx_, x_local);
+  const int64_t N = batch_.B * batch_.T;
+  const DType narrow = activation_dtype(*prec_);
+  Tensor q = tmp.tensor({N, H_ * D_}), k = tmp.tensor({N, K_ * D_}), v = tmp.tensor({N, K_ * D_});
+  q_proj_.forward_into(arena, x, q);
+  k_proj_.forward_shared_input_into(arena, x, q_proj_, k);
+  v_proj_.forward_shared_input_into(arena, x, q_proj_, v);
+  normalize_and_rotate(arena, tmp, q, k);
+  // Narrow copies for the backward. The forward itself runs on the fp32 values, as the MLP's
+  // activation does (--bf16-storage-only therefore keeps an exact fp32 forward).
+  q_ = arena.tensor(q.shape(), narrow);
+  k_ = arena.tensor(k.shape(), narrow);
+  v_ = arena.tensor(v.shape(), narrow);
+  store_activation(*prec_, q_, q);
+  store_activation(*prec_, k_, k);
+  store_activation(*prec_, v_, v);
+  Tensor o = tmp.tensor({N, H_ * D_});
+  lse_ = arena.tensor({batch_.B * H_ * batch_.T});
+  cpu::attention_forward(o.data<float>(), lse_.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
+                         batch_.B, batch_.T, H_, K_, D_, mask(), 1.0f / std::sqrt(static_cast<float>(D_)));
+  attn_out_ = arena.tensor(o.shape(), narrow);
+  store_activation(*prec_, attn_out_, o);
+  Tensor y;
+  if (o_proj_.can_share_saved_input(narrow)) {
+    Tensor out = arena.tensor({N, cfg_.hidden_size});
+    y = o_proj_.forward_with_saved_input(arena, o, attn_out_, out);
+  } else {
+    y = o_proj_.forward(arena, o);  // fp8: its own E4M3 copy with its scale
+  }
+  tmp.release(mark);
+  return y;
 }
 
 Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
@@ -135,9 +187,17 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor dq = arena.tensor({N, H_ * D_});
   Tensor dk = arena.tensor({N, K_ * D_});
   Tensor dv = arena.tensor({N, K_ * D_});
+  // Under a precision policy the saved q, k, v and output are narrow: back to fp32 in temporaries.
+  Tensor q = q_, k = k_, v = v_, o = attn_out_;
+  if (q_.dtype() != DType::F32) {
+    for (auto [wide, kept] : {std::pair<Tensor*, const Tensor*>{&q, &q_}, {&k, &k_}, {&v, &v_}, {&o, &attn_out_}}) {
+      *wide = arena.tensor(kept->shape());
+      load_activation(*wide, *kept);
+    }
+  }
   cpu::attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
-                          q_.data<float>(), k_.data<float>(), v_.data<float>(), attn_out_.data<float>(),
-                          lse_.data<float>(), batch_.B, batch_.T, H_, K_, D_, mask(),
+                          q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(), lse_.data<float>(),
+                          batch_.B, batch_.T, H_, K_, D_, mask(),
                           1.0f / std::sqrt(static_cast<float>(D_)));
   if (cfg_.position_embedding == PositionEmbedding::Rope) {
     cpu::rope_backward(dq.data<float>(), dq.data<float>(), batch_.positions, rope_cos_.data<float>(),

@@ -29,11 +29,17 @@ class SelfAttention {
   // attend to the cache (cpu::decode_attention_forward: causal or full). -> y [B*Tn, C].
   Tensor forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache, float* v_cache,
                         int64_t S, const int64_t* offsets, bool causal);
-  // The precision policy of the four projections (nn/precision.h).
+  // The precision policy of the four projections (nn/precision.h). Under a policy, q, k, v and the
+  // attention output are also kept in its narrow activation format (bf16, fp16 under --fp16) for the
+  // backward, which loads them back in fp32; the forward runs on the fp32 values.
   void set_precision(MixedPrecision* p);
 
  private:
   cpu::AttentionMask mask() const;
+  Tensor forward_low_precision(Arena& arena, const Tensor& x_local);
+  // q, k (raw projections) -> QK-norm (when configured) and RoPE, in place or into `work` tensors.
+  void normalize_and_rotate(Arena& arena, Arena& work, Tensor& q, Tensor& k);
+  MixedPrecision* prec_ = nullptr;  // null: fp32
   ParamStore* store_ = nullptr;
   const ParallelContext* ctx_ = nullptr;
   TransformerConfig cfg_;
@@ -45,8 +51,8 @@ class SelfAttention {
   BatchInfo batch_;
   Tensor q_raw_, k_raw_;           // projections before QK-norm (only with QK-norm)
   Tensor q_rstd_, k_rstd_;
-  Tensor q_, k_, v_;               // inputs of the attention kernel
-  Tensor attn_out_, lse_;
+  Tensor q_, k_, v_;               // inputs of the attention kernel (fp32, or narrow under a policy)
+  Tensor attn_out_, lse_;          // attention output (same dtype as q_), log-sum-exp [B, H, T]
 };
 
 }  // namespace megadlm

@@ -35,14 +35,24 @@ Linear::Linear(ParamStore& store, const ParallelContext& ctx, const std::string&
   }
 }
 
-Tensor Linear::forward(Arena& arena, const Tensor& x) { return forward_impl(arena, x, nullptr, nullptr); }
+Tensor Linear::forward(Arena& arena, const Tensor& x) { return forward_impl(arena, x, nullptr, nullptr, nullptr); }
 
 Tensor Linear::forward_into(Arena& arena, const Tensor& x, Tensor& out) {
-  return forward_impl(arena, x, nullptr, &out);
+  return forward_impl(arena, x, nullptr, nullptr, &out);
 }
 
 Tensor Linear::forward_shared_input(Arena& arena, const Tensor& x, const Linear& first) {
-  return forward_impl(arena, x, &first, nullptr);
+  return forward_impl(arena, x, &first, nullptr, nullptr);
+}
+
+Tensor Linear::forward_shared_input_into(Arena& arena, const Tensor& x, const Linear& first, Tensor& out) {
+  return forward_impl(arena, x, &first, nullptr, &out);
+}
+
+Tensor Linear::forward_with_saved_input(Arena& arena, const Tensor& x, const Tensor& saved, Tensor& out) {
+  MDLM_CHECK(can_share_saved_input(saved.dtype()), "Linear: a shared saved input of dtype ", dtype_name(saved.dtype()),
+             " does not match this layer's precision policy");
+  return forward_impl(arena, x, nullptr, &saved, &out);
 }
 
 // Row-parallel: the partial products are summed over tp (all-reduce, or reduce-scatter to this rank's
@@ -53,7 +63,15 @@ Tensor Linear::bias_and_reduce(Arena& arena, Tensor& y) {
   return out;
 }
 
-Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* first, Tensor* out) {
+void Linear::share_saved_input(const Tensor& saved) {
+  MDLM_CHECK(saved.raw() == nullptr || can_share_saved_input(saved.dtype()), "Linear: a shared saved input of dtype ",
+             dtype_name(saved.dtype()), " does not match this layer's precision policy");
+  saved_x_ = saved;
+  saved_scale_ = 1.0f;
+}
+
+Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* first, const Tensor* saved,
+                            Tensor* out) {
   // Column-parallel under sequence parallelism: all rows of the input (identity otherwise).
   const Tensor x = mode_ == LinearParallel::Column && !caller_maps_input_ ? gather_rows(arena, *ctx_, x_in) : x_in;
   const int64_t N = x.numel() / in_;
@@ -70,6 +88,11 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
   if (first) {
     saved_x_ = first->saved_x_;
     saved_scale_ = first->saved_scale_;
+  } else if (saved) {
+    MDLM_CHECK(saved->numel() == N * in_, "Linear: shared saved input ", saved->shape().str(), " is not [", N, ", ",
+               in_, "]");
+    saved_x_ = *saved;
+    saved_scale_ = 1.0f;
   } else {
     saved_x_ = arena.tensor({N, in_}, prec_->saved_dtype());
     Fp8TensorScaling* s = prec_->mode() == PrecisionMode::FP8 ? &prec_->fp8_scaling(w_).input : nullptr;

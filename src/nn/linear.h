@@ -33,6 +33,21 @@ class Linear {
   // The same, for a layer whose input is the same tensor as `first`'s (q/k/v projections): the
   // narrow copy `first` saved is shared instead of made again (fp8: with `first`'s input scale).
   Tensor forward_shared_input(Arena& arena, const Tensor& x, const Linear& first);
+  // forward_shared_input with y written to `out` [N, O].
+  Tensor forward_shared_input_into(Arena& arena, const Tensor& x, const Linear& first, Tensor& out);
+  // Under a precision policy whose saved dtype is `saved`'s (bf16, fp16; not fp8, whose copy carries
+  // this layer's own scale): the caller already holds the narrow copy of x [N, I] that the backward
+  // needs (the attention output, kept for the attention's own backward), so it is shared, not made
+  // again. x is still read by the products of the storage-only and emulated paths. y -> out [N, O].
+  Tensor forward_with_saved_input(Arena& arena, const Tensor& x, const Tensor& saved, Tensor& out);
+  // Replaces the saved input by `saved` (same contract as forward_with_saved_input) or forgets it
+  // (an undefined tensor): for a caller that frees the copy after the forward and remakes it for the
+  // backward (the MLP's activation, recomputed from its input).
+  void share_saved_input(const Tensor& saved);
+  // Whether forward_with_saved_input can share a narrow copy of dtype `dtype`.
+  bool can_share_saved_input(DType dtype) const {
+    return low_precision() && prec_->mode() != PrecisionMode::FP8 && prec_->saved_dtype() == dtype;
+  }
   // dy [N, O] -> dx [N, I] written (or added to, when accumulate_dx). dW, db accumulated.
   void backward(const Tensor& dy, Tensor& dx, bool accumulate_dx);
 
@@ -59,7 +74,8 @@ class Linear {
   float saved_scale_ = 1.0f;  // fp8: the scale saved_x_ was quantised with
 
   bool low_precision() const { return prec_ && prec_->mode() != PrecisionMode::FP32; }
-  Tensor forward_impl(Arena& arena, const Tensor& x, const Linear* first, Tensor* out);
+  // first: share its saved input; saved: share this narrow copy; out: write y there (else the arena).
+  Tensor forward_impl(Arena& arena, const Tensor& x, const Linear* first, const Tensor* saved, Tensor* out);
   Tensor bias_and_reduce(Arena& arena, Tensor& y);
 };
 

@@ -8,6 +8,11 @@
 
 namespace megadlm {
 
+int64_t logits_chunk_rows(int64_t N, int64_t Vl) {
+  const int64_t rows = std::max<int64_t>(64, kLogitsChunkBytes / (4 * std::max<int64_t>(Vl, 1)));
+  return std::max<int64_t>(1, std::min(N, rows));
+}
+
 static const ParallelContext& single_context() {
   static const ParallelContext ctx;
   return ctx;
@@ -93,14 +98,21 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
   return out;
 }
 
-double LMHead::loss(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
+double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets, const float* weights,
                     float* per_token_loss) {
   const size_t mark = arena.mark();
-  Tensor lg = logits(arena, x);
-  const int64_t N = lg.size(0);
+  const Tensor x = gather_rows(arena, *ctx_, x_local);
+  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_);
+  Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
-  const double total = vocab_parallel_cross_entropy(*ctx_, losses.data<float>(), nullptr, lg.data<float>(), targets,
-                                                    weights, -100, 1.0f, N, V_local_, vocab_start_, V_);
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = std::min(rows, N - r0);
+    cpu::gemm(false, true, n, V_local_, C_, 1.0f, x.data<float>() + r0 * C_, C_, store_->value(w_).data<float>(), C_,
+              0.0f, lg.data<float>(), V_local_);
+    total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
+                                          weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
+  }
   if (per_token_loss) std::copy(losses.data<float>(), losses.data<float>() + N, per_token_loss);
   arena.release(mark);
   return total;
@@ -120,24 +132,32 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
   if (compact) targets = kept.targets, weights = kept.weights;
-  Tensor lg = shard_logits(arena, x);
+  const int64_t rows = logits_chunk_rows(N, V_local_);
+  Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
-  float* dlogits = lg.data<float>();  // in place
-  const double total = vocab_parallel_cross_entropy(*ctx_, losses.data<float>(), dlogits, lg.data<float>(), targets,
-                                                    weights, -100, grad_scale, N, V_local_, vocab_start_, V_);
-  if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
   // dx [N, C] = dlogits [N, Vl] @ W [Vl, C]: this rank's share, summed over tp (all rows, or this
   // rank's rows under sequence parallelism).
   const bool reduce = ctx_->tp.size > 1;
   Tensor dxp = reduce ? arena.tensor({N_all, C_}) : dx;
   Tensor dxk = compact ? arena.tensor({N, C_}) : dxp;
-  cpu::gemm(false, false, N, C_, V_local_, 1.0f, dlogits, V_local_, store_->value(w_).data<float>(), C_, 0.0f,
-            dxk.data<float>(), C_);
+  const float* W = store_->value(w_).data<float>();
+  float* dW = store_->grad(w_).data<float>();
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = std::min(rows, N - r0);
+    const float* xr = x.data<float>() + r0 * C_;
+    float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
+    cpu::gemm(false, true, n, V_local_, C_, 1.0f, xr, C_, W, C_, 0.0f, logits, V_local_);
+    total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
+                                          weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_,
+                                          vocab_start_, V_);
+    cpu::gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxk.data<float>() + r0 * C_, C_);
+    // dW [Vl, C] += dlogits^T @ x
+    cpu::gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
+  }
+  if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
   if (compact) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
   if (reduce) reduce_rows(*ctx_, dxp, dx, false);
-  // dW [Vl, C] += dlogits^T @ x
-  cpu::gemm(true, false, V_local_, C_, N, 1.0f, dlogits, V_local_, x.data<float>(), C_, 1.0f,
-            store_->grad(w_).data<float>(), C_);
   arena.release(mark);
   return total;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The output layer: logits = x W^T with W the word embeddings (tied) or a separate output matrix,
-// then the fused softmax cross-entropy with per-token weights. The logits buffer is reused in place
-// for dlogits. Legend: N tokens, C hidden, V vocabulary, Vl = V/tp this rank's vocabulary shard.
+// then the fused softmax cross-entropy with per-token weights, a chunk of rows at a time (forward,
+// loss, both backward products per chunk). The logits buffer is reused in place for dlogits. Legend: N tokens, C hidden, V vocabulary, Vl = V/tp this rank's vocabulary shard.
 //
 // Tensor parallelism: the output matrix is split by vocabulary rows like the word embeddings (with
 // tied embeddings the same shard serves both), each rank makes the logits of its shard [N, Vl] and the
@@ -15,6 +15,12 @@
 #include "parallel/parallel_context.h"
 
 namespace megadlm {
+
+// The logits are made and consumed kLogitsChunkBytes at a time (rows of [N, Vl]), never all N rows
+// at once: at a 50k vocabulary the full [N, V] block would be the largest activation of the step.
+// Chunks of at least 64 rows keep the products efficient.
+constexpr int64_t kLogitsChunkBytes = int64_t{32} << 20;
+int64_t logits_chunk_rows(int64_t N, int64_t Vl);
 
 class LMHead {
  public:

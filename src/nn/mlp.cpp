@@ -20,20 +20,44 @@ MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name,
   F_ = ffn_hidden / ctx.tp.size;
 }
 
-// Under a precision policy the fc1 output and the activation are made in scratch buffers and only
-// narrow copies are kept for the backward: h_ here (the activation's input) and fc2's saved input.
+void MLP::activation_forward(Tensor& a, const Tensor& h) const {
+  const int64_t N = h.size(0);
+  if (act_ == Activation::Gelu) cpu::gelu_forward(a.data<float>(), h.data<float>(), N * F_);
+  else cpu::swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
+}
+
+// Under a precision policy the fc1 output and the activation are made in the policy's transient arena
+// (freed before returning) and only narrow copies are kept for the backward: h_ here (the
+// activation's input) and, unless the activation is recomputed, fc2's saved input.
 Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
   // fc1's output has all rows (sequence parallelism: x holds this rank's 1/tp of them).
   const int64_t N = x.numel() / x.size(-1) * (sequence_parallel(*ctx_) ? ctx_->tp.size : 1);
   const int64_t fc1_out = fc1_.out_features();
-  Tensor h = Tensor::borrow(prec_->scratch_f32(2, N * fc1_out), {N, fc1_out}, DType::F32);
+  Arena& tmp = prec_->transient();
+  const size_t mark = tmp.mark();
+  Tensor h = tmp.tensor({N, fc1_out});
   fc1_.forward_into(arena, x, h);
   h_ = arena.tensor({N, fc1_out}, activation_dtype(*prec_));
   store_activation(*prec_, h_, h);
-  Tensor a = Tensor::borrow(prec_->scratch_f32(3, N * F_), {N, F_}, DType::F32);
-  if (act_ == Activation::Gelu) cpu::gelu_forward(a.data<float>(), h.data<float>(), N * F_);
-  else cpu::swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
-  return fc2_.forward(arena, a);
+  Tensor a = tmp.tensor({N, F_});
+  Tensor y;
+  if (recompute_activation()) {
+    // The activation is not kept: the backward remakes fc2's input from h_. So that the remade copy
+    // is bit for bit the one multiplied here, the forward takes the activation of the narrow h too.
+    load_activation(h, h_);
+    activation_forward(a, h);
+    Tensor a_narrow = tmp.tensor({N, F_}, activation_dtype(*prec_));
+    store_activation(*prec_, a_narrow, a);
+    // fc2's output is the layer's (arena), unless sequence parallelism reduce-scatters it into a new one.
+    Tensor out = (sequence_parallel(*ctx_) ? tmp : arena).tensor({N, fc2_.out_features()});
+    y = fc2_.forward_with_saved_input(arena, a, a_narrow, out);
+    fc2_.share_saved_input(Tensor());  // a_narrow is freed below
+  } else {
+    activation_forward(a, h);
+    y = fc2_.forward(arena, a);
+  }
+  tmp.release(mark);
+  return y;
 }
 
 Tensor MLP::forward(Arena& arena, const Tensor& x) {
@@ -41,8 +65,7 @@ Tensor MLP::forward(Arena& arena, const Tensor& x) {
   h_ = fc1_.forward(arena, x);
   const int64_t N = h_.size(0);
   Tensor a = arena.tensor({N, F_});
-  if (act_ == Activation::Gelu) cpu::gelu_forward(a.data<float>(), h_.data<float>(), N * F_);
-  else cpu::swiglu_forward(a.data<float>(), h_.data<float>(), N, F_);
+  activation_forward(a, h_);
   return fc2_.forward(arena, a);
 }
 
@@ -50,7 +73,6 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const int64_t N = h_.size(0);
   const size_t mark = arena.mark();
   Tensor da = arena.tensor({N, F_});
-  fc2_.backward(dy, da, false);
   Tensor dh = arena.tensor(h_.shape());
   Tensor h = h_;
   if (h_.dtype() != DType::F32) {
@@ -58,6 +80,17 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     // writes the gradient at the same place.
     load_activation(dh, h_);
     h = dh;
+  }
+  if (recompute_activation()) {
+    // fc2's saved input remade as the forward made it, in da first (fc2's backward then overwrites it).
+    activation_forward(da, h);
+    Tensor a_narrow = arena.tensor({N, F_}, activation_dtype(*prec_));
+    store_activation(*prec_, a_narrow, da);
+    fc2_.share_saved_input(a_narrow);
+    fc2_.backward(dy, da, false);
+    fc2_.share_saved_input(Tensor());
+  } else {
+    fc2_.backward(dy, da, false);
   }
   if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
   else cpu::swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);

@@ -3,6 +3,8 @@
 // With SwiGLU, fc1 is Megatron's fused [gate; up] projection of 2F outputs. Tensor parallelism gives
 // each rank F/tp hidden features: the same slice of gate and of up (fc1's weight is then registered
 // as [2, F, C] split along dimension 1), and fc2's matching input columns.
+// Under a precision policy the block keeps only the narrow fc1 output (and, for bf16 storage and fp8,
+// fc2's own input copy); the fp32 values are made in the policy's transient arena.
 // Legend: N tokens, C hidden, F ffn hidden.
 #include <string>
 
@@ -28,6 +30,13 @@ class MLP {
 
  private:
   Tensor forward_low_precision(Arena& arena, const Tensor& x);
+  void activation_forward(Tensor& a, const Tensor& h) const;  // h [N, fc1 out] -> a [N, F]
+  // bf16 products and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an
+  // elementwise pass instead of N*F saved values). Not with bf16 storage only (its forward multiplies
+  // the exact fp32 activation) nor fp8 (fc2's input copy carries its own scale).
+  bool recompute_activation() const {
+    return prec_ && (prec_->bf16_gemm() || prec_->mode() == PrecisionMode::FP16);
+  }
   Activation act_ = Activation::Gelu;
   int64_t F_ = 0;  // this rank's hidden features: ffn_hidden / tp
   const ParallelContext* ctx_ = nullptr;

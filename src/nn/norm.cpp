@@ -21,10 +21,12 @@ Norm::Norm(ParamStore& store, const std::string& name, NormKind kind, int64_t C,
   if (kind == NormKind::LayerNorm && bias) b_ = store.add(name + ".bias", {C}, Init::Zeros, 0.0f, false);
 }
 
-Tensor Norm::forward(Arena& arena, const Tensor& x) {
+Tensor Norm::forward(Arena& arena, const Tensor& x) { return forward(arena, x, arena); }
+
+Tensor Norm::forward(Arena& arena, const Tensor& x, Arena& out_arena) {
   const int64_t N = x.numel() / C_;
   saved_x_ = x;
-  Tensor y = arena.tensor({N, C_});
+  Tensor y = out_arena.tensor({N, C_});
   rstd_ = arena.tensor({N});
   const float* w = store_->value(w_).data<float>();
   if (kind_ == NormKind::LayerNorm) {

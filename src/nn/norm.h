@@ -21,6 +21,9 @@ class Norm {
 
   // x [N, C] -> y [N, C] from the arena; saves x and the statistics.
   Tensor forward(Arena& arena, const Tensor& x);
+  // The same with the output y made in `out_arena` instead: for a caller that keeps only a narrow
+  // copy of y (the statistics, which the backward needs, still come from `arena`).
+  Tensor forward(Arena& arena, const Tensor& x, Arena& out_arena);
   // dy [N, C] -> dx [N, C] written; parameter gradients accumulated.
   void backward(const Tensor& dy, Tensor& dx);
 

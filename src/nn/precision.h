@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/tensor.h"
 #include "nn/fp8_scaling.h"
 #include "nn/parameters.h"
@@ -79,6 +80,14 @@ class MixedPrecision {
   // Bytes held by the weight copies and scratch buffers (for the memory report).
   double buffer_bytes() const;
 
+  // The activations of one layer call that are not kept for the backward: the fp32 values a layer
+  // makes before it stores their narrow copies (norm outputs, q/k/v, the attention output, the MLP's
+  // fc1 output and activation) and its backward's temporaries. Every layer call empties it when it
+  // returns (reset()), so it holds one layer's worth, while the model's arena keeps only the narrow
+  // copies and the residual stream.
+  Arena& transient() { return transient_; }
+  double transient_bytes() const { return static_cast<double>(transient_.high_water()); }
+
   // Reusable scratch buffers (grown, never shrunk: no allocation in the steady state).
   float* scratch_f32(int slot, int64_t n);
   uint16_t* scratch_u16(int slot, int64_t n);
@@ -96,8 +105,9 @@ class MixedPrecision {
   int64_t version_ = 0;
   std::unordered_map<int, WeightCopy> weights_;
   std::unordered_map<int, std::unique_ptr<Fp8LinearScaling>> fp8_;
-  std::vector<float> f32_[4];  // 0, 1: Linear input / gradient; 2, 3: MLP fc1 output / activation
+  std::vector<float> f32_[2];  // 0, 1: Linear input / gradient
   std::vector<uint16_t> u16_[2];  // slot 0: Linear's bf16 gradient, slot 1: fp16 rounding
+  Arena transient_;
 };
 
 // Activations saved for an elementwise backward (the MLP's GELU / SwiGLU input): bf16, or fp16 under

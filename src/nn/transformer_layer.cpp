@@ -38,10 +38,16 @@ Tensor TransformerLayer::mlp_forward(Arena& arena, const Tensor& x, const BatchI
 }
 
 Tensor TransformerLayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
-  Tensor a = attn_.forward(arena, input_norm_.forward(arena, x), batch);
+  // Under a precision policy the norm outputs are read only by Linear layers, which keep their own
+  // narrow copies: the fp32 outputs go to the transient arena (not for MoE, whose experts stay fp32
+  // and keep a view of their input).
+  Arena& tmp = prec_ ? prec_->transient() : arena;
+  const size_t mark = tmp.mark();
+  Tensor a = attn_.forward(arena, input_norm_.forward(arena, x, tmp), batch);
   cpu::add_inplace(a.data<float>(), x.data<float>(), a.numel());  // a := x1 = x + attn
-  Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a), batch);
+  Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a, moe_ ? arena : tmp), batch);
   cpu::add_inplace(m.data<float>(), a.data<float>(), m.numel());  // m := y = x1 + mlp
+  if (prec_) tmp.release(mark);
   return m;
 }
 
@@ -54,7 +60,10 @@ Tensor TransformerLayer::forward_cached(Arena& arena, const Tensor& x, const Bat
   return m;
 }
 
-void TransformerLayer::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
+void TransformerLayer::backward(Arena& model_arena, const Tensor& dy, Tensor& dx) {
+  // The temporaries: from the transient arena under a precision policy (the forward's fp32 values
+  // there are gone by now), so that they do not add to the saved activations.
+  Arena& arena = prec_ ? prec_->transient() : model_arena;
   const size_t mark = arena.mark();
   Tensor tmp = arena.tensor(dy.shape());
   Tensor dx1 = arena.tensor(dy.shape());

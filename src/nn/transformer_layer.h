@@ -26,7 +26,10 @@ class TransformerLayer {
 
   MoELayer* moe() { return moe_.get(); }  // null for a dense layer
   // The precision policy of the attention and MLP projections (MoE experts stay fp32).
+  // Under a policy the fp32 values the layer does not keep (norm outputs, q/k/v, attention output,
+  // MLP hidden) and its backward's temporaries live in the policy's transient arena (one layer's worth).
   void set_precision(MixedPrecision* p) {
+    prec_ = p && p->mode() != PrecisionMode::FP32 ? p : nullptr;
     attn_.set_precision(p);
     mlp_.set_precision(p);
   }
@@ -37,6 +40,7 @@ class TransformerLayer {
   SelfAttention attn_;
   MLP mlp_;
   std::unique_ptr<MoELayer> moe_;  // replaces mlp_ when the spec says MlpKind::MoE
+  MixedPrecision* prec_ = nullptr;  // null: fp32
 };
 
 }  // namespace megadlm

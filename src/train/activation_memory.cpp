@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "nn/lm_head.h"
 #include "nn/moe_counts.h"
 
 namespace megadlm {
@@ -39,29 +40,45 @@ double saved_input_bytes(const PrecisionConfig& p) {
   }
 }
 
+// Bytes per element of the narrow activations (q, k, v, attention output, MLP hidden): bf16 or fp16.
+constexpr double kNarrow = 2;
+
 // Bytes per token a layer leaves in the arena after its forward.
 double layer_saved(const LayerDims& d, const TransformerConfig& c, int64_t layer, const PrecisionConfig& p) {
   const double e = saved_input_bytes(p);
   const bool lowp = p.mode != PrecisionMode::FP32;
-  double b = 4 * (d.C + d.stats);                                  // input norm
+  const bool moe = c.moe.is_moe_layer(layer);
+  double b = 4 * d.stats + (lowp ? 0 : 4 * d.C);                   // input norm (low precision: y is transient)
   b += e * d.C;                                                    // q/k/v's shared input copy
-  b += 4 * (d.H + 2 * d.K) * d.D;                                  // q, k, v
-  if (d.qk_norm) b += 4 * (d.H + d.K) + 4 * (d.H + d.K) * d.D;     // rstd, normed q, k
-  b += 4 * (d.H * d.D + d.H);                                      // attention output, log-sum-exp
-  b += e * d.H * d.D + 4 * d.C;                                    // o_proj input copy, output (residual)
-  b += 4 * (d.C + d.stats);                                        // post-attention norm
-  if (c.moe.is_moe_layer(layer)) return b + 4 * ffn_counts(c, layer).saved_per_token;
-  if (lowp) b += e * d.C + 2 * d.fc1 + e * d.F + 4 * d.C;          // fc1 input copy, narrow h, fc2 input copy, output
+  if (d.qk_norm) b += 4 * (d.H + d.K) + 4 * (d.H + d.K) * d.D;     // rstd, raw q, k (fp32) or normed q, k
+  b += (lowp ? kNarrow : 4) * ((d.H + 2 * d.K) * d.D + d.H * d.D); // q, k, v, attention output
+  b += 4 * d.H;                                                    // log-sum-exp
+  if (p.mode == PrecisionMode::FP8) b += e * d.H * d.D;            // o_proj's own input copy (else shared)
+  b += 4 * d.C;                                                    // o_proj output (the residual)
+  b += 4 * d.stats + (lowp && !moe ? 0 : 4 * d.C);                 // post-attention norm
+  if (moe) return b + 4 * ffn_counts(c, layer).saved_per_token;
+  const bool recompute_act = (p.mode == PrecisionMode::BF16 && p.bf16_products) || p.mode == PrecisionMode::FP16;
+  if (lowp) b += e * d.C + kNarrow * d.fc1 + (recompute_act ? 0 : e * d.F) + 4 * d.C;  // fc1 input, narrow h, fc2 input, out
   else b += 4 * (d.fc1 + d.F + d.C);                               // h, activation, output
   return b;
 }
 
 // Bytes per token of one layer's backward temporaries at their peak.
-double layer_backward_temps(const LayerDims& d) {
-  const double mlp = 4 * (d.F + d.fc1);                           // da, dh (also h back in fp32)
+double layer_backward_temps(const LayerDims& d, bool lowp) {
+  double mlp = 4 * (d.F + d.fc1);                                 // da, dh (also h back in fp32)
+  if (lowp) mlp += kNarrow * d.F;                                 // fc2's input remade (bf16 products, fp16)
   double attn = 4 * (2 * d.H * d.D + 2 * d.K * d.D);              // d_attn, dq, dk, dv
+  if (lowp) attn += 4 * (2 * d.H * d.D + 2 * d.K * d.D);          // q, k, v, output back in fp32
   if (d.qk_norm) attn += 4 * (d.H + d.K) * d.D;                   // dq_raw, dk_raw
   return 4 * 2 * d.C + std::max(mlp, attn);                       // tmp, dx1 + the larger block
+}
+
+// Bytes per token of one layer's forward values in the transient arena (low precision only).
+double layer_forward_transient(const LayerDims& d) {
+  double attn = 4 * d.C + 4 * (d.H + 2 * d.K) * d.D + 4 * d.H * d.D;  // norm output, q, k, v, output
+  if (d.qk_norm) attn += 4 * (d.H + d.K) * d.D;                        // normed q, k
+  const double mlp = 4 * d.C + 4 * (d.fc1 + d.F);                      // norm output, h, activation
+  return std::max(attn, mlp);
 }
 
 }  // namespace
@@ -72,10 +89,13 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
   const std::vector<int64_t> start = recompute_group_starts(o.recompute, L);
   double kept = 4 * d.C;  // embedding output
   double largest_group = 0, group = 0;
+  const bool lowp = o.precision.mode != PrecisionMode::FP32;
+  // Backward temporaries: in the arena (fp32), or with the forward's values in the transient arena.
   double temps = 0;
   for (int64_t l = 0; l < L; ++l) {
     const double s = layer_saved(d, c, l, o.precision);
-    temps = std::max(temps, layer_backward_temps(d));
+    temps = std::max(temps, layer_backward_temps(d, lowp));
+    if (lowp) temps = std::max(temps, layer_forward_transient(d));
     const int64_t g = start[static_cast<size_t>(l)];
     if (g < 0) {
       kept += s;
@@ -88,10 +108,15 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
     group += s;
     largest_group = std::max(largest_group, group);
   }
-  // Final norm, the two gradient buffers, the logits (and their gradient, in place), per-token losses.
-  const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C + 4 * d.V + 4;
+  // Final norm, the two gradient buffers, one chunk of logits (and their gradient, in place),
+  // per-token losses.
   const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
-  return N * (kept + head + largest_group + temps);
+  const double chunk = static_cast<double>(logits_chunk_rows(micro_batch * T, c.vocab_size)) / N;
+  const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C;
+  // The output layer's temporaries are freed before the layers' backward makes its own: the larger
+  // of the two counts (in the arena in fp32, in the transient arena under a precision policy).
+  const double head_temps = 4 * d.V * chunk + 4;
+  return N * (kept + head + largest_group + std::max(temps, head_temps));
 }
 
 double precision_buffer_bytes(const TransformerConfig& c, int64_t micro_batch, int64_t T, const MemoryOptions& o) {
@@ -108,7 +133,7 @@ double precision_buffer_bytes(const TransformerConfig& c, int64_t micro_batch, i
   }
   const bool bf16_gemm = p.mode == PrecisionMode::BF16 && p.bf16_products;
   const bool storage_only = p.mode == PrecisionMode::BF16 && !p.bf16_products;
-  double b = 4 * N * (d.fc1 + d.F);  // the MLP's fc1 output and activation scratch
+  double b = 0;
   if (bf16_gemm) {
     b += 2 * matrices + 2 * N * out_max;  // bf16 weights, the bf16 output gradient
   } else if (storage_only) {

@@ -16,7 +16,8 @@ struct MemoryOptions {
   RecomputeConfig recompute;
 };
 
-// Peak bytes the arena holds during forward_backward of a [micro_batch, T] micro-batch.
+// Peak bytes of activations during forward_backward of a [micro_batch, T] micro-batch: the model's
+// arena plus, under a precision policy, its transient arena (MixedPrecision::transient()).
 double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, int64_t T, const MemoryOptions& o);
 // Bytes of the precision policy's heap buffers (weight copies, scratch) for that micro-batch.
 double precision_buffer_bytes(const TransformerConfig& c, int64_t micro_batch, int64_t T, const MemoryOptions& o);

@@ -67,9 +67,9 @@ void PrecisionRuntime::report_memory_once(const MemoryEstimate& est) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   const double rss = static_cast<double>(ru.ru_maxrss) * 1024.0;  // Linux reports KiB
-  const double arena = static_cast<double>(model_.arena().high_water());
+  const double arena = model_.activation_high_water();
   const double buffers = model_.precision() ? model_.precision()->buffer_bytes() : 0.0;
-  log_info("memory after the first step: activation arena high-water ", human_bytes(arena), " (estimate ",
+  log_info("memory after the first step: activations high-water ", human_bytes(arena), " (estimate ",
            human_bytes(est.activations_bytes), "), precision buffers ", human_bytes(buffers), " (estimate ",
            human_bytes(est.precision_bytes), "), weights+grads+AdamW ", human_bytes(est.params_bytes),
            "; measured total ", human_bytes(arena + buffers + est.params_bytes), " vs estimate ", human_bytes(est.total()),

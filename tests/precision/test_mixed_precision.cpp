@@ -48,7 +48,7 @@ RunResult run_once(bool llama, const PrecisionConfig& p, int warmup = 0) {
   RunResult r;
   r.loss = m.forward_backward(b.mb(), 1.0f / (3 * 17));
   r.grads = test::grads_of(m);
-  r.high_water = m.arena().high_water();
+  r.high_water = static_cast<size_t>(m.activation_high_water());
   return r;
 }
 
@@ -166,8 +166,12 @@ TEST(MixedPrecision, SavedActivationsTakeLessMemory) {
     const size_t fp32 = run_once(llama, mode(PrecisionMode::FP32)).high_water;
     const size_t bf16 = run_once(llama, mode(PrecisionMode::BF16)).high_water;
     const size_t fp8 = run_once(llama, mode(PrecisionMode::FP8)).high_water;
-    EXPECT_LT(bf16, fp32) << (llama ? "llama" : "gpt2");
-    EXPECT_LT(fp8, bf16) << (llama ? "llama" : "gpt2");
+    // Arena and transient arena together. bf16 keeps narrow copies of q, k, v, the attention output
+    // and the MLP hidden and remakes fc2's input; fp8 keeps E4M3 Linear inputs but fc2's own copy.
+    // (On these tiny models the fixed part, the output layer and one layer's temporaries, weighs more
+    // than on the benchmark models, where bf16 comes to about half of fp32: docs/precision.md.)
+    EXPECT_LT(bf16, 0.75 * static_cast<double>(fp32)) << (llama ? "llama" : "gpt2");
+    EXPECT_LT(fp8, 0.8 * static_cast<double>(fp32)) << (llama ? "llama" : "gpt2");
   }
 }
 

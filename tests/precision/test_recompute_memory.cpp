@@ -41,7 +41,7 @@ Measured measure(const TransformerConfig& cfg, const PrecisionConfig& p, const R
   Measured out;
   out.loss = m.forward_backward(b.mb(), 0.01f);
   out.grads = test::grads_of(m);
-  out.arena = static_cast<double>(m.arena().high_water());
+  out.arena = m.activation_high_water();
   out.buffers = m.precision() && p.mode != PrecisionMode::FP32 ? m.precision()->buffer_bytes() : 0.0;
   return out;
 }
