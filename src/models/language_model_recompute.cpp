@@ -7,6 +7,7 @@ void LanguageModel::set_precision(const PrecisionConfig& cfg) {
   precision_ = std::make_unique<MixedPrecision>(params_, cfg);
   MixedPrecision* p = cfg.mode == PrecisionMode::FP32 ? nullptr : precision_.get();
   for (auto& layer : layers_) layer->set_precision(p);
+  if (post_process_) head_.set_precision(p);
 }
 
 void LanguageModel::set_recompute(const RecomputeConfig& cfg) {

@@ -1,15 +1,30 @@
 #include "nn/lm_head.h"
 
 #include <algorithm>
+#include <cstdlib>
 
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/gemm.h"
 #include "nn/vocab_parallel_cross_entropy.h"
 #include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
+int64_t logits_chunk_bytes() {
+  static const int64_t bytes = [] {
+    const char* env = std::getenv("MEGADLM_LOGITS_CHUNK_MB");
+    if (env == nullptr || *env == '\0') return int64_t{32} << 20;
+    char* end = nullptr;
+    const double mb = std::strtod(env, &end);
+    MDLM_CHECK(end != env && *end == '\0' && mb > 0, "MEGADLM_LOGITS_CHUNK_MB: expected a positive number of MiB, got '",
+               env, "'");
+    return static_cast<int64_t>(mb * (1 << 20));
+  }();
+  return bytes;
+}
+
 int64_t logits_chunk_rows(int64_t N, int64_t Vl) {
-  const int64_t rows = std::max<int64_t>(64, kLogitsChunkBytes / (4 * std::max<int64_t>(Vl, 1)));
+  const int64_t rows = std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1)));
   return std::max<int64_t>(1, std::min(N, rows));
 }
 
@@ -98,6 +113,22 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
   return out;
 }
 
+void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, int64_t n) {
+  if (xb) {
+    cpu::gemm_bf16(false, true, n, V_local_, C_, 1.0f, xb, C_, prec_->weight_bf16(w_), C_, 0.0f, logits, V_local_);
+  } else {
+    cpu::gemm(false, true, n, V_local_, C_, 1.0f, x, C_, store_->value(w_).data<float>(), C_, 0.0f, logits, V_local_);
+  }
+}
+
+// x [N, C] in bf16 (arena) under the bf16 policy; null otherwise.
+static const uint16_t* bf16_rows(Arena& arena, const Tensor& x, bool bf16) {
+  if (!bf16) return nullptr;
+  Tensor xb = arena.tensor(x.shape(), DType::BF16);
+  cpu::cast_f32_to_bf16(static_cast<uint16_t*>(xb.raw()), x.data<float>(), x.numel());
+  return static_cast<const uint16_t*>(xb.raw());
+}
+
 double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets, const float* weights,
                     float* per_token_loss) {
   const size_t mark = arena.mark();
@@ -105,11 +136,11 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
   const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
+  const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    cpu::gemm(false, true, n, V_local_, C_, 1.0f, x.data<float>() + r0 * C_, C_, store_->value(w_).data<float>(), C_,
-              0.0f, lg.data<float>(), V_local_);
+    chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, n);
     total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
                                           weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
   }
@@ -140,20 +171,30 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const bool reduce = ctx_->tp.size > 1;
   Tensor dxp = reduce ? arena.tensor({N_all, C_}) : dx;
   Tensor dxk = compact ? arena.tensor({N, C_}) : dxp;
-  const float* W = store_->value(w_).data<float>();
   float* dW = store_->grad(w_).data<float>();
+  const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
+  uint16_t* gb = prec_ ? static_cast<uint16_t*>(arena.tensor({rows, V_local_}, DType::BF16).raw()) : nullptr;
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     const float* xr = x.data<float>() + r0 * C_;
     float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
-    cpu::gemm(false, true, n, V_local_, C_, 1.0f, xr, C_, W, C_, 0.0f, logits, V_local_);
+    chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, n);
     total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
                                           weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_,
                                           vocab_start_, V_);
-    cpu::gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxk.data<float>() + r0 * C_, C_);
-    // dW [Vl, C] += dlogits^T @ x
-    cpu::gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
+    float* dxr = dxk.data<float>() + r0 * C_;
+    if (prec_) {
+      // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
+      cpu::cast_f32_to_bf16(gb, logits, n * V_local_);
+      const uint16_t* Wb = prec_->weight_bf16(w_);
+      cpu::gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
+      cpu::gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
+    } else {
+      const float* W = store_->value(w_).data<float>();
+      cpu::gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxr, C_);
+      cpu::gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
+    }
   }
   if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
   if (compact) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);

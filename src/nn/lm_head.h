@@ -11,15 +11,17 @@
 // all-gathered first).
 #include "core/arena.h"
 #include "nn/parameters.h"
+#include "nn/precision.h"
 #include "nn/transformer_config.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {
 
-// The logits are made and consumed kLogitsChunkBytes at a time (rows of [N, Vl]), never all N rows
-// at once: at a 50k vocabulary the full [N, V] block would be the largest activation of the step.
-// Chunks of at least 64 rows keep the products efficient.
-constexpr int64_t kLogitsChunkBytes = int64_t{32} << 20;
+// The logits are made and consumed a chunk of rows of [N, Vl] at a time, never all N rows at once: at
+// a 50k vocabulary the full [N, V] block would be the largest activation of the step. A chunk holds
+// 32 MiB of logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix and
+// its gradient once more) and at least 64 rows, which keeps the products efficient.
+int64_t logits_chunk_bytes();
 int64_t logits_chunk_rows(int64_t N, int64_t Vl);
 
 class LMHead {
@@ -35,6 +37,10 @@ class LMHead {
   Tensor full_logits(Arena& arena, const Tensor& x);
   // Forward only: sum_n w_n CE_n (vocab-parallel), per-token losses [N] when not null.
   double loss(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights, float* per_token_loss);
+  // Under --bf16 with bf16 products (nn/precision.h) the three products of the training loss run in
+  // bf16 with fp32 accumulation, as Megatron's output layer does: x, the output matrix (a copy made
+  // once per step) and dlogits rounded to bf16; the logits, softmax and loss stay fp32. Null = fp32.
+  void set_precision(MixedPrecision* p) { prec_ = p && p->bf16_gemm() ? p : nullptr; }
   // Loss sum_n w_n CE_n over targets [N] (ignore_index -100) and weights [N] (null = 1); then the
   // backward: dx [N, C] written, output weight gradient accumulated. grad_scale multiplies dlogits.
   double loss_and_backward(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
@@ -53,8 +59,11 @@ class LMHead {
   LossRows loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const;
   static void scatter_rows(float* out, const float* rows, const int32_t* index, int64_t n, int64_t N_all,
                            int64_t width);
+  // logits [n, Vl] of rows x [n, C] (xb: the same rows in bf16 under the bf16 policy, else null).
+  void chunk_logits(float* logits, const float* x, const uint16_t* xb, int64_t n);
   ParamStore* store_ = nullptr;
   const ParallelContext* ctx_ = nullptr;
+  MixedPrecision* prec_ = nullptr;
   int64_t V_ = 0, C_ = 0;
   int64_t vocab_start_ = 0, V_local_ = 0;
   int w_ = -1;

@@ -38,9 +38,9 @@ double AdamW::step(double lr) {
 
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
                         int64_t begin, int64_t end, float* grads, float* m, float* v) {
-  if (cfg.clip_grad > 0 && norm > cfg.clip_grad)
-    cpu::scale_inplace(grads, static_cast<float>(cfg.clip_grad / (norm + 1e-6)), end - begin);
   cpu::AdamWParams h;
+  // Clipping scales the gradient inside the update's own pass (the gradient buffer is left as it is).
+  if (cfg.clip_grad > 0 && norm > cfg.clip_grad) h.grad_scale = static_cast<float>(cfg.clip_grad / (norm + 1e-6));
   h.lr = static_cast<float>(lr);
   h.beta1 = cfg.beta1;
   h.beta2 = cfg.beta2;

@@ -16,7 +16,8 @@ struct AdamWConfig {
 };
 
 // One AdamW update of the flat range [begin, end) of the parameters (weight decay per parameter;
-// alignment padding between parameters untouched), after clipping by `norm`. grads, m and v hold that
+// alignment padding between parameters untouched), the gradient clipped by `norm` inside the update
+// (the gradient buffer is not changed). grads, m and v hold that
 // range only: element i of them belongs to flat index begin + i. step counts updates from 1. Shared by
 // AdamW (the whole buffer) and the distributed optimizer (its shard).
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,

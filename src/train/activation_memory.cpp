@@ -115,7 +115,8 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
   const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C;
   // The output layer's temporaries are freed before the layers' backward makes its own: the larger
   // of the two counts (in the arena in fp32, in the transient arena under a precision policy).
-  const double head_temps = 4 * d.V * chunk + 4;
+  const bool bf16_gemm = o.precision.mode == PrecisionMode::BF16 && o.precision.bf16_products;
+  const double head_temps = (bf16_gemm ? 6 : 4) * d.V * chunk + 4 + (bf16_gemm ? 2 * d.C : 0);  // + bf16 dlogits, x
   return N * (kept + head + largest_group + std::max(temps, head_temps));
 }
 
@@ -135,7 +136,7 @@ double precision_buffer_bytes(const TransformerConfig& c, int64_t micro_batch, i
   const bool storage_only = p.mode == PrecisionMode::BF16 && !p.bf16_products;
   double b = 0;
   if (bf16_gemm) {
-    b += 2 * matrices + 2 * N * out_max;  // bf16 weights, the bf16 output gradient
+    b += 2 * (matrices + d.V * d.C) + 2 * N * out_max;  // bf16 weights (and the output layer's), bf16 dy
   } else if (storage_only) {
     b += 4 * N * in_max;  // the saved input back in fp32
   } else {

@@ -68,6 +68,31 @@ TEST(AdamW, MatchesDoubleReferenceOverSteps) {
   }
 }
 
+// grad_scale (clipping folded into the update) gives bit for bit the update on pre-scaled gradients.
+TEST(AdamW, GradScaleEqualsScaledGradients) {
+  const int64_t n = 40961;
+  const auto g = random_vector(n, 7, -3.0f, 3.0f);
+  const float s = 0.3719f;
+  std::vector<float> gs(g);
+  for (float& x : gs) x *= s;
+  auto p1 = random_vector(n, 8), p2 = p1;
+  std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
+  cpu::AdamWParams h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  for (int64_t step = 1; step <= 3; ++step) {
+    h.step = step;
+    h.grad_scale = 1.0f;
+    cpu::adamw_step(p1.data(), gs.data(), m1.data(), v1.data(), n, h);
+    h.grad_scale = s;
+    cpu::adamw_step(p2.data(), g.data(), m2.data(), v2.data(), n, h);
+  }
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+  EXPECT_NE(p1, random_vector(n, 8));
+}
+
 // At step 1 the bias-corrected update is lr * g / (|g| + eps): a step of lr against the gradient's sign,
 // and weight decay shrinks p by the factor (1 - lr * wd) on top.
 TEST(AdamW, FirstStepIsSignedLearningRate) {

@@ -43,9 +43,10 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   const float decay = 1.0f - h.lr * h.weight_decay;
   // 1 - beta is exact for fp32 betas in [0.5, 1) (Sterbenz), so these are the given betas' complements.
   const float b1 = h.beta1, b2 = h.beta2, one_b1 = 1.0f - h.beta1, one_b2 = 1.0f - h.beta2, eps = h.eps;
+  const float gs = h.grad_scale;
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * gs;
     const float mi = b1 * m[i] + one_b1 * g;
     const float vi = b2 * v[i] + one_b2 * g * g;
     m[i] = mi;

@@ -11,6 +11,7 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
   int64_t step = 1;           // 1-based step number, for bias correction
+  float grad_scale = 1.0f;    // the gradient used is grad * grad_scale (clipping, folded into the pass)
 };
 
 // param, m, v [n] updated in place from grad [n]. m and v start at zero.

@@ -10,10 +10,11 @@ namespace megadlm::cuda {
 namespace {
 
 struct AdamWConsts {
-  float b1, b2, one_b1, one_b2, eps, step_size, inv_sqrt_bc2, decay;
+  float b1, b2, one_b1, one_b2, eps, step_size, inv_sqrt_bc2, decay, grad_scale;
 };
 
 __device__ __forceinline__ float adamw_one(float p, float g, float& m, float& v, const AdamWConsts& k) {
+  g *= k.grad_scale;
   m = k.b1 * m + k.one_b1 * g;
   v = k.b2 * v + k.one_b2 * g * g;
   return p * k.decay - k.step_size * m / (sqrtf(v) * k.inv_sqrt_bc2 + k.eps);
@@ -143,7 +144,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
   const AdamWConsts k{h.beta1, h.beta2, 1.0f - h.beta1, 1.0f - h.beta2, h.eps, static_cast<float>(h.lr / bc1),
-                      static_cast<float>(1.0 / std::sqrt(bc2)), 1.0f - h.lr * h.weight_decay};
+                      static_cast<float>(1.0 / std::sqrt(bc2)), 1.0f - h.lr * h.weight_decay, h.grad_scale};
   const bool vec = vec_ok<float>(4, {param, grad, m, v}) && reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
   adamw_kernel<<<grid_for(vec ? n / 4 : n, 256), 256, 0, stream>>>(param, grad, m, v, dev(param_bf16), n, vec, k);
   MDLM_CUDA_LAUNCH_CHECK();
