@@ -141,7 +141,12 @@ def run_ours(args, c, objective, precision, data, env, log):
     if not timed:
         return {"na": f"no step times in {log}"}
     step_s = sum(timed) / len(timed) / 1000.0
-    return {"tokens_per_s": c["batch"] * c["seq"] / step_s, "rss_kib": rss}
+    r = {"tokens_per_s": c["batch"] * c["seq"] / step_s, "rss_kib": rss}
+    # The trainer's own count of activation memory (arena + transient arena high-water, first step).
+    m = re.search(r"activations high-water ([\d.]+) (KiB|MiB|GiB)", out)
+    if m:
+        r["act_mib"] = float(m.group(1)) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[m.group(2)]
+    return r
 
 
 def run_torch(args, c, objective, precision, mode, data, env, log):
@@ -202,6 +207,7 @@ def main():
           f"bf16 {tpeak['bf16']/1e9:.1f} GFLOP/s", flush=True)
 
     rows = []
+    results = {}  # (config, objective, precision, impl) -> result with "mfu"
     for name in configs:
         c = CONFIGS[name]
         fpt = flops_per_token(c)
@@ -220,25 +226,58 @@ def main():
                           flush=True)
                 for impl in impls:
                     r = res[impl]
+                    results[(name, objective, precision, impl)] = r
                     row = [name, objective.upper(), precision, impl]
                     if "na" in r:
-                        rows.append(row + [r["na"], "", "", "", "", ""])
+                        rows.append(row + [r["na"], "", "", "", "", "", ""])
                         continue
+                    r["mfu"] = r["tokens_per_s"] * fpt / peak[precision]
                     fl = r["tokens_per_s"] * fpt
                     ratio = lambda other: (f"{r['tokens_per_s'] / res[other]['tokens_per_s']:.2f}x"
                                            if impl == "ours" and other in res and "na" not in res[other] else "")
                     rows.append(row + [f"{r['tokens_per_s']:.0f}", f"{fl/1e12:.3f}", f"{100*fl/peak[precision]:.1f}%",
-                                       f"{r['rss_kib']/1048576:.2f}", ratio("eager"), ratio("compile")])
-                write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=False)
+                                       f"{r['rss_kib']/1048576:.2f}", f"{r['act_mib']:.0f}" if "act_mib" in r else "",
+                                       ratio("eager"), ratio("compile")])
+                write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=False,
+                             goals=goal_lines(results))
 
-    write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=True)
+    write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=True, goals=goal_lines(results))
 
 
-def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final):
+def goal_lines(results):
+    """Issue 9's goals, row by row from this run's results."""
+    ok = lambda b: "met" if b else "NOT met"
+    lines = []
+    for (name, obj, prec, impl), r in sorted(results.items()):
+        if impl != "ours" or "na" in r:
+            continue
+        what = f"{name} {obj.upper()} {prec}"
+        for other, goal in (("eager", 1.5), ("compile", 1.2)):
+            o = results.get((name, obj, prec, other))
+            if prec == "fp32" and o and "na" not in o:
+                x = r["tokens_per_s"] / o["tokens_per_s"]
+                lines.append(f"- {what}: ours/{other} {x:.2f}x (goal >= {goal}x: {ok(x >= goal)})")
+            if o and "na" not in o:
+                lines.append(f"- {what}: peak RSS ours {r['rss_kib']/1048576:.2f} GiB vs {other} "
+                             f"{o['rss_kib']/1048576:.2f} GiB ({ok(r['rss_kib'] <= o['rss_kib'])})")
+        if prec == "fp32" and name == "gpt2-124m":
+            lines.append(f"- {what}: MFU {100*r['mfu']:.1f}% of the fp32 GEMM peak (goal >= 60%: {ok(r['mfu'] >= 0.6)})")
+        base = results.get((name, obj, "fp32", "ours"))
+        if prec == "bf16" and base and "na" not in base:
+            f = r["mfu"] / base["mfu"]
+            lines.append(f"- {what}: bf16 MFU / fp32 MFU (each against its own peak) {100*f:.0f}% (goal >= 90%: {ok(f >= 0.9)})")
+            if "act_mib" in r and "act_mib" in base:
+                a = r["act_mib"] / base["act_mib"]
+                lines.append(f"- {what}: activations {r['act_mib']:.0f} MiB = {100*a:.0f}% of fp32's {base['act_mib']:.0f} MiB "
+                             f"(goal <= 60%: {ok(a <= 0.6)})")
+    return lines
+
+
+def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final, goals=()):
     """The table and the run's conditions; printed at the end, and written to --output after every
     group of rows so that an interrupted run keeps what it measured."""
     header = ["config", "objective", "precision", "impl", "tokens/s", "model TFLOP/s", "MFU", "peak RSS GiB",
-              "ours/eager", "ours/compile"]
+              "activations MiB", "ours/eager", "ours/compile"]
     table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     table += ["| " + " | ".join(r) + " |" for r in rows]
     load_now = os.getloadavg()
@@ -256,6 +295,8 @@ def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final
         "- model FLOPs/token = 6 * (layer matrix params + V*C output layer) + 12 * L * C * T (attention counted in full)",
     ]
     text = "\n".join(table) + "\n\n" + "\n".join(notes) + "\n"
+    if goals:
+        text += "\nIssue 9's goals in this run:\n\n" + "\n".join(goals) + "\n"
     if final:
         print("\n" + text)
     if args.output:

@@ -13,7 +13,7 @@ namespace megadlm {
 int64_t logits_chunk_bytes() {
   static const int64_t bytes = [] {
     const char* env = std::getenv("MEGADLM_LOGITS_CHUNK_MB");
-    if (env == nullptr || *env == '\0') return int64_t{32} << 20;
+    if (env == nullptr || *env == '\0') return int64_t{64} << 20;
     char* end = nullptr;
     const double mb = std::strtod(env, &end);
     MDLM_CHECK(end != env && *end == '\0' && mb > 0, "MEGADLM_LOGITS_CHUNK_MB: expected a positive number of MiB, got '",
@@ -23,8 +23,8 @@ int64_t logits_chunk_bytes() {
   return bytes;
 }
 
-int64_t logits_chunk_rows(int64_t N, int64_t Vl) {
-  const int64_t rows = std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1)));
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, int64_t bytes_per_logit) {
+  const int64_t rows = std::max<int64_t>(64, logits_chunk_bytes() / (bytes_per_logit * std::max<int64_t>(Vl, 1)));
   return std::max<int64_t>(1, std::min(N, rows));
 }
 
@@ -163,7 +163,7 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
   if (compact) targets = kept.targets, weights = kept.weights;
-  const int64_t rows = logits_chunk_rows(N, V_local_);
+  const int64_t rows = logits_chunk_rows(N, V_local_, prec_ ? 6 : 4);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
   // dx [N, C] = dlogits [N, Vl] @ W [Vl, C]: this rank's share, summed over tp (all rows, or this

@@ -19,10 +19,11 @@ namespace megadlm {
 
 // The logits are made and consumed a chunk of rows of [N, Vl] at a time, never all N rows at once: at
 // a 50k vocabulary the full [N, V] block would be the largest activation of the step. A chunk holds
-// 32 MiB of logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix and
-// its gradient once more) and at least 64 rows, which keeps the products efficient.
+// 64 MiB of logits, with their bf16 copy under the bf16 policy (env MEGADLM_LOGITS_CHUNK_MB
+// overrides; each chunk reads the output matrix and its gradient once more), and at least 64 rows,
+// which keeps the products efficient. bytes_per_logit: 4, or 6 with the bf16 copy.
 int64_t logits_chunk_bytes();
-int64_t logits_chunk_rows(int64_t N, int64_t Vl);
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, int64_t bytes_per_logit = 4);
 
 class LMHead {
  public:

@@ -111,11 +111,11 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
   // Final norm, the two gradient buffers, one chunk of logits (and their gradient, in place),
   // per-token losses.
   const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
-  const double chunk = static_cast<double>(logits_chunk_rows(micro_batch * T, c.vocab_size)) / N;
+  const bool bf16_gemm = o.precision.mode == PrecisionMode::BF16 && o.precision.bf16_products;
+  const double chunk = static_cast<double>(logits_chunk_rows(micro_batch * T, c.vocab_size, bf16_gemm ? 6 : 4)) / N;
   const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C;
   // The output layer's temporaries are freed before the layers' backward makes its own: the larger
   // of the two counts (in the arena in fp32, in the transient arena under a precision policy).
-  const bool bf16_gemm = o.precision.mode == PrecisionMode::BF16 && o.precision.bf16_products;
   const double head_temps = (bf16_gemm ? 6 : 4) * d.V * chunk + 4 + (bf16_gemm ? 2 * d.C : 0);  // + bf16 dlogits, x
   return N * (kept + head + largest_group + std::max(temps, head_temps));
 }
