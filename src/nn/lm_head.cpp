@@ -24,8 +24,11 @@ int64_t logits_chunk_bytes() {
 }
 
 int64_t logits_chunk_rows(int64_t N, int64_t Vl, int64_t bytes_per_logit) {
-  const int64_t rows = std::max<int64_t>(64, logits_chunk_bytes() / (bytes_per_logit * std::max<int64_t>(Vl, 1)));
-  return std::max<int64_t>(1, std::min(N, rows));
+  // The fp32 chunk first (capped by N); a chunk with a bf16 copy takes proportionally fewer rows, so
+  // that it never holds more bytes than the fp32 chunk would (also when N is below the cap).
+  const int64_t fp32_rows =
+      std::min(N, std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1))));
+  return std::max<int64_t>(1, fp32_rows * 4 / std::max<int64_t>(bytes_per_logit, 4));
 }
 
 static const ParallelContext& single_context() {

@@ -1,7 +1,8 @@
 #pragma once
 // The output layer: logits = x W^T with W the word embeddings (tied) or a separate output matrix,
 // then the fused softmax cross-entropy with per-token weights, a chunk of rows at a time (forward,
-// loss, both backward products per chunk). The logits buffer is reused in place for dlogits. Legend: N tokens, C hidden, V vocabulary, Vl = V/tp this rank's vocabulary shard.
+// loss, both backward products per chunk). The logits buffer is reused in place for dlogits.
+// Legend: N tokens, C hidden, V vocabulary, Vl = V/tp this rank's vocabulary shard.
 //
 // Tensor parallelism: the output matrix is split by vocabulary rows like the word embeddings (with
 // tied embeddings the same shard serves both), each rank makes the logits of its shard [N, Vl] and the
@@ -19,9 +20,9 @@ namespace megadlm {
 
 // The logits are made and consumed a chunk of rows of [N, Vl] at a time, never all N rows at once: at
 // a 50k vocabulary the full [N, V] block would be the largest activation of the step. A chunk holds
-// 64 MiB of logits, with their bf16 copy under the bf16 policy (env MEGADLM_LOGITS_CHUNK_MB
-// overrides; each chunk reads the output matrix and its gradient once more), and at least 64 rows,
-// which keeps the products efficient. bytes_per_logit: 4, or 6 with the bf16 copy.
+// 64 MiB of fp32 logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix
+// and its gradient once more) and at least 64 rows, which keeps the products efficient; at most N.
+// bytes_per_logit 6 (the bf16 policy's copy of dlogits beside them): 2/3 of those rows, the same bytes.
 int64_t logits_chunk_bytes();
 int64_t logits_chunk_rows(int64_t N, int64_t Vl, int64_t bytes_per_logit = 4);
 

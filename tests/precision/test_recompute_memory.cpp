@@ -121,5 +121,42 @@ TEST(MemoryEstimate, MatchesMeasuredWithin15Percent) {
   }
 }
 
+// The bench/compare_pytorch models (whose measured activations the benchmark reports): under --bf16
+// the modelled activations are at most 60% of fp32's (issue 9), so a change that makes a layer keep
+// more in bf16 shows here. The model itself is held to the measurement by the test above.
+TEST(MemoryEstimate, Bf16ActivationsAtMost60PercentOfFp32OnTheBenchmarkModels) {
+  struct Bench {
+    const char* name;
+    int64_t L, C, H, F, B, T;
+    bool llama;
+  };
+  const Bench benches[] = {{"gpt2-small", 6, 384, 6, 1536, 8, 256, false},
+                           {"llama-small", 8, 512, 8, 1376, 8, 256, true},
+                           {"gpt2-124m", 12, 768, 12, 3072, 4, 256, false}};
+  for (const Bench& b : benches) {
+    TransformerConfig c;
+    c.num_layers = b.L;
+    c.hidden_size = b.C;
+    c.num_attention_heads = c.num_query_groups = b.H;
+    c.kv_channels = b.C / b.H;
+    c.ffn_hidden_size = b.F;
+    c.vocab_size = 50304;
+    c.max_position_embeddings = b.T;
+    if (b.llama) {
+      c.normalization = NormKind::RMSNorm;
+      c.activation = Activation::SwiGLU;
+      c.add_bias_linear = false;
+      c.position_embedding = PositionEmbedding::Rope;
+      c.untie_embeddings_and_output_weights = true;
+    }
+    PrecisionConfig fp32, bf16;
+    bf16.mode = PrecisionMode::BF16;
+    const double a32 = activation_peak_bytes(c, b.B, b.T, MemoryOptions{fp32, {}});
+    const double a16 = activation_peak_bytes(c, b.B, b.T, MemoryOptions{bf16, {}});
+    EXPECT_LT(a16, 0.6 * a32) << b.name << ": bf16 " << a16 / (1 << 20) << " MiB, fp32 " << a32 / (1 << 20) << " MiB";
+    EXPECT_GT(a16, 0.3 * a32) << b.name << ": the model lost a term";
+  }
+}
+
 }  // namespace
 }  // namespace megadlm
