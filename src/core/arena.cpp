@@ -53,7 +53,9 @@ Tensor Arena::zeros(const Shape& shape, DType dtype) {
 }
 
 void Arena::reset() {
-  if (!overflow_.empty()) {
+  // Regrow whenever the step went beyond the block, also when its overflow chunks were all handed out
+  // after a mark and already freed by release() (a temporary that overflowed inside a nested region).
+  if (!overflow_.empty() || high_water_ > capacity_) {
     for (void* p : overflow_) std::free(p);
     overflow_.clear();
     overflow_at_.clear();

@@ -161,6 +161,24 @@ TEST(Arena, SteadyStateMakesNoHeapAllocation) {
   EXPECT_GE(arena.capacity(), 4000u + 148u);
 }
 
+// A temporary that overflows only inside a marked region (freed by release before reset) still makes
+// reset() regrow the block: the next step fits without a heap allocation.
+TEST(Arena, OverflowFreedByReleaseStillRegrows) {
+  Arena arena(4096);
+  auto step = [&] {
+    arena.tensor({512});  // 2 KiB, fits
+    const size_t m = arena.mark();
+    arena.tensor({4096});  // 16 KiB: overflows
+    arena.release(m);
+    arena.reset();
+  };
+  step();
+  const size_t after_first = arena.heap_allocations();
+  EXPECT_GE(arena.capacity(), 2048u + 16384u);
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_EQ(arena.heap_allocations(), after_first);
+}
+
 TEST(Arena, MarkAndRelease) {
   Arena arena(4096);
   arena.tensor({16});

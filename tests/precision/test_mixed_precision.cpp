@@ -110,8 +110,14 @@ TEST(MixedPrecision, RepeatedStepIsBitwiseAndMoELayersTrain) {
       m.set_precision(p);
       double l1 = 0, l2 = 0;
       const std::vector<float> g1 = grads_of_step(m, l1);
+      const size_t arena_allocs = m.arena().heap_allocations();
+      const size_t transient_allocs = m.precision()->transient().heap_allocations();
       const std::vector<float> g2 = grads_of_step(m, l2);
       const std::string what = std::string(name) + " " + describe_precision(p);
+      // Both arenas were sized by the first step: the second makes no heap allocation.
+      EXPECT_EQ(m.arena().heap_allocations(), arena_allocs) << what;
+      EXPECT_EQ(m.precision()->transient().heap_allocations(), transient_allocs) << what;
+      EXPECT_GT(transient_allocs, 0u) << what << ": the transient arena was not used";
       EXPECT_EQ(l1, l2) << what;
       EXPECT_EQ(g1, g2) << what;
       EXPECT_NEAR(l1, ref_loss, 3e-2 * std::fabs(ref_loss)) << what;
