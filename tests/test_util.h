@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/philox.h"
 
 namespace megadlm::test {
@@ -97,6 +98,16 @@ inline std::set<std::string> entries_of(const std::string& dir) {
   std::set<std::string> out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) out.insert(e.path().filename().string());
   return out;
+}
+
+// The message of the megadlm::Error that f throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace megadlm::test

@@ -31,6 +31,22 @@ inline std::string make_counting_dataset(const std::string& dir, int documents) 
   return prefix;
 }
 
+// pretrain_difflm flags (no argv[0]) of a tiny run on make_counting_dataset's data: one layer, C = 32,
+// 16-token sequences, 4 sequences a step. The robustness tests' configuration.
+inline std::vector<std::string> tiny_difflm_flags(const std::string& data) {
+  return {"--model-type", "difflm", "--num-layers", "1", "--hidden-size", "32", "--num-heads", "4",
+          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--data-path", data,
+          "--tokenizer-type", "NullTokenizer", "--vocab-size", "64", "--make-vocab-size-divisible-by", "16",
+          "--mask-token", "62", "--lr", "3e-3", "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-interval",
+          "1000", "--eval-iters", "1", "--seed", "5", "--data-cache-path", data + "_cache"};
+}
+
+// a followed by b.
+inline std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 inline TrainArgs parse_flags(const std::vector<std::string>& flags) {
   std::vector<const char*> argv;
   for (const auto& s : flags) argv.push_back(s.c_str());

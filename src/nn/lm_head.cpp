@@ -23,12 +23,12 @@ int64_t logits_chunk_bytes() {
   return bytes;
 }
 
-int64_t logits_chunk_rows(int64_t N, int64_t Vl, int64_t bytes_per_logit) {
-  // The fp32 chunk first (capped by N); a chunk with a bf16 copy takes proportionally fewer rows, so
-  // that it never holds more bytes than the fp32 chunk would (also when N is below the cap).
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy) {
+  // The fp32 chunk first (capped by N); a chunk with a bf16 copy takes 4/6 of its rows, so that it
+  // never holds more bytes than the fp32 chunk would (also when N is below the cap).
   const int64_t fp32_rows =
       std::min(N, std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1))));
-  return std::max<int64_t>(1, fp32_rows * 4 / std::max<int64_t>(bytes_per_logit, 4));
+  return bf16_copy ? std::max<int64_t>(1, fp32_rows * 4 / 6) : fp32_rows;
 }
 
 static const ParallelContext& single_context() {
@@ -116,9 +116,9 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
   return out;
 }
 
-void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, int64_t n) {
+void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, const uint16_t* Wb, int64_t n) {
   if (xb) {
-    cpu::gemm_bf16(false, true, n, V_local_, C_, 1.0f, xb, C_, prec_->weight_bf16(w_), C_, 0.0f, logits, V_local_);
+    cpu::gemm_bf16(false, true, n, V_local_, C_, 1.0f, xb, C_, Wb, C_, 0.0f, logits, V_local_);
   } else {
     cpu::gemm(false, true, n, V_local_, C_, 1.0f, x, C_, store_->value(w_).data<float>(), C_, 0.0f, logits, V_local_);
   }
@@ -136,14 +136,15 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
                     float* per_token_loss) {
   const size_t mark = arena.mark();
   const Tensor x = gather_rows(arena, *ctx_, x_local);
-  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_);
+  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, false);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
   const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
+  const uint16_t* Wb = prec_ ? prec_->weight_bf16(w_) : nullptr;
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, n);
+    chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
     total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
                                           weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
   }
@@ -166,7 +167,7 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
   if (compact) targets = kept.targets, weights = kept.weights;
-  const int64_t rows = logits_chunk_rows(N, V_local_, prec_ ? 6 : 4);
+  const int64_t rows = logits_chunk_rows(N, V_local_, prec_ != nullptr);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
   // dx [N, C] = dlogits [N, Vl] @ W [Vl, C]: this rank's share, summed over tp (all rows, or this
@@ -176,13 +177,14 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   Tensor dxk = compact ? arena.tensor({N, C_}) : dxp;
   float* dW = store_->grad(w_).data<float>();
   const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
+  const uint16_t* Wb = prec_ ? prec_->weight_bf16(w_) : nullptr;
   uint16_t* gb = prec_ ? static_cast<uint16_t*>(arena.tensor({rows, V_local_}, DType::BF16).raw()) : nullptr;
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     const float* xr = x.data<float>() + r0 * C_;
     float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
-    chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, n);
+    chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
     total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
                                           weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_,
                                           vocab_start_, V_);
@@ -190,7 +192,6 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
       cpu::cast_f32_to_bf16(gb, logits, n * V_local_);
-      const uint16_t* Wb = prec_->weight_bf16(w_);
       cpu::gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
       cpu::gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
     } else {

@@ -22,9 +22,10 @@ namespace megadlm {
 // a 50k vocabulary the full [N, V] block would be the largest activation of the step. A chunk holds
 // 64 MiB of fp32 logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix
 // and its gradient once more) and at least 64 rows, which keeps the products efficient; at most N.
-// bytes_per_logit 6 (the bf16 policy's copy of dlogits beside them): 2/3 of those rows, the same bytes.
+// With the bf16 policy's copy of dlogits beside them (2 more bytes a logit): 2/3 of those rows, the
+// same bytes.
 int64_t logits_chunk_bytes();
-int64_t logits_chunk_rows(int64_t N, int64_t Vl, int64_t bytes_per_logit = 4);
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy);
 
 class LMHead {
  public:
@@ -61,8 +62,9 @@ class LMHead {
   LossRows loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const;
   static void scatter_rows(float* out, const float* rows, const int32_t* index, int64_t n, int64_t N_all,
                            int64_t width);
-  // logits [n, Vl] of rows x [n, C] (xb: the same rows in bf16 under the bf16 policy, else null).
-  void chunk_logits(float* logits, const float* x, const uint16_t* xb, int64_t n);
+  // logits [n, Vl] of rows x [n, C]; under the bf16 policy from xb, the same rows in bf16, and Wb, the
+  // output matrix's bf16 copy (both null otherwise).
+  void chunk_logits(float* logits, const float* x, const uint16_t* xb, const uint16_t* Wb, int64_t n);
   ParamStore* store_ = nullptr;
   const ParallelContext* ctx_ = nullptr;
   MixedPrecision* prec_ = nullptr;

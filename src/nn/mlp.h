@@ -34,9 +34,7 @@ class MLP {
   // bf16 products and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an
   // elementwise pass instead of N*F saved values). Not with bf16 storage only (its forward multiplies
   // the exact fp32 activation) nor fp8 (fc2's input copy carries its own scale).
-  bool recompute_activation() const {
-    return prec_ && (prec_->bf16_gemm() || prec_->mode() == PrecisionMode::FP16);
-  }
+  bool recompute_activation() const { return prec_ && remakes_mlp_activation(prec_->config()); }
   Activation act_ = Activation::Gelu;
   int64_t F_ = 0;  // this rank's hidden features: ffn_hidden / tp
   const ParallelContext* ctx_ = nullptr;

@@ -37,6 +37,14 @@ struct PrecisionConfig {
   Fp8Recipe fp8;
 };
 
+// Whether the Linear and output-layer products run in oneDNN bf16 (--bf16 without --bf16-storage-only).
+inline bool bf16_products_on(const PrecisionConfig& c) { return c.mode == PrecisionMode::BF16 && c.bf16_products; }
+// Whether the MLP remakes its activation (fc2's input) in the backward instead of keeping it: with bf16
+// products and fp16, whose fc2 input copy has the activation dtype (nn/mlp.h).
+inline bool remakes_mlp_activation(const PrecisionConfig& c) {
+  return bf16_products_on(c) || c.mode == PrecisionMode::FP16;
+}
+
 // One line for the log: which path the products take.
 std::string describe_precision(const PrecisionConfig& c);
 
@@ -52,7 +60,7 @@ class MixedPrecision {
   const PrecisionConfig& config() const { return cfg_; }
   PrecisionMode mode() const { return cfg_.mode; }
   // Whether Linear products run in oneDNN bf16 (else fp32 products, possibly on rounded values).
-  bool bf16_gemm() const { return cfg_.mode == PrecisionMode::BF16 && cfg_.bf16_products; }
+  bool bf16_gemm() const { return bf16_products_on(cfg_); }
   // dtype of a saved Linear input: BF16, F16, F8E4M3, or F32 in fp32 mode.
   DType saved_dtype() const;
 

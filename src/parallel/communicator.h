@@ -1,11 +1,12 @@
 #pragma once
 // Communicator: the collectives one parallel group needs, behind one interface. MPI implements it on
-// CPUs (parallel/mpi_communicator.*); NCCL will on GPUs. A group of size 1 is a SelfCommunicator whose
+// CPUs (parallel/mpi_communicator.*), NCCL on GPUs (kernels/cuda/nccl_communicator.*). A group of size 1 is a SelfCommunicator whose
 // collectives are copies, so single-process code runs the same calls at no cost.
 //
 // Every collective is blocking except all_reduce_sum_async, which data parallelism uses to overlap the
 // gradient reduction of one bucket with the backward of the next. Counters record the bytes this rank
 // sends and the seconds it spends inside communication calls, per group, for the training log.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +17,20 @@ struct CommStats {
   double bytes_sent = 0;  // payload bytes this rank handed to the network (ring estimate for collectives)
   double seconds = 0;     // wall time spent inside calls (including waits on async handles)
   int64_t calls = 0;
+};
+
+// Counts one call and its bytes in `stats`, and the wall time until it goes out of scope.
+struct CommTimer {
+  static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  CommStats& s;
+  double t0 = now_s();
+  CommTimer(CommStats& stats, double bytes) : s(stats) {
+    s.bytes_sent += bytes;
+    ++s.calls;
+  }
+  ~CommTimer() { s.seconds += now_s() - t0; }
 };
 
 // An outstanding non-blocking operation; wait() completes it. Default-constructed = nothing pending.

@@ -5,7 +5,6 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
-#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <vector>
@@ -17,21 +16,6 @@ namespace megadlm {
 namespace {
 
 bool g_initialized = false;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Times a call and counts it in the communicator's stats.
-struct CommTimer {
-  CommStats& s;
-  double t0 = now_s();
-  CommTimer(CommStats& stats, double bytes) : s(stats) {
-    s.bytes_sent += bytes;
-    ++s.calls;
-  }
-  ~CommTimer() { s.seconds += now_s() - t0; }
-};
 
 void check_mpi(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -81,10 +65,10 @@ class MpiCommunicator final : public Communicator {
   }
   void wait(CommRequest& r) override {
     if (!r.pending()) return;
-    const double t0 = now_s();
+    const double t0 = CommTimer::now_s();
     auto* req = static_cast<MPI_Request*>(r.impl().get());
     check_mpi(MPI_Wait(req, MPI_STATUS_IGNORE), "Wait");
-    stats_.seconds += now_s() - t0;
+    stats_.seconds += CommTimer::now_s() - t0;
     r = CommRequest();
   }
   void reduce_scatter_sum(const float* in, float* out, int64_t n) override {

@@ -57,8 +57,8 @@ double layer_saved(const LayerDims& d, const TransformerConfig& c, int64_t layer
   b += 4 * d.C;                                                    // o_proj output (the residual)
   b += 4 * d.stats + (lowp && !moe ? 0 : 4 * d.C);                 // post-attention norm
   if (moe) return b + 4 * ffn_counts(c, layer).saved_per_token;
-  const bool recompute_act = (p.mode == PrecisionMode::BF16 && p.bf16_products) || p.mode == PrecisionMode::FP16;
-  if (lowp) b += e * d.C + kNarrow * d.fc1 + (recompute_act ? 0 : e * d.F) + 4 * d.C;  // fc1 input, narrow h, fc2 input, out
+  const bool remade = remakes_mlp_activation(p);
+  if (lowp) b += e * d.C + kNarrow * d.fc1 + (remade ? 0 : e * d.F) + 4 * d.C;  // fc1 input, narrow h, fc2 input, out
   else b += 4 * (d.fc1 + d.F + d.C);                               // h, activation, output
   return b;
 }
@@ -111,8 +111,8 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
   // Final norm, the two gradient buffers, one chunk of logits (and their gradient, in place),
   // per-token losses.
   const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
-  const bool bf16_gemm = o.precision.mode == PrecisionMode::BF16 && o.precision.bf16_products;
-  const double chunk = static_cast<double>(logits_chunk_rows(micro_batch * T, c.vocab_size, bf16_gemm ? 6 : 4)) / N;
+  const bool bf16_gemm = bf16_products_on(o.precision);
+  const double chunk = static_cast<double>(logits_chunk_rows(micro_batch * T, c.vocab_size, bf16_gemm)) / N;
   const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C;
   // The output layer's temporaries are freed before the layers' backward makes its own: the larger
   // of the two counts (in the arena in fp32, in the transient arena under a precision policy).
@@ -132,7 +132,7 @@ double precision_buffer_bytes(const TransformerConfig& c, int64_t micro_batch, i
     matrices += d.C * (d.H + 2 * d.K) * d.D + d.H * d.D * d.C;
     if (!c.moe.is_moe_layer(l)) matrices += d.C * d.fc1 + d.F * d.C;
   }
-  const bool bf16_gemm = p.mode == PrecisionMode::BF16 && p.bf16_products;
+  const bool bf16_gemm = bf16_products_on(p);
   const bool storage_only = p.mode == PrecisionMode::BF16 && !p.bf16_products;
   double b = 0;
   if (bf16_gemm) {

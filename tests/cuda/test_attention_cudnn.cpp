@@ -5,9 +5,9 @@
 // the build has no cuDNN frontend.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <type_traits>
 
+#include "cuda/attention_reference.h"
 #include "cuda/cuda_test_util.h"
 
 #ifndef MEGADLM_HAVE_CUDA
@@ -16,74 +16,6 @@ MDLM_CUDA_NOT_BUILT_TEST(CudnnAttention)
 
 namespace megadlm::test {
 namespace {
-
-struct Shape {
-  int64_t B, T, H, K, D;
-};
-// visible(b, i, j): may query i of row b see key j.
-using Visible = std::function<bool(int64_t, int64_t, int64_t)>;
-
-struct Ref {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-// Per query row: scores, an explicit softmax, the output, then that row's share of every gradient
-// (dS = P * (dP - rowsum(P * dP))), all in double on the values the device sees.
-Ref reference(const Shape& s, const Visible& visible, const std::vector<float>& q, const std::vector<float>& k,
-              const std::vector<float>& v, const std::vector<float>& dout, double scale) {
-  const auto [B, T, H, K, D] = s;
-  Ref r;
-  r.out.assign(B * T * H * D, 0.0), r.lse.assign(B * H * T, -INFINITY);
-  r.dq.assign(B * T * H * D, 0.0), r.dk.assign(B * T * K * D, 0.0), r.dv.assign(B * T * K * D, 0.0);
-  std::vector<double> p(T), dp(T);
-  const auto qi_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T + t) * H + h) * D; };
-  const auto kv_at = [&](int64_t b, int64_t t, int64_t g) { return ((b * T + t) * K + g) * D; };
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t g = h / (H / K);  // the kv head this query head reads
-      for (int64_t i = 0; i < T; ++i) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < T; ++j) {
-          p[j] = -INFINITY;
-          if (!visible(b, i, j)) continue;
-          double dot = 0;
-          for (int64_t e = 0; e < D; ++e) dot += double(q[qi_at(b, i, h) + e]) * k[kv_at(b, j, g) + e];
-          p[j] = dot * scale;
-          mx = std::max(mx, p[j]);
-        }
-        if (mx == -INFINITY) continue;
-        double z = 0;
-        for (int64_t j = 0; j < T; ++j) z += p[j] == -INFINITY ? 0.0 : std::exp(p[j] - mx);
-        r.lse[(b * H + h) * T + i] = mx + std::log(z);
-        for (int64_t j = 0; j < T; ++j) p[j] = p[j] == -INFINITY ? 0.0 : std::exp(p[j] - mx) / z;
-        double delta = 0;
-        for (int64_t j = 0; j < T; ++j) {
-          dp[j] = 0;
-          for (int64_t e = 0; e < D; ++e) {
-            r.out[qi_at(b, i, h) + e] += p[j] * v[kv_at(b, j, g) + e];
-            dp[j] += double(dout[qi_at(b, i, h) + e]) * v[kv_at(b, j, g) + e];
-          }
-          delta += p[j] * dp[j];
-        }
-        for (int64_t j = 0; j < T; ++j) {
-          if (p[j] == 0.0) continue;
-          const double ds = p[j] * (dp[j] - delta) * scale;
-          for (int64_t e = 0; e < D; ++e) {
-            r.dq[qi_at(b, i, h) + e] += ds * k[kv_at(b, j, g) + e];
-            r.dk[kv_at(b, j, g) + e] += ds * q[qi_at(b, i, h) + e];
-            r.dv[kv_at(b, j, g) + e] += p[j] * dout[qi_at(b, i, h) + e];
-          }
-        }
-      }
-    }
-  return r;
-}
-
-// Selects an implementation for one test and restores Auto after it.
-struct ImplScope {
-  explicit ImplScope(cuda::AttentionImpl impl) { cuda::set_attention_impl(impl); }
-  ~ImplScope() { cuda::set_attention_impl(cuda::AttentionImpl::Auto); }
-};
 
 class CudnnAttention : public CudaTest {
  protected:
@@ -115,13 +47,8 @@ class CudnnAttention : public CudaTest {
       dseg = to_device(seg);
       mask.segment_ids = dseg.get();
     }
-    const Visible visible = [&](int64_t b, int64_t i, int64_t j) {
-      if (mask.type == cpu::MaskType::Causal && j > i) return false;
-      if (mask.type == cpu::MaskType::BlockCausal && j / mask.block_size > i / mask.block_size) return false;
-      return seg.empty() || seg[b * Tn + i] == seg[b * Tn + j];
-    };
     const double scale = 1.0 / std::sqrt(double(D));
-    const Ref ref = reference(s, visible, q, k, v, dout, scale);
+    const Ref ref = reference(s, mask, seg, q, k, v, dout, scale);
 
     auto dq_in = Act<T>::up(q), dk_in = Act<T>::up(k), dv_in = Act<T>::up(v), ddout = Act<T>::up(dout);
     auto out = Act<T>::poison(B * Tn * H * D);
@@ -155,13 +82,6 @@ class CudnnAttention : public CudaTest {
     return seg;
   }
 };
-
-cpu::AttentionMask mask_of(cpu::MaskType t, int64_t block = 0) {
-  cpu::AttentionMask m;
-  m.type = t;
-  m.block_size = block;
-  return m;
-}
 
 // Few distinct shapes: each one costs cuDNN a graph build (with run-time compiled kernels) per direction.
 TEST_F(CudnnAttention, BidirectionalGqa) {

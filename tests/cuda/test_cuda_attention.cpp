@@ -3,6 +3,7 @@
 // head dims 32 / 64 / 128, awkward sequence lengths, fp32 and bf16.
 #include <cmath>
 
+#include "cuda/attention_reference.h"
 #include "cuda/cuda_test_util.h"
 
 #ifndef MEGADLM_HAVE_CUDA
@@ -12,78 +13,6 @@ MDLM_CUDA_NOT_BUILT_TEST(CudaAttention)
 namespace megadlm::test {
 namespace {
 
-struct Shape {
-  int64_t B, T, H, K, D;
-};
-
-bool visible(const cpu::AttentionMask& m, const std::vector<int32_t>& seg, int64_t b, int64_t T, int64_t i, int64_t j) {
-  if (m.type == cpu::MaskType::Causal && j > i) return false;
-  if (m.type == cpu::MaskType::BlockCausal && j / m.block_size > i / m.block_size) return false;
-  if (!seg.empty() && seg[b * T + i] != seg[b * T + j]) return false;
-  return true;
-}
-
-struct Ref {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-// Explicit softmax per query row, in double.
-Ref reference(const Shape& s, const cpu::AttentionMask& m, const std::vector<int32_t>& seg, const std::vector<float>& q,
-              const std::vector<float>& k, const std::vector<float>& v, const std::vector<float>& dout, double scale) {
-  const auto [B, T, H, K, D] = s;
-  Ref r;
-  r.out.assign(B * T * H * D, 0.0), r.lse.assign(B * H * T, -INFINITY);
-  r.dq.assign(B * T * H * D, 0.0), r.dk.assign(B * T * K * D, 0.0), r.dv.assign(B * T * K * D, 0.0);
-  std::vector<double> p(T), dp(T);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t g = h / (H / K);
-      for (int64_t i = 0; i < T; ++i) {
-        const float* qi = &q[((b * T + i) * H + h) * D];
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < T; ++j) {
-          p[j] = -INFINITY;
-          if (!visible(m, seg, b, T, i, j)) continue;
-          double d = 0;
-          for (int64_t e = 0; e < D; ++e) d += double(qi[e]) * k[((b * T + j) * K + g) * D + e];
-          p[j] = d * scale;
-          mx = std::fmax(mx, p[j]);
-        }
-        if (mx == -INFINITY) continue;  // no visible key: out 0, lse -inf, zero gradients
-        double z = 0;
-        for (int64_t j = 0; j < T; ++j) z += p[j] == -INFINITY ? 0.0 : std::exp(p[j] - mx);
-        r.lse[(b * H + h) * T + i] = mx + std::log(z);
-        for (int64_t j = 0; j < T; ++j) p[j] = p[j] == -INFINITY ? 0.0 : std::exp(p[j] - mx) / z;
-        double* oi = &r.out[((b * T + i) * H + h) * D];
-        for (int64_t j = 0; j < T; ++j)
-          for (int64_t e = 0; e < D; ++e) oi[e] += p[j] * v[((b * T + j) * K + g) * D + e];
-        // Backward of this row.
-        const float* di = &dout[((b * T + i) * H + h) * D];
-        double delta = 0;
-        for (int64_t j = 0; j < T; ++j) {
-          dp[j] = 0;
-          for (int64_t e = 0; e < D; ++e) dp[j] += double(di[e]) * v[((b * T + j) * K + g) * D + e];
-          delta += p[j] * dp[j];
-        }
-        for (int64_t j = 0; j < T; ++j) {
-          if (p[j] == 0.0) continue;
-          const double ds = p[j] * (dp[j] - delta);
-          for (int64_t e = 0; e < D; ++e) {
-            r.dq[((b * T + i) * H + h) * D + e] += scale * ds * k[((b * T + j) * K + g) * D + e];
-            r.dk[((b * T + j) * K + g) * D + e] += scale * ds * qi[e];
-            r.dv[((b * T + j) * K + g) * D + e] += p[j] * di[e];
-          }
-        }
-      }
-    }
-  return r;
-}
-
-// Selects an implementation for the scope of one check, and restores Auto after it.
-struct ImplScope {
-  explicit ImplScope(cuda::AttentionImpl impl) { cuda::set_attention_impl(impl); }
-  ~ImplScope() { cuda::set_attention_impl(cuda::AttentionImpl::Auto); }
-};
 const char* impl_name(cuda::AttentionImpl i) {
   return i == cuda::AttentionImpl::Flash ? "flash" : (i == cuda::AttentionImpl::Gemm ? "gemm" : "auto");
 }
@@ -149,13 +78,6 @@ class CudaAttention : public CudaTest {
 };
 using Precisions = ::testing::Types<float, bf16_t>;
 TYPED_TEST_SUITE(CudaAttention, Precisions);
-
-cpu::AttentionMask mask_of(cpu::MaskType t, int64_t block = 0) {
-  cpu::AttentionMask m;
-  m.type = t;
-  m.block_size = block;
-  return m;
-}
 
 TYPED_TEST(CudaAttention, EveryMaskWithGqa) {
   for (const Shape& s : {Shape{2, 45, 4, 2, 64}, Shape{2, 48, 4, 2, 64}}) {

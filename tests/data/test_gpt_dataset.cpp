@@ -27,16 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::error_of;
 using test::TempDir;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 constexpr int32_t kEod = 9999;
 

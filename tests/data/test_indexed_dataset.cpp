@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::error_of;
 const std::string kFixtures = std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/";
 
 using test::TempDir;
@@ -42,15 +43,6 @@ nlohmann::json expected_fixtures() {
 }
 
 // The error message of f(), or "" when it does not throw Error.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(IndexedDataset, ReadsMegatronFixture) {

@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::error_of;
 using test::TempDir;
 using test::entries_of;
 
@@ -36,15 +37,6 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 PreprocessOptions byte_options(const std::string& input, const std::string& prefix) {

@@ -17,6 +17,7 @@ using namespace megadlm;
 
 namespace {
 
+using test::error_of;
 LrSchedule schedule(LrDecayStyle style) {
   LrSchedule s;
   s.lr = 1e-3;
@@ -25,15 +26,6 @@ LrSchedule schedule(LrDecayStyle style) {
   s.decay_iters = 110;
   s.style = style;
   return s;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ using namespace megadlm;
 
 namespace {
 
+using test::error_of;
 // A store of awkwardly sized parameters, some marked expert, with random values and gradients.
 void make_store(ParamStore& ps, uint64_t grad_seed) {
   const int64_t sizes[] = {37, 5, 64, 3, 129, 17, 1, 250, 33, 8};
@@ -56,15 +57,6 @@ double reference_norm_sq(const ParamStore& ps) {
   for (const ParamInfo& p : ps.infos())
     for (int64_t i = 0; i < p.shape.numel(); ++i) s += double(ps.grads()[p.offset + i]) * ps.grads()[p.offset + i];
   return s;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

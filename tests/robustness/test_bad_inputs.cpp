@@ -30,15 +30,7 @@ using namespace megadlm;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
+using test::error_of;
 // Expects an Error whose message holds every one of `parts`.
 void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
   const std::string msg = error_of(f);
@@ -50,19 +42,10 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using test::plus;
 
 // pretrain_difflm flags of a tiny run (no argv[0]).
-std::vector<std::string> train_flags(const std::string& data) {
-  return {"--model-type", "difflm", "--num-layers", "1", "--hidden-size", "32", "--num-heads", "4",
-          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--data-path", data,
-          "--tokenizer-type", "NullTokenizer", "--vocab-size", "64", "--make-vocab-size-divisible-by", "16",
-          "--mask-token", "62", "--lr", "3e-3", "--log-interval", "1", "--eval-interval", "1000", "--eval-iters", "1",
-          "--seed", "5", "--data-cache-path", data + "_cache"};
-}
+std::vector<std::string> train_flags(const std::string& data) { return test::tiny_difflm_flags(data); }
 
 // `f` with each "--flag value" pair (or lone "--flag") of `changes` replacing the flag's value, or
 // appended when `f` lacks it (a flag given twice is an error of its own).

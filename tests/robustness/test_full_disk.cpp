@@ -17,29 +17,14 @@
 namespace fs = std::filesystem;
 using namespace megadlm;
 
-namespace {
-
-std::vector<std::string> program_flags(const std::string& data) {
-  return {"--model-type", "difflm", "--num-layers", "1", "--hidden-size", "32", "--num-heads", "4",
-          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--data-path", data,
-          "--tokenizer-type", "NullTokenizer", "--vocab-size", "64", "--make-vocab-size-divisible-by", "16",
-          "--mask-token", "62", "--lr", "3e-3", "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-interval",
-          "1000", "--eval-iters", "1", "--seed", "5", "--data-cache-path", data + "_cache"};
-}
-
-std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-}  // namespace
+using test::plus;
 
 TEST(FullDisk, FailedSaveReportsTheFileAndKeepsThePreviousCheckpoint) {
   MDLM_REQUIRE_BINARY("pretrain_difflm");
   test::TempDir tmp;
   const std::string data = test::make_counting_dataset(tmp.str(), 60);
   const std::string save = tmp / "ckpt";
-  const auto base = program_flags(data);
+  const auto base = test::tiny_difflm_flags(data);
   auto r = test::run_binary("pretrain_difflm", plus(base, {"--train-iters", "2", "--save", save}), tmp / "first.log");
   ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
   const std::string good = save + "/iter_0000002";

@@ -22,6 +22,7 @@
 namespace megadlm {
 namespace {
 
+using test::error_of;
 std::string bytes_of(std::initializer_list<int> b) {
   std::string s;
   for (int x : b) s.push_back(static_cast<char>(x));
@@ -81,15 +82,6 @@ nlohmann::json byte_level_tokenizer(const nlohmann::json& added_tokens) {
   return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
           {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
           {"added_tokens", added_tokens}};
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // fuzz_tokenizer_hf: a vocabulary entry with id 999999999 made ByteLevelBPE size its tables by the

@@ -24,30 +24,15 @@ using namespace megadlm;
 
 namespace {
 
+using test::error_of;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::plus;
 
-// A tiny difflm run on the counting dataset (the trainer tests' configuration).
+// A tiny difflm run on the counting dataset, with argv[0].
 std::vector<std::string> flags(const std::string& data) {
-  return {"pretrain_difflm", "--model-type", "difflm", "--num-layers", "1", "--hidden-size", "32", "--num-heads", "4",
-          "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--data-path", data,
-          "--tokenizer-type", "NullTokenizer", "--vocab-size", "64", "--make-vocab-size-divisible-by", "16",
-          "--mask-token", "62", "--lr", "3e-3", "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-interval",
-          "1000", "--eval-iters", "1", "--seed", "5", "--data-cache-path", data + "_cache"};
-}
-
-std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
+  return plus({"pretrain_difflm"}, test::tiny_difflm_flags(data));
 }
 
 // Everything a step may change: parameters, both moments, the step count.

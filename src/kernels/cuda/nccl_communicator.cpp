@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -14,25 +13,12 @@ namespace megadlm::cuda {
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 void nccl_check(ncclResult_t rc, const char* what) {
   if (rc != ncclSuccess) fail("NCCL ", what, " failed: ", ncclGetErrorString(rc));
 }
 void cuda_check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) fail("NCCL communicator: ", what, " failed: ", cudaGetErrorString(rc));
 }
-
-// Counts bytes and calls, and the wall time spent inside the call (as the MPI communicator does).
-struct CommTimer {
-  CommStats& s;
-  double t0 = now_s();
-  CommTimer(CommStats& stats, double bytes) : s(stats) {
-    s.bytes_sent += bytes;
-    ++s.calls;
-  }
-  ~CommTimer() { s.seconds += now_s() - t0; }
-};
 
 struct PendingEvent {
   cudaEvent_t event = nullptr;
