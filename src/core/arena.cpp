@@ -60,7 +60,7 @@ void Arena::reset() {
     overflow_.clear();
     overflow_at_.clear();
     std::free(block_);
-    capacity_ = round_up64(high_water_);
+    capacity_ = round_up64(high_water_ + high_water_ / 4);
     block_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
     MDLM_CHECK(block_ != nullptr, "out of memory growing the activation arena to ", capacity_, " bytes");
     ++heap_allocations_;

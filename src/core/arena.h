@@ -1,8 +1,11 @@
 #pragma once
 // Arena: a bump allocator for activations. A training step allocates its temporaries from the arena
 // and calls reset() when done. If a step needs more than the arena holds, the overflow is served from
-// extra chunks and, at the next reset(), the arena is regrown into one block of the high-water size.
-// After the first step the steady state therefore makes no heap allocation at all.
+// extra chunks and, at the next reset(), the arena is regrown into one block of the high-water size plus
+// a quarter. After the first step the steady state therefore makes no heap allocation at all, also when
+// the steps' sizes vary a little (a diffusion step's masked rows): without the headroom each new maximum
+// would free and re-map the whole block, and every page of it would fault again. The headroom costs no
+// memory until it is used (a large block is mapped lazily by the kernel).
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -23,11 +23,11 @@ int64_t logits_chunk_bytes() {
   return bytes;
 }
 
-int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy) {
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy, int64_t max_rows) {
   // The fp32 chunk first (capped by N); a chunk with a bf16 copy takes 4/6 of its rows, so that it
   // never holds more bytes than the fp32 chunk would (also when N is below the cap).
-  const int64_t fp32_rows =
-      std::min(N, std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1))));
+  int64_t fp32_rows = std::min(N, std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1))));
+  if (max_rows > 0) fp32_rows = std::min(fp32_rows, max_rows);
   return bf16_copy ? std::max<int64_t>(1, fp32_rows * 4 / 6) : fp32_rows;
 }
 
@@ -136,7 +136,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
                     float* per_token_loss) {
   const size_t mark = arena.mark();
   const Tensor x = gather_rows(arena, *ctx_, x_local);
-  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, false);
+  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, false, max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
   const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
@@ -167,7 +167,7 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
   if (compact) targets = kept.targets, weights = kept.weights;
-  const int64_t rows = logits_chunk_rows(N, V_local_, prec_ != nullptr);
+  const int64_t rows = logits_chunk_rows(N, V_local_, prec_ != nullptr, max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
   // dx [N, C] = dlogits [N, Vl] @ W [Vl, C]: this rank's share, summed over tp (all rows, or this

@@ -25,7 +25,8 @@ namespace megadlm {
 // With the bf16 policy's copy of dlogits beside them (2 more bytes a logit): 2/3 of those rows, the
 // same bytes.
 int64_t logits_chunk_bytes();
-int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy);
+// max_rows > 0 lowers the cap on a chunk's rows (tests split small batches with it).
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy, int64_t max_rows = 0);
 
 class LMHead {
  public:
@@ -44,6 +45,8 @@ class LMHead {
   // bf16 with fp32 accumulation, as Megatron's output layer does: x, the output matrix (a copy made
   // once per step) and dlogits rounded to bf16; the logits, softmax and loss stay fp32. Null = fp32.
   void set_precision(MixedPrecision* p) { prec_ = p && p->bf16_gemm() ? p : nullptr; }
+  // At most this many rows a chunk of logits (0: by bytes only, the default); for tests.
+  void limit_chunk_rows(int64_t rows) { max_chunk_rows_ = rows; }
   // Loss sum_n w_n CE_n over targets [N] (ignore_index -100) and weights [N] (null = 1); then the
   // backward: dx [N, C] written, output weight gradient accumulated. grad_scale multiplies dlogits.
   double loss_and_backward(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
@@ -70,6 +73,7 @@ class LMHead {
   MixedPrecision* prec_ = nullptr;
   int64_t V_ = 0, C_ = 0;
   int64_t vocab_start_ = 0, V_local_ = 0;
+  int64_t max_chunk_rows_ = 0;
   int w_ = -1;
 };
 

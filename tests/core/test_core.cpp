@@ -179,6 +179,25 @@ TEST(Arena, OverflowFreedByReleaseStillRegrows) {
   EXPECT_EQ(arena.heap_allocations(), after_first);
 }
 
+// Steps whose size creeps up (a diffusion step's masked rows vary) regrow the block once, then fit in
+// its headroom: each new maximum does not free and re-map the whole block again.
+TEST(Arena, SlowlyGrowingStepsRegrowOnce) {
+  Arena arena(1024);
+  auto step = [&](int64_t floats) {
+    arena.tensor({floats});
+    arena.reset();
+  };
+  step(100000);  // overflows the initial 1 KiB: one chunk, then the regrow
+  const size_t after_first = arena.heap_allocations();
+  for (int64_t n : {100100, 101000, 103000, 110000, 120000, 124000}) step(n);
+  EXPECT_EQ(arena.heap_allocations(), after_first);
+  EXPECT_EQ(arena.high_water(), size_t{124000} * 4);
+  step(200000);  // beyond the headroom: served, then regrown again
+  EXPECT_EQ(arena.heap_allocations(), after_first + 2);
+  step(200000);
+  EXPECT_EQ(arena.heap_allocations(), after_first + 2);
+}
+
 TEST(Arena, MarkAndRelease) {
   Arena arena(4096);
   arena.tensor({16});

@@ -507,6 +507,51 @@ void check_lm_head(bool tied) {
 TEST(LMHeadGrad, Untied) { check_lm_head(false); }
 TEST(LMHeadGrad, Tied) { check_lm_head(true); }
 
+// Splitting the rows into chunks of logits changes only the order in which the output weight's gradient
+// sums them: loss, dx and dW as with one chunk, in fp32 and with bf16 products.
+TEST(LMHeadChunks, ChunkedEqualsWhole) {
+  const TransformerConfig cfg = tiny_config();
+  const int64_t N = kB * kT, C = cfg.hidden_size;
+  for (const bool bf16 : {false, true}) {
+    ParamStore store;
+    LMHead head(store, cfg, -1);
+    store.finalize();
+    randomize(store, 71);
+    PrecisionConfig pc;
+    pc.mode = PrecisionMode::BF16;
+    MixedPrecision prec(store, pc);
+    if (bf16) head.set_precision(&prec);
+    std::vector<int32_t> targets = {5, -100, 0, 36, 12, 12, 7, -100, 30, 2, 2, 19, 33, 1};
+    const std::vector<float> weights = random_vector(N, 72, 0.2f, 1.5f);
+    const std::vector<float> xv = random_vector(N * C, 73, -2.0f, 2.0f);
+    Arena arena;
+    auto run = [&](int64_t max_rows, std::vector<float>& dx_out, std::vector<float>& dw_out) {
+      head.limit_chunk_rows(max_rows);
+      store.zero_grads();
+      Tensor x = arena.tensor({N, C});
+      std::copy(xv.begin(), xv.end(), x.data<float>());
+      Tensor dx = arena.tensor({N, C});
+      dx.fill_(std::numeric_limits<float>::quiet_NaN());
+      const double loss = head.loss_and_backward(arena, x, targets.data(), weights.data(), 0.5f, dx, nullptr);
+      dx_out.assign(dx.data<float>(), dx.data<float>() + N * C);
+      const Tensor g = store.grad(0);
+      dw_out.assign(g.data<float>(), g.data<float>() + g.numel());
+      arena.reset();
+      return loss;
+    };
+    std::vector<float> dx1, dw1, dx3, dw3;
+    const double whole = run(0, dx1, dw1);
+    const double chunked = run(4, dx3, dw3);  // 12 rows with a loss: chunks of 4 (bf16: of 2, 4/6 of it)
+    const char* what = bf16 ? "bf16 products" : "fp32";
+    EXPECT_NEAR(chunked, whole, 1e-6 * std::fabs(whole)) << what;
+    EXPECT_LT(test::max_rel_error(dx3, test::to_double(dx1)), 1e-6) << what;  // the same products per row
+    EXPECT_LT(test::max_rel_error(dw3, test::to_double(dw1)), 1e-5) << what;  // fp32 sums in another order
+    double dw_norm = 0;
+    for (float g : dw1) dw_norm += std::fabs(g);
+    EXPECT_GT(dw_norm, 0.0) << what;
+  }
+}
+
 // ---- LanguageModel -----------------------------------------------------------------------------------------
 
 struct LmBatch {
