@@ -185,13 +185,13 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     const float* xr = x.data<float>() + r0 * C_;
     float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
     chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
+    // Under the bf16 policy the cross-entropy writes dlogits straight in bf16 (gb).
     total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
                                           weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_,
-                                          vocab_start_, V_);
+                                          vocab_start_, V_, gb);
     float* dxr = dxk.data<float>() + r0 * C_;
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
-      cpu::cast_f32_to_bf16(gb, logits, n * V_local_);
       cpu::gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
       cpu::gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
     } else {

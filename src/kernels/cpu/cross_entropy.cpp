@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace megadlm::cpu {
@@ -48,6 +49,22 @@ double sum_exp_blocked(const float* x, int64_t V, float mx, float* d) {
   return sum;
 }
 
+// Pass 3 of a row into bf16: out[v] = bf16(e[v] * k), and at the target (when t >= 0) bf16(e[t] * k - c):
+// the bits the fp32 gradient (d *= k; d[t] -= c) rounds to.
+void scaled_row_to_bf16(uint16_t* out, const float* e, int64_t V, float k, int64_t t, float c) {
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) out[v] = f32_to_bf16(e[v] * k);
+  if (t >= 0) out[t] = f32_to_bf16(e[t] * k - c);
+}
+
+void check_targets(const int32_t* targets, int64_t ignore_index, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = targets[n];
+    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
+               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
+  }
+}
+
 }  // namespace
 
 // losses [N] (or null), dlogits [N, V] (or null; may alias logits), logits [N, V], targets [N],
@@ -56,11 +73,7 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
                                       const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
                                       int64_t V) {
   // Validate before the parallel loop: an exception must not escape an OpenMP region.
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t t = targets[n];
-    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
-               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
-  }
+  check_targets(targets, ignore_index, N, V);
   std::vector<double> row_loss(N);
 
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
@@ -102,6 +115,44 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
     }
   }
 
+  double total = 0.0;
+  for (int64_t n = 0; n < N; ++n) total += row_loss[n];
+  return total;
+}
+
+// The same three passes with the gradient rounded to bf16 on its way out: pass 2 keeps the row's
+// exponentials in a per-thread row (which stays in L2), so neither an fp32 gradient nor the overwritten
+// logits go back to memory, and no separate cast reads them again.
+double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16, const float* logits,
+                                           const int32_t* targets, const float* weights, int64_t ignore_index,
+                                           float grad_scale, int64_t N, int64_t V) {
+  check_targets(targets, ignore_index, N, V);
+  std::vector<double> row_loss(N);
+#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    uint16_t* out = dlogits_bf16 + n * V;
+    const int64_t t = targets[n];
+    if (t == ignore_index) {
+      row_loss[n] = 0.0;
+      if (losses) losses[n] = 0.0f;
+#pragma omp simd
+      for (int64_t v = 0; v < V; ++v) out[v] = 0;
+      continue;
+    }
+    const double w = weights ? static_cast<double>(weights[n]) : 1.0;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+    thread_local std::vector<float> e;  // grows once per thread
+    if (static_cast<int64_t>(e.size()) < V) e.resize(static_cast<size_t>(V));
+    const double sum = sum_exp_blocked(x, V, mx, e.data());
+    const double loss = w * (static_cast<double>(mx) + std::log(sum) - static_cast<double>(x[t]));
+    row_loss[n] = loss;
+    if (losses) losses[n] = static_cast<float>(loss);
+    scaled_row_to_bf16(out, e.data(), V, static_cast<float>(static_cast<double>(grad_scale) * w / sum), t,
+                       static_cast<float>(static_cast<double>(grad_scale) * w));
+  }
   double total = 0.0;
   for (int64_t n = 0; n < N; ++n) total += row_loss[n];
   return total;
@@ -152,7 +203,8 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
 
 double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
                                   const int32_t* targets, const float* weights, int64_t ignore_index,
-                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl) {
+                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl,
+                                  uint16_t* dlogits_bf16) {
   std::vector<double> row_loss(N);
 #pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -160,6 +212,11 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
     if (t == ignore_index) {
       row_loss[n] = 0.0;
       if (losses) losses[n] = 0.0f;
+      if (dlogits_bf16) {
+        uint16_t* out = dlogits_bf16 + n * Vl;
+#pragma omp simd
+        for (int64_t v = 0; v < Vl; ++v) out[v] = 0;
+      }
       continue;  // dlogits already zero from pass (2)
     }
     const double w = weights ? static_cast<double>(weights[n]) : 1.0;
@@ -170,10 +227,15 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
     if (dlogits) {
       float* d = dlogits + n * Vl;
       const float k = static_cast<float>(static_cast<double>(grad_scale) * w / sum);
-#pragma omp simd
-      for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
+      const float c = static_cast<float>(static_cast<double>(grad_scale) * w);
       const int64_t tl = t - vocab_start;
-      if (tl >= 0 && tl < Vl) d[tl] -= static_cast<float>(static_cast<double>(grad_scale) * w);
+      if (dlogits_bf16) {
+        scaled_row_to_bf16(dlogits_bf16 + n * Vl, d, Vl, k, tl >= 0 && tl < Vl ? tl : -1, c);
+      } else {
+#pragma omp simd
+        for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
+        if (tl >= 0 && tl < Vl) d[tl] -= c;
+      }
     }
   }
   double total = 0.0;
