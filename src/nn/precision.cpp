@@ -38,8 +38,11 @@ DType MixedPrecision::saved_dtype() const {
   }
 }
 
-void MixedPrecision::weights_updated() {
+void MixedPrecision::weights_updated(bool bf16_copies_written) {
   ++version_;
+  if (bf16_copies_written)
+    for (auto& [id, w] : weights_)
+      if (!w.bits.empty()) w.version = version_;
   if (cfg_.mode == PrecisionMode::FP8)
     for (auto& [id, s] : fp8_) {
       s->input.update();
@@ -57,8 +60,18 @@ const uint16_t* MixedPrecision::weight_bf16(int id) {
     w.bits.resize(static_cast<size_t>(v.numel()));
     cpu::cast_f32_to_bf16(w.bits.data(), v.data<float>(), v.numel());
     w.version = version_;
+    ++bf16_casts_;
   }
   return w.bits.data();
+}
+
+std::vector<uint16_t*> MixedPrecision::bf16_copy_targets() {
+  std::vector<uint16_t*> t;
+  if (!bf16_gemm()) return t;
+  t.assign(static_cast<size_t>(store_.count()), nullptr);
+  for (auto& [id, w] : weights_)
+    if (!w.bits.empty()) t[static_cast<size_t>(id)] = w.bits.data();
+  return t;
 }
 
 const float* MixedPrecision::weight_rounded(int id) {

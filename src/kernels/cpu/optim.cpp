@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace megadlm::cpu {
@@ -30,7 +31,8 @@ constexpr int64_t kChunk = 4096;
 // The loop vectorises when the build has -fno-math-errno (otherwise GCC keeps a branch that sets errno
 // for sqrt of a negative, and v is never negative); the pass is bound by memory either way (28 bytes
 // moved per element).
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h) {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
+                uint16_t* param_bf16) {
   MDLM_CHECK(n >= 0, "adamw_step: negative length ", n);
   MDLM_CHECK(h.step >= 1, "adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
   MDLM_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "adamw_step: beta1 ", h.beta1, " is outside [0, 1)");
@@ -44,14 +46,30 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   // 1 - beta is exact for fp32 betas in [0.5, 1) (Sterbenz), so these are the given betas' complements.
   const float b1 = h.beta1, b2 = h.beta2, one_b1 = 1.0f - h.beta1, one_b2 = 1.0f - h.beta2, eps = h.eps;
   const float gs = h.grad_scale;
+  // Two copies of the loop rather than a branch or a lambda inside it: either defeats the vectoriser
+  // (measured: 6x slower over 30M parameters, 69 ms against 11.6 ms on 2 threads).
+  if (param_bf16) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * gs;
-    const float mi = b1 * m[i] + one_b1 * g;
-    const float vi = b2 * v[i] + one_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = grad[i] * gs;
+      const float mi = b1 * m[i] + one_b1 * g;
+      const float vi = b2 * v[i] + one_b2 * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      const float p = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+      param[i] = p;
+      param_bf16[i] = f32_to_bf16(p);
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = grad[i] * gs;
+      const float mi = b1 * m[i] + one_b1 * g;
+      const float vi = b2 * v[i] + one_b2 * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
   }
 }
 
