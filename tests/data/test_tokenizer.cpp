@@ -324,40 +324,58 @@ TEST(GPT2BPE, MergeVariantsAgreeAndLongWordsWork) {
   EXPECT_EQ(tok.decode(tok.encode(as)), as);
 }
 
+namespace {
+
+// The GPT-2 model alone (ByteLevelBPE), built from vocab.json and merges.txt as the HF path does.
+std::unique_ptr<ByteLevelBPE> gpt2_model(const std::string& vocab) {
+  const TokenizerSpec spec = gpt2_spec(vocab);
+  std::vector<std::pair<std::string, int32_t>> v;
+  json vj = json::parse(read_tokenizer_file(spec.vocab_file, "vocab"));
+  for (auto it = vj.begin(); it != vj.end(); ++it) v.emplace_back(it.key(), it.value().get<int32_t>());
+  std::vector<std::pair<std::string, std::string>> m;
+  std::ifstream mf(spec.merge_file);
+  std::string line;
+  std::getline(mf, line);
+  while (std::getline(mf, line))
+    if (!line.empty()) m.emplace_back(line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1));
+  return std::make_unique<ByteLevelBPE>(v, m, false, "gpt2");
+}
+
+// n distinct random lower-case words of 3-10 letters, each with a leading space (one GPT-2 piece).
+std::vector<std::string> distinct_words(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::set<std::string> seen;
+  std::vector<std::string> words;
+  while (words.size() < n) {
+    std::string w = " ";
+    for (size_t len = 3 + rng() % 8; len > 0; --len) w += static_cast<char>('a' + rng() % 26);
+    if (seen.insert(w).second) words.push_back(w);
+  }
+  return words;
+}
+
+// Plain BPE per word, no cache: bytes, then the merges.
+std::vector<std::vector<int32_t>> plain_bpe(const ByteLevelBPE& bpe, const std::vector<std::string>& words) {
+  std::vector<std::vector<int32_t>> ids(words.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    for (unsigned char c : words[i]) ids[i].push_back(bpe.id_of_bytes(std::string(1, static_cast<char>(c))));
+    bpe.merge_small(ids[i]);
+  }
+  return ids;
+}
+
+}  // namespace
+
 // The piece caches (the shared one, 131072 pieces, then the per-thread ones, 65536 pieces each and
 // cleared when full): 90k distinct words give the ids of BPE on each word alone, cold, warm, and from
 // two threads at once.
 TEST(GPT2BPE, PieceCachesGiveTheIdsOfPlainBpe) {
   MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  const TokenizerSpec spec = gpt2_spec(vocab);
-  std::vector<std::pair<std::string, int32_t>> v;
-  {
-    json vj = json::parse(read_tokenizer_file(spec.vocab_file, "vocab"));
-    for (auto it = vj.begin(); it != vj.end(); ++it) v.emplace_back(it.key(), it.value().get<int32_t>());
-  }
-  std::vector<std::pair<std::string, std::string>> m;
-  {
-    std::ifstream mf(spec.merge_file);
-    std::string line;
-    std::getline(mf, line);
-    while (std::getline(mf, line))
-      if (!line.empty()) m.emplace_back(line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1));
-  }
-  const ByteLevelBPE bpe(v, m, false, "gpt2");
-  std::mt19937_64 rng(5);
-  std::set<std::string> seen;
-  std::vector<std::string> words;
-  while (words.size() < 90000) {
-    std::string w = " ";
-    for (size_t len = 3 + rng() % 8; len > 0; --len) w += static_cast<char>('a' + rng() % 26);
-    if (seen.insert(w).second) words.push_back(w);
-  }
-  // Plain BPE per word: bytes, then the merges; the GPT-2 pattern makes each " word" one piece.
-  std::vector<std::vector<int32_t>> want(words.size());
-  for (size_t i = 0; i < words.size(); ++i) {
-    for (unsigned char c : words[i]) want[i].push_back(bpe.id_of_bytes(std::string(1, static_cast<char>(c))));
-    bpe.merge_small(want[i]);
-  }
+  const std::unique_ptr<ByteLevelBPE> model = gpt2_model(vocab);
+  const ByteLevelBPE& bpe = *model;
+  const std::vector<std::string> words = distinct_words(90000, 5);
+  // The GPT-2 pattern makes each " word" one piece.
+  const std::vector<std::vector<int32_t>> want = plain_bpe(bpe, words);
   auto encode_range = [&](size_t b, size_t e) {
     std::vector<int32_t> ids;
     for (size_t i = b; i < e; ++i) {
@@ -380,21 +398,6 @@ TEST(GPT2BPE, PieceCachesGiveTheIdsOfPlainBpe) {
 }
 
 namespace {
-
-// The GPT-2 model alone (ByteLevelBPE), built from vocab.json and merges.txt as the HF path does.
-std::unique_ptr<ByteLevelBPE> gpt2_model(const std::string& vocab) {
-  const TokenizerSpec spec = gpt2_spec(vocab);
-  std::vector<std::pair<std::string, int32_t>> v;
-  json vj = json::parse(read_tokenizer_file(spec.vocab_file, "vocab"));
-  for (auto it = vj.begin(); it != vj.end(); ++it) v.emplace_back(it.key(), it.value().get<int32_t>());
-  std::vector<std::pair<std::string, std::string>> m;
-  std::ifstream mf(spec.merge_file);
-  std::string line;
-  std::getline(mf, line);
-  while (std::getline(mf, line))
-    if (!line.empty()) m.emplace_back(line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1));
-  return std::make_unique<ByteLevelBPE>(v, m, false, "gpt2");
-}
 
 // Runs encode_one(thread, k) for k = 0..n-1 on `threads` std::threads, each starting at a different
 // place (thread t at k = t * n / threads, wrapping around) so that they race to cache the same pieces.
@@ -461,19 +464,8 @@ TEST(GPT2BPE, FullSharedCacheFallsBackToThreadCaches) {
     for (size_t d = 0; d < texts.size(); ++d) ASSERT_EQ(got[t][d], serial[d]) << "thread " << t << ", document " << d;
 
   // 90k distinct words: more than a per-thread cache holds, so each thread's also fills and clears.
-  std::mt19937_64 rng(11);
-  std::set<std::string> seen;
-  std::vector<std::string> words;
-  while (words.size() < 90000) {
-    std::string w = " ";
-    for (size_t len = 3 + rng() % 8; len > 0; --len) w += static_cast<char>('a' + rng() % 26);
-    if (seen.insert(w).second) words.push_back(w);
-  }
-  std::vector<std::vector<int32_t>> want(words.size());
-  for (size_t i = 0; i < words.size(); ++i) {
-    for (unsigned char c : words[i]) want[i].push_back(bpe->id_of_bytes(std::string(1, static_cast<char>(c))));
-    bpe->merge_small(want[i]);
-  }
+  const std::vector<std::string> words = distinct_words(90000, 11);
+  const std::vector<std::vector<int32_t>> want = plain_bpe(*bpe, words);
   std::vector<size_t> bad(kThreads, 0);
   on_threads(kThreads, words.size(), [&](int t, size_t i) {
     std::vector<int32_t> ids;

@@ -49,6 +49,21 @@ double sum_exp_blocked(const float* x, int64_t V, float mx, float* d) {
   return sum;
 }
 
+// Pass 1 of a row: its max, so that every exponent is <= 0 (no overflow for logits of any size).
+inline float max_of_row(const float* x, int64_t V) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+  return mx;
+}
+
+// The gradient row of an ignored target: zeros (fp32 or bf16 bits).
+template <typename T>
+inline void zero_row(T* d, int64_t V) {
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) d[v] = T(0);
+}
+
 // Pass 3 of a row into bf16: out[v] = bf16(e[v] * k), and at the target (when t >= 0) bf16(e[t] * k - c):
 // the bits the fp32 gradient (d *= k; d[t] -= c) rounds to.
 void scaled_row_to_bf16(uint16_t* out, const float* e, int64_t V, float k, int64_t t, float c) {
@@ -84,18 +99,11 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
     if (t == ignore_index) {
       row_loss[n] = 0.0;
       if (losses) losses[n] = 0.0f;
-      if (d) {
-#pragma omp simd
-        for (int64_t v = 0; v < V; ++v) d[v] = 0.0f;
-      }
+      if (d) zero_row(d, V);
       continue;
     }
     const double w = weights ? static_cast<double>(weights[n]) : 1.0;
-
-    // Pass 1: the max, so that every exponent is <= 0 (no overflow for logits of any size).
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+    const float mx = max_of_row(x, V);
     const float xt = x[t];  // read before pass 2 overwrites it when dlogits aliases logits
 
     // Pass 2: sum of exp(x - max), in fp32 blocks summed in double (a double reduction over the whole
@@ -136,14 +144,11 @@ double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16
     if (t == ignore_index) {
       row_loss[n] = 0.0;
       if (losses) losses[n] = 0.0f;
-#pragma omp simd
-      for (int64_t v = 0; v < V; ++v) out[v] = 0;
+      zero_row(out, V);
       continue;
     }
     const double w = weights ? static_cast<double>(weights[n]) : 1.0;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+    const float mx = max_of_row(x, V);
     thread_local std::vector<float> e;  // grows once per thread
     if (static_cast<int64_t>(e.size()) < V) e.resize(static_cast<size_t>(V));
     const double sum = sum_exp_blocked(x, V, mx, e.data());
@@ -168,11 +173,7 @@ void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t*
       row_max[n] = 0.0f;
       continue;
     }
-    const float* x = logits + n * Vl;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < Vl; ++v) mx = x[v] > mx ? x[v] : mx;
-    row_max[n] = mx;
+    row_max[n] = max_of_row(logits + n * Vl, Vl);
   }
 }
 
@@ -186,10 +187,7 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
     const int64_t t = targets[n];
     if (t == ignore_index) {
       stats[2 * n] = stats[2 * n + 1] = 0.0;
-      if (d) {
-#pragma omp simd
-        for (int64_t v = 0; v < Vl; ++v) d[v] = 0.0f;
-      }
+      if (d) zero_row(d, Vl);
       continue;
     }
     const int64_t tl = t - vocab_start;
@@ -212,11 +210,7 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
     if (t == ignore_index) {
       row_loss[n] = 0.0;
       if (losses) losses[n] = 0.0f;
-      if (dlogits_bf16) {
-        uint16_t* out = dlogits_bf16 + n * Vl;
-#pragma omp simd
-        for (int64_t v = 0; v < Vl; ++v) out[v] = 0;
-      }
+      if (dlogits_bf16) zero_row(dlogits_bf16 + n * Vl, Vl);
       continue;  // dlogits already zero from pass (2)
     }
     const double w = weights ? static_cast<double>(weights[n]) : 1.0;
