@@ -147,7 +147,9 @@ TEST(MixedPrecision, AdamWWritesTheBf16Copies) {
       c.params().zero_grads();
       la = a.forward_backward(b.mb(), 1.0f / (3 * 17));
       lc = c.forward_backward(b.mb(), 1.0f / (3 * 17));
-      if (step > 0) EXPECT_EQ(a.precision()->bf16_casts(), casts) << "step " << step << ": a copy was cast";
+      if (step > 0) {
+        EXPECT_EQ(a.precision()->bf16_casts(), casts) << "step " << step << ": a copy was cast";
+      }
       ASSERT_EQ(la, lc) << "step " << step;
       ASSERT_EQ(test::grads_of(a), test::grads_of(c)) << "step " << step;
       const std::vector<uint16_t*> targets = a.precision()->bf16_copy_targets();
