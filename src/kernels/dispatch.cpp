@@ -3,7 +3,8 @@
 namespace megadlm {
 
 #ifdef MEGADLM_HAVE_CUDA
-bool cuda_available_impl();  // kernels/cuda/device.cpp
+bool cuda_available_impl();       // kernels/cuda/device.cpp
+const Backend& cuda_backend();    // kernels/cuda/backend_cuda.cpp (registers the CUDA memory table)
 bool cuda_compiled() { return true; }
 bool cuda_available() { return cuda_available_impl(); }
 #else
@@ -15,6 +16,20 @@ void require_backend(Device device, const char* op) {
   if (device == Device::CPU) return;
   MDLM_CHECK(cuda_compiled(), op, ": a CUDA tensor, but this build has no CUDA backend (configure with -DMEGADLM_CUDA=ON)");
   MDLM_CHECK(cuda_available(), op, ": a CUDA tensor, but no GPU is visible");
+}
+
+const Backend& backend_for(Device device) {
+  if (device == Device::CPU) return cpu_backend();
+#ifdef MEGADLM_HAVE_CUDA
+  static const Backend& cuda = [] () -> const Backend& {
+    require_backend(Device::CUDA, "backend_for");
+    return cuda_backend();
+  }();
+  return cuda;
+#else
+  require_backend(device, "backend_for");
+  fail("backend_for: no backend for device ", device_name(device));
+#endif
 }
 
 }  // namespace megadlm

@@ -1,8 +1,9 @@
 #pragma once
-// The dispatch point between backends. Modules in nn/ call kernels through the per-device switch in
-// `backend_for`; the CPU kernels under kernels/cpu/ are always built, the CUDA kernels under
+// The dispatch point between backends. Modules in nn/ call kernels through `backend_for(device)`
+// (kernels/backend.h); the CPU kernels under kernels/cpu/ are always built, the CUDA kernels under
 // kernels/cuda/ only with -DMEGADLM_CUDA=ON (and run only where a GPU exists).
 #include "core/tensor.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 

@@ -1,7 +1,9 @@
 #include "models/language_model.h"
 
 #include <algorithm>
+#include <type_traits>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "nn/moe_counts.h"
 #include "parallel/tp_mappings.h"
@@ -49,12 +51,21 @@ LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int 
 }
 
 LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec, const ParallelContext& ctx,
-                             bool pre_process, bool post_process)
+                             bool pre_process, bool post_process, Device device)
     : cfg_(cfg),
       ctx_(ctx),
       pre_process_(pre_process && ctx.is_first_stage()),
       post_process_(post_process && ctx.is_last_stage()) {
   validate_config(cfg);
+  if (device != Device::CPU) {
+    backend_for(device);  // throws when the build has no CUDA or no GPU is visible
+    MDLM_CHECK(ctx.world_size == 1 && ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1 && ctx.ep.size == 1,
+               "--device ", device_name(device), " runs one process on one GPU so far: no tensor, pipeline, context, ",
+               "expert or data parallelism");
+    MDLM_CHECK(!cfg.moe.enabled(), "--device ", device_name(device), ": MoE layers (--num-experts) run on the CPU only so far");
+    params_.set_device(device);
+    arena_.set_device(device);
+  }
   layer_range_ = pipeline_stage_layers(cfg, ctx.pp.size, ctx.pp.rank);
   if (pre_process_) embedding_ = Embedding(params_, ctx_, cfg_);
   for (int64_t l = layer_range_.begin; l < layer_range_.end; ++l) {
@@ -90,6 +101,27 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
 // transient arena, which is empty between the layers' forward and backward, or the arena in fp32.
 Arena& LanguageModel::work_arena() {
   return precision_ && precision_->mode() != PrecisionMode::FP32 ? precision_->transient() : arena_;
+}
+
+MicroBatch LanguageModel::device_batch(const MicroBatch& mb) {
+  if (device() == Device::CPU) return mb;
+  if (pre_process_) embedding_.check_ids(mb.tokens, mb.info());
+  const Backend& be = backend_for(device());
+  const size_t N = static_cast<size_t>(mb.B * mb.T);
+  auto upload = [&](const auto* host) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(host)>>;
+    if (host == nullptr) return static_cast<const T*>(nullptr);
+    void* p = arena_.allocate(N * sizeof(T));
+    be.copy_to_device(p, host, N * sizeof(T));
+    return static_cast<const T*>(p);
+  };
+  MicroBatch d = mb;
+  d.tokens = upload(mb.tokens);
+  d.positions = upload(mb.positions);
+  d.segment_ids = upload(mb.segment_ids);
+  d.targets = upload(mb.targets);
+  d.weights = upload(mb.weights);
+  return d;
 }
 
 Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
@@ -149,12 +181,14 @@ double LanguageModel::loss_stage(const MicroBatch& mb, const Tensor& out, float*
   return loss;
 }
 
-double LanguageModel::forward_backward(const MicroBatch& mb, float grad_scale, float* per_token_loss) {
+double LanguageModel::forward_backward(const MicroBatch& host_mb, float grad_scale, float* per_token_loss) {
+  const MicroBatch mb = device_batch(host_mb);
   Tensor h = forward_hidden(mb);
   return backward_stage(mb, h, nullptr, grad_scale, nullptr, per_token_loss);
 }
 
-double LanguageModel::forward_loss(const MicroBatch& mb, float* per_token_loss) {
+double LanguageModel::forward_loss(const MicroBatch& host_mb, float* per_token_loss) {
+  const MicroBatch mb = device_batch(host_mb);
   return loss_stage(mb, forward_hidden(mb), per_token_loss);
 }
 
@@ -165,8 +199,8 @@ std::vector<MoELayer*> LanguageModel::moe_layers() {
   return out;
 }
 
-Tensor LanguageModel::forward_logits(const MicroBatch& mb) {
-  Tensor h = forward_hidden(mb);
+Tensor LanguageModel::forward_logits(const MicroBatch& host_mb) {
+  Tensor h = forward_hidden(device_batch(host_mb));
   return head_.full_logits(arena_, h);  // gathered over the vocabulary at tp > 1
 }
 
@@ -180,6 +214,7 @@ void LanguageModel::allocate_cache(KVCache& cache, int64_t batch, int64_t capaci
 Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq,
                                             const int64_t* offsets, bool causal, bool last_only) {
   MDLM_CHECK(pre_process_ && post_process_, "inference with a KV cache needs the whole model on one pipeline stage");
+  MDLM_CHECK(device() == Device::CPU, "inference with a KV cache runs on the CPU only so far");
   MDLM_CHECK(!sequence_parallel(ctx_), "inference with a KV cache: build the model without --sequence-parallel");
   MDLM_CHECK(first_seq >= 0 && first_seq + mb.B <= cache.B, "KV cache: sequences [", first_seq, ", ",
              first_seq + mb.B, ") exceed its batch ", cache.B);

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 #include "nn/vocab_parallel_cross_entropy.h"
 #include "parallel/tp_mappings.h"
 
@@ -29,6 +28,24 @@ int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy, int64_t max_row
   int64_t fp32_rows = std::min(N, std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1))));
   if (max_rows > 0) fp32_rows = std::min(fp32_rows, max_rows);
   return bf16_copy ? std::max<int64_t>(1, fp32_rows * 4 / 6) : fp32_rows;
+}
+
+// The cross-entropy of a chunk of rows: over the whole vocabulary on the rows' device at tp = 1 (the
+// same CPU kernel vocab_parallel_cross_entropy calls there), vocab-parallel (CPU) otherwise.
+static double chunk_cross_entropy(const Backend& be, const ParallelContext& ctx, float* losses, float* dlogits,
+                                  const float* logits, const int32_t* targets, const float* weights,
+                                  int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start,
+                                  int64_t V) {
+  if (ctx.tp.size == 1)
+    return be.cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, Vl);
+  return vocab_parallel_cross_entropy(ctx, losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, Vl,
+                                      vocab_start, V);
+}
+
+// per_token_loss [N] (host) = losses [N] (on the device of `be`).
+static void losses_to_host(const Backend& be, float* per_token_loss, const float* losses, int64_t N) {
+  if (be.device() == Device::CPU) std::copy(losses, losses + N, per_token_loss);
+  else be.copy_to_host(per_token_loss, losses, sizeof(float) * static_cast<size_t>(N));
 }
 
 static const ParallelContext& single_context() {
@@ -94,7 +111,7 @@ Tensor LMHead::logits(Arena& arena, const Tensor& x_local) {
 Tensor LMHead::shard_logits(Arena& arena, const Tensor& x) {
   const int64_t N = x.numel() / C_;
   Tensor out = arena.tensor({N, V_local_});
-  cpu::gemm(false, true, N, V_local_, C_, 1.0f, x.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
+  backend_of(x).gemm(false, true, N, V_local_, C_, 1.0f, x.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
             out.data<float>(), V_local_);
   return out;
 }
@@ -117,10 +134,11 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
 }
 
 void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, const uint16_t* Wb, int64_t n) {
+  const Backend& be = backend_for(store_->device());
   if (xb) {
-    cpu::gemm_bf16(false, true, n, V_local_, C_, 1.0f, xb, C_, Wb, C_, 0.0f, logits, V_local_);
+    be.gemm_bf16(false, true, n, V_local_, C_, 1.0f, xb, C_, Wb, C_, 0.0f, logits, V_local_);
   } else {
-    cpu::gemm(false, true, n, V_local_, C_, 1.0f, x, C_, store_->value(w_).data<float>(), C_, 0.0f, logits, V_local_);
+    be.gemm(false, true, n, V_local_, C_, 1.0f, x, C_, store_->value(w_).data<float>(), C_, 0.0f, logits, V_local_);
   }
 }
 
@@ -128,7 +146,7 @@ void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, con
 static const uint16_t* bf16_rows(Arena& arena, const Tensor& x, bool bf16) {
   if (!bf16) return nullptr;
   Tensor xb = arena.tensor(x.shape(), DType::BF16);
-  cpu::cast_f32_to_bf16(static_cast<uint16_t*>(xb.raw()), x.data<float>(), x.numel());
+  backend_of(x).cast_f32_to_bf16(static_cast<uint16_t*>(xb.raw()), x.data<float>(), x.numel());
   return static_cast<const uint16_t*>(xb.raw());
 }
 
@@ -136,6 +154,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
                     float* per_token_loss) {
   const size_t mark = arena.mark();
   const Tensor x = gather_rows(arena, *ctx_, x_local);
+  const Backend& be = backend_of(x);
   const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, false, max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
@@ -145,10 +164,10 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
+    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
                                           weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
   }
-  if (per_token_loss) std::copy(losses.data<float>(), losses.data<float>() + N, per_token_loss);
+  if (per_token_loss) losses_to_host(be, per_token_loss, losses.data<float>(), N);
   arena.release(mark);
   return total;
 }
@@ -158,11 +177,13 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const size_t mark = arena.mark();
   const Tensor x_all = gather_rows(arena, *ctx_, x_local);  // all N rows
   const int64_t N_all = x_all.numel() / C_;
+  const Backend& be = backend_of(x_all);
   // Rows without a loss (target -100 or weight 0: the unmasked tokens of a diffusion batch, about half
   // of them) have zero loss and zero gradient, so the output layer runs on the other rows only: the
   // [N,V] products and the cross-entropy shrink by that share. Every tp rank holds the same targets,
   // so every rank keeps the same rows.
-  const LossRows kept = loss_rows(arena, x_all, targets, weights);
+  // On a device the targets are device memory and every row goes through (no host-side selection yet).
+  const LossRows kept = be.device() == Device::CPU ? loss_rows(arena, x_all, targets, weights) : LossRows{};
   const bool compact = kept.n > 0 && kept.n < N_all;
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
@@ -185,22 +206,23 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     const float* xr = x.data<float>() + r0 * C_;
     float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
     chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
+    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
                                           weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_,
                                           vocab_start_, V_);
     float* dxr = dxk.data<float>() + r0 * C_;
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
-      cpu::cast_f32_to_bf16(gb, logits, n * V_local_);
-      cpu::gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
-      cpu::gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
+      be.cast_f32_to_bf16(gb, logits, n * V_local_);
+      be.gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
+      be.gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
     } else {
       const float* W = store_->value(w_).data<float>();
-      cpu::gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxr, C_);
-      cpu::gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
+      be.gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxr, C_);
+      be.gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
     }
   }
-  if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
+  if (per_token_loss && !compact) losses_to_host(be, per_token_loss, losses.data<float>(), N);
+  else if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
   if (compact) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
   if (reduce) reduce_rows(*ctx_, dxp, dx, false);
   arena.release(mark);

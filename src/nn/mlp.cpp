@@ -1,6 +1,6 @@
 #include "nn/mlp.h"
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/backend.h"
 #include "nn/precision.h"
 #include "parallel/tp_mappings.h"
 
@@ -21,9 +21,10 @@ MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name,
 }
 
 void MLP::activation_forward(Tensor& a, const Tensor& h) const {
+  const Backend& be = backend_of(h);
   const int64_t N = h.size(0);
-  if (act_ == Activation::Gelu) cpu::gelu_forward(a.data<float>(), h.data<float>(), N * F_);
-  else cpu::swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
+  if (act_ == Activation::Gelu) be.gelu_forward(a.data<float>(), h.data<float>(), N * F_);
+  else be.swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
 }
 
 // Under a precision policy the fc1 output and the activation are made in the policy's transient arena
@@ -92,8 +93,9 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   } else {
     fc2_.backward(dy, da, false);
   }
-  if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
-  else cpu::swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
+  const Backend& be = backend_of(dh);
+  if (act_ == Activation::Gelu) be.gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
+  else be.swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
   fc1_.backward(dh, dx, false);
   arena.release(mark);
 }

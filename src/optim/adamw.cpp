@@ -5,14 +5,14 @@
 
 #include "core/error.h"
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/optim.h"
 
 namespace megadlm {
 
 AdamW::AdamW(ParamStore& params, const AdamWConfig& cfg) : params_(params), cfg_(cfg) {
-  m_ = Tensor::zeros({params.numel()}, DType::F32);
-  v_ = Tensor::zeros({params.numel()}, DType::F32);
+  m_ = Tensor::zeros({params.numel()}, DType::F32, params.device());
+  v_ = Tensor::zeros({params.numel()}, DType::F32, params.device());
 }
 
 void AdamW::release_state() {
@@ -23,12 +23,14 @@ void AdamW::release_state() {
 
 void AdamW::ensure_state() {
   if (has_state_) return;
-  m_ = Tensor::zeros({params_.numel()}, DType::F32);
-  v_ = Tensor::zeros({params_.numel()}, DType::F32);
+  m_ = Tensor::zeros({params_.numel()}, DType::F32, params_.device());
+  v_ = Tensor::zeros({params_.numel()}, DType::F32, params_.device());
   has_state_ = true;
 }
 
-double AdamW::grad_norm() const { return std::sqrt(cpu::sum_squares(params_.grads(), params_.numel())); }
+double AdamW::grad_norm() const {
+  return std::sqrt(backend_for(params_.device()).sum_squares(params_.grads(), params_.numel()));
+}
 
 double AdamW::step(double lr) {
   const double norm = grad_norm();
@@ -47,11 +49,12 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
   h.eps = cfg.eps;
   h.step = step;
   // A parameter may straddle the range's ends (a dp shard): only its part inside is updated.
+  const Backend& be = backend_for(params.device());
   for (const ParamInfo& p : params.infos()) {
     const int64_t a = std::max(p.offset, begin), b = std::min(p.offset + p.shape.numel(), end);
     if (a >= b) continue;
     h.weight_decay = p.weight_decay ? cfg.weight_decay : 0.0f;
-    cpu::adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h);
+    be.adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h);
   }
 }
 
