@@ -18,8 +18,16 @@ void require_backend(Device device, const char* op) {
   MDLM_CHECK(cuda_available(), op, ": a CUDA tensor, but no GPU is visible");
 }
 
+static const Backend* g_test_backend = nullptr;  // serves Device::CUDA when set
+
+void set_backend_for_testing(Device device, const Backend* backend) {
+  MDLM_CHECK(device == Device::CUDA, "set_backend_for_testing: only the CUDA device can be emulated");
+  g_test_backend = backend;
+}
+
 const Backend& backend_for(Device device) {
   if (device == Device::CPU) return cpu_backend();
+  if (g_test_backend) return *g_test_backend;
 #ifdef MEGADLM_HAVE_CUDA
   static const Backend& cuda = [] () -> const Backend& {
     require_backend(Device::CUDA, "backend_for");

@@ -13,4 +13,9 @@ bool cuda_available();  // compiled and a device is visible
 // Throws Error naming the op when the tensor's device has no backend in this build.
 void require_backend(Device device, const char* op);
 
+// Tests: serve `device` with `backend` (null restores the built-in choice). With an emulating backend
+// (host memory that checks every pointer it is given) the device plumbing of the modules runs on a
+// machine without the device. The backend must outlive its use.
+void set_backend_for_testing(Device device, const Backend* backend);
+
 }  // namespace megadlm

@@ -116,12 +116,21 @@ MicroBatch LanguageModel::device_batch(const MicroBatch& mb) {
     return static_cast<const T*>(p);
   };
   MicroBatch d = mb;
+  staged_from_ = mb.tokens;
   d.tokens = upload(mb.tokens);
   d.positions = upload(mb.positions);
   d.segment_ids = upload(mb.segment_ids);
   d.targets = upload(mb.targets);
   d.weights = upload(mb.weights);
+  staged_ = d;
   return d;
+}
+
+const MicroBatch& LanguageModel::staged(const MicroBatch& mb) const {
+  if (device() == Device::CPU) return mb;
+  MDLM_CHECK(staged_from_ != nullptr && staged_from_ == mb.tokens,
+             "LanguageModel: backward_stage / loss_stage of a micro-batch that forward_stage did not upload");
+  return staged_;
 }
 
 Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
@@ -130,7 +139,8 @@ Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
   return forward_stage(mb, nullptr);
 }
 
-Tensor LanguageModel::forward_stage(const MicroBatch& mb, const float* input) {
+Tensor LanguageModel::forward_stage(const MicroBatch& host_mb, const float* input) {
+  const MicroBatch mb = device_batch(host_mb);
   const BatchInfo info = mb.info();
   Tensor x;
   if (pre_process_) {
@@ -145,8 +155,9 @@ Tensor LanguageModel::forward_stage(const MicroBatch& mb, const float* input) {
   return post_process_ ? final_norm_.forward(arena_, x) : x;
 }
 
-double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, const float* output_grad,
+double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& out, const float* output_grad,
                                      float grad_scale, float* input_grad, float* per_token_loss) {
+  const MicroBatch& mb = staged(host_mb);
   const Shape shape = out.shape();
   // Two gradient buffers, ping-ponged down the layers, so the backward's memory is O(N*C) on top of
   // the saved activations.
@@ -171,24 +182,25 @@ double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, co
   }
   if (grads_ready_) grads_ready_(0);
   arena_.reset();
+  staged_from_ = nullptr;  // the uploaded arrays were in the arena
   return loss;
 }
 
-double LanguageModel::loss_stage(const MicroBatch& mb, const Tensor& out, float* per_token_loss) {
+double LanguageModel::loss_stage(const MicroBatch& host_mb, const Tensor& out, float* per_token_loss) {
+  const MicroBatch& mb = staged(host_mb);
   MDLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
   const double loss = head_.loss(work_arena(), out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
   arena_.reset();
+  staged_from_ = nullptr;
   return loss;
 }
 
-double LanguageModel::forward_backward(const MicroBatch& host_mb, float grad_scale, float* per_token_loss) {
-  const MicroBatch mb = device_batch(host_mb);
+double LanguageModel::forward_backward(const MicroBatch& mb, float grad_scale, float* per_token_loss) {
   Tensor h = forward_hidden(mb);
   return backward_stage(mb, h, nullptr, grad_scale, nullptr, per_token_loss);
 }
 
-double LanguageModel::forward_loss(const MicroBatch& host_mb, float* per_token_loss) {
-  const MicroBatch mb = device_batch(host_mb);
+double LanguageModel::forward_loss(const MicroBatch& mb, float* per_token_loss) {
   return loss_stage(mb, forward_hidden(mb), per_token_loss);
 }
 
@@ -199,8 +211,8 @@ std::vector<MoELayer*> LanguageModel::moe_layers() {
   return out;
 }
 
-Tensor LanguageModel::forward_logits(const MicroBatch& host_mb) {
-  Tensor h = forward_hidden(device_batch(host_mb));
+Tensor LanguageModel::forward_logits(const MicroBatch& mb) {
+  Tensor h = forward_hidden(mb);
   return head_.full_logits(arena_, h);  // gathered over the vocabulary at tp > 1
 }
 

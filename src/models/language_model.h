@@ -15,7 +15,8 @@
 // Device: the parameters, gradients and activations live on `device` (kernels/backend.h picks the
 // kernels). On CUDA (stage 1) the model is one process on one GPU: no tensor, pipeline, context or
 // expert parallelism, no MoE layers, no KV-cache inference. The micro-batch arrays stay host memory in
-// the API: the whole-model calls check the ids on the host and upload the arrays into the arena.
+// the API: forward_stage checks the ids on the host and uploads the arrays into the arena, and the
+// backward_stage / loss_stage that follow it use that copy.
 #include <functional>
 #include <memory>
 #include <vector>
@@ -118,8 +119,12 @@ class LanguageModel {
 
  private:
   Tensor forward_hidden(const MicroBatch& mb);  // whole model (one stage), through the final norm
-  // mb itself on the CPU; on a device, its arrays checked on the host and uploaded into the arena.
+  // mb itself on the CPU; on a device, its arrays checked on the host and uploaded into the arena
+  // (kept in staged_ for the backward_stage / loss_stage of the same micro-batch).
   MicroBatch device_batch(const MicroBatch& mb);
+  const MicroBatch& staged(const MicroBatch& mb) const;
+  MicroBatch staged_;
+  const int32_t* staged_from_ = nullptr;  // the host tokens staged_ was made from
   // This stage's layers forward from x; under full recomputation each recomputed group of layers
   // keeps only its input (group_inputs_[its first layer]) and frees the rest.
   Tensor forward_all_layers(Tensor x, const BatchInfo& info);
