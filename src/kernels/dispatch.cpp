@@ -30,13 +30,12 @@ const Backend& backend_for(Device device) {
   if (g_test_backend) return *g_test_backend;
 #ifdef MEGADLM_HAVE_CUDA
   static const Backend& cuda = [] () -> const Backend& {
-    require_backend(Device::CUDA, "backend_for");
+    MDLM_CHECK(cuda_available(), "no GPU is visible (cudaGetDeviceCount found none)");
     return cuda_backend();
   }();
   return cuda;
 #else
-  require_backend(device, "backend_for");
-  fail("backend_for: no backend for device ", device_name(device));
+  fail("this build has no CUDA backend (configure with -DMEGADLM_CUDA=ON, e.g. scripts/build_cuda.sh)");
 #endif
 }
 
