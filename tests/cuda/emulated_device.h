@@ -5,6 +5,7 @@
 // modules (uploads, device arenas, weight copies, the optimizer, checkpoints through a host copy) run
 // here: a host pointer handed to a device op throws, naming the op. It cannot see host code reading
 // device memory (both are host memory here); the real GPU tests (test_cuda_model.cpp) cover that.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -56,7 +57,14 @@ class EmulatedDeviceMemory {
   std::map<uintptr_t, size_t> blocks_;
 };
 
+// Device pointers checked so far (a test can see that the emulated backend was used at all).
+inline std::atomic<int64_t>& emulated_pointer_checks() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 inline void on_device(const void* p, const char* op) {
+  ++emulated_pointer_checks();
   if (p != nullptr && !EmulatedDeviceMemory::get().contains(p))
     fail("emulated device: ", op, " was given a pointer outside device memory (a host array not uploaded?)");
 }

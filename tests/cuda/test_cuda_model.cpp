@@ -65,6 +65,7 @@ struct Case {
   bool llama = false;
   bool diffusion = false;
   bool bf16 = false;
+  bool recompute = false;  // full recomputation of every layer, on the device model only
 };
 
 // A micro-batch whose arrays outlive the call: AR targets are the next tokens (-100 at each
@@ -122,6 +123,7 @@ HostBatch make_batch(const Case& c, uint64_t seed) {
 }
 
 std::unique_ptr<LanguageModel> build(const Case& c, Device device, uint64_t seed) {
+  // Recomputation changes no value: the CPU reference keeps every activation.
   const TransformerConfig cfg = tiny(c.llama);
   const LayerSpec spec = c.diffusion ? difflm_layer_spec(cfg, cpu::MaskType::None, 0) : gpt_layer_spec(cfg);
   auto m = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);
@@ -131,6 +133,12 @@ std::unique_ptr<LanguageModel> build(const Case& c, Device device, uint64_t seed
     p.mode = PrecisionMode::BF16;
     p.bf16_products = true;
     m->set_precision(p);
+  }
+  if (c.recompute && device != Device::CPU) {
+    RecomputeConfig r;
+    r.granularity = RecomputeGranularity::Full;
+    r.num_layers = 1;
+    m->set_recompute(r);
   }
   return m;
 }
@@ -277,7 +285,9 @@ void trainer_follows_the_cpu_and_resumes() {
   TEST(EmulatedCudaModel, name) {               \
     SKIP_WITH_GPU();                            \
     test::EmulatedCudaScope emulated;           \
+    const int64_t before = test::emulated_pointer_checks(); \
     __VA_ARGS__;                                \
+    EXPECT_GT(test::emulated_pointer_checks(), before) << "the emulated device was not used"; \
   }
 
 BOTH_DEVICES(Gpt2AutoregressiveFp32, compare_forward_backward({false, false, false}))
@@ -286,6 +296,8 @@ BOTH_DEVICES(LlamaAutoregressiveFp32, compare_forward_backward({true, false, fal
 BOTH_DEVICES(LlamaDiffusionPackedDocumentsFp32, compare_forward_backward({true, true, false}))
 BOTH_DEVICES(Gpt2AutoregressiveBf16, compare_forward_backward({false, false, true}))
 BOTH_DEVICES(LlamaDiffusionBf16, compare_forward_backward({true, true, true}))
+BOTH_DEVICES(LlamaDiffusionBf16FullRecompute, compare_forward_backward({true, true, true, true}))
+BOTH_DEVICES(Gpt2AutoregressiveFp32FullRecompute, compare_forward_backward({false, false, false, true}))
 BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
 BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
 BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())
