@@ -47,6 +47,12 @@ class Backend {
   virtual void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const = 0;  // out [N,C]
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const = 0;   // dbias [C] +=
   virtual void add_inplace(float* a, const float* b, int64_t n) const = 0;
+  // Row gather: dst [n, C] = src[index[k]] (index [n] of rows of src).
+  virtual void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const = 0;
+  // Row scatter: dst [N, C] row i = src row r when row r is listed for i (offsets [N+1] into rows [n],
+  // at most one row per i here), zero when none is.
+  virtual void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                            int64_t C) const = 0;
   virtual void scale_inplace(float* a, float s, int64_t n) const = 0;
 
   // ---- norms (kernels/cpu/norm.h): out, inp [N,C]; mean, rstd [N]; weight, bias [C] ----

@@ -55,6 +55,20 @@ class CpuBackend final : public Backend {
     cpu::bias_backward(dbias, dout, N, C);
   }
   void add_inplace(float* a, const float* b, int64_t n) const override { cpu::add_inplace(a, b, n); }
+  // Plain loops: the CPU output layer gathers its own rows (nn/lm_head.cpp); these serve the tests'
+  // emulated device.
+  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
+    for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * C, src + index[k] * C, sizeof(float) * C);
+  }
+  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                    int64_t C) const override {
+    for (int64_t i = 0; i < N; ++i) {
+      float* d = dst + i * C;
+      std::memset(d, 0, sizeof(float) * C);
+      for (int32_t j = offsets[i]; j < offsets[i + 1]; ++j)
+        for (int64_t c = 0; c < C; ++c) d[c] += src[rows[j] * C + c];
+    }
+  }
   void scale_inplace(float* a, float s, int64_t n) const override { cpu::scale_inplace(a, s, n); }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

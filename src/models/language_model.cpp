@@ -166,7 +166,10 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
   Tensor* dx = &g0;
   double loss = 0;
   if (post_process_) {
+    // On a device the head also gets the host labels, to run the output layer on the rows with a loss.
+    if (device() != Device::CPU) head_.set_host_labels(host_mb.targets, host_mb.weights);
     loss = head_.loss_and_backward(work_arena(), out, mb.targets, mb.weights, grad_scale, g0, per_token_loss);
+    head_.set_host_labels(nullptr, nullptr);
     final_norm_.backward(g0, g1);
     if (grads_ready_) grads_ready_(final_norm_first_param_);
   } else {

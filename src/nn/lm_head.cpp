@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "nn/vocab_parallel_cross_entropy.h"
@@ -74,6 +76,43 @@ LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t*
     r.targets[k] = targets[i];
     r.weights[k] = weights ? weights[i] : 1.0f;
   }
+  return r;
+}
+
+// The same selection on a device: made on the host from the host copies of the labels
+// (set_host_labels), uploaded, and the kept rows gathered on the device.
+LMHead::LossRows LMHead::device_loss_rows(Arena& arena, const Backend& be, const Tensor& x) const {
+  const int64_t N = x.numel() / C_;
+  LossRows r;
+  if (host_targets_ == nullptr) return r;  // no host labels: every row goes through
+  std::vector<int32_t> targets, offsets(static_cast<size_t>(N) + 1, 0);
+  std::vector<float> weights;
+  for (int64_t i = 0; i < N; ++i) {
+    const bool keep = host_targets_[i] != -100 && (host_weights_ == nullptr || host_weights_[i] != 0.0f);
+    offsets[i + 1] = offsets[i] + (keep ? 1 : 0);
+    if (!keep) continue;
+    r.host_index.push_back(static_cast<int32_t>(i));
+    targets.push_back(host_targets_[i]);
+    weights.push_back(host_weights_ ? host_weights_[i] : 1.0f);
+  }
+  r.n = static_cast<int64_t>(r.host_index.size());
+  if (r.n == 0 || r.n == N) return r;
+  auto upload = [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    const size_t bytes = sizeof(T) * v.size();
+    T* p = static_cast<T*>(arena.allocate(bytes));
+    be.copy_to_device(p, v.data(), bytes);
+    return p;
+  };
+  std::vector<int32_t> order(static_cast<size_t>(r.n));
+  for (int64_t k = 0; k < r.n; ++k) order[k] = static_cast<int32_t>(k);
+  r.index = upload(r.host_index);
+  r.targets = upload(targets);
+  r.weights = upload(weights);
+  r.offsets = upload(offsets);
+  r.order = upload(order);
+  r.x = arena.tensor({r.n, C_});
+  be.gather_rows(r.x.data<float>(), x.data<float>(), r.index, r.n, C_);
   return r;
 }
 
@@ -182,8 +221,9 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   // of them) have zero loss and zero gradient, so the output layer runs on the other rows only: the
   // [N,V] products and the cross-entropy shrink by that share. Every tp rank holds the same targets,
   // so every rank keeps the same rows.
-  // On a device the targets are device memory and every row goes through (no host-side selection yet).
-  const LossRows kept = be.device() == Device::CPU ? loss_rows(arena, x_all, targets, weights) : LossRows{};
+  // On a device the selection is made from the host copies of the labels (set_host_labels).
+  const LossRows kept =
+      be.device() == Device::CPU ? loss_rows(arena, x_all, targets, weights) : device_loss_rows(arena, be, x_all);
   const bool compact = kept.n > 0 && kept.n < N_all;
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
@@ -221,9 +261,17 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
       be.gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
     }
   }
-  if (per_token_loss && !compact) losses_to_host(be, per_token_loss, losses.data<float>(), N);
-  else if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
-  if (compact) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
+  if (per_token_loss && !compact) {
+    losses_to_host(be, per_token_loss, losses.data<float>(), N);
+  } else if (per_token_loss && be.device() == Device::CPU) {
+    scatter_rows(per_token_loss, losses.data<float>(), kept.index, N, N_all, 1);
+  } else if (per_token_loss) {
+    std::vector<float> kept_losses(static_cast<size_t>(N));
+    losses_to_host(be, kept_losses.data(), losses.data<float>(), N);
+    scatter_rows(per_token_loss, kept_losses.data(), kept.host_index.data(), N, N_all, 1);
+  }
+  if (compact && be.device() == Device::CPU) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
+  else if (compact) be.scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.offsets, kept.order, N_all, C_);
   if (reduce) reduce_rows(*ctx_, dxp, dx, false);
   arena.release(mark);
   return total;

@@ -63,6 +63,12 @@ inline std::atomic<int64_t>& emulated_pointer_checks() {
   return n;
 }
 
+// Rows gathered by gather_rows so far (the output layer's selection of the rows with a loss).
+inline std::atomic<int64_t>& emulated_gathered_rows() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 inline void on_device(const void* p, const char* op) {
   ++emulated_pointer_checks();
   if (p != nullptr && !EmulatedDeviceMemory::get().contains(p))
@@ -130,6 +136,16 @@ class EmulatedCudaBackend final : public Backend {
   void add_inplace(float* a, const float* b, int64_t n) const override {
     all({a, b}, "add_inplace");
     cpu().add_inplace(a, b, n);
+  }
+  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
+    all({dst, src, index}, "gather_rows");
+    emulated_gathered_rows() += n;
+    cpu().gather_rows(dst, src, index, n, C);
+  }
+  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                    int64_t C) const override {
+    all({dst, src, offsets, rows}, "scatter_rows");
+    cpu().scatter_rows(dst, src, offsets, rows, N, C);
   }
   void scale_inplace(float* a, float s, int64_t n) const override {
     all({a}, "scale_inplace");

@@ -302,6 +302,23 @@ BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
 BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
 BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())
 
+// On a device the output layer of a diffusion batch runs on the masked rows only, as on the CPU: the
+// rows it gathers are exactly those with a loss.
+TEST(EmulatedCudaModel, DiffusionHeadRunsOnTheRowsWithALoss) {
+  SKIP_WITH_GPU();
+  test::EmulatedCudaScope emulated;
+  const Case c{false, true, false};
+  auto m = build(c, Device::CUDA, 9);
+  HostBatch batch = make_batch(c, 9);
+  int64_t with_loss = 0;
+  for (int32_t t : batch.targets) with_loss += t != -100;
+  ASSERT_GT(with_loss, 0);
+  ASSERT_LT(with_loss, kB * kT);
+  const int64_t before = test::emulated_gathered_rows();
+  m->forward_backward(batch.mb, 1.0f);
+  EXPECT_EQ(test::emulated_gathered_rows() - before, with_loss);
+}
+
 // Runs everywhere: where CUDA cannot be used, --device cuda says so, naming the flag.
 TEST(CudaTrainer, DeviceCudaWithoutAGpuNamesTheFlag) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the error path does not apply";

@@ -85,6 +85,14 @@ class CudaBackend final : public Backend {
     cuda::bias_backward<float>(dbias, dout, N, C, kStream);
   }
   void add_inplace(float* a, const float* b, int64_t n) const override { cuda::add_inplace<float>(a, b, n, kStream); }
+  // The MoE permutation kernels, unweighted: a row gather, and its inverse as a CSR sum of rows.
+  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
+    cuda::moe_permute<float>(dst, src, index, nullptr, n, C, kStream);
+  }
+  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                    int64_t C) const override {
+    cuda::moe_unpermute<float>(dst, src, offsets, rows, nullptr, N, C, kStream);
+  }
   void scale_inplace(float* a, float s, int64_t n) const override { cuda::scale_inplace<float>(a, s, n, kStream); }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
