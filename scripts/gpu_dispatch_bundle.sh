@@ -63,6 +63,7 @@ for sub in cuda_nvrtc cublas cuda_runtime; do
   [[ -n "$p" ]] && LIBS="$LIBS:$p/lib"
 done
 export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "glibc $(ldd --version | head -1 | grep -o '[0-9.]*$') here; the bundle needs >= 2.34"
 if ! ldd "$D/bin/test_cuda" | grep -q "not found"; then :; else
   echo "gpu_dispatch_bundle.sh: unresolved libraries:"; ldd "$D/bin/test_cuda" "$D/bin/pretrain_difflm" | grep "not found"
 fi
