@@ -302,6 +302,30 @@ BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
 BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
 BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())
 
+// The emulation itself: a device op given a host array throws, host code reading device memory faults.
+TEST(EmulatedCudaModel, HostAccessToDeviceMemoryIsCaught) {
+  SKIP_WITH_GPU();
+  {
+    test::EmulatedCudaScope emulated;
+    Tensor d = Tensor::zeros({8}, DType::F32, Device::CUDA);
+    std::vector<float> host(8, 1.0f);
+    const std::string err = test::error_of([&] { backend_for(Device::CUDA).add_inplace(d.data<float>(), host.data(), 8); });
+    EXPECT_NE(err.find("add_inplace was given a pointer outside device memory"), std::string::npos) << err;
+    Tensor h = Tensor::empty({8}, DType::F32);
+    h.copy_from(d);  // a download goes through the memory table: allowed
+    EXPECT_EQ(h.data<float>()[3], 0.0f);
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        test::EmulatedCudaScope emulated;
+        Tensor d = Tensor::zeros({8}, DType::F32, Device::CUDA);
+        volatile float x = d.data<float>()[0];  // host code reading device memory
+        (void)x;
+      },
+      "host code reading or writing device memory");
+}
+
 // On a device the output layer of a diffusion batch runs on the masked rows only, as on the CPU: the
 // rows it gathers are exactly those with a loss.
 TEST(EmulatedCudaModel, DiffusionHeadRunsOnTheRowsWithALoss) {
