@@ -7,8 +7,8 @@
 # merges.txt once, ~0.012 s, shared by the workers; the other workers parse JSON meanwhile) is a
 # fixed part that more workers cannot shorten. The table therefore shows the start-up and the
 # processing after it separately, and two speed-ups: wall-clock and after start-up. REPEAT=k (default
-# 1) concatenates the corpus k times (repeated text is partly served by the tokenizer's per-thread
-# word cache, so it is not a larger corpus, only a longer run). On a machine shared with other work,
+# 1) concatenates the corpus k times (repeated text is mostly served by the tokenizer's word cache,
+# shared by the workers, so it is not a larger corpus, only a longer run). On a machine shared with other work,
 # `chrt -f 10 bench/bench_preprocess.sh` (root) keeps other processes off the 2 cores while it runs. Each configuration runs RUNS times (default 5), the fastest counts;
 # both outputs are checked to be byte-identical.
 #

@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <future>
+#include <memory>
+#include <new>
 #include <thread>
 #include <type_traits>
+
+#include <sys/mman.h>
 
 #include "core/error.h"
 #include "data/unicode.h"
@@ -246,6 +251,59 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
 
 constexpr uint32_t kNoRank = 0xFFFFFFFFu;
 std::atomic<uint64_t> g_next_instance{1};
+std::atomic<uint64_t> g_next_cache{1};
+
+// Whether the kernel gives transparent huge pages to memory advised with MADV_HUGEPAGE (setting
+// "always" or "madvise"; not "never", nor where the file is absent).
+bool huge_pages_on_advice() {
+  static const bool on = [] {
+    std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return false;
+    char buf[128] = {};
+    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    const std::string_view s(buf, n);
+    return s.find("[always]") != std::string_view::npos || s.find("[madvise]") != std::string_view::npos;
+  }();
+  return on;
+}
+
+// Zero-filled memory straight from the kernel, for hash tables. Blocks of 1 MiB or more are 2 MiB-
+// aligned and advised as transparent huge pages: a table of random accesses then costs one page fault
+// per 2 MiB instead of 512 (on a 2-core VM these faults were a good part of tokenizer start-up, and
+// two threads faulting on one memory map slowed each other down). Without huge pages, `prefault`
+// touches the pages in order at once, as filling a std::vector would (faults in random order, as a
+// hash table's inserts make them, measured slower); otherwise a page costs nothing until it is used.
+class ZeroedBlock {
+ public:
+  ZeroedBlock(size_t bytes, bool prefault) : bytes_(std::max<size_t>(bytes, 1)) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const bool huge = bytes_ >= kHuge / 2 && huge_pages_on_advice();
+    const size_t rounded = (bytes_ + kHuge - 1) / kHuge * kHuge;
+    mapped_ = huge ? rounded + kHuge : bytes_;  // room to align to 2 MiB
+    void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<char*>(p);
+    data_ = base_;
+    if (huge) {
+      data_ = base_ + ((kHuge - reinterpret_cast<uintptr_t>(base_) % kHuge) % kHuge);
+#ifdef MADV_HUGEPAGE
+      ::madvise(data_, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+    } else if (prefault) {
+      std::memset(data_, 0, bytes_);
+    }
+  }
+  ~ZeroedBlock() { ::munmap(base_, mapped_); }
+  ZeroedBlock(const ZeroedBlock&) = delete;
+  ZeroedBlock& operator=(const ZeroedBlock&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  size_t bytes_, mapped_ = 0;
+  char* base_ = nullptr;
+  char* data_ = nullptr;
+};
 }  // namespace
 
 std::string bytes_to_byte_level(std::string_view bytes) {
@@ -263,25 +321,28 @@ std::string byte_level_to_bytes(std::string_view token) {
 }
 
 // (id_a, id_b) -> (rank, merged id), open addressing with linear probing at load <= 1/2. One lookup
-// per candidate pair is the inner loop of BPE, so this avoids std::unordered_map's node chasing.
+// per candidate pair is the inner loop of BPE, so this avoids std::unordered_map's node chasing. The
+// slots live in zeroed memory (a stored key is the pair + 1, so 0 marks an empty slot): building the
+// table touches only the pages its entries land on, in huge pages where the kernel allows.
 struct ByteLevelBPE::MergeTable {
   struct Slot {
-    uint64_t key;
+    uint64_t key;  // key(a, b) + 1; 0 = empty
     uint32_t rank;
     int32_t merged;
   };
-  static constexpr uint64_t kEmpty = ~0ull;
-  std::vector<Slot> slots;
+  std::unique_ptr<ZeroedBlock> mem;
+  Slot* slots = nullptr;
   uint64_t mask = 0;
 
   explicit MergeTable(size_t n) {
     size_t cap = 16;
     while (cap < 2 * n) cap <<= 1;
-    slots.assign(cap, Slot{kEmpty, kNoRank, -1});
+    mem = std::make_unique<ZeroedBlock>(cap * sizeof(Slot), /*prefault=*/true);
+    slots = static_cast<Slot*>(mem->data());
     mask = cap - 1;
   }
-  static uint64_t key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  static uint64_t key(int32_t a, int32_t b) {  // ids are >= 0, so key + 1 never wraps to 0
+    return ((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b)) + 1;
   }
   static uint64_t mix(uint64_t k) {
     k ^= k >> 31;
@@ -293,7 +354,7 @@ struct ByteLevelBPE::MergeTable {
   void put(int32_t a, int32_t b, uint32_t rank, int32_t merged) {
     const uint64_t k = key(a, b);
     for (uint64_t i = mix(k) & mask;; i = (i + 1) & mask) {
-      if (slots[i].key == kEmpty || slots[i].key == k) {
+      if (slots[i].key == 0 || slots[i].key == k) {
         slots[i] = Slot{k, rank, merged};  // a repeated pair takes the later rank
         return;
       }
@@ -304,15 +365,14 @@ struct ByteLevelBPE::MergeTable {
     for (uint64_t i = mix(k) & mask;; i = (i + 1) & mask) {
       const Slot& s = slots[i];
       if (s.key == k) return &s;
-      if (s.key == kEmpty) return nullptr;
+      if (s.key == 0) return nullptr;
     }
   }
 };
 
-// Piece bytes -> ids for the pieces seen recently, one per thread and tokenizer: text repeats its
-// words, so most pieces are found here and skip BPE. Cleared when full (cheap, and keeps memory flat).
-// (A lock-free cache shared by all threads, to spare preprocess_data's second worker the merges of
-// words the first had seen, was tried: on 2 cores it did not measurably shorten the run.)
+// Piece bytes -> ids for the pieces seen recently, one per thread and tokenizer: the fallback once the
+// shared cache below is full (huge or very varied corpora). Cleared when full (cheap, and keeps memory
+// flat). The slot array is a ZeroedBlock: its pages cost nothing until a slot on them is used.
 struct ByteLevelBPE::WordCache {
   struct Slot {
     uint64_t hash;  // 0 = empty
@@ -321,17 +381,165 @@ struct ByteLevelBPE::WordCache {
   };
   static constexpr size_t kSlots = size_t{1} << 17;
   static constexpr size_t kMaxEntries = kSlots / 2;
-  static constexpr size_t kMaxKeyLen = 128;  // longer pieces are rare: not worth caching
-  std::vector<Slot> slots = std::vector<Slot>(kSlots, Slot{0, 0, 0, 0, 0});
+  ZeroedBlock mem{kSlots * sizeof(Slot), /*prefault=*/true};
+  Slot* slots = static_cast<Slot*>(mem.data());
   std::string keys;
   std::vector<int32_t> ids;
   size_t entries = 0;
 
   void clear() {
-    std::fill(slots.begin(), slots.end(), Slot{0, 0, 0, 0, 0});
+    std::memset(slots, 0, kSlots * sizeof(Slot));
     keys.clear();
     ids.clear();
     entries = 0;
+  }
+  // The ids of piece p[0, len) (hash h), or nullptr; *ids_len is set on a hit.
+  const int32_t* find(uint64_t h, const uint8_t* p, size_t len, size_t* ids_len) const {
+    for (uint64_t i = (h >> 1) & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+      const Slot& s = slots[i];
+      if (s.hash == 0) return nullptr;
+      if (s.hash == h && s.key_len == len && std::memcmp(keys.data() + s.key_off, p, len) == 0) {
+        *ids_len = s.ids_len;
+        return ids.data() + s.ids_off;
+      }
+    }
+  }
+  void insert(uint64_t h, const uint8_t* p, size_t len, const int32_t* piece_ids, size_t n_ids) {
+    if (entries >= kMaxEntries) clear();
+    uint64_t i = (h >> 1) & (kSlots - 1);
+    while (slots[i].hash != 0) i = (i + 1) & (kSlots - 1);
+    slots[i] = Slot{h, static_cast<uint32_t>(keys.size()), static_cast<uint32_t>(ids.size()),
+                    static_cast<uint16_t>(len), static_cast<uint16_t>(n_ids)};
+    keys.append(reinterpret_cast<const char*>(p), len);
+    ids.insert(ids.end(), piece_ids, piece_ids + n_ids);
+    ++entries;
+  }
+};
+
+// Piece bytes -> ids, one per tokenizer and shared by all threads that encode with it, so that a word
+// one worker has merged is not merged again by another. Insert-only and lock-free:
+//   - an entry is written once into `arena` at a word offset reserved by fetch_add, never moved:
+//     [header: key_len | ids_len << 16][ids_len ids][key bytes, padded to a word];
+//   - a slot holds (high 32 bits of the piece's hash) << 32 | the entry's offset (0 = empty; offset 0
+//     is never used); it is published with a release CAS after the entry is written, and readers
+//     load it with acquire, so a reader that sees the slot sees the whole entry;
+//   - when the slots reach half load or the arena is used up, it takes no more entries (`full`) and
+//     the per-thread caches take the misses.
+// What it costs on 2 cores (preprocess_data, Brown): the second worker no longer merges the words the
+// first has seen, but it reads entries the other core wrote; this only paid off once (1) the slot array
+// was in huge pages (ZeroedBlock: 4 KiB pages filled by two threads at once fault on one memory map),
+// (2) each thread wrote its entries into arena blocks of its own and (3) the counters that inserts
+// write sat on a cache line apart from the fields that look-ups read.
+struct ByteLevelBPE::SharedWordCache {
+  static constexpr size_t kMaxKeyLen = 128;  // longer pieces are rare: not worth caching
+  static constexpr size_t kBlockWords = 1024;  // 4 KiB, a page
+  static constexpr size_t kEntryBatch = 64;
+
+  size_t mask, max_entries, arena_words;
+  std::unique_ptr<ZeroedBlock> slots_mem, arena_mem;
+  uint64_t* slots = nullptr;  // [mask + 1], accessed through std::atomic_ref
+  uint32_t* arena = nullptr;  // [arena_words]
+  const uint64_t id = g_next_cache.fetch_add(1);  // keys the threads' arena blocks (never reused)
+  std::atomic<bool> full{false};                   // written once
+  // The counters every insert writes, on a cache line of their own: beside the fields above (read by
+  // every look-up) they made that line bounce between the cores and cost more than the cache saved.
+  alignas(64) std::atomic<size_t> entries{0};      // entries handed out in batches (past max_entries: full)
+  std::atomic<size_t> arena_used{kBlockWords};     // words handed out; block 0 unused so that no slot is 0
+  char pad_[64 - 2 * sizeof(std::atomic<size_t>)];  // nothing else on the counters' line
+
+  explicit SharedWordCache(size_t max_entries_) : max_entries(std::max<size_t>(max_entries_, 1)) {
+    size_t cap = 16;
+    while (cap < 2 * max_entries) cap <<= 1;
+    mask = cap - 1;
+    // Room for the average piece (GPT-2 on English: ~8 bytes, ~1.3 ids -> ~5 words) with a wide
+    // margin, plus the partly filled blocks of up to 64 threads.
+    arena_words = 16 * max_entries + 64 * kBlockWords;
+    if (arena_words > 0xFFFFFFFFull) arena_words = 0xFFFFFFFFull;  // offsets are 32-bit
+    // The slots are used all over (prefaulted without huge pages); the arena only as far as it fills.
+    slots_mem = std::make_unique<ZeroedBlock>(cap * sizeof(uint64_t), /*prefault=*/true);
+    arena_mem = std::make_unique<ZeroedBlock>(arena_words * sizeof(uint32_t), /*prefault=*/false);
+    slots = static_cast<uint64_t*>(slots_mem->data());
+    arena = static_cast<uint32_t*>(arena_mem->data());
+  }
+
+  // Room for one more entry of `words` words, for this thread: its arena offset, or 0 when the cache
+  // is full. Each thread takes arena blocks of kBlockWords and entry counts in batches of
+  // kEntryBatch, and uses them alone: entries written by two threads never share a cache line, and
+  // the shared counters are written once per block or batch instead of once per insert. (A thread
+  // that goes back and forth among more than 4 caches drops its remainders: the cache fills sooner.)
+  size_t reserve(size_t words) {
+    struct Quota {
+      uint64_t cache_id = 0;
+      size_t next = 0, end = 0;  // arena words [next, end)
+      size_t entries_left = 0;
+    };
+    thread_local std::array<Quota, 4> quotas;
+    thread_local unsigned victim = 0;
+    Quota* q = nullptr;
+    for (Quota& x : quotas)
+      if (x.cache_id == id) q = &x;
+    if (!q) {
+      q = &quotas[victim++ % quotas.size()];
+      *q = Quota{id, 0, 0, 0};
+    }
+    if (q->entries_left == 0) {
+      const size_t first = entries.fetch_add(kEntryBatch, std::memory_order_relaxed);
+      if (first >= max_entries) return 0;
+      q->entries_left = std::min(kEntryBatch, max_entries - first);
+    }
+    if (q->next + words > q->end) {
+      const size_t start = arena_used.fetch_add(kBlockWords, std::memory_order_relaxed);
+      if (start + kBlockWords > arena_words) return 0;
+      q->next = start;
+      q->end = start + kBlockWords;
+    }
+    --q->entries_left;
+    const size_t off = q->next;
+    q->next += words;
+    return off;
+  }
+
+  std::atomic_ref<uint64_t> slot(size_t i) const { return std::atomic_ref<uint64_t>(slots[i]); }
+
+  // True when the entry at word offset `off` has the key p[0, len).
+  bool holds(uint32_t off, const uint8_t* p, size_t len) const {
+    const uint32_t* e = arena + off;
+    return (e[0] & 0xFFFF) == len && std::memcmp(e + 1 + (e[0] >> 16), p, len) == 0;
+  }
+  // The ids of piece p[0, len) (hash h), or nullptr; *ids_len is set on a hit.
+  const int32_t* find(uint64_t h, const uint8_t* p, size_t len, size_t* ids_len) const {
+    const uint64_t tag = h & 0xFFFFFFFF00000000ull;
+    for (uint64_t i = (h >> 1) & mask;; i = (i + 1) & mask) {
+      const uint64_t v = slot(i).load(std::memory_order_acquire);
+      if (v == 0) return nullptr;
+      const auto off = static_cast<uint32_t>(v);
+      if ((v & 0xFFFFFFFF00000000ull) == tag && holds(off, p, len)) {
+        const uint32_t* e = arena + off;
+        *ids_len = e[0] >> 16;
+        return reinterpret_cast<const int32_t*>(e + 1);
+      }
+    }
+  }
+  // Adds the piece (when another thread added it meanwhile, its entry stays and ours is wasted
+  // space); false when the cache is full.
+  bool insert(uint64_t h, const uint8_t* p, size_t len, const int32_t* ids, size_t n_ids) {
+    if (full.load(std::memory_order_relaxed)) return false;
+    const size_t off = reserve(1 + n_ids + (len + 3) / 4);
+    if (off == 0) {
+      full.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    uint32_t* e = arena + off;
+    e[0] = static_cast<uint32_t>(len | (n_ids << 16));
+    std::memcpy(e + 1, ids, n_ids * sizeof(int32_t));
+    std::memcpy(e + 1 + n_ids, p, len);
+    const uint64_t v = (h & 0xFFFFFFFF00000000ull) | off;
+    for (uint64_t i = (h >> 1) & mask;; i = (i + 1) & mask) {
+      uint64_t seen = 0;
+      if (slot(i).compare_exchange_strong(seen, v, std::memory_order_release, std::memory_order_acquire))
+        return true;
+      if ((seen >> 32) == (v >> 32) && holds(static_cast<uint32_t>(seen), p, len)) return true;
+    }
   }
 };
 
@@ -341,16 +549,18 @@ struct ByteLevelBPE::WordCache {
 // and a node chase each.
 struct ByteLevelBPE::StringIndex {
   struct Slot {
-    uint32_t tag;  // high half of the key's hash
-    int32_t id;    // -1 = empty
+    uint32_t tag;     // high half of the key's hash
+    int32_t id_plus;  // id + 1; 0 = empty (zeroed memory, as MergeTable's)
   };
-  std::vector<Slot> slots;
+  std::unique_ptr<ZeroedBlock> mem;
+  Slot* slots = nullptr;
   uint64_t mask = 0;
 
   explicit StringIndex(size_t n) {
     size_t cap = 16;
     while (cap < 2 * n) cap <<= 1;
-    slots.assign(cap, Slot{0, -1});
+    mem = std::make_unique<ZeroedBlock>(cap * sizeof(Slot), /*prefault=*/true);
+    slots = static_cast<Slot*>(mem->data());
     mask = cap - 1;
   }
   static uint64_t hash(std::string_view key) {
@@ -366,10 +576,11 @@ struct ByteLevelBPE::StringIndex {
     const auto tag = static_cast<uint32_t>(h >> 32);
     for (uint64_t i = (h >> 1) & mask;; i = (i + 1) & mask) {
       const Slot& s = slots[i];
-      if (s.id < 0) return -1;
-      if (s.tag == tag && off[s.id + 1] - off[s.id] == key.size() &&
-          std::memcmp(text.data() + off[s.id], key.data(), key.size()) == 0)
-        return s.id;
+      if (s.id_plus == 0) return -1;
+      const int32_t id = s.id_plus - 1;
+      if (s.tag == tag && off[id + 1] - off[id] == key.size() &&
+          std::memcmp(text.data() + off[id], key.data(), key.size()) == 0)
+        return id;
     }
   }
   // Adds the key of `id` (whose hash() is h); returns the id that already has an equal key (nothing
@@ -379,13 +590,14 @@ struct ByteLevelBPE::StringIndex {
     const auto tag = static_cast<uint32_t>(h >> 32);
     for (uint64_t i = (h >> 1) & mask;; i = (i + 1) & mask) {
       Slot& s = slots[i];
-      if (s.id < 0) {
-        s = Slot{tag, id};
+      if (s.id_plus == 0) {
+        s = Slot{tag, id + 1};
         return -1;
       }
-      if (s.tag == tag && off[s.id + 1] - off[s.id] == key.size() &&
-          std::memcmp(text.data() + off[s.id], key.data(), key.size()) == 0)
-        return s.id;
+      const int32_t other = s.id_plus - 1;
+      if (s.tag == tag && off[other + 1] - off[other] == key.size() &&
+          std::memcmp(text.data() + off[other], key.data(), key.size()) == 0)
+        return other;
     }
   }
 };
@@ -411,7 +623,9 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string, int32_t>>& v
 ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t>>& vocab,
                            const std::vector<std::pair<std::string_view, std::string_view>>& merges,
                            bool ignore_merges, const std::string& source, int threads)
-    : ignore_merges_(ignore_merges), instance_id_(g_next_instance.fetch_add(1)) {
+    : ignore_merges_(ignore_merges),
+      shared_cache_(std::make_unique<SharedWordCache>(kSharedCacheEntries)),
+      instance_id_(g_next_instance.fetch_add(1)) {
   MDLM_CHECK(!vocab.empty(), source, ": the vocabulary is empty");
   int32_t max_id = -1;
   for (const auto& [tok, id] : vocab) {
@@ -568,6 +782,14 @@ void ByteLevelBPE::build_merges(const std::vector<std::pair<std::string_view, st
 
 ByteLevelBPE::~ByteLevelBPE() = default;
 
+void ByteLevelBPE::set_shared_cache_capacity(size_t max_entries) {
+  shared_cache_ = std::make_unique<SharedWordCache>(max_entries);
+}
+
+size_t ByteLevelBPE::shared_cache_entries() const {
+  return std::min(shared_cache_->entries.load(std::memory_order_relaxed), shared_cache_->max_entries);
+}
+
 int32_t ByteLevelBPE::id_of(std::string_view spelling) const {
   return spelling_to_id_->find(spelling, spelling_text_, spelling_offset_);
 }
@@ -701,7 +923,9 @@ void ByteLevelBPE::encode_text(PretokenizerPattern pattern, const uint8_t* p, si
 
 void ByteLevelBPE::encode_pieces(const PretokenizerPattern* pattern, const uint8_t* text, size_t n,
                                  std::vector<int32_t>& out) const {
-  WordCache& cache = thread_cache();
+  SharedWordCache& shared = *shared_cache_;
+  // The per-thread cache only once the shared one is full (its misses go there from then on).
+  WordCache* local = shared.full.load(std::memory_order_relaxed) ? &thread_cache() : nullptr;
   for (size_t i = 0; i < n;) {
     const size_t e = pattern ? next_piece(*pattern, text, n, i) : n;
     const uint8_t* p = text + i;
@@ -711,40 +935,24 @@ void ByteLevelBPE::encode_pieces(const PretokenizerPattern* pattern, const uint8
       out.push_back(byte_id_[p[0]]);
       continue;
     }
-    if (len > WordCache::kMaxKeyLen) {
+    if (len > SharedWordCache::kMaxKeyLen) {
       encode_uncached(p, len, out);
       continue;
     }
     const uint64_t h = hash_bytes(p, len);
-    const uint64_t mask = WordCache::kSlots - 1;
-    uint64_t slot = (h >> 1) & mask;  // bit 0 of h is always set
-    bool found = false;
-    for (;; slot = (slot + 1) & mask) {
-      const WordCache::Slot& s = cache.slots[slot];
-      if (s.hash == 0) break;
-      if (s.hash == h && s.key_len == len && std::memcmp(cache.keys.data() + s.key_off, p, len) == 0) {
-        out.insert(out.end(), cache.ids.begin() + s.ids_off, cache.ids.begin() + s.ids_off + s.ids_len);
-        found = true;
-        break;
-      }
+    size_t n_ids = 0;
+    const int32_t* hit = shared.find(h, p, len, &n_ids);
+    if (!hit && local) hit = local->find(h, p, len, &n_ids);
+    if (hit) {
+      out.insert(out.end(), hit, hit + n_ids);
+      continue;
     }
-    if (found) continue;
     const size_t before = out.size();
     encode_uncached(p, len, out);
-    if (cache.entries >= WordCache::kMaxEntries) {
-      cache.clear();
-      for (slot = (h >> 1) & mask; cache.slots[slot].hash != 0; slot = (slot + 1) & mask) {
-      }
+    if (!shared.insert(h, p, len, out.data() + before, out.size() - before)) {
+      if (!local) local = &thread_cache();
+      local->insert(h, p, len, out.data() + before, out.size() - before);
     }
-    WordCache::Slot& s = cache.slots[slot];
-    s.hash = h;
-    s.key_off = static_cast<uint32_t>(cache.keys.size());
-    s.key_len = static_cast<uint16_t>(len);
-    s.ids_off = static_cast<uint32_t>(cache.ids.size());
-    s.ids_len = static_cast<uint16_t>(out.size() - before);
-    cache.keys.append(reinterpret_cast<const char*>(p), len);
-    cache.ids.insert(cache.ids.end(), out.begin() + before, out.end());
-    ++cache.entries;
   }
 }
 

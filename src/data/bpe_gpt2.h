@@ -72,7 +72,8 @@ class ByteLevelBPE {
   ~ByteLevelBPE();
 
   // Appends the ids of `text` split into pieces by `pattern` (raw bytes, any values). Thread-safe:
-  // each thread has its own cache of recent pieces.
+  // pieces already encoded by any thread come from a cache shared by all (lock-free, insert-only);
+  // once that is full, each thread also keeps its own cache of recent pieces.
   void encode_text(PretokenizerPattern pattern, const uint8_t* text, size_t n, std::vector<int32_t>& out) const;
   // The same for a text taken as one piece (ByteLevel pre-tokenizer with use_regex = false).
   void encode_piece(const uint8_t* bytes, size_t n, std::vector<int32_t>& out) const;
@@ -91,13 +92,20 @@ class ByteLevelBPE {
   void merge_small(std::vector<int32_t>& symbols) const;
   void merge_large(std::vector<int32_t>& symbols) const;
 
+  // The shared piece cache takes at most `max_entries` pieces (default kSharedCacheEntries; a test
+  // makes it small to reach the per-thread fallback). Replaces the cache: call before any encode.
+  static constexpr size_t kSharedCacheEntries = size_t{1} << 17;
+  void set_shared_cache_capacity(size_t max_entries);
+  size_t shared_cache_entries() const;  // pieces the shared cache holds or has handed to threads
+
  private:
   // The merge table from merges in rank order (needs the spelling index); part of construction.
   void build_merges(const std::vector<std::pair<std::string_view, std::string_view>>& merges, int32_t max_id,
                     const std::string& source);
   struct MergeTable;   // open-addressing hash map (id_a, id_b) -> (rank, merged id)
   struct StringIndex;  // open-addressing hash map string -> id, keys kept in one string
-  struct WordCache;
+  struct WordCache;        // per thread, cleared when full
+  struct SharedWordCache;  // shared by all threads, insert-only
 
   void encode_pieces(const PretokenizerPattern* pattern, const uint8_t* text, size_t n,
                      std::vector<int32_t>& out) const;
@@ -119,6 +127,7 @@ class ByteLevelBPE {
   std::array<int32_t, 256> byte_id_{};
   std::unique_ptr<MergeTable> merges_;
   bool ignore_merges_ = false;
+  mutable std::unique_ptr<SharedWordCache> shared_cache_;  // filled by encode (thread-safe)
   uint64_t instance_id_ = 0;  // keys the per-thread caches (never reused, unlike addresses)
 };
 

@@ -115,10 +115,10 @@ void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Toke
   }
 }
 
-// Tokenizers whose encode() may run on several threads at once: the byte-level BPE ones keep their
-// only mutable state (the cache of recent pieces, scratch vectors) per thread. Workers share one of
-// these, built once; the others are built per worker (they are cheap to build or, SentencePiece,
-// make no promise).
+// Tokenizers whose encode() may run on several threads at once: the byte-level BPE ones share a
+// lock-free cache of pieces and keep their other mutable state (scratch vectors) per thread. Workers
+// share one of these, built once; the others are built per worker (they are cheap to build or,
+// SentencePiece, make no promise).
 bool encode_is_thread_safe(const std::string& type) {
   return type == "GPT2BPETokenizer" || type == "HuggingFaceTokenizer";
 }

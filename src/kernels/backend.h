@@ -100,8 +100,9 @@ class Backend {
   virtual void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const = 0;
 
   // ---- optimizer and reductions (kernels/cpu/optim.h) ----
-  virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
-                          const cpu::AdamWParams& h) const = 0;
+  // param_bf16 [n] (or null): the updated param in bf16 as well, on the same pass.
+  virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+                          uint16_t* param_bf16) const = 0;
   // The sum of x^2 in a fixed order, downloaded to the host (one synchronisation on a device).
   virtual double sum_squares(const float* x, int64_t n) const = 0;
 };

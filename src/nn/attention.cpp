@@ -1,6 +1,7 @@
 #include "nn/attention.h"
 
 #include "kernels/backend.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/rope.h"
 #include "parallel/tp_mappings.h"
@@ -107,6 +108,7 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchIn
   k_ = k;
   attn_out_ = arena.tensor({N, H_ * D_});
   lse_ = arena.tensor({batch.B * H_ * batch.T});
+  bf16_attention_ = false;
   backend_of(x).attention_forward(attn_out_.data<float>(), lse_.data<float>(), q_.data<float>(), k_.data<float>(),
                          v_.data<float>(), batch.B, batch.T, H_, K_, D_, mask(),
                          1.0f / std::sqrt(static_cast<float>(D_)));
@@ -137,8 +139,18 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   Tensor o = tmp.tensor({N, H_ * D_});
   lse_ = arena.tensor({batch_.B * H_ * batch_.T});
   const Backend& be = backend_of(x);
-  be.attention_forward(o.data<float>(), lse_.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
-                         batch_.B, batch_.T, H_, K_, D_, mask(), 1.0f / std::sqrt(static_cast<float>(D_)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
+  // With bf16 products the attention's own products take the bf16 copies too (bf16 tile products, fp32
+  // softmax and accumulation, as flash-attention on GPUs); bf16 storage only, fp16 and fp8 keep fp32.
+  // That kernel is the CPU's (kernels/cpu/attention_bf16.h); on a GPU the attention takes fp32 q, k, v.
+  bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm() && be.device() == Device::CPU;
+  if (bf16_attention_) {
+    cpu::attention_forward_bf16(o.data<float>(), lse_.data<float>(), q_.data<bf16_t>(), k_.data<bf16_t>(),
+                                v_.data<bf16_t>(), batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+  } else {
+    be.attention_forward(o.data<float>(), lse_.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
+                         batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+  }
   attn_out_ = arena.tensor(o.shape(), narrow);
   store_activation(*prec_, attn_out_, o);
   Tensor y;
@@ -198,18 +210,24 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor dq = arena.tensor({N, H_ * D_});
   Tensor dk = arena.tensor({N, K_ * D_});
   Tensor dv = arena.tensor({N, K_ * D_});
-  // Under a precision policy the saved q, k, v and output are narrow: back to fp32 in temporaries.
-  Tensor q = q_, k = k_, v = v_, o = attn_out_;
-  if (q_.dtype() != DType::F32) {
-    for (auto [wide, kept] : {std::pair<Tensor*, const Tensor*>{&q, &q_}, {&k, &k_}, {&v, &v_}, {&o, &attn_out_}}) {
-      *wide = arena.tensor(kept->shape());
-      load_activation(*wide, *kept);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
+  if (bf16_attention_) {
+    cpu::attention_backward_bf16(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
+                                 q_.data<bf16_t>(), k_.data<bf16_t>(), v_.data<bf16_t>(), attn_out_.data<bf16_t>(),
+                                 lse_.data<float>(), batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+  } else {
+    // Under a precision policy the saved q, k, v and output are narrow: back to fp32 in temporaries.
+    Tensor q = q_, k = k_, v = v_, o = attn_out_;
+    if (q_.dtype() != DType::F32) {
+      for (auto [wide, kept] : {std::pair<Tensor*, const Tensor*>{&q, &q_}, {&k, &k_}, {&v, &v_}, {&o, &attn_out_}}) {
+        *wide = arena.tensor(kept->shape());
+        load_activation(*wide, *kept);
+      }
     }
-  }
-  be.attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
+    be.attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
                           q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(), lse_.data<float>(),
-                          batch_.B, batch_.T, H_, K_, D_, mask(),
-                          1.0f / std::sqrt(static_cast<float>(D_)));
+                          batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+  }
   if (cfg_.position_embedding == PositionEmbedding::Rope) {
     be.rope_backward(dq.data<float>(), dq.data<float>(), batch_.positions, rope_cos_.data<float>(),
                        rope_sin_.data<float>(), N, H_, D_);

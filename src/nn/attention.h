@@ -53,6 +53,7 @@ class SelfAttention {
   Tensor q_rstd_, k_rstd_;
   Tensor q_, k_, v_;               // inputs of the attention kernel (fp32, or narrow under a policy)
   Tensor attn_out_, lse_;          // attention output (same dtype as q_), log-sum-exp [B, H, T]
+  bool bf16_attention_ = false;    // the forward ran the bf16 kernel (bf16 products), so does the backward
 };
 
 }  // namespace megadlm

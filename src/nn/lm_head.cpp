@@ -32,16 +32,22 @@ int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy, int64_t max_row
   return bf16_copy ? std::max<int64_t>(1, fp32_rows * 4 / 6) : fp32_rows;
 }
 
-// The cross-entropy of a chunk of rows: over the whole vocabulary on the rows' device at tp = 1 (the
-// same CPU kernel vocab_parallel_cross_entropy calls there), vocab-parallel (CPU) otherwise.
+// The cross-entropy of a chunk of rows: on the CPU vocab-parallel (the single-rank kernel at tp = 1),
+// on a device over the whole vocabulary (tp = 1). dlogits_bf16 (or null): the gradient in bf16 (what
+// the bf16 products take); the CPU writes it straight from the cross-entropy
+// (nn/vocab_parallel_cross_entropy.h), a device casts its fp32 gradient.
 static double chunk_cross_entropy(const Backend& be, const ParallelContext& ctx, float* losses, float* dlogits,
                                   const float* logits, const int32_t* targets, const float* weights,
                                   int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start,
-                                  int64_t V) {
-  if (ctx.tp.size == 1)
-    return be.cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, Vl);
-  return vocab_parallel_cross_entropy(ctx, losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, Vl,
-                                      vocab_start, V);
+                                  int64_t V, uint16_t* dlogits_bf16 = nullptr) {
+  if (be.device() == Device::CPU)
+    return vocab_parallel_cross_entropy(ctx, losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
+                                        Vl, vocab_start, V, dlogits_bf16);
+  MDLM_CHECK(ctx.tp.size == 1, "the output layer on a device runs at tp = 1 only");
+  const double total =
+      be.cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, Vl);
+  if (dlogits_bf16) be.cast_f32_to_bf16(dlogits_bf16, dlogits, N * Vl);
+  return total;
 }
 
 // per_token_loss [N] (host) = losses [N] (on the device of `be`).
@@ -204,7 +210,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
     const int64_t n = std::min(rows, N - r0);
     chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
     total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
-                                          weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
+                                 weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
   }
   if (per_token_loss) losses_to_host(be, per_token_loss, losses.data<float>(), N);
   arena.release(mark);
@@ -246,13 +252,13 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     const float* xr = x.data<float>() + r0 * C_;
     float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
     chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
+    // Under the bf16 policy the cross-entropy gives dlogits in bf16 (gb).
     total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
-                                          weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_,
-                                          vocab_start_, V_);
+                                 weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_, vocab_start_, V_,
+                                 gb);
     float* dxr = dxk.data<float>() + r0 * C_;
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
-      be.cast_f32_to_bf16(gb, logits, n * V_local_);
       be.gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
       be.gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
     } else {

@@ -1,6 +1,7 @@
 #include "nn/mlp.h"
 
 #include "kernels/backend.h"
+#include "kernels/cpu/elementwise.h"
 #include "nn/precision.h"
 #include "parallel/tp_mappings.h"
 
@@ -27,6 +28,15 @@ void MLP::activation_forward(Tensor& a, const Tensor& h) const {
   else be.swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
 }
 
+void MLP::activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h) const {
+  MDLM_CHECK(h.device() == Device::CPU, "MLP: the one-pass bf16 activation is a CPU kernel");
+  const int64_t N = h.size(0);
+  auto* out = static_cast<uint16_t*>(a.raw());
+  auto* hb = h_bf16 ? static_cast<uint16_t*>(h_bf16->raw()) : nullptr;
+  if (act_ == Activation::Gelu) cpu::gelu_forward_bf16(out, hb, h.data<float>(), N * F_);
+  else cpu::swiglu_forward_bf16(out, hb, h.data<float>(), N, F_);
+}
+
 // Under a precision policy the fc1 output and the activation are made in the policy's transient arena
 // (freed before returning) and only narrow copies are kept for the backward: h_ here (the
 // activation's input) and, unless the activation is recomputed, fc2's saved input.
@@ -38,22 +48,30 @@ Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
   const size_t mark = tmp.mark();
   Tensor h = tmp.tensor({N, fc1_out});
   fc1_.forward_into(arena, x, h);
-  h_ = arena.tensor({N, fc1_out}, activation_dtype(*prec_));
-  store_activation(*prec_, h_, h);
-  Tensor a = tmp.tensor({N, F_});
+  const DType narrow = activation_dtype(*prec_);
+  h_ = arena.tensor({N, fc1_out}, narrow);
   Tensor y;
   if (recompute_activation()) {
     // The activation is not kept: the backward remakes fc2's input from h_. So that the remade copy
     // is bit for bit the one multiplied here, the forward takes the activation of the narrow h too.
-    load_activation(h, h_);
-    activation_forward(a, h);
-    Tensor a_narrow = tmp.tensor({N, F_}, activation_dtype(*prec_));
-    store_activation(*prec_, a_narrow, a);
+    Tensor a_narrow = tmp.tensor({N, F_}, narrow);
+    Tensor a = a_narrow;  // bf16 products read only the narrow copy
+    if (narrow == DType::BF16 && h.device() == Device::CPU) {
+      activation_forward_bf16(a_narrow, &h_, h);  // h_, the activation and its copy in one pass
+    } else {
+      store_activation(*prec_, h_, h);
+      load_activation(h, h_);
+      a = tmp.tensor({N, F_});
+      activation_forward(a, h);
+      store_activation(*prec_, a_narrow, a);
+    }
     // fc2's output is the layer's (arena), unless sequence parallelism reduce-scatters it into a new one.
     Tensor out = (sequence_parallel(*ctx_) ? tmp : arena).tensor({N, fc2_.out_features()});
     y = fc2_.forward_with_saved_input(arena, a, a_narrow, out);
     fc2_.share_saved_input(Tensor());  // a_narrow is freed below
   } else {
+    store_activation(*prec_, h_, h);
+    Tensor a = tmp.tensor({N, F_});
     activation_forward(a, h);
     y = fc2_.forward(arena, a);
   }
@@ -83,10 +101,15 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     h = dh;
   }
   if (recompute_activation()) {
-    // fc2's saved input remade as the forward made it, in da first (fc2's backward then overwrites it).
-    activation_forward(da, h);
+    // fc2's saved input remade as the forward made it (under fp16 through da, which fc2's backward
+    // then overwrites).
     Tensor a_narrow = arena.tensor({N, F_}, activation_dtype(*prec_));
-    store_activation(*prec_, a_narrow, da);
+    if (a_narrow.dtype() == DType::BF16 && h.device() == Device::CPU) {
+      activation_forward_bf16(a_narrow, nullptr, h);
+    } else {
+      activation_forward(da, h);
+      store_activation(*prec_, a_narrow, da);
+    }
     fc2_.share_saved_input(a_narrow);
     fc2_.backward(dy, da, false);
     fc2_.share_saved_input(Tensor());

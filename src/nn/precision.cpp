@@ -45,8 +45,11 @@ DType MixedPrecision::saved_dtype() const {
   }
 }
 
-void MixedPrecision::weights_updated() {
+void MixedPrecision::weights_updated(bool bf16_copies_written) {
   ++version_;
+  if (bf16_copies_written)
+    for (auto& [id, w] : weights_)
+      if (bf16_bits(w) != nullptr) w.version = version_;
   if (cfg_.mode == PrecisionMode::FP8)
     for (auto& [id, s] : fp8_) {
       s->input.update();
@@ -65,6 +68,7 @@ const uint16_t* MixedPrecision::weight_bf16(int id) {
       if (w.device_bits.numel() != v.numel()) w.device_bits = Tensor::empty({v.numel()}, DType::BF16, device_);
       backend_for(device_).cast_f32_to_bf16(static_cast<uint16_t*>(w.device_bits.raw()), v.data<float>(), v.numel());
       w.version = version_;
+      ++bf16_casts_;
     }
     return static_cast<const uint16_t*>(w.device_bits.raw());
   }
@@ -73,8 +77,22 @@ const uint16_t* MixedPrecision::weight_bf16(int id) {
     w.bits.resize(static_cast<size_t>(v.numel()));
     cpu::cast_f32_to_bf16(w.bits.data(), v.data<float>(), v.numel());
     w.version = version_;
+    ++bf16_casts_;
   }
   return w.bits.data();
+}
+
+std::vector<uint16_t*> MixedPrecision::bf16_copy_targets() {
+  std::vector<uint16_t*> t;
+  if (!bf16_gemm()) return t;
+  t.assign(static_cast<size_t>(store_.count()), nullptr);
+  for (auto& [id, w] : weights_) t[static_cast<size_t>(id)] = bf16_bits(w);
+  return t;
+}
+
+uint16_t* MixedPrecision::bf16_bits(WeightCopy& w) const {
+  if (device_ != Device::CPU) return w.device_bits.numel() ? static_cast<uint16_t*>(w.device_bits.raw()) : nullptr;
+  return w.bits.empty() ? nullptr : w.bits.data();
 }
 
 const float* MixedPrecision::weight_rounded(int id) {

@@ -70,7 +70,15 @@ class MixedPrecision {
 
   // Call after every change of the fp32 weights (each optimizer step, a checkpoint load): the
   // low-precision weight copies are remade at their next use, and the fp8 scales advance one step.
-  void weights_updated();
+  // bf16_copies_written: the optimizer has just written the copies of bf16_copy_targets() (in the same
+  // pass as the weights), so those stay current.
+  void weights_updated(bool bf16_copies_written = false);
+  // Under bf16 products, per parameter id, the bf16 copy an optimizer may write along with its update
+  // (the copies made so far, i.e. every matrix after the first step); empty otherwise.
+  std::vector<uint16_t*> bf16_copy_targets();
+  // How many times a bf16 weight copy was made by a cast (tests: none in the steady state when the
+  // optimizer writes them).
+  int64_t bf16_casts() const { return bf16_casts_; }
 
   // Low-precision copies of weight `id`, remade when stale: raw bf16 bits (bf16_gemm) or fp32 values
   // rounded to fp16 / quantised through fp8 (with the weight's fp8 scaling, recorded at the remake).
@@ -112,10 +120,12 @@ class MixedPrecision {
     Tensor device_bits;  // bits on a device (device_ != CPU)
   };
   WeightCopy& copy_of(int id);
+  uint16_t* bf16_bits(WeightCopy& w) const;  // its bf16 copy on this policy's device (null: none yet)
 
   ParamStore& store_;
   PrecisionConfig cfg_;
   int64_t version_ = 0;
+  int64_t bf16_casts_ = 0;
   std::unordered_map<int, WeightCopy> weights_;
   std::unordered_map<int, std::unique_ptr<Fp8LinearScaling>> fp8_;
   std::vector<float> f32_[2];  // 0, 1: Linear input / gradient

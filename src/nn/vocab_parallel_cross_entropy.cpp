@@ -9,10 +9,17 @@ namespace megadlm {
 
 double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, float* dlogits, const float* logits,
                                     const int32_t* targets, const float* weights, int64_t ignore_index,
-                                    float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V) {
-  if (ctx.tp.size == 1)
+                                    float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V,
+                                    uint16_t* dlogits_bf16) {
+  MDLM_CHECK(dlogits_bf16 == nullptr || dlogits != nullptr,
+             "vocab-parallel cross-entropy: a bf16 gradient needs the fp32 buffer too");
+  if (ctx.tp.size == 1) {
+    if (dlogits_bf16)
+      return cpu::cross_entropy_forward_backward_bf16(losses, dlogits_bf16, logits, targets, weights, ignore_index,
+                                                      grad_scale, N, Vl);
     return cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale,
                                                N, Vl);
+  }
   MDLM_CHECK(Vl * ctx.tp.size == V, "vocab-parallel cross-entropy: ", Vl, " columns per rank x ", ctx.tp.size,
              " ranks is not the vocabulary size ", V);
   for (int64_t n = 0; n < N; ++n) {
@@ -30,7 +37,7 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, f
                                   N, Vl);
   comm.all_reduce_sum(stats.data(), 2 * N);
   return cpu::cross_entropy_shard_finish(losses, dlogits, stats.data(), row_max.data(), targets, weights,
-                                         ignore_index, grad_scale, vocab_start, N, Vl);
+                                         ignore_index, grad_scale, vocab_start, N, Vl, dlogits_bf16);
 }
 
 }  // namespace megadlm

@@ -14,8 +14,12 @@ namespace megadlm {
 // logits [N, Vl]: columns [vocab_start, vocab_start + Vl) of a vocabulary of V. losses [N] (or null),
 // dlogits [N, Vl] (or null; may alias logits), targets [N] in [0, V) or ignore_index, weights [N]
 // (or null = 1). Returns sum_n w_n CE_n, the same on every tp rank.
+// With dlogits_bf16 [N, Vl] the gradient is written there in bf16 (the bits of the fp32 gradient
+// rounded); dlogits must then be given too (it may alias logits): at tp > 1 it holds the exponentials
+// between the reductions, at tp = 1 it is left alone.
 double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, float* dlogits, const float* logits,
                                     const int32_t* targets, const float* weights, int64_t ignore_index,
-                                    float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V);
+                                    float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V,
+                                    uint16_t* dlogits_bf16 = nullptr);
 
 }  // namespace megadlm

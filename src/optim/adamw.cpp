@@ -39,7 +39,8 @@ double AdamW::step(double lr) {
 }
 
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
-                        int64_t begin, int64_t end, float* grads, float* m, float* v) {
+                        int64_t begin, int64_t end, float* grads, float* m, float* v,
+                        const std::vector<uint16_t*>* bf16_copies) {
   cpu::AdamWParams h;
   // Clipping scales the gradient inside the update's own pass (the gradient buffer is left as it is).
   if (cfg.clip_grad > 0 && norm > cfg.clip_grad) h.grad_scale = static_cast<float>(cfg.clip_grad / (norm + 1e-6));
@@ -50,19 +51,26 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
   h.step = step;
   // A parameter may straddle the range's ends (a dp shard): only its part inside is updated.
   const Backend& be = backend_for(params.device());
-  for (const ParamInfo& p : params.infos()) {
+  const std::vector<ParamInfo>& infos = params.infos();
+  for (size_t id = 0; id < infos.size(); ++id) {
+    const ParamInfo& p = infos[id];
     const int64_t a = std::max(p.offset, begin), b = std::min(p.offset + p.shape.numel(), end);
     if (a >= b) continue;
     h.weight_decay = p.weight_decay ? cfg.weight_decay : 0.0f;
-    be.adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h);
+    uint16_t* copy = bf16_copies && id < bf16_copies->size() ? (*bf16_copies)[id] : nullptr;
+    MDLM_CHECK(copy == nullptr || (a == p.offset && b == p.offset + p.shape.numel()), "AdamW: the bf16 copy of '",
+               p.name, "' needs the whole parameter in the updated range");
+    be.adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h, copy);
   }
 }
 
-void AdamW::apply(double lr, double norm) {
+void AdamW::apply(double lr, double norm) { apply(lr, norm, {}); }
+
+void AdamW::apply(double lr, double norm, const std::vector<uint16_t*>& bf16_copies) {
   MDLM_CHECK(has_state_, "AdamW::apply after release_state()");
   ++step_;
   adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
-                     v_.data<float>());
+                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies);
 }
 
 }  // namespace megadlm

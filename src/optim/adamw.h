@@ -4,6 +4,7 @@
 // clipping by the global L2 norm comes first, computed deterministically. The moments live on the
 // parameters' device and the update runs there (kernels/backend.h).
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "nn/parameters.h"
@@ -21,8 +22,11 @@ struct AdamWConfig {
 // (the gradient buffer is not changed). grads, m and v hold that
 // range only: element i of them belongs to flat index begin + i. step counts updates from 1. Shared by
 // AdamW (the whole buffer) and the distributed optimizer (its shard).
+// bf16_copies (or null): per parameter id, where the updated values go in bf16 as well (null entries:
+// none), the whole parameter (the range must then cover it).
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
-                        int64_t begin, int64_t end, float* grads, float* m, float* v);
+                        int64_t begin, int64_t end, float* grads, float* m, float* v,
+                        const std::vector<uint16_t*>* bf16_copies = nullptr);
 
 class AdamW {
  public:
@@ -37,6 +41,10 @@ class AdamW {
   // step count untouched, which clipping by a NaN factor would not.
   double grad_norm() const;  // global L2 norm of the gradients (deterministic order)
   void apply(double lr, double grad_norm);  // clips by grad_norm, then one AdamW update
+  // The same, also writing each parameter that has a target in bf16_copies (per id; null: none) in bf16
+  // on the update's pass: the bf16 weight copies (MixedPrecision::bf16_copy_targets) are then current
+  // without a cast over the weights (Megatron's optimizer writes its bf16 model params the same way).
+  void apply(double lr, double grad_norm, const std::vector<uint16_t*>& bf16_copies);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

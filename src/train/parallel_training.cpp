@@ -90,13 +90,14 @@ double ParallelTraining::grad_norm() {
   return std::sqrt(global_grad_norm_sq(model_->params(), ctx_, o));
 }
 
-void ParallelTraining::apply(AdamW& opt, double lr, double norm) {
+bool ParallelTraining::apply(AdamW& opt, double lr, double norm, const std::vector<uint16_t*>& bf16_copies) {
   if (dist_) {
     dist_->apply(lr, norm);
     opt.set_steps_taken(dist_->steps_taken());
-  } else {
-    opt.apply(lr, norm);
+    return false;
   }
+  opt.apply(lr, norm, bf16_copies);
+  return !bf16_copies.empty();
 }
 
 // With the distributed optimizer the full-size moments exist only around a checkpoint: gathered into

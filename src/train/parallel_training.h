@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -51,8 +52,10 @@ class ParallelTraining {
   void max_over_world(float* v, int n);
   // The global gradient norm (parallel/grad_norm.h), identical on every rank.
   double grad_norm();
-  // Clips by norm and updates (AdamW, or the sharded update then the all-gather).
-  void apply(AdamW& opt, double lr, double norm);
+  // Clips by norm and updates (AdamW, or the sharded update then the all-gather). bf16_copies: per
+  // parameter id, a bf16 copy AdamW writes on its pass (MixedPrecision::bf16_copy_targets); returns
+  // whether it did (not under the distributed optimizer, whose shards end mid-parameter).
+  bool apply(AdamW& opt, double lr, double norm, const std::vector<uint16_t*>& bf16_copies = {});
   // Checkpoints: the distributed optimizer's moment shards gathered into / taken from `opt`'s
   // full-size buffers, so the files keep the single-process format. Collective.
   // Called once on the trainer's AdamW: under the distributed optimizer its full-size moments are

@@ -28,8 +28,12 @@ bool PrecisionRuntime::overflowed() {
   return !finite;
 }
 
-void PrecisionRuntime::after_step() {
-  if (model_.precision()) model_.precision()->weights_updated();
+std::vector<uint16_t*> PrecisionRuntime::bf16_copy_targets() {
+  return model_.precision() ? model_.precision()->bf16_copy_targets() : std::vector<uint16_t*>{};
+}
+
+void PrecisionRuntime::after_step(bool bf16_copies_written) {
+  if (model_.precision()) model_.precision()->weights_updated(bf16_copies_written);
 }
 
 std::string PrecisionRuntime::describe() const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,9 +25,12 @@ class PrecisionRuntime {
   // After the backward passes of a step, before the gradient norm: with --fp16 unscales the gradients
   // and returns true when some gradient overflowed (the step is then skipped and the scale backs off).
   bool overflowed();
+  // Under bf16 products, per parameter id, the bf16 weight copies the optimizer may write on its pass
+  // (empty otherwise).
+  std::vector<uint16_t*> bf16_copy_targets();
   // After the step (taken or skipped): the weights' low-precision copies are remade at their next use
-  // and the fp8 scales advance.
-  void after_step();
+  // (unless the optimizer wrote the bf16 ones: bf16_copies_written) and the fp8 scales advance.
+  void after_step(bool bf16_copies_written = false);
 
   int64_t overflow_skips() const { return overflow_skips_; }
   // For the startup log: which path the products run, and the recomputation.

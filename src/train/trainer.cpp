@@ -326,9 +326,11 @@ int64_t Trainer::run() {
     const bool overflow = precision_->overflowed();
     const double gnorm = std::isfinite(step_loss) && !overflow ? parallel_->grad_norm() : NAN;
     const StepSkip skip = classify_step(step_loss, overflow ? 0.0 : gnorm);
-    if (skip == StepSkip::None && !overflow) parallel_->apply(*optimizer_, lr, gnorm);
+    bool copies_written = false;  // the bf16 weight copies, by AdamW on its pass (precision_runtime.h)
+    if (skip == StepSkip::None && !overflow)
+      copies_written = parallel_->apply(*optimizer_, lr, gnorm, precision_->bf16_copy_targets());
     step_guard_.record(skip, iteration_ + 1, step_loss, gnorm);
-    precision_->after_step();
+    precision_->after_step(copies_written);
     precision_->report_memory_once(estimate_memory(args_.model, parameter_count(args_.model), args_.micro_batch_size,
                                                    args_.seq_length, memory_options(args_.precision)));
     consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);

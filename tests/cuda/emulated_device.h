@@ -279,11 +279,12 @@ class EmulatedCudaBackend final : public Backend {
     const EmulatedDeviceMemory::Open open;
     cpu().cast_bf16_to_f32(out, inp, n);
   }
-  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
-                  const cpu::AdamWParams& h) const override {
+  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+                  uint16_t* param_bf16) const override {
     all({param, grad, m, v}, "adamw_step");
+    if (param_bf16) all({param_bf16}, "adamw_step");
     const EmulatedDeviceMemory::Open open;
-    cpu().adamw_step(param, grad, m, v, n, h);
+    cpu().adamw_step(param, grad, m, v, n, h, param_bf16);
   }
   double sum_squares(const float* x, int64_t n) const override {
     all({x}, "sum_squares");

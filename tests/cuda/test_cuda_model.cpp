@@ -155,13 +155,16 @@ std::vector<float> host_grads(const ParamStore& ps) {
 }
 
 // max |a - b| over one parameter, relative to the largest |b| of that parameter (its scale).
-double param_error(const std::vector<float>& a, const std::vector<float>& b, const ParamInfo& p) {
+// Max difference over the parameter's gradient, relative to its largest element, but to no less than
+// `floor`: the key bias's exact gradient is zero (softmax ignores a per-query constant), so what either
+// device gives there is rounding noise of the size of its neighbours' rounding, not a scale.
+double param_error(const std::vector<float>& a, const std::vector<float>& b, const ParamInfo& p, double floor) {
   double err = 0, scale = 0;
   for (int64_t i = p.offset; i < p.offset + p.shape.numel(); ++i) {
     err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
     scale = std::max(scale, std::abs(static_cast<double>(b[i])));
   }
-  return err / std::max(scale, 1e-12);
+  return err / std::max({scale, floor, 1e-12});
 }
 
 void compare_forward_backward(const Case& c) {
@@ -191,9 +194,14 @@ void compare_forward_backward(const Case& c) {
   for (int64_t i = 0; i < N; ++i)
     EXPECT_NEAR(tok_gpu[i], tok_cpu[i], tol * (1.0 + std::abs(tok_cpu[i]))) << "per-token loss " << i;
   const std::vector<float> g_cpu = host_grads(cpu_model->params()), g_gpu = host_grads(gpu_model->params());
+  // The floor, bf16 only: 5% of the largest gradient element of the model. Under --bf16 the CPU's attention rounds
+  // dS to bf16 (kernels/cpu/attention_bf16.h) and the device's runs in fp32, so where the exact gradient
+  // is zero (the key bias) they differ by bf16 rounding noise: measured 0.2% of the largest element.
+  double g_max = 0;
+  for (float g : g_cpu) g_max = std::max(g_max, static_cast<double>(std::abs(g)));
   int checked = 0;
   for (const ParamInfo& p : cpu_model->params().infos()) {
-    const double e = param_error(g_gpu, g_cpu, p);
+    const double e = param_error(g_gpu, g_cpu, p, c.bf16 ? 5e-2 * g_max : 0.0);
     EXPECT_LT(e, c.bf16 ? 6e-2 : 5e-4) << "gradient of " << p.name;
     ++checked;
   }
@@ -222,7 +230,7 @@ void adamw_step_matches_the_cpu() {
     opt_gpu.apply(1e-2, n_cpu);  // the same norm, so only the update itself is compared
   }
   const std::vector<float> a = host_values(cpu_model->params()), b = host_values(gpu_model->params());
-  for (const ParamInfo& p : cpu_model->params().infos()) EXPECT_LT(param_error(b, a, p), 2e-4) << p.name;
+  for (const ParamInfo& p : cpu_model->params().infos()) EXPECT_LT(param_error(b, a, p, 0.0), 2e-4) << p.name;
 }
 
 // The arena and the weight copies stay on the device; a second step reuses them (no regrowth).

@@ -324,39 +324,58 @@ TEST(GPT2BPE, MergeVariantsAgreeAndLongWordsWork) {
   EXPECT_EQ(tok.decode(tok.encode(as)), as);
 }
 
-// The per-thread cache of pieces holds 65536 entries and is cleared when full: 90k distinct words
-// give the ids of BPE on each word alone, cold, warm (through a clear), and from two threads at once.
-TEST(GPT2BPE, PieceCachesGiveTheIdsOfPlainBpe) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+namespace {
+
+// The GPT-2 model alone (ByteLevelBPE), built from vocab.json and merges.txt as the HF path does.
+std::unique_ptr<ByteLevelBPE> gpt2_model(const std::string& vocab) {
   const TokenizerSpec spec = gpt2_spec(vocab);
   std::vector<std::pair<std::string, int32_t>> v;
-  {
-    json vj = json::parse(read_tokenizer_file(spec.vocab_file, "vocab"));
-    for (auto it = vj.begin(); it != vj.end(); ++it) v.emplace_back(it.key(), it.value().get<int32_t>());
-  }
+  json vj = json::parse(read_tokenizer_file(spec.vocab_file, "vocab"));
+  for (auto it = vj.begin(); it != vj.end(); ++it) v.emplace_back(it.key(), it.value().get<int32_t>());
   std::vector<std::pair<std::string, std::string>> m;
-  {
-    std::ifstream mf(spec.merge_file);
-    std::string line;
-    std::getline(mf, line);
-    while (std::getline(mf, line))
-      if (!line.empty()) m.emplace_back(line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1));
-  }
-  const ByteLevelBPE bpe(v, m, false, "gpt2");
-  std::mt19937_64 rng(5);
+  std::ifstream mf(spec.merge_file);
+  std::string line;
+  std::getline(mf, line);
+  while (std::getline(mf, line))
+    if (!line.empty()) m.emplace_back(line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1));
+  return std::make_unique<ByteLevelBPE>(v, m, false, "gpt2");
+}
+
+// n distinct random lower-case words of 3-10 letters, each with a leading space (one GPT-2 piece).
+std::vector<std::string> distinct_words(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::set<std::string> seen;
   std::vector<std::string> words;
-  while (words.size() < 90000) {
+  while (words.size() < n) {
     std::string w = " ";
     for (size_t len = 3 + rng() % 8; len > 0; --len) w += static_cast<char>('a' + rng() % 26);
     if (seen.insert(w).second) words.push_back(w);
   }
-  // Plain BPE per word: bytes, then the merges; the GPT-2 pattern makes each " word" one piece.
-  std::vector<std::vector<int32_t>> want(words.size());
+  return words;
+}
+
+// Plain BPE per word, no cache: bytes, then the merges.
+std::vector<std::vector<int32_t>> plain_bpe(const ByteLevelBPE& bpe, const std::vector<std::string>& words) {
+  std::vector<std::vector<int32_t>> ids(words.size());
   for (size_t i = 0; i < words.size(); ++i) {
-    for (unsigned char c : words[i]) want[i].push_back(bpe.id_of_bytes(std::string(1, static_cast<char>(c))));
-    bpe.merge_small(want[i]);
+    for (unsigned char c : words[i]) ids[i].push_back(bpe.id_of_bytes(std::string(1, static_cast<char>(c))));
+    bpe.merge_small(ids[i]);
   }
+  return ids;
+}
+
+}  // namespace
+
+// The piece caches (the shared one, 131072 pieces, then the per-thread ones, 65536 pieces each and
+// cleared when full): 90k distinct words give the ids of BPE on each word alone, cold, warm, and from
+// two threads at once.
+TEST(GPT2BPE, PieceCachesGiveTheIdsOfPlainBpe) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  const std::unique_ptr<ByteLevelBPE> model = gpt2_model(vocab);
+  const ByteLevelBPE& bpe = *model;
+  const std::vector<std::string> words = distinct_words(90000, 5);
+  // The GPT-2 pattern makes each " word" one piece.
+  const std::vector<std::vector<int32_t>> want = plain_bpe(bpe, words);
   auto encode_range = [&](size_t b, size_t e) {
     std::vector<int32_t> ids;
     for (size_t i = b; i < e; ++i) {
@@ -376,6 +395,84 @@ TEST(GPT2BPE, PieceCachesGiveTheIdsOfPlainBpe) {
   t2.join();
   EXPECT_EQ(a, words.size());
   EXPECT_EQ(b, words.size());
+}
+
+namespace {
+
+// Runs encode_one(thread, k) for k = 0..n-1 on `threads` std::threads, each starting at a different
+// place (thread t at k = t * n / threads, wrapping around) so that they race to cache the same pieces.
+template <typename F>
+void on_threads(int threads, size_t n, F&& encode_one) {
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (size_t j = 0; j < n; ++j) encode_one(t, (j + static_cast<size_t>(t) * n / threads) % n);
+    });
+  for (std::thread& th : pool) th.join();
+}
+
+}  // namespace
+
+// Four threads encoding Brown at once with one tokenizer (one shared piece cache, filled by all of
+// them concurrently) give exactly the ids of one thread with a fresh tokenizer. Run under
+// -fsanitize=thread, this is also the data-race check of the shared cache.
+TEST(GPT2BPE, SharedCacheFourThreadsGiveTheIdsOfOneThread) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  const auto texts = brown_texts(brown);
+  std::vector<std::vector<int32_t>> serial(texts.size());
+  {
+    const GPT2BPETokenizer fresh(gpt2_spec(vocab));
+    for (size_t d = 0; d < texts.size(); ++d) serial[d] = fresh.encode(texts[d]);
+  }
+  const GPT2BPETokenizer tok(gpt2_spec(vocab), /*load_threads=*/2);
+  constexpr int kThreads = 4;
+  std::vector<std::vector<std::vector<int32_t>>> got(kThreads, std::vector<std::vector<int32_t>>(texts.size()));
+  for (auto& per_thread : got)
+    for (auto& ids : per_thread) ids.assign(1, -7);  // poisoned: encode appends, so a leftover shows
+  on_threads(kThreads, texts.size(), [&](int t, size_t d) {
+    got[t][d].clear();
+    tok.encode(texts[d], got[t][d]);
+  });
+  for (int t = 0; t < kThreads; ++t)
+    for (size_t d = 0; d < texts.size(); ++d) ASSERT_EQ(got[t][d], serial[d]) << "thread " << t << ", document " << d;
+}
+
+// A shared cache of 1000 pieces fills at once; the pieces it cannot take go to the per-thread caches
+// (each of 65536 entries, cleared when full). Brown (55k distinct pieces) and then 90k distinct
+// random words on four threads give the ids of one thread with a default-sized cache, and of plain BPE.
+TEST(GPT2BPE, FullSharedCacheFallsBackToThreadCaches) {
+  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  auto texts = brown_texts(brown);
+  texts.resize(150);
+  std::unique_ptr<ByteLevelBPE> bpe = gpt2_model(vocab);
+  auto encode = [&](const ByteLevelBPE& model, const std::string& text, std::vector<int32_t>& out) {
+    model.encode_text(PretokenizerPattern::Gpt2, reinterpret_cast<const uint8_t*>(text.data()), text.size(), out);
+  };
+  std::vector<std::vector<int32_t>> serial(texts.size());
+  for (size_t d = 0; d < texts.size(); ++d) encode(*bpe, texts[d], serial[d]);
+  EXPECT_GT(bpe->shared_cache_entries(), 1000u);  // the default cache took them all
+
+  std::unique_ptr<ByteLevelBPE> small = gpt2_model(vocab);
+  small->set_shared_cache_capacity(1000);
+  constexpr int kThreads = 4;
+  std::vector<std::vector<std::vector<int32_t>>> got(kThreads, std::vector<std::vector<int32_t>>(texts.size()));
+  on_threads(kThreads, texts.size(), [&](int t, size_t d) { encode(*small, texts[d], got[t][d]); });
+  EXPECT_EQ(small->shared_cache_entries(), 1000u);
+  for (int t = 0; t < kThreads; ++t)
+    for (size_t d = 0; d < texts.size(); ++d) ASSERT_EQ(got[t][d], serial[d]) << "thread " << t << ", document " << d;
+
+  // 90k distinct words: more than a per-thread cache holds, so each thread's also fills and clears.
+  const std::vector<std::string> words = distinct_words(90000, 11);
+  const std::vector<std::vector<int32_t>> want = plain_bpe(*bpe, words);
+  std::vector<size_t> bad(kThreads, 0);
+  on_threads(kThreads, words.size(), [&](int t, size_t i) {
+    std::vector<int32_t> ids;
+    encode(*small, words[i], ids);
+    if (ids != want[i]) ++bad[t];
+  });
+  EXPECT_EQ(bad, std::vector<size_t>(kThreads, 0));
 }
 
 TEST(GPT2BPE, VocabularyEodAndAddedTokens) {

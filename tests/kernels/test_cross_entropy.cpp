@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "test_util.h"
@@ -226,4 +227,68 @@ TEST(CrossEntropy, TargetsOutsideTheVocabularyAreErrors) {
   const std::vector<int32_t> ok = {0, static_cast<int32_t>(kIgnore)};
   EXPECT_NO_THROW(cpu::cross_entropy_forward_backward(nullptr, dlogits.data(), logits.data(), ok.data(), nullptr,
                                                       kIgnore, 1.0f, N, V));
+}
+
+// The bf16 gradient is the fp32 gradient rounded, bit for bit, with the same losses and total, for 1 and
+// 2 threads; ignored rows are bf16 zeros. V = 1000 and a row of 50304 (the padded GPT-2 vocabulary).
+TEST(CrossEntropy, Bf16GradientIsTheFp32GradientRounded) {
+  for (const int64_t V : {int64_t{1000}, int64_t{50304}}) {
+    const int64_t N = V > 1000 ? 4 : 37;
+    const std::vector<float> logits = random_vector(N * V, 90 + V, -8.0f, 8.0f);
+    const std::vector<int32_t> targets = make_targets(N, V, 91);
+    const std::vector<float> weights = random_vector(N, 92, 0.2f, 2.0f);
+    std::vector<float> losses(N, kNaN), dlogits(N * V, kNaN);
+    const double total = cpu::cross_entropy_forward_backward(losses.data(), dlogits.data(), logits.data(),
+                                                             targets.data(), weights.data(), kIgnore, 0.125f, N, V);
+    for (int threads : {1, 2}) {
+      ThreadCount t(threads);
+      std::vector<float> losses_b(N, kNaN);
+      std::vector<uint16_t> bits(N * V, 0x7FC0);  // bf16 NaN
+      const double total_b = cpu::cross_entropy_forward_backward_bf16(
+          losses_b.data(), bits.data(), logits.data(), targets.data(), weights.data(), kIgnore, 0.125f, N, V);
+      EXPECT_EQ(std::memcmp(&total_b, &total, sizeof(double)), 0) << threads << " threads, V " << V;
+      EXPECT_EQ(0, std::memcmp(losses_b.data(), losses.data(), N * sizeof(float)));
+      for (int64_t i = 0; i < N * V; ++i)
+        ASSERT_EQ(bits[i], f32_to_bf16(dlogits[i])) << "element " << i << ", " << threads << " threads, V " << V;
+    }
+  }
+}
+
+// The vocab-parallel pieces, two shards in one process (what two tp ranks compute between their
+// all-reduces): the bf16 gradient of each shard is its fp32 gradient rounded, and e stays in dlogits.
+TEST(CrossEntropy, ShardFinishBf16IsTheFp32GradientRounded) {
+  const int64_t N = 29, V = 600, Vl = V / 2;
+  const std::vector<float> logits = random_vector(N * V, 95, -6.0f, 6.0f);
+  const std::vector<int32_t> targets = make_targets(N, V, 96);
+  const std::vector<float> weights = random_vector(N, 97, 0.5f, 1.5f);
+  std::vector<float> shard[2];
+  std::vector<float> row_max(N, -INFINITY), part(N);
+  for (int r = 0; r < 2; ++r) {
+    shard[r].resize(N * Vl);
+    for (int64_t n = 0; n < N; ++n)
+      std::copy(logits.begin() + n * V + r * Vl, logits.begin() + n * V + (r + 1) * Vl, shard[r].begin() + n * Vl);
+    cpu::cross_entropy_shard_max(part.data(), shard[r].data(), targets.data(), kIgnore, N, Vl);
+    for (int64_t n = 0; n < N; ++n) row_max[n] = std::fmax(row_max[n], part[n]);
+  }
+  std::vector<double> stats(2 * N, 0.0), st(2 * N);
+  std::vector<float> e[2];
+  for (int r = 0; r < 2; ++r) {
+    e[r].assign(N * Vl, kNaN);
+    cpu::cross_entropy_shard_sumexp(st.data(), e[r].data(), shard[r].data(), row_max.data(), targets.data(), kIgnore,
+                                    r * Vl, N, Vl);
+    for (int64_t i = 0; i < 2 * N; ++i) stats[i] += st[i];
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> d32 = e[r], d16 = e[r], l32(N, kNaN), l16(N, kNaN);
+    std::vector<uint16_t> bits(N * Vl, 0x7FC0);
+    const double t32 = cpu::cross_entropy_shard_finish(l32.data(), d32.data(), stats.data(), row_max.data(),
+                                                       targets.data(), weights.data(), kIgnore, 0.5f, r * Vl, N, Vl);
+    const double t16 = cpu::cross_entropy_shard_finish(l16.data(), d16.data(), stats.data(), row_max.data(),
+                                                       targets.data(), weights.data(), kIgnore, 0.5f, r * Vl, N, Vl,
+                                                       bits.data());
+    EXPECT_EQ(std::memcmp(&t16, &t32, sizeof(double)), 0) << "shard " << r;
+    EXPECT_EQ(0, std::memcmp(l16.data(), l32.data(), N * sizeof(float))) << "shard " << r;
+    EXPECT_EQ(0, std::memcmp(d16.data(), e[r].data(), N * Vl * sizeof(float))) << "shard " << r << ": e overwritten";
+    for (int64_t i = 0; i < N * Vl; ++i) ASSERT_EQ(bits[i], f32_to_bf16(d32[i])) << "shard " << r << ", element " << i;
+  }
 }

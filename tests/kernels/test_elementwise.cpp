@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/cpu/elementwise.h"
 #include "test_util.h"
 
@@ -217,6 +218,52 @@ TEST(Elementwise, BiasBackwardIsThreadCountIndependent) {
     cpu::bias_backward(two.data(), dout.data(), N, C);
   }
   EXPECT_EQ(0, std::memcmp(one.data(), two.data(), C * sizeof(float)));
+}
+
+// The one-pass bf16 MLP activations give the bits of the four passes they replace (cast, cast back,
+// the fp32 activation, cast), with and without the kept copy, for 1 and 2 threads; an input that is
+// already bf16 (the backward's remake) gives the same bits again.
+TEST(Elementwise, Bf16ActivationsEqualTheCastSequence) {
+  auto round = [](const std::vector<float>& x) {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return r;
+  };
+  for (int threads : {1, 2}) {
+    ThreadCount t(threads);
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(::testing::Message() << "GELU n = " << n << ", " << threads << " threads");
+      std::vector<float> h = random_vector(n, 1100 + n, -6.0f, 6.0f);
+      h[0] = 1e4f;  // saturated
+      const std::vector<float> hr = round(h);
+      std::vector<float> ref(n);
+      cpu::gelu_forward(ref.data(), hr.data(), n);
+      std::vector<uint16_t> out(n, 0x7FC0), kept(n, 0x7FC0), again(n, 0x7FC0);
+      cpu::gelu_forward_bf16(out.data(), kept.data(), h.data(), n);
+      cpu::gelu_forward_bf16(again.data(), nullptr, hr.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(kept[i], f32_to_bf16(h[i])) << i;
+        ASSERT_EQ(out[i], f32_to_bf16(ref[i])) << i;
+        ASSERT_EQ(again[i], out[i]) << i;
+      }
+    }
+    for (int64_t F : {1, 37, 600}) {
+      SCOPED_TRACE(::testing::Message() << "SwiGLU F = " << F << ", " << threads << " threads");
+      const int64_t N = 67;
+      const std::vector<float> gu = random_vector(N * 2 * F, 1200 + F, -5.0f, 5.0f);
+      const std::vector<float> gur = round(gu);
+      std::vector<float> ref(N * F);
+      cpu::swiglu_forward(ref.data(), gur.data(), N, F);
+      std::vector<uint16_t> out(N * F, 0x7FC0), kept(N * 2 * F, 0x7FC0), again(N * F, 0x7FC0);
+      cpu::swiglu_forward_bf16(out.data(), kept.data(), gu.data(), N, F);
+      cpu::swiglu_forward_bf16(again.data(), nullptr, gur.data(), N, F);
+      for (int64_t i = 0; i < N * 2 * F; ++i) ASSERT_EQ(kept[i], f32_to_bf16(gu[i])) << i;
+      for (int64_t i = 0; i < N * F; ++i) {
+        ASSERT_EQ(out[i], f32_to_bf16(ref[i])) << i;
+        ASSERT_EQ(again[i], out[i]) << i;
+      }
+    }
+  }
 }
 
 TEST(Elementwise, ResidualAddInplaceAndScale) {

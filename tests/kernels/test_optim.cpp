@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/optim.h"
 #include "test_util.h"
@@ -91,6 +92,28 @@ TEST(AdamW, GradScaleEqualsScaledGradients) {
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(v1, v2);
   EXPECT_NE(p1, random_vector(n, 8));
+}
+
+// With a bf16 target the update is the same bits and the target holds the updated values in bf16.
+TEST(AdamW, Bf16CopyWrittenOnThePass) {
+  const int64_t n = 40961;  // threaded, with a tail
+  const auto g = random_vector(n, 17, -3.0f, 3.0f);
+  auto p1 = random_vector(n, 18), p2 = p1;
+  std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
+  std::vector<uint16_t> copy(n, 0x7FC0);
+  cpu::AdamWParams h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  h.grad_scale = 0.5f;
+  for (int64_t step = 1; step <= 2; ++step) {
+    h.step = step;
+    cpu::adamw_step(p1.data(), g.data(), m1.data(), v1.data(), n, h);
+    cpu::adamw_step(p2.data(), g.data(), m2.data(), v2.data(), n, h, copy.data());
+  }
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[i], f32_to_bf16(p2[i])) << i;
 }
 
 // At step 1 the bias-corrected update is lr * g / (|g| + eps): a step of lr against the gradient's sign,

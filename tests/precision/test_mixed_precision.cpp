@@ -127,6 +127,45 @@ TEST(MixedPrecision, RepeatedStepIsBitwiseAndMoELayersTrain) {
   }
 }
 
+// AdamW writes the bf16 weight copies on its pass: the next step makes no copy by a cast, and its loss
+// and gradients are bitwise those of a twin whose copies are cast from the updated weights.
+TEST(MixedPrecision, AdamWWritesTheBf16Copies) {
+  for (const bool llama : {false, true}) {
+    const TransformerConfig cfg = test::tiny_model(llama);
+    const TinyBatch b(3, 17, cfg.vocab_size, 9);
+    LanguageModel a(cfg, gpt_layer_spec(cfg), kSingle), c(cfg, gpt_layer_spec(cfg), kSingle);
+    AdamWConfig oc;
+    AdamW opt_a(a.params(), oc), opt_c(c.params(), oc);
+    for (LanguageModel* m : {&a, &c}) {
+      m->params().init(5);
+      m->set_precision(mode(PrecisionMode::BF16));
+    }
+    double la = 0, lc = 0;
+    int64_t casts = 0;
+    for (int step = 0; step < 3; ++step) {
+      a.params().zero_grads();
+      c.params().zero_grads();
+      la = a.forward_backward(b.mb(), 1.0f / (3 * 17));
+      lc = c.forward_backward(b.mb(), 1.0f / (3 * 17));
+      if (step > 0) {
+        EXPECT_EQ(a.precision()->bf16_casts(), casts) << "step " << step << ": a copy was cast";
+      }
+      ASSERT_EQ(la, lc) << "step " << step;
+      ASSERT_EQ(test::grads_of(a), test::grads_of(c)) << "step " << step;
+      const std::vector<uint16_t*> targets = a.precision()->bf16_copy_targets();
+      int copies = 0;
+      for (uint16_t* t : targets) copies += t != nullptr;
+      EXPECT_GT(copies, 0);
+      opt_a.apply(1e-3, opt_a.grad_norm(), targets);
+      a.precision()->weights_updated(true);
+      casts = a.precision()->bf16_casts();
+      opt_c.apply(1e-3, opt_c.grad_norm());
+      c.precision()->weights_updated();
+    }
+    EXPECT_GT(c.precision()->bf16_casts(), a.precision()->bf16_casts());
+  }
+}
+
 TEST(MixedPrecision, WeightCopiesAreRemadeOncePerStep) {
   const TransformerConfig cfg = test::tiny_model(false);
   for (const PrecisionMode pm : {PrecisionMode::BF16, PrecisionMode::FP16, PrecisionMode::FP8}) {

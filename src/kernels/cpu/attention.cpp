@@ -24,58 +24,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include <new>
 
-#include "core/error.h"
+#include "kernels/cpu/attention_common.h"
 
 namespace megadlm::cpu {
 
 namespace {
 
-constexpr int64_t TQ = 64;  // query rows per tile
-constexpr int64_t TK = 64;  // key rows per tile
-// Below this many multiply-adds per product (B*H*T*T*D) one thread does the whole call: waking the team
-// costs more than it saves. The result does not depend on it (nor on the thread count).
-constexpr int64_t kParallelMinWork = int64_t{1} << 22;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// The vector helpers below are internal to this file, so the ABI of passing 64-byte vectors by value on
-// CPUs without AVX-512 (what -Wpsabi warns about) does not matter.
-#pragma GCC diagnostic ignored "-Wpsabi"
-using v16 = float __attribute__((vector_size(64)));
-using vi16 = int32_t __attribute__((vector_size(64)));
-// Unaligned, aliasing views for loads and stores from plain float arrays.
-using v16u = float __attribute__((vector_size(64), aligned(4), may_alias));
-
-inline v16 load16(const float* p) { return *reinterpret_cast<const v16u*>(p); }
-inline void store16(float* p, v16 x) { *reinterpret_cast<v16u*>(p) = x; }
-inline v16 splat(float s) { return v16{s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
-inline v16 vmax(v16 a, v16 b) { return a > b ? a : b; }
-inline v16 vmin(v16 a, v16 b) { return a < b ? a : b; }
-
-// 2^x for x <= 0 (scores minus a running max), exactly 0 below 2^-126 so that a masked score (-inf)
-// contributes nothing. Range reduction x = n + r, |r| <= 1/2, then a degree-5 polynomial for 2^r
-// (coefficients fitted for relative error on [-1/2, 1/2]: at most 7.5e-8, under one float ulp).
-inline v16 exp2v(v16 x) {
-  const vi16 keep = x >= -126.0f;
-  x = vmin(vmax(x, splat(-126.0f)), splat(127.0f));
-  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
-  const v16 t = x + shifter;
-  const v16 r = x - (t - shifter);
-  // The low bits of t hold n; shifted into the exponent field with its bias they make 2^n.
-  const v16 pow2n = (v16)(((vi16)t - (0x4B400000 - 127)) << 23);
-  v16 p = splat(1.3276465e-03f);
-  p = p * r + 9.6755419e-03f;
-  p = p * r + 5.5507135e-02f;
-  p = p * r + 2.4022120e-01f;
-  p = p * r + 6.9314694e-01f;
-  p = p * r + 1.0000001e+00f;
-  return (v16)((vi16)(p * pow2n) & keep);
-}
+using namespace attn;
 
 // ---- the tile product ------------------------------------------------------------------------------
 // C[r, 0:16*NV] (+)= sum_k A[r*ars + k*aks] * Bm[k*ldb + 0:16*NV] for r < R, k < kd.
@@ -107,139 +63,14 @@ inline void micro_kernel(float* C, int64_t ldc, const float* A, int64_t ars, int
     for (int v = 0; v < NV; ++v) store16(C + r * ldc + 16 * v, c[r][v]);
 }
 
-template <int NV>
-inline void micro_kernel_rows(int rows, float* C, int64_t ldc, const float* A, int64_t ars, int64_t aks,
-                              const float* Bm, int64_t ldb, int64_t kd, bool accumulate) {
-  switch (rows) {
-    case 6: micro_kernel<6, NV>(C, ldc, A, ars, aks, Bm, ldb, kd, accumulate); break;
-    case 5: micro_kernel<5, NV>(C, ldc, A, ars, aks, Bm, ldb, kd, accumulate); break;
-    case 4: micro_kernel<4, NV>(C, ldc, A, ars, aks, Bm, ldb, kd, accumulate); break;
-    case 3: micro_kernel<3, NV>(C, ldc, A, ars, aks, Bm, ldb, kd, accumulate); break;
-    case 2: micro_kernel<2, NV>(C, ldc, A, ars, aks, Bm, ldb, kd, accumulate); break;
-    default: micro_kernel<1, NV>(C, ldc, A, ars, aks, Bm, ldb, kd, accumulate); break;
-  }
-}
-
 // C[rows, W] (+)= A[rows, kd] @ Bm[kd, W], W a multiple of 16; A element (r, k) at A[r*ars + k*aks].
-// Column chunks of 64 (4 vectors) outside, groups of 6 rows inside, so a 64-wide panel of Bm
-// (kd x 256 bytes) stays in L1 while every row group streams past it.
+// Register blocks as for_each_register_block walks them (a 64-wide panel of Bm stays in L1).
 void tile_product(float* C, int64_t ldc, const float* A, int64_t ars, int64_t aks, const float* Bm, int64_t ldb,
                   int64_t rows, int64_t kd, int64_t W, bool accumulate) {
-  for (int64_t c0 = 0; c0 < W; c0 += 64) {
-    const int64_t nv = std::min<int64_t>(4, (W - c0) / 16);
-    for (int64_t r0 = 0; r0 < rows; r0 += 6) {
-      const int rr = static_cast<int>(std::min<int64_t>(6, rows - r0));
-      float* Cp = C + r0 * ldc + c0;
-      const float* Ap = A + r0 * ars;
-      const float* Bp = Bm + c0;
-      switch (nv) {
-        case 4: micro_kernel_rows<4>(rr, Cp, ldc, Ap, ars, aks, Bp, ldb, kd, accumulate); break;
-        case 3: micro_kernel_rows<3>(rr, Cp, ldc, Ap, ars, aks, Bp, ldb, kd, accumulate); break;
-        case 2: micro_kernel_rows<2>(rr, Cp, ldc, Ap, ars, aks, Bp, ldb, kd, accumulate); break;
-        default: micro_kernel_rows<1>(rr, Cp, ldc, Ap, ars, aks, Bp, ldb, kd, accumulate); break;
-      }
-    }
-  }
+  for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
+    micro_kernel<R, NV>(C + r0 * ldc + c0, ldc, A + r0 * ars, ars, aks, Bm + c0, ldb, kd, accumulate);
+  });
 }
-
-// ---- masks -----------------------------------------------------------------------------------------
-// How one (query tile, key tile) pair is masked: entirely invisible (skipped), entirely visible, or
-// partly, by the position mask (causal / block-causal) and/or by the documents.
-struct TileMask {
-  bool skip = false;
-  bool by_position = false;  // some pair is hidden by the causal / block-causal rule
-  bool by_segment = false;   // some pair is hidden by differing segment ids
-  bool partial() const { return by_position || by_segment; }
-};
-
-// The mask restricted to one batch row b.
-struct Visibility {
-  MaskType type;
-  int64_t block;
-  const int32_t* seg;  // [T] for this batch row, or null
-
-  // The position rule as ranges, both monotone in the index: query i sees exactly the keys
-  // j <= last_key(i), and key j is seen exactly by the queries i >= first_query(j).
-  int64_t last_key(int64_t i) const {
-    if (type == MaskType::Causal) return i;
-    if (type == MaskType::BlockCausal) return (i / block + 1) * block - 1;
-    return std::numeric_limits<int64_t>::max();
-  }
-  int64_t first_query(int64_t j) const {
-    if (type == MaskType::Causal) return j;
-    if (type == MaskType::BlockCausal) return j / block * block;
-    return 0;
-  }
-
-  TileMask classify(int64_t q0, int64_t nq, int64_t k0, int64_t nk) const {
-    TileMask m;
-    const int64_t q1 = q0 + nq - 1, k1 = k0 + nk - 1;  // last rows, inclusive
-    if (k0 > last_key(q1)) {  // even the last query sees none of the keys
-      m.skip = true;
-      return m;
-    }
-    m.by_position = k1 > last_key(q0);  // the first query misses some key
-    if (seg != nullptr) {
-      const auto [qmin, qmax] = std::minmax_element(seg + q0, seg + q0 + nq);
-      const auto [kmin, kmax] = std::minmax_element(seg + k0, seg + k0 + nk);
-      if (*qmax < *kmin || *kmax < *qmin) {
-        m.skip = true;
-        return m;
-      }
-      m.by_segment = !(*qmin == *qmax && *kmin == *kmax && *qmin == *kmin);
-    }
-    return m;
-  }
-};
-
-// Sets the invisible entries of a score tile to -inf, with keys as rows (st[j*ld + i], `keys_by_queries`)
-// or queries as rows (s[i*ld + j]). The position rule hides a prefix (resp. suffix) of each row, filled
-// as a range; documents need an element-wise comparison. Padding beyond nq / nk is left alone.
-void mask_tile(float* st, int64_t ld, bool keys_by_queries, const Visibility& vis, const TileMask& tm, int64_t q0,
-               int64_t nq, int64_t k0, int64_t nk) {
-  const int64_t rows = keys_by_queries ? nk : nq, cols = keys_by_queries ? nq : nk;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = st + r * ld;
-    if (tm.by_position) {
-      if (keys_by_queries) {  // key k0 + r is hidden from queries before first_query
-        const int64_t hide = std::clamp<int64_t>(vis.first_query(k0 + r) - q0, 0, cols);
-        std::fill(row, row + hide, kNegInf);
-      } else {  // query q0 + r sees no key after last_key
-        const int64_t show = std::clamp<int64_t>(vis.last_key(q0 + r) - k0 + 1, 0, cols);
-        std::fill(row + show, row + cols, kNegInf);
-      }
-    }
-    if (tm.by_segment) {
-      const int32_t* other = vis.seg + (keys_by_queries ? q0 : k0);
-      const int32_t mine = vis.seg[(keys_by_queries ? k0 : q0) + r];
-      for (int64_t c = 0; c < cols; ++c) row[c] = other[c] == mine ? row[c] : kNegInf;
-    }
-  }
-}
-
-// ---- per-thread scratch ----------------------------------------------------------------------------
-// One 64-byte aligned, zeroed block of floats, carved into tiles.
-class Scratch {
- public:
-  explicit Scratch(int64_t n)
-      : n_(n), p_(static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t(64)))) {
-    std::memset(p_, 0, n * sizeof(float));
-  }
-  ~Scratch() { ::operator delete[](p_, std::align_val_t(64)); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  // Next tile of n floats, rounded up to a whole number of cache lines.
-  float* take(int64_t n) {
-    float* t = p_ + used_;
-    used_ += (n + 15) / 16 * 16;
-    MDLM_CHECK(used_ <= n_, "attention scratch overflow: ", used_, " > ", n_);
-    return t;
-  }
-
- private:
-  int64_t n_, used_ = 0;
-  float* p_;
-};
 
 // dst[d*ldd + i] = mul * src[i*stride + d] for i < n, d < D; columns n..ldd zeroed (padding rows of the
 // tile). `mul` folds the softmax scale (in base 2) into the operand, so score tiles need no scaling pass.
@@ -269,38 +100,6 @@ const float* row_operand(const float* src, int64_t stride, int64_t n, int64_t D,
   return pad;
 }
 
-struct Shape {
-  int64_t B, T, H, K, D, Dp, group, nqt, nkt, qs, ks;  // qs, ks: row strides of q-like and k-like tensors
-  bool parallel;                                       // worth an OpenMP team
-};
-
-Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
-                      float scale, const char* who) {
-  MDLM_CHECK(B >= 0 && T >= 0, who, ": B = ", B, " and T = ", T, " must be >= 0");
-  MDLM_CHECK(H > 0 && K > 0 && D > 0, who, ": H = ", H, ", K = ", K, ", D = ", D, " must be > 0");
-  MDLM_CHECK(H % K == 0, who, ": query heads H = ", H, " are not a multiple of kv heads K = ", K);
-  MDLM_CHECK(mask.type == MaskType::None || mask.type == MaskType::Causal || mask.type == MaskType::BlockCausal,
-             who, ": unknown mask type ", static_cast<int>(mask.type));
-  MDLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
-             ": BlockCausal needs block_size > 0, got ", mask.block_size);
-  MDLM_CHECK(std::isfinite(scale), who, ": scale = ", scale, " is not finite");
-  Shape s;
-  s.B = B, s.T = T, s.H = H, s.K = K, s.D = D;
-  s.Dp = (D + 15) / 16 * 16;
-  s.group = H / K;
-  s.nqt = (T + TQ - 1) / TQ;
-  s.nkt = (T + TK - 1) / TK;
-  s.qs = H * D;
-  s.ks = K * D;
-  s.parallel = B * H * T * T * D >= kParallelMinWork;
-  return s;
-}
-
-// A block of T or more keys is one block for the whole sequence; clamping keeps last_key from overflowing.
-Visibility visibility(const AttentionMask& mask, int64_t b, int64_t T) {
-  return Visibility{mask.type, std::min(mask.block_size, T), mask.segment_ids ? mask.segment_ids + b * T : nullptr};
-}
-
 // delta[i] = dout_i . out_i for the n rows of one tile (0 in the padding rows up to `pad_to`).
 void row_dots(float* delta, const float* dout, const float* out, int64_t stride, int64_t n, int64_t D,
               int64_t pad_to) {
@@ -316,12 +115,6 @@ void row_dots(float* delta, const float* dout, const float* out, int64_t stride,
     delta[i] = s;
   }
   for (int64_t i = n; i < pad_to; ++i) delta[i] = 0.0f;
-}
-
-// lse (natural log) -> base-2 row offsets; a row that saw no key (lse = -inf) gets +inf so P = 0.
-void lse_to_log2(float* lse2, const float* lse, int64_t n, int64_t pad_to) {
-  for (int64_t i = 0; i < n; ++i) lse2[i] = lse[i] == kNegInf ? kInf : lse[i] * kLog2e;
-  for (int64_t i = n; i < pad_to; ++i) lse2[i] = kInf;
 }
 
 }  // namespace
@@ -372,29 +165,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false);
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
 
-        // Online softmax, all TQ queries at once (a vector lane per query).
-        for (int64_t i = 0; i < TQ; i += 16) {
-          v16 mt = splat(kNegInf);
-          for (int64_t j = 0; j < nk; ++j) mt = vmax(mt, load16(st + j * TQ + i));
-          const v16 m_old = load16(m + i);
-          const v16 m_new = vmax(m_old, mt);
-          // A query that has seen no key yet keeps m = -inf; subtract 0 then, so exp2 gives 0, not NaN.
-          const v16 m_sub = m_new == kNegInf ? v16{} : m_new;
-          const v16 a = exp2v(m_old - m_sub);
-          v16 sum{};
-          for (int64_t j = 0; j < nk; ++j) {
-            const v16 p = exp2v(load16(st + j * TQ + i) - m_sub);
-            store16(st + j * TQ + i, p);
-            sum += p;
-          }
-          store16(l + i, load16(l + i) * a + sum);
-          store16(m + i, m_new);
-          store16(alpha + i, a);
-        }
-        for (int64_t i = 0; i < nq; ++i) {
-          if (alpha[i] == 1.0f) continue;
-          for (int64_t d = 0; d < Dp; d += 16) store16(acc + i * Dp + d, load16(acc + i * Dp + d) * alpha[i]);
-        }
+        online_softmax_step(st, nk, m, l, alpha, acc, nq, Dp);
 
         // O[i, :] += sum_j P^T[j, i] v_j
         int64_t ldv;
@@ -402,18 +173,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         tile_product(acc, Dp, st, 1, TQ, vop, ldv, nq, nk, Dp, true);
       }
 
-      for (int64_t i = 0; i < nq; ++i) {
-        float* o = out + (b * T + q0 + i) * s.qs + h * D;
-        float* lrow = lse + (b * H + h) * T + q0 + i;
-        if (l[i] > 0.0f) {
-          const float inv = 1.0f / l[i];
-          for (int64_t d = 0; d < D; ++d) o[d] = acc[i * Dp + d] * inv;
-          *lrow = (m[i] + std::log2(l[i])) * kLn2;
-        } else {  // no visible key
-          for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
-          *lrow = kNegInf;
-        }
-      }
+      finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, Dp, m, l, nq, D);
     }
   }
 }

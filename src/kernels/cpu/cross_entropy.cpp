@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace megadlm::cpu {
@@ -48,6 +49,37 @@ double sum_exp_blocked(const float* x, int64_t V, float mx, float* d) {
   return sum;
 }
 
+// Pass 1 of a row: its max, so that every exponent is <= 0 (no overflow for logits of any size).
+inline float max_of_row(const float* x, int64_t V) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+  return mx;
+}
+
+// The gradient row of an ignored target: zeros (fp32 or bf16 bits).
+template <typename T>
+inline void zero_row(T* d, int64_t V) {
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) d[v] = T(0);
+}
+
+// Pass 3 of a row into bf16: out[v] = bf16(e[v] * k), and at the target (when t >= 0) bf16(e[t] * k - c):
+// the bits the fp32 gradient (d *= k; d[t] -= c) rounds to.
+void scaled_row_to_bf16(uint16_t* out, const float* e, int64_t V, float k, int64_t t, float c) {
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) out[v] = f32_to_bf16(e[v] * k);
+  if (t >= 0) out[t] = f32_to_bf16(e[t] * k - c);
+}
+
+void check_targets(const int32_t* targets, int64_t ignore_index, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = targets[n];
+    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
+               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
+  }
+}
+
 }  // namespace
 
 // losses [N] (or null), dlogits [N, V] (or null; may alias logits), logits [N, V], targets [N],
@@ -56,11 +88,7 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
                                       const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
                                       int64_t V) {
   // Validate before the parallel loop: an exception must not escape an OpenMP region.
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t t = targets[n];
-    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
-               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
-  }
+  check_targets(targets, ignore_index, N, V);
   std::vector<double> row_loss(N);
 
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
@@ -71,18 +99,11 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
     if (t == ignore_index) {
       row_loss[n] = 0.0;
       if (losses) losses[n] = 0.0f;
-      if (d) {
-#pragma omp simd
-        for (int64_t v = 0; v < V; ++v) d[v] = 0.0f;
-      }
+      if (d) zero_row(d, V);
       continue;
     }
     const double w = weights ? static_cast<double>(weights[n]) : 1.0;
-
-    // Pass 1: the max, so that every exponent is <= 0 (no overflow for logits of any size).
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+    const float mx = max_of_row(x, V);
     const float xt = x[t];  // read before pass 2 overwrites it when dlogits aliases logits
 
     // Pass 2: sum of exp(x - max), in fp32 blocks summed in double (a double reduction over the whole
@@ -107,6 +128,41 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
   return total;
 }
 
+// The same three passes with the gradient rounded to bf16 on its way out: pass 2 keeps the row's
+// exponentials in a per-thread row (which stays in L2), so neither an fp32 gradient nor the overwritten
+// logits go back to memory, and no separate cast reads them again.
+double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16, const float* logits,
+                                           const int32_t* targets, const float* weights, int64_t ignore_index,
+                                           float grad_scale, int64_t N, int64_t V) {
+  check_targets(targets, ignore_index, N, V);
+  std::vector<double> row_loss(N);
+#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    uint16_t* out = dlogits_bf16 + n * V;
+    const int64_t t = targets[n];
+    if (t == ignore_index) {
+      row_loss[n] = 0.0;
+      if (losses) losses[n] = 0.0f;
+      zero_row(out, V);
+      continue;
+    }
+    const double w = weights ? static_cast<double>(weights[n]) : 1.0;
+    const float mx = max_of_row(x, V);
+    thread_local std::vector<float> e;  // grows once per thread
+    if (static_cast<int64_t>(e.size()) < V) e.resize(static_cast<size_t>(V));
+    const double sum = sum_exp_blocked(x, V, mx, e.data());
+    const double loss = w * (static_cast<double>(mx) + std::log(sum) - static_cast<double>(x[t]));
+    row_loss[n] = loss;
+    if (losses) losses[n] = static_cast<float>(loss);
+    scaled_row_to_bf16(out, e.data(), V, static_cast<float>(static_cast<double>(grad_scale) * w / sum), t,
+                       static_cast<float>(static_cast<double>(grad_scale) * w));
+  }
+  double total = 0.0;
+  for (int64_t n = 0; n < N; ++n) total += row_loss[n];
+  return total;
+}
+
 // ---- vocab-parallel pieces: the same three passes, with the row reductions done across ranks ----
 
 void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
@@ -117,11 +173,7 @@ void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t*
       row_max[n] = 0.0f;
       continue;
     }
-    const float* x = logits + n * Vl;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < Vl; ++v) mx = x[v] > mx ? x[v] : mx;
-    row_max[n] = mx;
+    row_max[n] = max_of_row(logits + n * Vl, Vl);
   }
 }
 
@@ -135,10 +187,7 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
     const int64_t t = targets[n];
     if (t == ignore_index) {
       stats[2 * n] = stats[2 * n + 1] = 0.0;
-      if (d) {
-#pragma omp simd
-        for (int64_t v = 0; v < Vl; ++v) d[v] = 0.0f;
-      }
+      if (d) zero_row(d, Vl);
       continue;
     }
     const int64_t tl = t - vocab_start;
@@ -152,7 +201,8 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
 
 double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
                                   const int32_t* targets, const float* weights, int64_t ignore_index,
-                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl) {
+                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl,
+                                  uint16_t* dlogits_bf16) {
   std::vector<double> row_loss(N);
 #pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -160,6 +210,7 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
     if (t == ignore_index) {
       row_loss[n] = 0.0;
       if (losses) losses[n] = 0.0f;
+      if (dlogits_bf16) zero_row(dlogits_bf16 + n * Vl, Vl);
       continue;  // dlogits already zero from pass (2)
     }
     const double w = weights ? static_cast<double>(weights[n]) : 1.0;
@@ -170,10 +221,15 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
     if (dlogits) {
       float* d = dlogits + n * Vl;
       const float k = static_cast<float>(static_cast<double>(grad_scale) * w / sum);
-#pragma omp simd
-      for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
+      const float c = static_cast<float>(static_cast<double>(grad_scale) * w);
       const int64_t tl = t - vocab_start;
-      if (tl >= 0 && tl < Vl) d[tl] -= static_cast<float>(static_cast<double>(grad_scale) * w);
+      if (dlogits_bf16) {
+        scaled_row_to_bf16(dlogits_bf16 + n * Vl, d, Vl, k, tl >= 0 && tl < Vl ? tl : -1, c);
+      } else {
+#pragma omp simd
+        for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
+        if (tl >= 0 && tl < Vl) d[tl] -= c;
+      }
     }
   }
   double total = 0.0;

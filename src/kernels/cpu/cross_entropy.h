@@ -15,6 +15,13 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
                                       const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
                                       int64_t V);
 
+// The same with the gradient written in bf16 (what the output layer's bf16 products take):
+// dlogits_bf16 [N, V] receives the bits f32_to_bf16 gives the fp32 gradient above, and no fp32 [N, V]
+// gradient is written. losses may be null.
+double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16, const float* logits,
+                                           const int32_t* targets, const float* weights, int64_t ignore_index,
+                                           float grad_scale, int64_t N, int64_t V);
+
 // Vocab-parallel pieces (tensor parallelism; nn/vocab_parallel_cross_entropy.h reduces between them):
 // logits [N, Vl] are columns [vocab_start, vocab_start + Vl) of rows of the full vocabulary.
 // (1) row_max[n] = max of the shard's logits of row n (0 for ignored rows).
@@ -28,9 +35,11 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
                                 int64_t Vl);
 // (3) With stats summed over the shards: losses[n] = w_n (row_max + log(sum) - target logit) (or
 // null), and, when dlogits is not null (it holds e from (2)), dlogits = grad_scale w_n (e / sum -
-// onehot) on the shard. Returns the sum of losses over rows 0..N-1 in double.
+// onehot) on the shard; with dlogits_bf16 [N, Vl] that gradient goes there in bf16 instead and dlogits
+// keeps e. Returns the sum of losses over rows 0..N-1 in double.
 double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
                                   const int32_t* targets, const float* weights, int64_t ignore_index,
-                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl);
+                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl,
+                                  uint16_t* dlogits_bf16 = nullptr);
 
 }  // namespace megadlm::cpu

@@ -7,6 +7,7 @@
 // bitwise independent of the thread count; the one reduction (bias_backward) splits columns, never rows.
 #include "kernels/cpu/elementwise.h"
 
+#include "core/dtype.h"
 #include "kernels/cpu/vmath.h"
 
 #include <bit>
@@ -31,13 +32,27 @@ constexpr float kGeluCubic = 0.044715f;
 // 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3). Since 1 + tanh(u) = 2 sigmoid(2u), the
 // forward is x * sigmoid(2u): one exponential, and no cancellation in 1 + tanh(u) for negative x.
 
+namespace {
+inline float gelu_of(float x) {
+  const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  return x * vsigmoid(2.0f * u);
+}
+inline float swiglu_of(float gate, float up) { return gate * vsigmoid(gate) * up; }
+}  // namespace
+
 // out [n], inp [n] (may alias)
 void gelu_forward(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_of(inp[i]);
+}
+
+// out [n] bf16, h_bf16 [n] bf16 (or null), h [n] fp32
+void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
-    out[i] = x * vsigmoid(2.0f * u);
+    const uint16_t hb = f32_to_bf16(h[i]);
+    if (h_bf16) h_bf16[i] = hb;
+    out[i] = f32_to_bf16(gelu_of(bf16_to_f32(hb)));
   }
 }
 
@@ -92,7 +107,24 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
     const float* u = g + F;
     float* o = out + r * F;
 #pragma omp simd
-    for (int64_t i = 0; i < F; ++i) o[i] = g[i] * vsigmoid(g[i]) * u[i];
+    for (int64_t i = 0; i < F; ++i) o[i] = swiglu_of(g[i], u[i]);
+  }
+}
+
+// out [N, F] bf16, gate_up_bf16 [N, 2F] bf16 (or null), gate_up [N, 2F] fp32
+void swiglu_forward_bf16(uint16_t* out, uint16_t* gate_up_bf16, const float* gate_up, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
+  for (int64_t r = 0; r < N; ++r) {
+    const float* g = gate_up + r * 2 * F;
+    const float* u = g + F;
+    uint16_t* gb = gate_up_bf16 ? gate_up_bf16 + r * 2 * F : nullptr;
+    uint16_t* o = out + r * F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) {
+      const uint16_t gi = f32_to_bf16(g[i]), ui = f32_to_bf16(u[i]);
+      if (gb) gb[i] = gi, gb[F + i] = ui;
+      o[i] = f32_to_bf16(swiglu_of(bf16_to_f32(gi), bf16_to_f32(ui)));
+    }
   }
 }
 

@@ -26,6 +26,16 @@ void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
 // dbias [C] += sum over rows of dout [N, C]; deterministic for any thread count.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 
+// The bf16 MLP's activation in one pass (--bf16, nn/mlp.cpp): the input rounded to bf16 (written to
+// h_bf16 / gate_up_bf16 when not null: the copy the MLP keeps), the activation of that rounded value,
+// and the result rounded to bf16 into out (fc2's input): the bits that a cast, a cast back, the fp32
+// activation above and a cast give. An input that is already bf16-valued (the backward's remake from
+// the kept copy) gives the same bits again.
+// out [n] bf16, h_bf16 [n] bf16 (or null), h [n] fp32
+void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t n);
+// out [N, F] bf16, gate_up_bf16 [N, 2F] bf16 (or null), gate_up [N, 2F] fp32
+void swiglu_forward_bf16(uint16_t* out, uint16_t* gate_up_bf16, const float* gate_up, int64_t N, int64_t F);
+
 // out = a + b (out may alias a or b); a += b.
 void residual_add(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* a, const float* b, int64_t n);

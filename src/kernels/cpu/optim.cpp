@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace megadlm::cpu {
@@ -27,10 +28,37 @@ constexpr int64_t kChunk = 4096;
 // computed, as torch does, with the bias corrections folded into a step size and a denominator scale:
 //   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
 
+namespace {
+
+struct AdamWConstants {
+  float b1, b2, one_b1, one_b2, eps, grad_scale, step_size, inv_sqrt_bc2, decay;
+};
+
+// The update of param, m, v [n]; with kCopy also param_bf16 [n] = the updated param in bf16. One
+// template rather than a run-time test inside the loop, which would keep it from vectorising.
+template <bool kCopy>
+void adamw_loop(float* param, const float* grad, float* m, float* v, uint16_t* param_bf16, int64_t n,
+                const AdamWConstants c) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] * c.grad_scale;
+    const float mi = c.b1 * m[i] + c.one_b1 * g;
+    const float vi = c.b2 * v[i] + c.one_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float p = param[i] * c.decay - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
+    param[i] = p;
+    if constexpr (kCopy) param_bf16[i] = f32_to_bf16(p);
+  }
+}
+
+}  // namespace
+
 // The loop vectorises when the build has -fno-math-errno (otherwise GCC keeps a branch that sets errno
 // for sqrt of a negative, and v is never negative); the pass is bound by memory either way (28 bytes
 // moved per element).
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h) {
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
+                uint16_t* param_bf16) {
   MDLM_CHECK(n >= 0, "adamw_step: negative length ", n);
   MDLM_CHECK(h.step >= 1, "adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
   MDLM_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "adamw_step: beta1 ", h.beta1, " is outside [0, 1)");
@@ -44,14 +72,11 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   // 1 - beta is exact for fp32 betas in [0.5, 1) (Sterbenz), so these are the given betas' complements.
   const float b1 = h.beta1, b2 = h.beta2, one_b1 = 1.0f - h.beta1, one_b2 = 1.0f - h.beta2, eps = h.eps;
   const float gs = h.grad_scale;
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * gs;
-    const float mi = b1 * m[i] + one_b1 * g;
-    const float vi = b2 * v[i] + one_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  const AdamWConstants c{b1, b2, one_b1, one_b2, eps, gs, step_size, inv_sqrt_bc2, decay};
+  if (param_bf16) {
+    adamw_loop<true>(param, grad, m, v, param_bf16, n, c);
+  } else {
+    adamw_loop<false>(param, grad, m, v, nullptr, n, c);
   }
 }
 

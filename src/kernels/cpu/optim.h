@@ -14,8 +14,10 @@ struct AdamWParams {
   float grad_scale = 1.0f;    // the gradient used is grad * grad_scale (clipping, folded into the pass)
 };
 
-// param, m, v [n] updated in place from grad [n]. m and v start at zero.
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h);
+// param, m, v [n] updated in place from grad [n]. m and v start at zero. param_bf16 [n] (or null)
+// receives the updated param in bf16 on the same pass (the copy bf16 products read next step).
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
+                uint16_t* param_bf16 = nullptr);
 
 // sum of squares of x [n], accumulated in double over fixed-size chunks combined in a fixed order, so the
 // result is bitwise identical for any thread count.

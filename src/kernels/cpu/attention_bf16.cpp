@@ -1,0 +1,531 @@
+// Memory-efficient attention with bf16 operands (AVX512-BF16). Same tasks, tiles, masks, online softmax
+// and two-pass deterministic backward as attention.cpp (read its header comment first); only the tile
+// products differ.
+// Legend: B batch, T sequence, H query heads, K key/value heads, D head dim; TQ/TK query/key tile rows,
+// De = D rounded up to even (whole pairs), Dp = D rounded up to a multiple of 16; a "word" is 32 bits
+// holding two bf16, the lower-indexed one in the low half.
+//
+// The product. vdpbf16ps does c[w] += a[2w] b[2w] + a[2w+1] b[2w+1] over 16 fp32 lanes w, so both
+// operands hold PAIRS ALONG THE REDUCTION DIMENSION. In C[r, w] += sum_p A(r, pair p) . B(pair p, w):
+//   - the broadcast operand A is read one word (one pair) at a time, so it only needs the two elements
+//     of a pair adjacent: any row of q, k, v or dO read in place (the reduction runs along D), or a
+//     tile of P / dS stored as words [pairs of keys (or queries)][rows];
+//   - the vectorised operand B is stored [kd/2][W] words ("VNNI" order): word (p, w) holds B[2p, w] and
+//     B[2p+1, w], so one 64-byte load gives 16 columns' pairs.
+// Who is packed, and when (never once per (query tile, key tile) pair):
+//   - reductions over D (S = Q K^T, dP = dO V^T): B is a tile transposed into pairs along D, once per
+//     task, as the fp32 kernel transposes (Q^T, dO^T per query tile; K^T, V^T per key tile);
+//   - reductions over keys or queries (O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q): B is a tile of
+//     V, K, dO or Q paired along its rows. Those rows are visited once per tile PAIR, so the whole
+//     tensor is packed once per call, tile by tile, before the main loop (a bf16 copy of each, cheap),
+//     into a per-thread workspace reused across calls (see Workspace);
+//   - P and dS are rounded into words as they are computed (they are per tile pair by nature).
+// Odd D: pairs would straddle heads, so q, k, v (and dO) are then used through copies padded to De with
+// a zero column; padding rows and columns of packed tiles are zero, so odd tile sizes add nothing.
+// Rounding: fp32 -> bf16 conversions (vcvtne(2)ps2bf16) round to nearest even; they and vdpbf16ps treat
+// denormals as zero, irrelevant at the magnitudes of attention (a P below 2^-126 is 0 anyway).
+#include "kernels/cpu/attention_bf16.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/attention_common.h"
+
+#if defined(__AVX512BF16__)
+// GCC 12 warns that the placeholder of _mm512_undefined_*() in its intrinsics "may be used uninitialized"
+// once they are inlined here; that is the intended undefined value, not a bug of ours.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace megadlm::cpu {
+
+#if defined(__AVX512BF16__)
+
+namespace {
+
+using namespace attn;
+using word = uint32_t;  // two bf16: element 2p in the low half, 2p+1 in the high half
+
+inline word load_word(const bf16_t* p) {
+  word w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+// Rounds lo and hi to bf16 (nearest even; denormals flush to zero) and interleaves them: word w =
+// (lo[w], hi[w]).
+inline __m512i pack_pairs(v16 lo, v16 hi) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512bh both = _mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);  // [lo0..lo15, hi0..hi15]
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), (__m512i)both);
+}
+
+// Lanes d0 .. min(d0 + 16, n) - 1 of a 16-lane chunk starting at d0.
+inline __mmask16 lanes_below(int64_t n, int64_t d0) {
+  return n - d0 >= 16 ? __mmask16(0xffff) : n <= d0 ? __mmask16(0) : __mmask16((1u << (n - d0)) - 1);
+}
+
+// 16 bf16 widened to fp32 (exact).
+inline __m512 widen16(__m256i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16)); }
+
+// ---- the tile product ------------------------------------------------------------------------------
+// C[r, 0:16*NV] = mul * sum_p A(r, p) . Bm[p*ldb + 0:16*NV] (or += without mul when accumulating) for
+// r < R, p < kp, where the pair A(r, p) is the word at A + r*ars + p*aks (strides in bf16 elements) and
+// Bm holds words. R*NV fp32 accumulators stay in registers for the whole pair loop.
+template <int R, int NV>
+inline void micro_kernel_bf16(float* C, int64_t ldc, const bf16_t* A, int64_t ars, int64_t aks, const word* Bm,
+                              int64_t ldb, int64_t kp, bool accumulate, float mul) {
+  __m512 c[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? _mm512_loadu_ps(C + r * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh b[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) b[v] = (__m512bh)_mm512_loadu_si512(Bm + p * ldb + 16 * v);
+    const bf16_t* a = A + p * aks;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(load_word(a + r * ars)));
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], ar, b[v]);
+    }
+  }
+  const __m512 m = _mm512_set1_ps(accumulate ? 1.0f : mul);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, _mm512_mul_ps(c[r][v], m));
+}
+
+// C[rows, W] = mul * A Bm, or C += A Bm when accumulating; A [rows, 2*kp] as pairs (see micro_kernel_bf16),
+// Bm [kp, W] words in VNNI order, W a multiple of 16.
+void tile_product_bf16(float* C, int64_t ldc, const bf16_t* A, int64_t ars, int64_t aks, const word* Bm,
+                       int64_t ldb, int64_t rows, int64_t kp, int64_t W, bool accumulate, float mul = 1.0f) {
+  for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
+    micro_kernel_bf16<R, NV>(C + r0 * ldc + c0, ldc, A + r0 * ars, ars, aks, Bm + c0, ldb, kp, accumulate, mul);
+  });
+}
+
+// A tile of words seen as the bf16 pairs of a broadcast operand: row r's pair p at 2*(p*ld + r).
+inline const bf16_t* as_pairs(const word* w) { return reinterpret_cast<const bf16_t*>(w); }
+
+// ---- packing ---------------------------------------------------------------------------------------
+// Transposes the 16 x 16 words r[0..15] (r[i] = row i) in place, so that r[j] holds column j: pairs
+// of rows, then quadruples, interleaved within 128-bit lanes, then the lanes exchanged.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // lane L of t[i]: rows i, i+1 of columns 4L, 4L+1; t[i+1]: 4L+2, 4L+3
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // lane L of r[i + c]: rows i..i+3 of column 4L + c
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  __m512i out[16];
+  for (int c = 0; c < 4; ++c) {  // column 4L + c gathers lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
+    const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
+    out[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    out[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    out[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    out[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+  for (int k = 0; k < 16; ++k) r[k] = out[k];
+}
+
+// B operand paired along D, once per task: dst word (p, i) at dst[p*ld + i] = (x_i[2p], x_i[2p+1]) for the
+// n rows x_i of De bf16 (row stride `stride` elements), p < De/2; columns n..ld zeroed. A word transpose,
+// in 16 x 16 blocks.
+void pack_transposed(word* dst, int64_t ld, const bf16_t* src, int64_t stride, int64_t n, int64_t De) {
+  const int64_t np = De / 2;
+  for (int64_t i0 = 0; i0 < ld; i0 += 16)
+    for (int64_t p0 = 0; p0 < np; p0 += 16) {
+      const __mmask16 m = lanes_below(np, p0);
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i)
+        r[i] = i0 + i < n ? _mm512_maskz_loadu_epi32(m, src + (i0 + i) * stride + 2 * p0) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int64_t k = 0; k < std::min<int64_t>(16, np - p0); ++k) _mm512_storeu_si512(dst + (p0 + k) * ld + i0, r[k]);
+    }
+}
+
+// B operand paired along rows, one tile of n <= 64 rows of D bf16 (row stride `stride` elements):
+// dst word (p, d) at dst[p*Dp + d] = (x_{2p}[d], x_{2p+1}[d]) for p < 32, d < Dp; zero beyond n and D.
+void pack_row_pairs(word* dst, int64_t Dp, const bf16_t* src, int64_t stride, int64_t n, int64_t D) {
+  for (int64_t p = 0; p < 32; ++p) {
+    const bf16_t* lo = 2 * p < n ? src + 2 * p * stride : nullptr;
+    const bf16_t* hi = 2 * p + 1 < n ? src + (2 * p + 1) * stride : nullptr;
+    for (int64_t d = 0; d < Dp; d += 16) {
+      const __mmask16 m = lanes_below(D, d);
+      const __m512i a = lo ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + d)) : _mm512_setzero_si512();
+      const __m512i b = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + d)) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + p * Dp + d, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+    }
+  }
+}
+
+// The bf16 operands' geometry, on top of Shape.
+struct Pairs {
+  int64_t De;          // D rounded up to even: the row length of the (padded) q, k, v, dO operands
+  int64_t qse, kse;    // their row strides in elements: H*De, K*De
+  int64_t tile_words;  // one VNNI-packed tile of 64 rows: 32 * Dp words
+};
+
+Pairs pairs_of(const Shape& s) {
+  static_assert(TQ == 64 && TK == 64, "pack_row_pairs packs tiles of 64 rows");
+  Pairs e;
+  e.De = (s.D + 1) / 2 * 2;
+  e.qse = s.H * e.De;
+  e.kse = s.K * e.De;
+  e.tile_words = 32 * s.Dp;
+  return e;
+}
+
+// The once-per-call copies (a few MB at training shapes), per calling thread and reused across calls:
+// fresh allocations that large come from mmap, and their first-touch page faults cost as much as the
+// packing itself. Buffers only grow; they live as long as the thread.
+struct Workspace {
+  std::vector<word> tiles[3];   // packed tiles: V (forward); K, Q, dO (backward)
+  std::vector<bf16_t> rows[4];  // padded q, k, v when D is odd; dO rounded to bf16
+  std::vector<float> delta;     // [B, H, T]
+};
+
+Workspace& workspace() {
+  thread_local Workspace w;
+  return w;
+}
+
+template <class T>
+T* at_least(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+// Rows of D bf16 as rows of De: x itself when D is even, else a copy with a zero last column in `hold`.
+const bf16_t* even_rows(const bf16_t* x, int64_t rows, int64_t D, int64_t De, bool parallel,
+                        std::vector<bf16_t>& hold) {
+  if (D == De) return x;
+  bf16_t* y = at_least(hold, rows * De);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(y + r * De, x + r * D, D * sizeof(bf16_t));
+    y[r * De + D].bits = 0;
+  }
+  return y;
+}
+
+// Every 64-row tile of every (b, head) of x [B, T, heads, width] (width D or De) packed by
+// pack_row_pairs, tile ((b*heads + head)*ntiles + tile) at dst + that * tile_words (query and key tiles
+// have the same size).
+const word* pack_all_row_pairs(std::vector<word>& buf, const bf16_t* x, int64_t heads, int64_t width,
+                               const Shape& s, const Pairs& e) {
+  const int64_t ntiles = s.nkt, stride = heads * width;
+  word* dst = at_least(buf, s.B * heads * ntiles * e.tile_words);
+#pragma omp parallel for schedule(static) if (s.parallel)
+  for (int64_t t = 0; t < s.B * heads * ntiles; ++t) {
+    const int64_t tile = t % ntiles, head = t / ntiles % heads, b = t / ntiles / heads;
+    const int64_t r0 = tile * TK;
+    pack_row_pairs(dst + t * e.tile_words, s.Dp, x + (b * s.T + r0) * stride + head * width, stride,
+                   std::min(TK, s.T - r0), s.D);
+  }
+  return dst;
+}
+
+// dO rounded to bf16 rows [B, T, H, De] (zero column when D is odd) and delta [B, H, T] = dO_i . out_i
+// in fp32, one pass over dout. delta takes the ROUNDED dO, the one dP = dO V^T sees: then
+// dS = P (dP - delta) = P dO.(v_j - out_i) is the exact gradient for that dO, and its error stays
+// relative to dS. With the fp32 dout here, dP - delta would carry an absolute error ~2^-9 |dO| |v|,
+// which dominates where the exact dP - delta cancels (peaked softmax).
+void round_dout_and_delta(bf16_t* do16, float* delta, const float* dout, const bf16_t* out, const Shape& s,
+                          const Pairs& e) {
+  const int64_t rows = s.B * s.T * s.H;
+#pragma omp parallel for schedule(static) if (s.parallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = dout + r * s.D;
+    const bf16_t* o = out + r * s.D;
+    bf16_t* y = do16 + r * e.De;
+    __m512 dot = _mm512_setzero_ps();
+    for (int64_t d = 0; d < e.De; d += 16) {
+      const __mmask16 m = lanes_below(s.D, d);
+      const __m256i a16 = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, a + d));
+      _mm256_mask_storeu_epi16(y + d, lanes_below(e.De, d), a16);  // the padding column gets a masked 0
+      dot = _mm512_fmadd_ps(widen16(a16), widen16(_mm256_maskz_loadu_epi16(m, o + d)), dot);
+    }
+    const int64_t h = r % s.H, bt = r / s.H;  // r = (b*T + t)*H + h
+    const v16 lanes = (v16)dot;
+    float sum = 0.0f;
+    for (int l = 0; l < 16; ++l) sum += lanes[l];
+    delta[(bt / s.T * s.H + h) * s.T + bt % s.T] = sum;
+  }
+}
+
+}  // namespace
+
+bool attention_bf16_native() { return true; }
+
+// ---- forward ---------------------------------------------------------------------------------------
+void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t B,
+                            int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask, float scale) {
+  const Shape s = check_and_shape(B, T, H, K, D, mask, scale, "attention_forward_bf16");
+  if (B == 0 || T == 0) return;
+  const Pairs e = pairs_of(s);
+  const int64_t Dp = s.Dp, De = e.De;
+  const float c = scale * kLog2e;  // scores are kept in base 2: exp(x) = exp2(x log2 e)
+  Workspace& ws = workspace();
+  const bf16_t* qe = even_rows(q, B * T * H, D, De, s.parallel, ws.rows[0]);  // [B, T, H, De]
+  const bf16_t* ke = even_rows(k, B * T * K, D, De, s.parallel, ws.rows[1]);  // [B, T, K, De]
+  const word* vp = pack_all_row_pairs(ws.tiles[0], v, K, D, s, e);            // V tiles paired along keys
+  const int64_t ntasks = s.nqt * B * H;
+
+#pragma omp parallel if (s.parallel)
+  {
+    Scratch scratch(De / 2 * TQ + TK * TQ + TK / 2 * TQ + TQ * Dp + 4 * TQ + 7 * 16);
+    word* qt = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] Q tile paired along D
+    float* st = scratch.take(TK * TQ);           // [TK, TQ] S^T
+    word* pt = scratch.take_words(TK / 2 * TQ);  // [TK/2, TQ] P^T paired along keys, bf16
+    float* acc = scratch.take(TQ * Dp);          // [TQ, Dp] unnormalised output rows
+    float* m = scratch.take(TQ);                 // [TQ] running max (base 2)
+    float* l = scratch.take(TQ);                 // [TQ] running sum of exp2(s - m)
+    float* alpha = scratch.take(TQ);             // [TQ] rescale factor of this key tile
+    float* msub = scratch.take(TQ);              // [TQ] what the exp pass subtracts (base 2)
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntasks; ++task) {
+      const int64_t qtile = s.nqt - 1 - task % s.nqt;  // the fp32 kernel's order (see there)
+      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
+      const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
+      const Visibility vis = visibility(mask, b, T);
+
+      pack_transposed(qt, TQ, qe + (b * T + q0) * e.qse + h * De, e.qse, nq, De);
+      std::fill(acc, acc + TQ * Dp, 0.0f);
+      std::fill(m, m + TQ, kNegInf);
+      std::fill(l, l + TQ, 0.0f);
+
+      for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
+        const int64_t k0 = ktile * TK, nk = std::min(TK, T - k0);
+        const TileMask tm = vis.classify(q0, nq, k0, nk);
+        if (tm.skip) continue;
+        const bf16_t* kb = ke + (b * T + k0) * e.kse + g * De;  // [nk, De] rows, read in place
+
+        // S^T[j, i] = c * k_j . q_i, the score in base 2.
+        tile_product_bf16(st, TQ, kb, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c);
+        if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
+        // Online softmax (attention_common.h), P^T rounded into pairs of keys as it is computed; the
+        // running sum l takes the fp32 P, as flash-attention's does.
+        online_softmax_max(st, nk, m, msub, alpha);
+        for (int64_t i = 0; i < TQ; i += 16) {
+          const v16 ms = load16(msub + i);
+          v16 sum{};
+          for (int64_t j = 0; j < nk; j += 2) {
+            const v16 p0 = exp2v(load16(st + j * TQ + i) - ms);
+            const v16 p1 = j + 1 < nk ? exp2v(load16(st + (j + 1) * TQ + i) - ms) : v16{};
+            _mm512_storeu_si512(pt + j / 2 * TQ + i, pack_pairs(p0, p1));
+            sum += p0 + p1;
+          }
+          store16(l + i, load16(l + i) * load16(alpha + i) + sum);
+        }
+        rescale_rows(acc, nq, Dp, alpha);
+
+        // O[i, :] += sum_j bf16(P^T[j, i]) v_j
+        tile_product_bf16(acc, Dp, as_pairs(pt), 2, 2 * TQ, vp + ((b * K + g) * s.nkt + ktile) * e.tile_words,
+                          Dp, nq, (nk + 1) / 2, Dp, true);
+      }
+      finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, Dp, m, l, nq, D);
+    }
+  }
+}
+
+// ---- backward --------------------------------------------------------------------------------------
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const bf16_t* q, const bf16_t* k,
+                             const bf16_t* v, const bf16_t* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                             int64_t K, int64_t D, const AttentionMask& mask, float scale) {
+  const Shape s = check_and_shape(B, T, H, K, D, mask, scale, "attention_backward_bf16");
+  if (B == 0 || T == 0) return;
+  const Pairs e = pairs_of(s);
+  const int64_t Dp = s.Dp, De = e.De;
+  const float c = scale * kLog2e;
+
+  // Once per call: even-length rows of q, k, v, dO (bf16), delta, and the tiles paired along rows.
+  Workspace& ws = workspace();
+  const bf16_t* qe = even_rows(q, B * T * H, D, De, s.parallel, ws.rows[0]);  // [B, T, H, De]
+  const bf16_t* ke = even_rows(k, B * T * K, D, De, s.parallel, ws.rows[1]);  // [B, T, K, De]
+  const bf16_t* ve = even_rows(v, B * T * K, D, De, s.parallel, ws.rows[2]);  // [B, T, K, De]
+  bf16_t* do16 = at_least(ws.rows[3], B * T * H * De);                        // [B, T, H, De]
+  float* delta_all = at_least(ws.delta, B * H * T);                           // [B, H, T]
+  round_dout_and_delta(do16, delta_all, dout, out, s, e);
+  const word* kp = pack_all_row_pairs(ws.tiles[0], ke, K, De, s, e);    // K tiles paired along keys
+  const word* qp = pack_all_row_pairs(ws.tiles[1], qe, H, De, s, e);    // Q tiles paired along queries
+  const word* dop = pack_all_row_pairs(ws.tiles[2], do16, H, De, s, e);  // dO tiles, likewise
+
+  // dq pass: one task per (b, h, query tile), keys as rows of the score tile (S^T).
+  const int64_t nq_tasks = s.nqt * B * H;
+#pragma omp parallel if (s.parallel)
+  {
+    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TQ * Dp + 2 * TQ + 7 * 16);
+    word* qt = scratch.take_words(De / 2 * TQ);   // [De/2, TQ] Q tile paired along D
+    word* dot = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] dO tile, likewise
+    float* st = scratch.take(TK * TQ);            // [TK, TQ] S^T
+    float* dpt = scratch.take(TK * TQ);           // [TK, TQ] dP^T
+    word* dst = scratch.take_words(TK / 2 * TQ);  // [TK/2, TQ] dS^T paired along keys, bf16
+    float* acc = scratch.take(TQ * Dp);           // [TQ, Dp] dQ / scale
+    float* lse2 = scratch.take(TQ);               // [TQ]
+    float* delta = scratch.take(TQ);              // [TQ]
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < nq_tasks; ++task) {
+      const int64_t qtile = s.nqt - 1 - task % s.nqt;
+      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
+      const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
+      const Visibility vis = visibility(mask, b, T);
+      const int64_t row0 = (b * T + q0) * e.qse + h * De;
+
+      pack_transposed(qt, TQ, qe + row0, e.qse, nq, De);
+      pack_transposed(dot, TQ, do16 + row0, e.qse, nq, De);
+      lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
+      std::copy(delta_all + (b * H + h) * T + q0, delta_all + (b * H + h) * T + q0 + nq, delta);
+      std::fill(delta + nq, delta + TQ, 0.0f);
+      std::fill(acc, acc + TQ * Dp, 0.0f);
+
+      for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
+        const int64_t k0 = ktile * TK, nk = std::min(TK, T - k0);
+        const TileMask tm = vis.classify(q0, nq, k0, nk);
+        if (tm.skip) continue;
+        const int64_t krow0 = (b * T + k0) * e.kse + g * De;
+
+        tile_product_bf16(st, TQ, ke + krow0, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c);     // S^T = c K Q^T
+        tile_product_bf16(dpt, TQ, ve + krow0, e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1);  // dP^T = V dO^T
+        if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
+        // dS^T = P^T (dP^T - delta), rounded in pairs of keys; an odd last key pairs with 0.
+        for (int64_t j = 0; j < nk; j += 2)
+          for (int64_t i = 0; i < TQ; i += 16) {
+            const v16 l2 = load16(lse2 + i), di = load16(delta + i);
+            const v16 ds0 = exp2v(load16(st + j * TQ + i) - l2) * (load16(dpt + j * TQ + i) - di);
+            const v16 ds1 = j + 1 < nk ? exp2v(load16(st + (j + 1) * TQ + i) - l2) * (load16(dpt + (j + 1) * TQ + i) - di)
+                                       : v16{};
+            _mm512_storeu_si512(dst + j / 2 * TQ + i, pack_pairs(ds0, ds1));
+          }
+        // dQ[i, :] += sum_j dS^T[j, i] k_j
+        tile_product_bf16(acc, Dp, as_pairs(dst), 2, 2 * TQ, kp + ((b * K + g) * s.nkt + ktile) * e.tile_words,
+                          Dp, nq, (nk + 1) / 2, Dp, true);
+      }
+      for (int64_t i = 0; i < nq; ++i) {
+        float* o = dq + (b * T + q0 + i) * s.qs + h * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = acc[i * Dp + d] * scale;
+      }
+    }
+  }
+
+  // dk/dv pass: one task per (b, kv head, key tile), queries as rows of the score tile, over the H/K
+  // query heads of the group and the query tiles in a fixed order.
+  const int64_t nk_tasks = s.nkt * B * K;
+#pragma omp parallel if (s.parallel)
+  {
+    Scratch scratch(De * TK + 2 * TQ * TK + TQ * TK + 2 * TK * Dp + TQ + 8 * 16);
+    word* kt = scratch.take_words(De / 2 * TK);  // [De/2, TK] K tile paired along D
+    word* vt = scratch.take_words(De / 2 * TK);  // [De/2, TK] V tile, likewise
+    float* sm = scratch.take(TQ * TK);           // [TQ, TK] S
+    float* dp = scratch.take(TQ * TK);           // [TQ, TK] dP
+    word* pw = scratch.take_words(TQ / 2 * TK);  // [TQ/2, TK] P paired along queries, bf16
+    word* dsw = scratch.take_words(TQ / 2 * TK); // [TQ/2, TK] dS, likewise
+    float* dk_acc = scratch.take(TK * Dp);       // [TK, Dp] dK / scale
+    float* dv_acc = scratch.take(TK * Dp);       // [TK, Dp] dV
+    float* lse2 = scratch.take(TQ);              // [TQ]
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < nk_tasks; ++task) {
+      const int64_t ktile = task % s.nkt;
+      const int64_t b = task / s.nkt / K, g = task / s.nkt % K;
+      const int64_t k0 = ktile * TK, nk = std::min(TK, T - k0);
+      const Visibility vis = visibility(mask, b, T);
+      const int64_t krow0 = (b * T + k0) * e.kse + g * De;
+
+      pack_transposed(kt, TK, ke + krow0, e.kse, nk, De);
+      pack_transposed(vt, TK, ve + krow0, e.kse, nk, De);
+      std::fill(dk_acc, dk_acc + TK * Dp, 0.0f);
+      std::fill(dv_acc, dv_acc + TK * Dp, 0.0f);
+
+      for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
+        for (int64_t qtile = 0; qtile < s.nqt; ++qtile) {
+          const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
+          const TileMask tm = vis.classify(q0, nq, k0, nk);
+          if (tm.skip) continue;
+          const int64_t row0 = (b * T + q0) * e.qse + h * De;
+          const float* delta = delta_all + (b * H + h) * T + q0;
+
+          lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
+          tile_product_bf16(sm, TK, qe + row0, e.qse, 2, kt, TK, nq, De / 2, TK, false, c);          // S = c Q K^T
+          tile_product_bf16(dp, TK, do16 + row0, e.qse, 2, vt, TK, nq, De / 2, TK, false, 1);  // dP = dO V^T
+          if (tm.partial()) mask_tile(sm, TK, false, vis, tm, q0, nq, k0, nk);
+          // P and dS = P (dP - delta), rounded in pairs of queries; an odd last query pairs with 0.
+          for (int64_t i = 0; i < nq; i += 2) {
+            const bool has_hi = i + 1 < nq;
+            const float l0 = lse2[i], d0 = delta[i];
+            const float l1 = has_hi ? lse2[i + 1] : 0.0f, d1 = has_hi ? delta[i + 1] : 0.0f;
+            for (int64_t j = 0; j < TK; j += 16) {
+              const v16 p0 = exp2v(load16(sm + i * TK + j) - l0);
+              const v16 p1 = has_hi ? exp2v(load16(sm + (i + 1) * TK + j) - l1) : v16{};
+              const v16 ds0 = p0 * (load16(dp + i * TK + j) - d0);
+              const v16 ds1 = has_hi ? p1 * (load16(dp + (i + 1) * TK + j) - d1) : v16{};
+              _mm512_storeu_si512(pw + i / 2 * TK + j, pack_pairs(p0, p1));
+              _mm512_storeu_si512(dsw + i / 2 * TK + j, pack_pairs(ds0, ds1));
+            }
+          }
+          // dV[j, :] += sum_i P[i, j] dO_i;  dK[j, :] += sum_i dS[i, j] q_i
+          const int64_t tile = ((b * H + h) * s.nqt + qtile) * e.tile_words;
+          tile_product_bf16(dv_acc, Dp, as_pairs(pw), 2, 2 * TK, dop + tile, Dp, nk, (nq + 1) / 2, Dp, true);
+          tile_product_bf16(dk_acc, Dp, as_pairs(dsw), 2, 2 * TK, qp + tile, Dp, nk, (nq + 1) / 2, Dp, true);
+        }
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        float* dko = dk + (b * T + k0 + j) * s.ks + g * D;
+        float* dvo = dv + (b * T + k0 + j) * s.ks + g * D;
+        for (int64_t d = 0; d < D; ++d) {
+          dko[d] = dk_acc[j * Dp + d] * scale;
+          dvo[d] = dv_acc[j * Dp + d];
+        }
+      }
+    }
+  }
+}
+
+#else  // no AVX512-BF16: widen to fp32 and run the fp32 kernels
+
+namespace {
+std::vector<float> widen(const bf16_t* x, int64_t n) {
+  std::vector<float> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i].bits);
+  return y;
+}
+}  // namespace
+
+bool attention_bf16_native() { return false; }
+
+void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t B,
+                            int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask, float scale) {
+  const std::vector<float> qf = widen(q, B * T * H * D), kf = widen(k, B * T * K * D), vf = widen(v, B * T * K * D);
+  attention_forward(out, lse, qf.data(), kf.data(), vf.data(), B, T, H, K, D, mask, scale);
+}
+
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const bf16_t* q, const bf16_t* k,
+                             const bf16_t* v, const bf16_t* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                             int64_t K, int64_t D, const AttentionMask& mask, float scale) {
+  const std::vector<float> qf = widen(q, B * T * H * D), kf = widen(k, B * T * K * D), vf = widen(v, B * T * K * D);
+  const std::vector<float> of = widen(out, B * T * H * D);
+  attention_backward(dq, dk, dv, dout, qf.data(), kf.data(), vf.data(), of.data(), lse, B, T, H, K, D, mask, scale);
+}
+
+#endif
+
+}  // namespace megadlm::cpu

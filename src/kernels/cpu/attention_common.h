@@ -1,0 +1,301 @@
+#pragma once
+// Internal to the CPU attention kernels (attention.cpp fp32, attention_bf16.cpp bf16 operands): the
+// pieces both share, namely tile sizes, the vector helpers and exp2, the mask logic, per-thread scratch,
+// argument checks, the online-softmax step and the register-block walk of a tile product.
+// Legend: B batch, T sequence, H query heads, K key/value heads, D head dim; TQ/TK query/key tile rows,
+// Dp = D rounded up to a multiple of 16 (one AVX-512 register of floats).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+
+namespace megadlm::cpu::attn {
+
+constexpr int64_t TQ = 64;  // query rows per tile
+constexpr int64_t TK = 64;  // key rows per tile
+// Below this many multiply-adds per product (B*H*T*T*D) one thread does the whole call: waking the team
+// costs more than it saves. The result does not depend on it (nor on the thread count).
+constexpr int64_t kParallelMinWork = int64_t{1} << 22;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The vector helpers are internal to the attention kernels, so the ABI of passing 64-byte vectors by
+// value on CPUs without AVX-512 (what -Wpsabi warns about) does not matter. (Only the two attention
+// files include this header; the pragma covers their own helpers too.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+using v16 = float __attribute__((vector_size(64)));
+using vi16 = int32_t __attribute__((vector_size(64)));
+// Unaligned, aliasing views for loads and stores from plain float arrays.
+using v16u = float __attribute__((vector_size(64), aligned(4), may_alias));
+
+inline v16 load16(const float* p) { return *reinterpret_cast<const v16u*>(p); }
+inline void store16(float* p, v16 x) { *reinterpret_cast<v16u*>(p) = x; }
+inline v16 splat(float s) { return v16{s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
+inline v16 vmax(v16 a, v16 b) { return a > b ? a : b; }
+inline v16 vmin(v16 a, v16 b) { return a < b ? a : b; }
+
+// 2^x for x <= 0 (scores minus a running max), exactly 0 below 2^-126 so that a masked score (-inf)
+// contributes nothing. Range reduction x = n + r, |r| <= 1/2, then a degree-5 polynomial for 2^r
+// (coefficients fitted for relative error on [-1/2, 1/2]: at most 7.5e-8, under one float ulp).
+inline v16 exp2v(v16 x) {
+  const vi16 keep = x >= -126.0f;
+  x = vmin(vmax(x, splat(-126.0f)), splat(127.0f));
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
+  const v16 t = x + shifter;
+  const v16 r = x - (t - shifter);
+  // The low bits of t hold n; shifted into the exponent field with its bias they make 2^n.
+  const v16 pow2n = (v16)(((vi16)t - (0x4B400000 - 127)) << 23);
+  v16 p = splat(1.3276465e-03f);
+  p = p * r + 9.6755419e-03f;
+  p = p * r + 5.5507135e-02f;
+  p = p * r + 2.4022120e-01f;
+  p = p * r + 6.9314694e-01f;
+  p = p * r + 1.0000001e+00f;
+  return (v16)((vi16)(p * pow2n) & keep);
+}
+
+// ---- register blocking of a tile product -----------------------------------------------------------
+// Walks C[rows, W] (W a multiple of 16) in register blocks: column chunks of 64 (4 vectors) outside,
+// groups of 6 rows inside, so a 64-wide panel of the right operand stays in L1 while every row group
+// streams past it. `block.template operator()<R, NV>(r0, c0)` computes the R x 16*NV block at (r0, c0)
+// (a generic lambda, so each kernel brings its own micro-kernel).
+template <int NV, class Block>
+inline void dispatch_rows(int rr, int64_t r0, int64_t c0, Block& block) {
+  switch (rr) {
+    case 6: block.template operator()<6, NV>(r0, c0); break;
+    case 5: block.template operator()<5, NV>(r0, c0); break;
+    case 4: block.template operator()<4, NV>(r0, c0); break;
+    case 3: block.template operator()<3, NV>(r0, c0); break;
+    case 2: block.template operator()<2, NV>(r0, c0); break;
+    default: block.template operator()<1, NV>(r0, c0); break;
+  }
+}
+
+template <class Block>
+inline void for_each_register_block(int64_t rows, int64_t W, Block&& block) {
+  for (int64_t c0 = 0; c0 < W; c0 += 64) {
+    const int64_t nv = std::min<int64_t>(4, (W - c0) / 16);
+    for (int64_t r0 = 0; r0 < rows; r0 += 6) {
+      const int rr = static_cast<int>(std::min<int64_t>(6, rows - r0));
+      switch (nv) {
+        case 4: dispatch_rows<4>(rr, r0, c0, block); break;
+        case 3: dispatch_rows<3>(rr, r0, c0, block); break;
+        case 2: dispatch_rows<2>(rr, r0, c0, block); break;
+        default: dispatch_rows<1>(rr, r0, c0, block); break;
+      }
+    }
+  }
+}
+
+// ---- masks -----------------------------------------------------------------------------------------
+// How one (query tile, key tile) pair is masked: entirely invisible (skipped), entirely visible, or
+// partly, by the position mask (causal / block-causal) and/or by the documents.
+struct TileMask {
+  bool skip = false;
+  bool by_position = false;  // some pair is hidden by the causal / block-causal rule
+  bool by_segment = false;   // some pair is hidden by differing segment ids
+  bool partial() const { return by_position || by_segment; }
+};
+
+// The mask restricted to one batch row b.
+struct Visibility {
+  MaskType type;
+  int64_t block;
+  const int32_t* seg;  // [T] for this batch row, or null
+
+  // The position rule as ranges, both monotone in the index: query i sees exactly the keys
+  // j <= last_key(i), and key j is seen exactly by the queries i >= first_query(j).
+  int64_t last_key(int64_t i) const {
+    if (type == MaskType::Causal) return i;
+    if (type == MaskType::BlockCausal) return (i / block + 1) * block - 1;
+    return std::numeric_limits<int64_t>::max();
+  }
+  int64_t first_query(int64_t j) const {
+    if (type == MaskType::Causal) return j;
+    if (type == MaskType::BlockCausal) return j / block * block;
+    return 0;
+  }
+
+  TileMask classify(int64_t q0, int64_t nq, int64_t k0, int64_t nk) const {
+    TileMask m;
+    const int64_t q1 = q0 + nq - 1, k1 = k0 + nk - 1;  // last rows, inclusive
+    if (k0 > last_key(q1)) {  // even the last query sees none of the keys
+      m.skip = true;
+      return m;
+    }
+    m.by_position = k1 > last_key(q0);  // the first query misses some key
+    if (seg != nullptr) {
+      const auto [qmin, qmax] = std::minmax_element(seg + q0, seg + q0 + nq);
+      const auto [kmin, kmax] = std::minmax_element(seg + k0, seg + k0 + nk);
+      if (*qmax < *kmin || *kmax < *qmin) {
+        m.skip = true;
+        return m;
+      }
+      m.by_segment = !(*qmin == *qmax && *kmin == *kmax && *qmin == *kmin);
+    }
+    return m;
+  }
+};
+
+// Sets the invisible entries of a score tile to -inf, with keys as rows (st[j*ld + i], `keys_by_queries`)
+// or queries as rows (s[i*ld + j]). The position rule hides a prefix (resp. suffix) of each row, filled
+// as a range; documents need an element-wise comparison. Padding beyond nq / nk is left alone.
+inline void mask_tile(float* st, int64_t ld, bool keys_by_queries, const Visibility& vis, const TileMask& tm,
+                      int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
+  const int64_t rows = keys_by_queries ? nk : nq, cols = keys_by_queries ? nq : nk;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = st + r * ld;
+    if (tm.by_position) {
+      if (keys_by_queries) {  // key k0 + r is hidden from queries before first_query
+        const int64_t hide = std::clamp<int64_t>(vis.first_query(k0 + r) - q0, 0, cols);
+        std::fill(row, row + hide, kNegInf);
+      } else {  // query q0 + r sees no key after last_key
+        const int64_t show = std::clamp<int64_t>(vis.last_key(q0 + r) - k0 + 1, 0, cols);
+        std::fill(row + show, row + cols, kNegInf);
+      }
+    }
+    if (tm.by_segment) {
+      const int32_t* other = vis.seg + (keys_by_queries ? q0 : k0);
+      const int32_t mine = vis.seg[(keys_by_queries ? k0 : q0) + r];
+      for (int64_t c = 0; c < cols; ++c) row[c] = other[c] == mine ? row[c] : kNegInf;
+    }
+  }
+}
+
+// A block of T or more keys is one block for the whole sequence; clamping keeps last_key from overflowing.
+inline Visibility visibility(const AttentionMask& mask, int64_t b, int64_t T) {
+  return Visibility{mask.type, std::min(mask.block_size, T), mask.segment_ids ? mask.segment_ids + b * T : nullptr};
+}
+
+// ---- per-thread scratch ----------------------------------------------------------------------------
+// One 64-byte aligned, zeroed block of floats, carved into tiles.
+class Scratch {
+ public:
+  explicit Scratch(int64_t n)
+      : n_(n), p_(static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t(64)))) {
+    std::memset(p_, 0, n * sizeof(float));
+  }
+  ~Scratch() { ::operator delete[](p_, std::align_val_t(64)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  // Next tile of n floats, rounded up to a whole number of cache lines.
+  float* take(int64_t n) {
+    float* t = p_ + used_;
+    used_ += (n + 15) / 16 * 16;
+    MDLM_CHECK(used_ <= n_, "attention scratch overflow: ", used_, " > ", n_);
+    return t;
+  }
+  // The same for 32-bit words (pairs of bf16); never read back as floats.
+  uint32_t* take_words(int64_t n) { return reinterpret_cast<uint32_t*>(take(n)); }
+
+ private:
+  int64_t n_, used_ = 0;
+  float* p_;
+};
+
+// ---- shapes ------------------------------------------------------------------------------------------
+struct Shape {
+  int64_t B, T, H, K, D, Dp, group, nqt, nkt, qs, ks;  // qs, ks: row strides of q-like and k-like tensors
+  bool parallel;                                       // worth an OpenMP team
+};
+
+inline Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
+                             float scale, const char* who) {
+  MDLM_CHECK(B >= 0 && T >= 0, who, ": B = ", B, " and T = ", T, " must be >= 0");
+  MDLM_CHECK(H > 0 && K > 0 && D > 0, who, ": H = ", H, ", K = ", K, ", D = ", D, " must be > 0");
+  MDLM_CHECK(H % K == 0, who, ": query heads H = ", H, " are not a multiple of kv heads K = ", K);
+  MDLM_CHECK(mask.type == MaskType::None || mask.type == MaskType::Causal || mask.type == MaskType::BlockCausal,
+             who, ": unknown mask type ", static_cast<int>(mask.type));
+  MDLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
+             ": BlockCausal needs block_size > 0, got ", mask.block_size);
+  MDLM_CHECK(std::isfinite(scale), who, ": scale = ", scale, " is not finite");
+  Shape s;
+  s.B = B, s.T = T, s.H = H, s.K = K, s.D = D;
+  s.Dp = (D + 15) / 16 * 16;
+  s.group = H / K;
+  s.nqt = (T + TQ - 1) / TQ;
+  s.nkt = (T + TK - 1) / TK;
+  s.qs = H * D;
+  s.ks = K * D;
+  s.parallel = B * H * T * T * D >= kParallelMinWork;
+  return s;
+}
+
+// lse (natural log) -> base-2 row offsets; a row that saw no key (lse = -inf) gets +inf so P = 0.
+inline void lse_to_log2(float* lse2, const float* lse, int64_t n, int64_t pad_to) {
+  for (int64_t i = 0; i < n; ++i) lse2[i] = lse[i] == kNegInf ? kInf : lse[i] * kLog2e;
+  for (int64_t i = n; i < pad_to; ++i) lse2[i] = kInf;
+}
+
+// ---- the forward's online softmax --------------------------------------------------------------------
+// A key tile's step, all TQ queries at once (a vector lane per query), in three parts: the max pass
+// (online_softmax_max), the exp pass that turns the scores S^T into P^T = exp2(S^T - msub) and adds them
+// to l (each kernel stores P in its own format), and the rescale of what was accumulated so far.
+
+// m ([TQ], running max, base 2) becomes max(m, max over the nk keys of st [TK, TQ]); msub ([TQ]) gets
+// what to subtract from the scores (m, or 0 while a query has seen no key, so that exp2 gives 0, not
+// NaN) and alpha ([TQ]) the factor exp2(m_old - m_new) for the running sum and the output rows.
+inline void online_softmax_max(const float* st, int64_t nk, float* m, float* msub, float* alpha) {
+  for (int64_t i = 0; i < TQ; i += 16) {
+    v16 mt = splat(kNegInf);
+    for (int64_t j = 0; j < nk; ++j) mt = vmax(mt, load16(st + j * TQ + i));
+    const v16 m_old = load16(m + i);
+    const v16 m_new = vmax(m_old, mt);
+    const v16 m_sub = m_new == kNegInf ? v16{} : m_new;
+    store16(alpha + i, exp2v(m_old - m_sub));
+    store16(m + i, m_new);
+    store16(msub + i, m_sub);
+  }
+}
+
+// The nq rows of acc ([TQ, Dp], unnormalised outputs) times alpha.
+inline void rescale_rows(float* acc, int64_t nq, int64_t Dp, const float* alpha) {
+  for (int64_t i = 0; i < nq; ++i) {
+    if (alpha[i] == 1.0f) continue;
+    for (int64_t d = 0; d < Dp; d += 16) store16(acc + i * Dp + d, load16(acc + i * Dp + d) * alpha[i]);
+  }
+}
+
+// The whole step with P^T stored in place of S^T in fp32 (st [TK, TQ]); updates m, l ([TQ]) and acc.
+inline void online_softmax_step(float* st, int64_t nk, float* m, float* l, float* alpha, float* acc, int64_t nq,
+                                int64_t Dp) {
+  alignas(64) float msub[TQ];
+  online_softmax_max(st, nk, m, msub, alpha);
+  for (int64_t i = 0; i < TQ; i += 16) {
+    const v16 ms = load16(msub + i);
+    v16 sum{};
+    for (int64_t j = 0; j < nk; ++j) {
+      const v16 p = exp2v(load16(st + j * TQ + i) - ms);
+      store16(st + j * TQ + i, p);
+      sum += p;
+    }
+    store16(l + i, load16(l + i) * load16(alpha + i) + sum);
+  }
+  rescale_rows(acc, nq, Dp, alpha);
+}
+
+// The forward's result for the nq queries of a tile: out rows ([nq, D], row stride `stride`) = acc / l,
+// lse ([nq], contiguous) = ln(sum of exp of the scores); a query with no visible key gets 0 and -inf.
+inline void finish_query_rows(float* out, int64_t stride, float* lse, const float* acc, int64_t Dp, const float* m,
+                              const float* l, int64_t nq, int64_t D) {
+  for (int64_t i = 0; i < nq; ++i) {
+    float* o = out + i * stride;
+    if (l[i] > 0.0f) {
+      const float inv = 1.0f / l[i];
+      for (int64_t d = 0; d < D; ++d) o[d] = acc[i * Dp + d] * inv;
+      lse[i] = (m[i] + std::log2(l[i])) * kLn2;
+    } else {
+      for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
+      lse[i] = kNegInf;
+    }
+  }
+}
+
+}  // namespace megadlm::cpu::attn
