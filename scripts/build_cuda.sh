@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Configure and build the CUDA backend (-DMEGADLM_CUDA=ON) on a machine with nvcc, GPU or not: the
-# library with src/kernels/cuda/, test_cuda and the GPU benchmarks. CI runs it so the CUDA code never
+# library with src/kernels/cuda/, every test and app, and the GPU benchmarks. CI runs it so the CUDA code never
 # rots; nothing here needs a device (test_cuda skips without one).
 #
-#   scripts/build_cuda.sh [BUILD_DIR]        default build-cuda; env: JOBS (default: all cores),
+#   scripts/build_cuda.sh [BUILD_DIR]        default build-cuda; env: JOBS (default: all cores), TARGETS (default all),
 #                                            CUDA_ARCHS (default "80;90"), NVCC (default /usr/local/cuda/bin/nvcc)
 #
 # cuDNN's fused attention (src/kernels/cuda/attention_cudnn.cpp) also needs the cuDNN frontend headers:
@@ -28,8 +28,9 @@ fi
 configure_log=$(cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEGADLM_CUDA=ON \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DMEGADLM_CUDA_ARCHS="$ARCHS" "${LAUNCHER[@]}")
 grep -i "cudnn\|nccl" <<<"$configure_log" || true  # what the optional parts found
-targets=(megadlm test_cuda)
-[[ -f "$ROOT/bench/cuda/bench_dlm_step.cpp" ]] && targets+=(bench_dlm_step)
+# Everything: the library, every test binary, the apps (pretrain_difflm --device cuda) and the benchmarks.
+# TARGETS="megadlm test_cuda" narrows it.
+read -r -a targets <<<"${TARGETS:-all}"
 ninja -C "$BUILD" -j"$JOBS" "${targets[@]}"
 # Without a GPU every test must skip cleanly; with one they run.
 "$BUILD/tests/test_cuda" --gtest_brief=1

@@ -2,7 +2,8 @@
 # One command for a lent GPU machine (H200; CUDA 13, CMake, ninja, g++ and Python with PyTorch, no
 # package registry): builds the CUDA backend stand-alone (bench/cuda/CMakeLists.txt: no oneDNN, MPI,
 # json or zlib needed), runs test_cuda, then the DLM training-step benchmark and its PyTorch peer side by
-# side. Budget: about 8 minutes.
+# side, and the model-level checks of the nn/ modules on CUDA from a prebuilt bundle
+# (scripts/gpu_dispatch_bundle.sh). Budget: about 8 minutes.
 #
 #   scripts/gpu_check.sh --pack    on a machine WITH GoogleTest sources (/usr/src/googletest) and PyPI or the
 #                                  cuDNN frontend headers: copies GoogleTest to build-gpu-deps/googletest
@@ -13,7 +14,8 @@
 # cuDNN's fused attention is built when the carried frontend headers are there; cuDNN itself comes from
 # the toolkit or PyTorch's nvidia-cudnn wheel (CUDNN_ROOT is set to the wheel when the toolkit has none).
 # Environment: MEGADLM_GPU_DEPS (default build-gpu-deps), BUILD (default build-gpu), CUDA_ARCHS (default
-# 90), BENCH_ARGS (extra flags for both benchmarks, e.g. "--batch 2"), SKIP_PEER=1, SKIP_BENCH=1,
+# 90), BENCH_ARGS (extra flags for both benchmarks, e.g. "--batch 2"), SKIP_PEER=1, SKIP_BENCH=1, SKIP_DISPATCH=1,
+# BUILD_CUDA (--pack: the scripts/build_cuda.sh build the bundle takes its binaries from, default build-cuda),
 # MEGADLM_ATTENTION (auto|cudnn|gemm|flash, passed to the benchmark and the tests).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,6 +32,9 @@ if [[ "${1:-}" == "--pack" ]]; then
   rm -rf "$DEPS/googletest" && mkdir -p "$DEPS" && cp -r "$src" "$DEPS/googletest"
   "$ROOT/scripts/get_cudnn_frontend.sh" "$DEPS/cudnn_frontend/include" \
     || echo "gpu_check.sh --pack: no cuDNN frontend headers: the GPU build will have no cuDNN attention" >&2
+  # The model-level checks' prebuilt binaries (scripts/gpu_dispatch_bundle.sh; needs scripts/build_cuda.sh first).
+  "$ROOT/scripts/gpu_dispatch_bundle.sh" pack "${BUILD_CUDA:-$ROOT/build-cuda}" \
+    || echo "gpu_check.sh --pack: no dispatch bundle: the GPU run will skip the model checks" >&2
   echo "packed $(du -sh "$DEPS" | cut -f1) into $DEPS (carry it: it is git-ignored)"
   exit 0
 fi
@@ -75,6 +80,14 @@ stamp "test_cuda"
 timeout 180 "$BUILD/test_cuda" --gtest_brief=1  # cuDNN builds (and run-time compiles) a graph per shape 2>&1 | tail -40
 test_rc=${PIPESTATUS[0]}
 echo "test_cuda exit code: $test_rc"
+
+if [[ "${SKIP_DISPATCH:-0}" != 1 ]]; then
+  stamp "nn modules on CUDA: CPU vs CUDA models, pretrain_difflm --device cuda (prebuilt bundle)"
+  BUILD="$BUILD" "$ROOT/scripts/gpu_dispatch_bundle.sh" run
+  dispatch_rc=$?
+  echo "dispatch checks exit code: $dispatch_rc"
+  [[ $test_rc == 0 ]] && test_rc=$dispatch_rc
+fi
 
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
   stamp "bench_dlm_step (MegaDLMs CUDA)"

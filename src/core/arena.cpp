@@ -2,24 +2,51 @@
 
 #include <cstdlib>
 
+#include "core/device_memory.h"
 #include "core/error.h"
 
 namespace megadlm {
 
 static size_t round_up64(size_t n) { return (n + 63) / 64 * 64; }
 
-Arena::Arena(size_t initial_bytes) {
+// Host memory directly (the CPU path unchanged), other devices through their registered table.
+void* Arena::raw_alloc(size_t bytes) const {
+  if (device_ == Device::CPU) return std::aligned_alloc(64, bytes);
+  return device_memory(device_).alloc(bytes);
+}
+
+void Arena::raw_free(void* p) const {
+  if (device_ == Device::CPU) std::free(p);
+  else device_memory(device_).free(p);
+}
+
+void Arena::set_device(Device device) {
+  MDLM_CHECK(used_ == 0, "Arena::set_device on an arena in use");
+  if (device == device_) return;
+  for (void* p : overflow_) raw_free(p);
+  overflow_.clear();
+  overflow_at_.clear();
+  raw_free(block_);
+  block_ = nullptr;
+  device_ = device;
+  if (capacity_) {
+    block_ = static_cast<char*>(raw_alloc(capacity_));
+    MDLM_CHECK(block_ != nullptr, "out of memory reserving an activation arena of ", capacity_, " bytes");
+  }
+}
+
+Arena::Arena(size_t initial_bytes, Device device) : device_(device) {
   if (initial_bytes) {
     capacity_ = round_up64(initial_bytes);
-    block_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
+    block_ = static_cast<char*>(raw_alloc(capacity_));
     MDLM_CHECK(block_ != nullptr, "out of memory reserving an activation arena of ", capacity_, " bytes");
     ++heap_allocations_;
   }
 }
 
 Arena::~Arena() {
-  for (void* p : overflow_) std::free(p);
-  std::free(block_);
+  for (void* p : overflow_) raw_free(p);
+  raw_free(block_);
 }
 
 void* Arena::allocate(size_t bytes) {
@@ -31,7 +58,7 @@ void* Arena::allocate(size_t bytes) {
     return p;
   }
   // Overflow: serve from the heap this time; reset() will grow the block to fit.
-  void* p = std::aligned_alloc(64, bytes);
+  void* p = raw_alloc(bytes);
   MDLM_CHECK(p != nullptr, "out of memory: the activation arena needs ", used_ + bytes, " bytes");
   ++heap_allocations_;
   overflow_.push_back(p);
@@ -43,7 +70,7 @@ void* Arena::allocate(size_t bytes) {
 
 Tensor Arena::tensor(const Shape& shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  return Tensor::borrow(allocate(bytes), shape, dtype);
+  return Tensor::borrow(allocate(bytes), shape, dtype, device_);
 }
 
 Tensor Arena::zeros(const Shape& shape, DType dtype) {
@@ -56,12 +83,12 @@ void Arena::reset() {
   // Regrow whenever the step went beyond the block, also when its overflow chunks were all handed out
   // after a mark and already freed by release() (a temporary that overflowed inside a nested region).
   if (!overflow_.empty() || high_water_ > capacity_) {
-    for (void* p : overflow_) std::free(p);
+    for (void* p : overflow_) raw_free(p);
     overflow_.clear();
     overflow_at_.clear();
-    std::free(block_);
+    raw_free(block_);
     capacity_ = round_up64(high_water_ + high_water_ / 4);
-    block_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
+    block_ = static_cast<char*>(raw_alloc(capacity_));
     MDLM_CHECK(block_ != nullptr, "out of memory growing the activation arena to ", capacity_, " bytes");
     ++heap_allocations_;
   }
@@ -79,7 +106,7 @@ void Arena::release(size_t mark) {
   // step. Overflow chunks handed out after the mark are freed now, so that the first step's resident
   // memory is that live peak too, not the sum of every temporary (the [N,V] logits, for instance).
   while (!overflow_at_.empty() && overflow_at_.back() >= mark) {
-    std::free(overflow_.back());
+    raw_free(overflow_.back());
     overflow_.pop_back();
     overflow_at_.pop_back();
   }

@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include "core/device_memory.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -41,19 +43,25 @@ static void check_shape(const Shape& s) {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   check_shape(shape);
-  MDLM_CHECK(device == Device::CPU, "Tensor::empty on ", device_name(device),
-             " needs the CUDA backend's allocator");
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.device_ = device;
   const size_t bytes = (t.nbytes() + 63) / 64 * 64;
   if (bytes > 0) {
-    void* p = std::aligned_alloc(64, bytes);
-    MDLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
-               shape.str());
-    t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-    t.data_ = p;
+    if (device == Device::CPU) {
+      void* p = std::aligned_alloc(64, bytes);
+      MDLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
+                 shape.str());
+      t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      t.data_ = p;
+    } else {
+      // Device memory through the table its backend registered (core/device_memory.h).
+      const DeviceMemory& m = device_memory(device);
+      void* p = m.alloc(bytes);
+      t.owner_ = std::shared_ptr<void>(p, m.free);
+      t.data_ = p;
+    }
   }
   return t;
 }
@@ -134,16 +142,23 @@ Tensor Tensor::clone() const {
 void Tensor::copy_from(const Tensor& src) {
   MDLM_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: ", src.shape_.str(), " ",
              dtype_name(src.dtype_), " into ", shape_.str(), " ", dtype_name(dtype_));
-  MDLM_CHECK(device_ == Device::CPU && src.device_ == Device::CPU, "copy_from: CPU tensors only");
-  if (nbytes()) std::memcpy(data_, src.data_, nbytes());
+  if (device_ == Device::CPU && src.device_ == Device::CPU) {
+    if (nbytes()) std::memcpy(data_, src.data_, nbytes());
+    return;
+  }
+  copy_bytes(data_, device_, src.data_, src.device_, nbytes());  // upload, download or on the device
 }
 
 void Tensor::zero_() {
-  MDLM_CHECK(device_ == Device::CPU, "zero_: CPU tensors only");
+  if (device_ != Device::CPU) {
+    if (nbytes()) device_memory(device_).zero(data_, nbytes());
+    return;
+  }
   if (nbytes()) std::memset(data_, 0, nbytes());
 }
 
 void Tensor::fill_(float value) {
+  MDLM_CHECK(device_ == Device::CPU, "fill_: CPU tensors only");
   float* p = data<float>();
   for (int64_t i = 0; i < numel(); ++i) p[i] = value;
 }

@@ -36,7 +36,8 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // Allocates owned, 64-byte aligned storage (uninitialised / zeroed).
+  // Allocates owned, 64-byte aligned storage (uninitialised / zeroed); a non-CPU device allocates
+  // through the table its backend registered (core/device_memory.h).
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::CPU);
   // Borrows memory owned elsewhere; the caller keeps it alive.
@@ -66,9 +67,10 @@ class Tensor {
   Tensor operator[](int64_t i) const;
 
   Tensor clone() const;
-  void copy_from(const Tensor& src);  // same shape and dtype, CPU
-  void zero_();
-  void fill_(float value);            // F32 only
+  // Same shape and dtype; any pair of devices with at most one non-CPU one (upload / download).
+  void copy_from(const Tensor& src);
+  void zero_();                       // any device
+  void fill_(float value);            // F32, CPU only
 
  private:
   void check_type(size_t elem_size) const;

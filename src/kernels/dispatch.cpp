@@ -3,7 +3,8 @@
 namespace megadlm {
 
 #ifdef MEGADLM_HAVE_CUDA
-bool cuda_available_impl();  // kernels/cuda/device.cpp
+bool cuda_available_impl();       // kernels/cuda/device.cpp
+const Backend& cuda_backend();    // kernels/cuda/backend_cuda.cpp (registers the CUDA memory table)
 bool cuda_compiled() { return true; }
 bool cuda_available() { return cuda_available_impl(); }
 #else
@@ -15,6 +16,27 @@ void require_backend(Device device, const char* op) {
   if (device == Device::CPU) return;
   MDLM_CHECK(cuda_compiled(), op, ": a CUDA tensor, but this build has no CUDA backend (configure with -DMEGADLM_CUDA=ON)");
   MDLM_CHECK(cuda_available(), op, ": a CUDA tensor, but no GPU is visible");
+}
+
+static const Backend* g_test_backend = nullptr;  // serves Device::CUDA when set
+
+void set_backend_for_testing(Device device, const Backend* backend) {
+  MDLM_CHECK(device == Device::CUDA, "set_backend_for_testing: only the CUDA device can be emulated");
+  g_test_backend = backend;
+}
+
+const Backend& backend_for(Device device) {
+  if (device == Device::CPU) return cpu_backend();
+  if (g_test_backend) return *g_test_backend;
+#ifdef MEGADLM_HAVE_CUDA
+  static const Backend& cuda = [] () -> const Backend& {
+    MDLM_CHECK(cuda_available(), "no GPU is visible (cudaGetDeviceCount found none)");
+    return cuda_backend();
+  }();
+  return cuda;
+#else
+  fail("this build has no CUDA backend (configure with -DMEGADLM_CUDA=ON, e.g. scripts/build_cuda.sh)");
+#endif
 }
 
 }  // namespace megadlm

@@ -1,8 +1,9 @@
 #pragma once
-// The dispatch point between backends. Modules in nn/ call kernels through the per-device switch in
-// `backend_for`; the CPU kernels under kernels/cpu/ are always built, the CUDA kernels under
+// The dispatch point between backends. Modules in nn/ call kernels through `backend_for(device)`
+// (kernels/backend.h); the CPU kernels under kernels/cpu/ are always built, the CUDA kernels under
 // kernels/cuda/ only with -DMEGADLM_CUDA=ON (and run only where a GPU exists).
 #include "core/tensor.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -11,5 +12,10 @@ bool cuda_available();  // compiled and a device is visible
 
 // Throws Error naming the op when the tensor's device has no backend in this build.
 void require_backend(Device device, const char* op);
+
+// Tests: serve `device` with `backend` (null restores the built-in choice). With an emulating backend
+// (host memory that checks every pointer it is given) the device plumbing of the modules runs on a
+// machine without the device. The backend must outlive its use.
+void set_backend_for_testing(Device device, const Backend* backend);
 
 }  // namespace megadlm

@@ -1,7 +1,9 @@
 #include "models/language_model.h"
 
 #include <algorithm>
+#include <type_traits>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "nn/moe_counts.h"
 #include "parallel/tp_mappings.h"
@@ -49,12 +51,21 @@ LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int 
 }
 
 LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec, const ParallelContext& ctx,
-                             bool pre_process, bool post_process)
+                             bool pre_process, bool post_process, Device device)
     : cfg_(cfg),
       ctx_(ctx),
       pre_process_(pre_process && ctx.is_first_stage()),
       post_process_(post_process && ctx.is_last_stage()) {
   validate_config(cfg);
+  if (device != Device::CPU) {
+    backend_for(device);  // throws when the build has no CUDA or no GPU is visible
+    MDLM_CHECK(ctx.world_size == 1 && ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1 && ctx.ep.size == 1,
+               "--device ", device_name(device), " runs one process on one GPU so far: no tensor, pipeline, context, ",
+               "expert or data parallelism");
+    MDLM_CHECK(!cfg.moe.enabled(), "--device ", device_name(device), ": MoE layers (--num-experts) run on the CPU only so far");
+    params_.set_device(device);
+    arena_.set_device(device);
+  }
   layer_range_ = pipeline_stage_layers(cfg, ctx.pp.size, ctx.pp.rank);
   if (pre_process_) embedding_ = Embedding(params_, ctx_, cfg_);
   for (int64_t l = layer_range_.begin; l < layer_range_.end; ++l) {
@@ -92,13 +103,44 @@ Arena& LanguageModel::work_arena() {
   return precision_ && precision_->mode() != PrecisionMode::FP32 ? precision_->transient() : arena_;
 }
 
+MicroBatch LanguageModel::device_batch(const MicroBatch& mb) {
+  if (device() == Device::CPU) return mb;
+  if (pre_process_) embedding_.check_ids(mb.tokens, mb.info());
+  const Backend& be = backend_for(device());
+  const size_t N = static_cast<size_t>(mb.B * mb.T);
+  auto upload = [&](const auto* host) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(host)>>;
+    if (host == nullptr) return static_cast<const T*>(nullptr);
+    void* p = arena_.allocate(N * sizeof(T));
+    be.copy_to_device(p, host, N * sizeof(T));
+    return static_cast<const T*>(p);
+  };
+  MicroBatch d = mb;
+  staged_from_ = mb.tokens;
+  d.tokens = upload(mb.tokens);
+  d.positions = upload(mb.positions);
+  d.segment_ids = upload(mb.segment_ids);
+  d.targets = upload(mb.targets);
+  d.weights = upload(mb.weights);
+  staged_ = d;
+  return d;
+}
+
+const MicroBatch& LanguageModel::staged(const MicroBatch& mb) const {
+  if (device() == Device::CPU) return mb;
+  MDLM_CHECK(staged_from_ != nullptr && staged_from_ == mb.tokens,
+             "LanguageModel: backward_stage / loss_stage of a micro-batch that forward_stage did not upload");
+  return staged_;
+}
+
 Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
   MDLM_CHECK(pre_process_ && post_process_, "pipeline stage ", ctx_.pp.rank,
              ": whole-model calls need one stage; use the pipeline schedule (parallel/pipeline_schedule.h)");
   return forward_stage(mb, nullptr);
 }
 
-Tensor LanguageModel::forward_stage(const MicroBatch& mb, const float* input) {
+Tensor LanguageModel::forward_stage(const MicroBatch& host_mb, const float* input) {
+  const MicroBatch mb = device_batch(host_mb);
   const BatchInfo info = mb.info();
   Tensor x;
   if (pre_process_) {
@@ -113,8 +155,9 @@ Tensor LanguageModel::forward_stage(const MicroBatch& mb, const float* input) {
   return post_process_ ? final_norm_.forward(arena_, x) : x;
 }
 
-double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, const float* output_grad,
+double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& out, const float* output_grad,
                                      float grad_scale, float* input_grad, float* per_token_loss) {
+  const MicroBatch& mb = staged(host_mb);
   const Shape shape = out.shape();
   // Two gradient buffers, ping-ponged down the layers, so the backward's memory is O(N*C) on top of
   // the saved activations.
@@ -123,7 +166,10 @@ double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, co
   Tensor* dx = &g0;
   double loss = 0;
   if (post_process_) {
+    // On a device the head also gets the host labels, to run the output layer on the rows with a loss.
+    if (device() != Device::CPU) head_.set_host_labels(host_mb.targets, host_mb.weights);
     loss = head_.loss_and_backward(work_arena(), out, mb.targets, mb.weights, grad_scale, g0, per_token_loss);
+    head_.set_host_labels(nullptr, nullptr);
     final_norm_.backward(g0, g1);
     if (grads_ready_) grads_ready_(final_norm_first_param_);
   } else {
@@ -139,13 +185,16 @@ double LanguageModel::backward_stage(const MicroBatch& mb, const Tensor& out, co
   }
   if (grads_ready_) grads_ready_(0);
   arena_.reset();
+  staged_from_ = nullptr;  // the uploaded arrays were in the arena
   return loss;
 }
 
-double LanguageModel::loss_stage(const MicroBatch& mb, const Tensor& out, float* per_token_loss) {
+double LanguageModel::loss_stage(const MicroBatch& host_mb, const Tensor& out, float* per_token_loss) {
+  const MicroBatch& mb = staged(host_mb);
   MDLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
   const double loss = head_.loss(work_arena(), out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
   arena_.reset();
+  staged_from_ = nullptr;
   return loss;
 }
 
@@ -180,6 +229,7 @@ void LanguageModel::allocate_cache(KVCache& cache, int64_t batch, int64_t capaci
 Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq,
                                             const int64_t* offsets, bool causal, bool last_only) {
   MDLM_CHECK(pre_process_ && post_process_, "inference with a KV cache needs the whole model on one pipeline stage");
+  MDLM_CHECK(device() == Device::CPU, "inference with a KV cache runs on the CPU only so far");
   MDLM_CHECK(!sequence_parallel(ctx_), "inference with a KV cache: build the model without --sequence-parallel");
   MDLM_CHECK(first_seq >= 0 && first_seq + mb.B <= cache.B, "KV cache: sequences [", first_seq, ", ",
              first_seq + mb.B, ") exceed its batch ", cache.B);

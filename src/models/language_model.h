@@ -11,6 +11,12 @@
 //
 // Parameter names follow HuggingFace's LLaMA layout (embed_tokens, layers.N.self_attn.q_proj, ...),
 // so checkpoints map 1:1 to HF tensor names.
+//
+// Device: the parameters, gradients and activations live on `device` (kernels/backend.h picks the
+// kernels). On CUDA (stage 1) the model is one process on one GPU: no tensor, pipeline, context or
+// expert parallelism, no MoE layers, no KV-cache inference. The micro-batch arrays stay host memory in
+// the API: forward_stage checks the ids on the host and uploads the arrays into the arena, and the
+// backward_stage / loss_stage that follow it use that copy.
 #include <functional>
 #include <memory>
 #include <vector>
@@ -48,7 +54,8 @@ LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int 
 class LanguageModel {
  public:
   LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec, const ParallelContext& ctx,
-                bool pre_process = true, bool post_process = true);
+                bool pre_process = true, bool post_process = true, Device device = Device::CPU);
+  Device device() const { return params_.device(); }
 
   const TransformerConfig& config() const { return cfg_; }
   ParamStore& params() { return params_; }
@@ -112,6 +119,12 @@ class LanguageModel {
 
  private:
   Tensor forward_hidden(const MicroBatch& mb);  // whole model (one stage), through the final norm
+  // mb itself on the CPU; on a device, its arrays checked on the host and uploaded into the arena
+  // (kept in staged_ for the backward_stage / loss_stage of the same micro-batch).
+  MicroBatch device_batch(const MicroBatch& mb);
+  const MicroBatch& staged(const MicroBatch& mb) const;
+  MicroBatch staged_;
+  const int32_t* staged_from_ = nullptr;  // the host tokens staged_ was made from
   // This stage's layers forward from x; under full recomputation each recomputed group of layers
   // keeps only its input (group_inputs_[its first layer]) and frees the rest.
   Tensor forward_all_layers(Tensor x, const BatchInfo& info);

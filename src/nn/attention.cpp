@@ -1,10 +1,8 @@
 #include "nn/attention.h"
 
-#include "kernels/cpu/attention.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/decode_attention.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "parallel/tp_mappings.h"
 
@@ -42,6 +40,14 @@ SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, cons
     rope_cos_ = Tensor::empty({P, D_ / 2}, DType::F32);
     rope_sin_ = Tensor::empty({P, D_ / 2}, DType::F32);
     cpu::rope_tables(rope_cos_.data<float>(), rope_sin_.data<float>(), P, D_, cfg.rotary_base);
+    if (store.device() != Device::CPU) {  // made on the host, kept on the parameters' device
+      Tensor cos = Tensor::empty(rope_cos_.shape(), DType::F32, store.device());
+      Tensor sin = Tensor::empty(rope_sin_.shape(), DType::F32, store.device());
+      cos.copy_from(rope_cos_);
+      sin.copy_from(rope_sin_);
+      rope_cos_ = cos;
+      rope_sin_ = sin;
+    }
   }
 }
 
@@ -60,6 +66,7 @@ cpu::AttentionMask SelfAttention::mask() const {
 
 void SelfAttention::normalize_and_rotate(Arena& arena, Arena& work, Tensor& q, Tensor& k) {
   const int64_t N = batch_.B * batch_.T;
+  const Backend& be = backend_of(q);
   if (q_norm_ >= 0) {
     // The raw projections are kept (fp32) for the norm's backward; q, k become the normed copies.
     q_raw_ = q;
@@ -74,16 +81,16 @@ void SelfAttention::normalize_and_rotate(Arena& arena, Arena& work, Tensor& q, T
     k_rstd_ = arena.tensor({N * K_});
     q = work.tensor({N, H_ * D_});
     k = work.tensor({N, K_ * D_});
-    cpu::rmsnorm_forward(q.data<float>(), q_rstd_.data<float>(), q_raw_.data<float>(),
+    be.rmsnorm_forward(q.data<float>(), q_rstd_.data<float>(), q_raw_.data<float>(),
                          store_->value(q_norm_).data<float>(), N * H_, D_, cfg_.norm_epsilon);
-    cpu::rmsnorm_forward(k.data<float>(), k_rstd_.data<float>(), k_raw_.data<float>(),
+    be.rmsnorm_forward(k.data<float>(), k_rstd_.data<float>(), k_raw_.data<float>(),
                          store_->value(k_norm_).data<float>(), N * K_, D_, cfg_.norm_epsilon);
   }
   if (cfg_.position_embedding == PositionEmbedding::Rope) {
     // In place: the rotated q, k are what the attention backward needs.
-    cpu::rope_forward(q.data<float>(), q.data<float>(), batch_.positions, rope_cos_.data<float>(),
+    be.rope_forward(q.data<float>(), q.data<float>(), batch_.positions, rope_cos_.data<float>(),
                       rope_sin_.data<float>(), N, H_, D_);
-    cpu::rope_forward(k.data<float>(), k.data<float>(), batch_.positions, rope_cos_.data<float>(),
+    be.rope_forward(k.data<float>(), k.data<float>(), batch_.positions, rope_cos_.data<float>(),
                       rope_sin_.data<float>(), N, K_, D_);
   }
 }
@@ -102,7 +109,7 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchIn
   attn_out_ = arena.tensor({N, H_ * D_});
   lse_ = arena.tensor({batch.B * H_ * batch.T});
   bf16_attention_ = false;
-  cpu::attention_forward(attn_out_.data<float>(), lse_.data<float>(), q_.data<float>(), k_.data<float>(),
+  backend_of(x).attention_forward(attn_out_.data<float>(), lse_.data<float>(), q_.data<float>(), k_.data<float>(),
                          v_.data<float>(), batch.B, batch.T, H_, K_, D_, mask(),
                          1.0f / std::sqrt(static_cast<float>(D_)));
   return o_proj_.forward(arena, attn_out_);
@@ -131,16 +138,18 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   store_activation(*prec_, v_, v);
   Tensor o = tmp.tensor({N, H_ * D_});
   lse_ = arena.tensor({batch_.B * H_ * batch_.T});
+  const Backend& be = backend_of(x);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   // With bf16 products the attention's own products take the bf16 copies too (bf16 tile products, fp32
   // softmax and accumulation, as flash-attention on GPUs); bf16 storage only, fp16 and fp8 keep fp32.
-  bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm();
+  // That kernel is the CPU's (kernels/cpu/attention_bf16.h); on a GPU the attention takes fp32 q, k, v.
+  bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm() && be.device() == Device::CPU;
   if (bf16_attention_) {
     cpu::attention_forward_bf16(o.data<float>(), lse_.data<float>(), q_.data<bf16_t>(), k_.data<bf16_t>(),
                                 v_.data<bf16_t>(), batch_.B, batch_.T, H_, K_, D_, mask(), scale);
   } else {
-    cpu::attention_forward(o.data<float>(), lse_.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
-                           batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+    be.attention_forward(o.data<float>(), lse_.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
+                         batch_.B, batch_.T, H_, K_, D_, mask(), scale);
   }
   attn_out_ = arena.tensor(o.shape(), narrow);
   store_activation(*prec_, attn_out_, o);
@@ -158,23 +167,25 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
 Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
                                      float* v_cache, int64_t S, const int64_t* offsets, bool causal) {
   const int64_t B = batch.B, Tn = batch.T, N = B * Tn;
+  MDLM_CHECK(x.device() == Device::CPU, "inference with a KV cache runs on the CPU only (the cache is host memory)");
+  const Backend& be = backend_of(x);
   Tensor q = q_proj_.forward(arena, x);  // [N, H*D]
   Tensor k = k_proj_.forward(arena, x);  // [N, K*D]
   Tensor v = v_proj_.forward(arena, x);  // [N, K*D]
   if (q_norm_ >= 0) {
     Tensor qn = arena.tensor({N, H_ * D_}), kn = arena.tensor({N, K_ * D_});
     Tensor rq = arena.tensor({N * H_}), rk = arena.tensor({N * K_});
-    cpu::rmsnorm_forward(qn.data<float>(), rq.data<float>(), q.data<float>(), store_->value(q_norm_).data<float>(),
+    be.rmsnorm_forward(qn.data<float>(), rq.data<float>(), q.data<float>(), store_->value(q_norm_).data<float>(),
                          N * H_, D_, cfg_.norm_epsilon);
-    cpu::rmsnorm_forward(kn.data<float>(), rk.data<float>(), k.data<float>(), store_->value(k_norm_).data<float>(),
+    be.rmsnorm_forward(kn.data<float>(), rk.data<float>(), k.data<float>(), store_->value(k_norm_).data<float>(),
                          N * K_, D_, cfg_.norm_epsilon);
     q = qn;
     k = kn;
   }
   if (cfg_.position_embedding == PositionEmbedding::Rope) {
-    cpu::rope_forward(q.data<float>(), q.data<float>(), batch.positions, rope_cos_.data<float>(),
+    be.rope_forward(q.data<float>(), q.data<float>(), batch.positions, rope_cos_.data<float>(),
                       rope_sin_.data<float>(), N, H_, D_);
-    cpu::rope_forward(k.data<float>(), k.data<float>(), batch.positions, rope_cos_.data<float>(),
+    be.rope_forward(k.data<float>(), k.data<float>(), batch.positions, rope_cos_.data<float>(),
                       rope_sin_.data<float>(), N, K_, D_);
   }
   const int64_t KD = K_ * D_;
@@ -192,6 +203,7 @@ Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchI
 
 void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const int64_t N = batch_.B * batch_.T;
+  const Backend& be = backend_of(dy);
   const size_t mark = arena.mark();
   Tensor d_attn = arena.tensor({N, H_ * D_});
   o_proj_.backward(dy, d_attn, false);
@@ -212,14 +224,14 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
         load_activation(*wide, *kept);
       }
     }
-    cpu::attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
-                            q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(), lse_.data<float>(),
-                            batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+    be.attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
+                          q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(), lse_.data<float>(),
+                          batch_.B, batch_.T, H_, K_, D_, mask(), scale);
   }
   if (cfg_.position_embedding == PositionEmbedding::Rope) {
-    cpu::rope_backward(dq.data<float>(), dq.data<float>(), batch_.positions, rope_cos_.data<float>(),
+    be.rope_backward(dq.data<float>(), dq.data<float>(), batch_.positions, rope_cos_.data<float>(),
                        rope_sin_.data<float>(), N, H_, D_);
-    cpu::rope_backward(dk.data<float>(), dk.data<float>(), batch_.positions, rope_cos_.data<float>(),
+    be.rope_backward(dk.data<float>(), dk.data<float>(), batch_.positions, rope_cos_.data<float>(),
                        rope_sin_.data<float>(), N, K_, D_);
   }
   if (q_norm_ >= 0) {
@@ -231,16 +243,16 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     Tensor gqk = split ? arena.zeros({2 * D_}) : Tensor();
     float* gq = split ? gqk.data<float>() : store_->grad(q_norm_).data<float>();
     float* gk = split ? gqk.data<float>() + D_ : store_->grad(k_norm_).data<float>();
-    cpu::rmsnorm_backward(dq_raw.data<float>(), gq, dq.data<float>(),
+    be.rmsnorm_backward(dq_raw.data<float>(), gq, dq.data<float>(),
                           q_raw_.data<float>(), store_->value(q_norm_).data<float>(), q_rstd_.data<float>(),
                           N * H_, D_);
-    cpu::rmsnorm_backward(dk_raw.data<float>(), gk, dk.data<float>(),
+    be.rmsnorm_backward(dk_raw.data<float>(), gk, dk.data<float>(),
                           k_raw_.data<float>(), store_->value(k_norm_).data<float>(), k_rstd_.data<float>(),
                           N * K_, D_);
     if (split) {
       tp_all_reduce_sum(*ctx_, gqk.data<float>(), 2 * D_);
-      cpu::add_inplace(store_->grad(q_norm_).data<float>(), gqk.data<float>(), D_);
-      cpu::add_inplace(store_->grad(k_norm_).data<float>(), gqk.data<float>() + D_, D_);
+      be.add_inplace(store_->grad(q_norm_).data<float>(), gqk.data<float>(), D_);
+      be.add_inplace(store_->grad(k_norm_).data<float>(), gqk.data<float>() + D_, D_);
     }
     dq = dq_raw;
     dk = dk_raw;

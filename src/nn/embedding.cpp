@@ -1,6 +1,6 @@
 #include "nn/embedding.h"
 
-#include "kernels/cpu/embedding.h"
+#include "kernels/backend.h"
 #include "parallel/tp_mappings.h"
 
 namespace megadlm {
@@ -20,7 +20,7 @@ Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const Transf
     wpe_ = store.add("embed_positions.weight", {P_, C_}, Init::Normal, cfg.init_method_std, true);
 }
 
-Tensor Embedding::forward(Arena& arena, const int32_t* tokens, const BatchInfo& batch) {
+void Embedding::check_ids(const int32_t* tokens, const BatchInfo& batch) const {
   const int64_t N = batch.B * batch.T;
   // Positions index the learned table or the RoPE tables, both of max_position_embeddings rows.
   MDLM_CHECK(!uses_positions_ || batch.positions != nullptr, "the model needs position ids but none were given");
@@ -31,13 +31,19 @@ Tensor Embedding::forward(Arena& arena, const int32_t* tokens, const BatchInfo& 
       MDLM_CHECK(batch.positions[i] >= 0 && batch.positions[i] < P_, "position id ", batch.positions[i],
                  " is outside [0, ", P_, ") (--max-position-embeddings)");
   }
+}
+
+Tensor Embedding::forward(Arena& arena, const int32_t* tokens, const BatchInfo& batch) {
+  const int64_t N = batch.B * batch.T;
+  const Backend& be = backend_for(store_->device());
+  if (be.device() == Device::CPU) check_ids(tokens, batch);  // device callers check their host copies
   tokens_ = tokens;
   batch_ = batch;
   Tensor x = arena.tensor({N, C_});
   // Tokens outside this rank's vocabulary shard give zero rows; the sum over tp fills them in. The
   // replicated position embeddings are added by tp rank 0 only, so that they count once.
   const bool add_positions = wpe_ >= 0 && ctx_->tp.rank == 0;
-  cpu::embedding_forward(x.data<float>(), tokens, store_->value(wte_).data<float>(), vocab_start_, V_local_,
+  be.embedding_forward(x.data<float>(), tokens, store_->value(wte_).data<float>(), vocab_start_, V_local_,
                          add_positions ? batch.positions : nullptr,
                          add_positions ? store_->value(wpe_).data<float>() : nullptr, N, C_);
   return reduce_rows(arena, *ctx_, x);  // all-reduce, or this rank's rows under sequence parallelism
@@ -49,7 +55,8 @@ void Embedding::backward(const Tensor& dx_local) {
   // embedding shard takes the rows of its tokens, and the replicated position embeddings get the
   // same gradient on every rank.
   const Tensor dx = gather_rows_scratch(*ctx_, dx_local, 0);
-  cpu::embedding_backward(store_->grad(wte_).data<float>(), wpe_ >= 0 ? store_->grad(wpe_).data<float>() : nullptr,
+  const Backend& be = backend_of(dx);
+  be.embedding_backward(store_->grad(wte_).data<float>(), wpe_ >= 0 ? store_->grad(wpe_).data<float>() : nullptr,
                           dx.data<float>(), tokens_, vocab_start_, V_local_, wpe_ >= 0 ? batch_.positions : nullptr, N,
                           C_);
 }

@@ -20,7 +20,12 @@ class Embedding {
   // tokens [N] -> x [N, C] (all tokens on every tp rank; x has this rank's N/tp rows under sequence
   // parallelism). Token ids must be in [0, V) and positions in [0, P): checked, with an
   // Error naming the first bad id.
+  // tokens [N] and batch.positions on the parameters' device. On the CPU the ids are checked here;
+  // a device caller checks its host copies with check_ids before uploading them.
   Tensor forward(Arena& arena, const int32_t* tokens, const BatchInfo& batch);
+  // Throws Error naming the first token id outside the vocabulary or position id outside the table
+  // (host arrays).
+  void check_ids(const int32_t* tokens, const BatchInfo& batch) const;
   void backward(const Tensor& dx);  // accumulates into the embedding gradients
 
   int word_embeddings_id() const { return wte_; }

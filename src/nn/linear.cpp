@@ -1,8 +1,6 @@
 #include "nn/linear.h"
 
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 #include "parallel/tp_mappings.h"
 
 namespace megadlm {
@@ -59,7 +57,7 @@ Tensor Linear::forward_with_saved_input(Arena& arena, const Tensor& x, const Ten
 // rows under sequence parallelism) before the replicated bias is added, once.
 Tensor Linear::bias_and_reduce(Arena& arena, Tensor& y) {
   Tensor out = mode_ == LinearParallel::Row ? reduce_rows(arena, *ctx_, y) : y;
-  if (b_ >= 0) cpu::bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), out.numel() / out_, out_);
+  if (b_ >= 0) backend_of(out).bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), out.numel() / out_, out_);
   return out;
 }
 
@@ -74,6 +72,7 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
                             Tensor* out) {
   // Column-parallel under sequence parallelism: all rows of the input (identity otherwise).
   const Tensor x = mode_ == LinearParallel::Column && !caller_maps_input_ ? gather_rows(arena, *ctx_, x_in) : x_in;
+  const Backend& be = backend_of(x);
   const int64_t N = x.numel() / in_;
   MDLM_CHECK(x.numel() == N * in_, "Linear: input ", x.shape().str(), " is not [N, ", in_, "]");
   Tensor y = out ? *out : arena.tensor({N, out_});
@@ -81,7 +80,7 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
   if (!low_precision()) {
     saved_x_ = x;
     const float* W = store_->value(w_).data<float>();
-    cpu::gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, W, in_, 0.0f, y.data<float>(), out_);
+    be.gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, W, in_, 0.0f, y.data<float>(), out_);
     return bias_and_reduce(arena, y);
   }
   // The narrow copy of x, saved for the backward (shared by layers that read the same input).
@@ -99,17 +98,17 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
     saved_scale_ = prec_->store_input(saved_x_.raw(), x.data<float>(), N * in_, s);
   }
   if (prec_->bf16_gemm()) {
-    cpu::gemm_bf16(false, true, N, out_, in_, 1.0f, static_cast<const uint16_t*>(saved_x_.raw()), in_,
+    be.gemm_bf16(false, true, N, out_, in_, 1.0f, static_cast<const uint16_t*>(saved_x_.raw()), in_,
                    prec_->weight_bf16(w_), in_, 0.0f, y.data<float>(), out_);
   } else if (prec_->mode() == PrecisionMode::BF16) {
     // bf16 storage only: the forward product is exact fp32.
-    cpu::gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, store_->value(w_).data<float>(), in_, 0.0f,
+    be.gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, store_->value(w_).data<float>(), in_, 0.0f,
               y.data<float>(), out_);
   } else {
     // Emulated fp16 / fp8: the values the narrow format holds, multiplied in fp32.
     float* xr = prec_->scratch_f32(0, N * in_);
     prec_->load_input(xr, saved_x_.raw(), N * in_, saved_scale_);
-    cpu::gemm(false, true, N, out_, in_, 1.0f, xr, in_, prec_->weight_rounded(w_), in_, 0.0f, y.data<float>(),
+    be.gemm(false, true, N, out_, in_, 1.0f, xr, in_, prec_->weight_rounded(w_), in_, 0.0f, y.data<float>(),
               out_);
   }
   return bias_and_reduce(arena, y);
@@ -118,6 +117,7 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
 void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
   // Row-parallel under sequence parallelism: the output gradient of all rows (identity otherwise).
   const Tensor dy = mode_ == LinearParallel::Row ? gather_rows_scratch(*ctx_, dy_in, 0) : dy_in;
+  const Backend& be = backend_of(dy);
   const int64_t N = dy.numel() / out_;
   // Column-parallel at tp > 1: dx is this rank's partial sum; it is made in a staging buffer and then
   // reduced into dx_in (all-reduce, or reduce-scatter to the local rows under sequence parallelism).
@@ -125,16 +125,16 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
   Tensor dx = reduce_dx ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in;
   const float beta_dx = accumulate_dx && !reduce_dx ? 1.0f : 0.0f;
   float* dW = store_->grad(w_).data<float>();
-  if (b_ >= 0) cpu::bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
+  if (b_ >= 0) be.bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
   if (prec_ && prec_->bf16_gemm()) {
     uint16_t* dyb = prec_->scratch_u16(0, N * out_);
-    cpu::cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
+    be.cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
     const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
     // dx [N, I] = dy [N, O] @ W [O, I];  dW [O, I] += dy^T [O, N] @ x [N, I]
-    cpu::gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, beta_dx,
+    be.gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, beta_dx,
                    dx.data<float>(), in_);
     if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
-    cpu::gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, 1.0f, dW, in_);
+    be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, 1.0f, dW, in_);
     return;
   }
   const float* g = dy.data<float>();
@@ -155,10 +155,10 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
     }
   }
   // dx [N, I] = dy [N, O] @ W [O, I]
-  cpu::gemm(false, false, N, in_, out_, 1.0f, g, out_, W, in_, beta_dx, dx.data<float>(), in_);
+  be.gemm(false, false, N, in_, out_, 1.0f, g, out_, W, in_, beta_dx, dx.data<float>(), in_);
   if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
   // dW [O, I] += dy^T [O, N] @ x [N, I]
-  cpu::gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, 1.0f, dW, in_);
+  be.gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, 1.0f, dW, in_);
 }
 
 }  // namespace megadlm

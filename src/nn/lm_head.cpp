@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
+#include <vector>
 
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 #include "nn/vocab_parallel_cross_entropy.h"
 #include "parallel/tp_mappings.h"
 
@@ -29,6 +30,30 @@ int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy, int64_t max_row
   int64_t fp32_rows = std::min(N, std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1))));
   if (max_rows > 0) fp32_rows = std::min(fp32_rows, max_rows);
   return bf16_copy ? std::max<int64_t>(1, fp32_rows * 4 / 6) : fp32_rows;
+}
+
+// The cross-entropy of a chunk of rows: on the CPU vocab-parallel (the single-rank kernel at tp = 1),
+// on a device over the whole vocabulary (tp = 1). dlogits_bf16 (or null): the gradient in bf16 (what
+// the bf16 products take); the CPU writes it straight from the cross-entropy
+// (nn/vocab_parallel_cross_entropy.h), a device casts its fp32 gradient.
+static double chunk_cross_entropy(const Backend& be, const ParallelContext& ctx, float* losses, float* dlogits,
+                                  const float* logits, const int32_t* targets, const float* weights,
+                                  int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start,
+                                  int64_t V, uint16_t* dlogits_bf16 = nullptr) {
+  if (be.device() == Device::CPU)
+    return vocab_parallel_cross_entropy(ctx, losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
+                                        Vl, vocab_start, V, dlogits_bf16);
+  MDLM_CHECK(ctx.tp.size == 1, "the output layer on a device runs at tp = 1 only");
+  const double total =
+      be.cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, Vl);
+  if (dlogits_bf16) be.cast_f32_to_bf16(dlogits_bf16, dlogits, N * Vl);
+  return total;
+}
+
+// per_token_loss [N] (host) = losses [N] (on the device of `be`).
+static void losses_to_host(const Backend& be, float* per_token_loss, const float* losses, int64_t N) {
+  if (be.device() == Device::CPU) std::copy(losses, losses + N, per_token_loss);
+  else be.copy_to_host(per_token_loss, losses, sizeof(float) * static_cast<size_t>(N));
 }
 
 static const ParallelContext& single_context() {
@@ -57,6 +82,43 @@ LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t*
     r.targets[k] = targets[i];
     r.weights[k] = weights ? weights[i] : 1.0f;
   }
+  return r;
+}
+
+// The same selection on a device: made on the host from the host copies of the labels
+// (set_host_labels), uploaded, and the kept rows gathered on the device.
+LMHead::LossRows LMHead::device_loss_rows(Arena& arena, const Backend& be, const Tensor& x) const {
+  const int64_t N = x.numel() / C_;
+  LossRows r;
+  if (host_targets_ == nullptr) return r;  // no host labels: every row goes through
+  std::vector<int32_t> targets, offsets(static_cast<size_t>(N) + 1, 0);
+  std::vector<float> weights;
+  for (int64_t i = 0; i < N; ++i) {
+    const bool keep = host_targets_[i] != -100 && (host_weights_ == nullptr || host_weights_[i] != 0.0f);
+    offsets[i + 1] = offsets[i] + (keep ? 1 : 0);
+    if (!keep) continue;
+    r.host_index.push_back(static_cast<int32_t>(i));
+    targets.push_back(host_targets_[i]);
+    weights.push_back(host_weights_ ? host_weights_[i] : 1.0f);
+  }
+  r.n = static_cast<int64_t>(r.host_index.size());
+  if (r.n == 0 || r.n == N) return r;
+  auto upload = [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    const size_t bytes = sizeof(T) * v.size();
+    T* p = static_cast<T*>(arena.allocate(bytes));
+    be.copy_to_device(p, v.data(), bytes);
+    return p;
+  };
+  std::vector<int32_t> order(static_cast<size_t>(r.n));
+  for (int64_t k = 0; k < r.n; ++k) order[k] = static_cast<int32_t>(k);
+  r.index = upload(r.host_index);
+  r.targets = upload(targets);
+  r.weights = upload(weights);
+  r.offsets = upload(offsets);
+  r.order = upload(order);
+  r.x = arena.tensor({r.n, C_});
+  be.gather_rows(r.x.data<float>(), x.data<float>(), r.index, r.n, C_);
   return r;
 }
 
@@ -94,7 +156,7 @@ Tensor LMHead::logits(Arena& arena, const Tensor& x_local) {
 Tensor LMHead::shard_logits(Arena& arena, const Tensor& x) {
   const int64_t N = x.numel() / C_;
   Tensor out = arena.tensor({N, V_local_});
-  cpu::gemm(false, true, N, V_local_, C_, 1.0f, x.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
+  backend_of(x).gemm(false, true, N, V_local_, C_, 1.0f, x.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
             out.data<float>(), V_local_);
   return out;
 }
@@ -117,10 +179,11 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
 }
 
 void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, const uint16_t* Wb, int64_t n) {
+  const Backend& be = backend_for(store_->device());
   if (xb) {
-    cpu::gemm_bf16(false, true, n, V_local_, C_, 1.0f, xb, C_, Wb, C_, 0.0f, logits, V_local_);
+    be.gemm_bf16(false, true, n, V_local_, C_, 1.0f, xb, C_, Wb, C_, 0.0f, logits, V_local_);
   } else {
-    cpu::gemm(false, true, n, V_local_, C_, 1.0f, x, C_, store_->value(w_).data<float>(), C_, 0.0f, logits, V_local_);
+    be.gemm(false, true, n, V_local_, C_, 1.0f, x, C_, store_->value(w_).data<float>(), C_, 0.0f, logits, V_local_);
   }
 }
 
@@ -128,7 +191,7 @@ void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, con
 static const uint16_t* bf16_rows(Arena& arena, const Tensor& x, bool bf16) {
   if (!bf16) return nullptr;
   Tensor xb = arena.tensor(x.shape(), DType::BF16);
-  cpu::cast_f32_to_bf16(static_cast<uint16_t*>(xb.raw()), x.data<float>(), x.numel());
+  backend_of(x).cast_f32_to_bf16(static_cast<uint16_t*>(xb.raw()), x.data<float>(), x.numel());
   return static_cast<const uint16_t*>(xb.raw());
 }
 
@@ -136,6 +199,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
                     float* per_token_loss) {
   const size_t mark = arena.mark();
   const Tensor x = gather_rows(arena, *ctx_, x_local);
+  const Backend& be = backend_of(x);
   const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, false, max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_});
   Tensor losses = arena.tensor({N});
@@ -145,10 +209,10 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
-                                          weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
+    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
+                                 weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
   }
-  if (per_token_loss) std::copy(losses.data<float>(), losses.data<float>() + N, per_token_loss);
+  if (per_token_loss) losses_to_host(be, per_token_loss, losses.data<float>(), N);
   arena.release(mark);
   return total;
 }
@@ -158,11 +222,14 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const size_t mark = arena.mark();
   const Tensor x_all = gather_rows(arena, *ctx_, x_local);  // all N rows
   const int64_t N_all = x_all.numel() / C_;
+  const Backend& be = backend_of(x_all);
   // Rows without a loss (target -100 or weight 0: the unmasked tokens of a diffusion batch, about half
   // of them) have zero loss and zero gradient, so the output layer runs on the other rows only: the
   // [N,V] products and the cross-entropy shrink by that share. Every tp rank holds the same targets,
   // so every rank keeps the same rows.
-  const LossRows kept = loss_rows(arena, x_all, targets, weights);
+  // On a device the selection is made from the host copies of the labels (set_host_labels).
+  const LossRows kept =
+      be.device() == Device::CPU ? loss_rows(arena, x_all, targets, weights) : device_loss_rows(arena, be, x_all);
   const bool compact = kept.n > 0 && kept.n < N_all;
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
@@ -185,23 +252,32 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     const float* xr = x.data<float>() + r0 * C_;
     float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
     chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    // Under the bf16 policy the cross-entropy writes dlogits straight in bf16 (gb).
-    total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
-                                          weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_,
-                                          vocab_start_, V_, gb);
+    // Under the bf16 policy the cross-entropy gives dlogits in bf16 (gb).
+    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
+                                 weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_, vocab_start_, V_,
+                                 gb);
     float* dxr = dxk.data<float>() + r0 * C_;
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
-      cpu::gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
-      cpu::gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
+      be.gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
+      be.gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
     } else {
       const float* W = store_->value(w_).data<float>();
-      cpu::gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxr, C_);
-      cpu::gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
+      be.gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxr, C_);
+      be.gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
     }
   }
-  if (per_token_loss) scatter_rows(per_token_loss, losses.data<float>(), compact ? kept.index : nullptr, N, N_all, 1);
-  if (compact) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
+  if (per_token_loss && !compact) {
+    losses_to_host(be, per_token_loss, losses.data<float>(), N);
+  } else if (per_token_loss && be.device() == Device::CPU) {
+    scatter_rows(per_token_loss, losses.data<float>(), kept.index, N, N_all, 1);
+  } else if (per_token_loss) {
+    std::vector<float> kept_losses(static_cast<size_t>(N));
+    losses_to_host(be, kept_losses.data(), losses.data<float>(), N);
+    scatter_rows(per_token_loss, kept_losses.data(), kept.host_index.data(), N, N_all, 1);
+  }
+  if (compact && be.device() == Device::CPU) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
+  else if (compact) be.scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.offsets, kept.order, N_all, C_);
   if (reduce) reduce_rows(*ctx_, dxp, dx, false);
   arena.release(mark);
   return total;

@@ -10,7 +10,10 @@
 // gathered in training. The input gradient is a partial sum over the tp ranks, all-reduced (or
 // reduce-scattered to this rank's rows under sequence parallelism, where x holds N/tp rows and is
 // all-gathered first).
+#include <vector>
+
 #include "core/arena.h"
+#include "kernels/backend.h"
 #include "nn/parameters.h"
 #include "nn/precision.h"
 #include "nn/transformer_config.h"
@@ -51,6 +54,14 @@ class LMHead {
   // backward: dx [N, C] written, output weight gradient accumulated. grad_scale multiplies dlogits.
   double loss_and_backward(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
                            float grad_scale, Tensor& dx, float* per_token_loss);
+  // On a device, targets and weights are device memory; host copies of the same arrays, given here
+  // before loss_and_backward (and cleared with nulls after), let it select the rows that carry a loss
+  // on the host and run the output layer on those only, as on the CPU. Without them every row goes
+  // through.
+  void set_host_labels(const int32_t* targets, const float* weights) {
+    host_targets_ = targets;
+    host_weights_ = weights;
+  }
 
  private:
   Tensor shard_logits(Arena& arena, const Tensor& x_all);  // x [N, C] all rows -> [N, Vl]
@@ -61,8 +72,14 @@ class LMHead {
     Tensor x;                  // [n, C]
     int32_t* targets = nullptr;
     float* weights = nullptr;
+    // On a device (index, targets, weights then device arrays): the inverse map as CSR for the scatter
+    // of dx (offsets [N+1], order [n], device) and the index on the host for the per-token losses.
+    int32_t* offsets = nullptr;
+    int32_t* order = nullptr;
+    std::vector<int32_t> host_index;
   };
   LossRows loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const;
+  LossRows device_loss_rows(Arena& arena, const Backend& be, const Tensor& x) const;
   static void scatter_rows(float* out, const float* rows, const int32_t* index, int64_t n, int64_t N_all,
                            int64_t width);
   // logits [n, Vl] of rows x [n, C]; under the bf16 policy from xb, the same rows in bf16, and Wb, the
@@ -75,6 +92,8 @@ class LMHead {
   int64_t vocab_start_ = 0, V_local_ = 0;
   int64_t max_chunk_rows_ = 0;
   int w_ = -1;
+  const int32_t* host_targets_ = nullptr;  // set_host_labels
+  const float* host_weights_ = nullptr;
 };
 
 }  // namespace megadlm

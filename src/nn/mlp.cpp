@@ -1,5 +1,6 @@
 #include "nn/mlp.h"
 
+#include "kernels/backend.h"
 #include "kernels/cpu/elementwise.h"
 #include "nn/precision.h"
 #include "parallel/tp_mappings.h"
@@ -21,12 +22,14 @@ MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name,
 }
 
 void MLP::activation_forward(Tensor& a, const Tensor& h) const {
+  const Backend& be = backend_of(h);
   const int64_t N = h.size(0);
-  if (act_ == Activation::Gelu) cpu::gelu_forward(a.data<float>(), h.data<float>(), N * F_);
-  else cpu::swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
+  if (act_ == Activation::Gelu) be.gelu_forward(a.data<float>(), h.data<float>(), N * F_);
+  else be.swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
 }
 
 void MLP::activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h) const {
+  MDLM_CHECK(h.device() == Device::CPU, "MLP: the one-pass bf16 activation is a CPU kernel");
   const int64_t N = h.size(0);
   auto* out = static_cast<uint16_t*>(a.raw());
   auto* hb = h_bf16 ? static_cast<uint16_t*>(h_bf16->raw()) : nullptr;
@@ -53,7 +56,7 @@ Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
     // is bit for bit the one multiplied here, the forward takes the activation of the narrow h too.
     Tensor a_narrow = tmp.tensor({N, F_}, narrow);
     Tensor a = a_narrow;  // bf16 products read only the narrow copy
-    if (narrow == DType::BF16) {
+    if (narrow == DType::BF16 && h.device() == Device::CPU) {
       activation_forward_bf16(a_narrow, &h_, h);  // h_, the activation and its copy in one pass
     } else {
       store_activation(*prec_, h_, h);
@@ -101,7 +104,7 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     // fc2's saved input remade as the forward made it (under fp16 through da, which fc2's backward
     // then overwrites).
     Tensor a_narrow = arena.tensor({N, F_}, activation_dtype(*prec_));
-    if (a_narrow.dtype() == DType::BF16) {
+    if (a_narrow.dtype() == DType::BF16 && h.device() == Device::CPU) {
       activation_forward_bf16(a_narrow, nullptr, h);
     } else {
       activation_forward(da, h);
@@ -113,8 +116,9 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   } else {
     fc2_.backward(dy, da, false);
   }
-  if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
-  else cpu::swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
+  const Backend& be = backend_of(dh);
+  if (act_ == Activation::Gelu) be.gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
+  else be.swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
   fc1_.backward(dh, dx, false);
   arena.release(mark);
 }

@@ -32,7 +32,8 @@ class MLP {
   Tensor forward_low_precision(Arena& arena, const Tensor& x);
   void activation_forward(Tensor& a, const Tensor& h) const;  // h [N, fc1 out] -> a [N, F]
   // h [N, fc1 out] fp32 -> a [N, F] bf16 and, when h_bf16 is not null, h_bf16 = h in bf16, one pass
-  // (kernels/cpu/elementwise.h: the bits of the cast / activation / cast sequence).
+  // (kernels/cpu/elementwise.h: the bits of the cast / activation / cast sequence). CPU tensors only; a
+  // device takes that sequence.
   void activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h) const;
   // bf16 products and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an
   // elementwise pass instead of N*F saved values). Not with bf16 storage only (its forward multiplies

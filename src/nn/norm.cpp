@@ -2,8 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/norm.h"
+#include "kernels/backend.h"
 #include "parallel/tp_mappings.h"
 
 namespace megadlm {
@@ -24,6 +23,7 @@ Norm::Norm(ParamStore& store, const std::string& name, NormKind kind, int64_t C,
 Tensor Norm::forward(Arena& arena, const Tensor& x) { return forward(arena, x, arena); }
 
 Tensor Norm::forward(Arena& arena, const Tensor& x, Arena& out_arena) {
+  const Backend& be = backend_of(x);
   const int64_t N = x.numel() / C_;
   saved_x_ = x;
   Tensor y = out_arena.tensor({N, C_});
@@ -31,15 +31,16 @@ Tensor Norm::forward(Arena& arena, const Tensor& x, Arena& out_arena) {
   const float* w = store_->value(w_).data<float>();
   if (kind_ == NormKind::LayerNorm) {
     mean_ = arena.tensor({N});
-    cpu::layernorm_forward(y.data<float>(), mean_.data<float>(), rstd_.data<float>(), x.data<float>(), w,
+    be.layernorm_forward(y.data<float>(), mean_.data<float>(), rstd_.data<float>(), x.data<float>(), w,
                            b_ >= 0 ? store_->value(b_).data<float>() : nullptr, N, C_, eps_);
   } else {
-    cpu::rmsnorm_forward(y.data<float>(), rstd_.data<float>(), x.data<float>(), w, N, C_, eps_);
+    be.rmsnorm_forward(y.data<float>(), rstd_.data<float>(), x.data<float>(), w, N, C_, eps_);
   }
   return y;
 }
 
 void Norm::backward(const Tensor& dy, Tensor& dx) {
+  const Backend& be = backend_of(dy);
   const int64_t N = dy.numel() / C_;
   const float* w = store_->value(w_).data<float>();
   // Sequence parallel: this rank's rows give a partial weight gradient, made in a zeroed staging
@@ -50,17 +51,17 @@ void Norm::backward(const Tensor& dy, Tensor& dx) {
   float* dw = split ? part : store_->grad(w_).data<float>();
   float* db = b_ < 0 ? nullptr : split ? part + C_ : store_->grad(b_).data<float>();
   if (kind_ == NormKind::LayerNorm) {
-    cpu::layernorm_backward(dx.data<float>(), dw, db, dy.data<float>(), saved_x_.data<float>(), w,
+    be.layernorm_backward(dx.data<float>(), dw, db, dy.data<float>(), saved_x_.data<float>(), w,
                             mean_.data<float>(), rstd_.data<float>(), N, C_);
   } else {
-    cpu::rmsnorm_backward(dx.data<float>(), dw, dy.data<float>(), saved_x_.data<float>(), w, rstd_.data<float>(),
+    be.rmsnorm_backward(dx.data<float>(), dw, dy.data<float>(), saved_x_.data<float>(), w, rstd_.data<float>(),
                           N, C_);
   }
   if (split) {
     const int64_t n = b_ >= 0 ? 2 * C_ : C_;
     tp_all_reduce_sum(*ctx_, part, n);
-    cpu::add_inplace(store_->grad(w_).data<float>(), part, C_);
-    if (b_ >= 0) cpu::add_inplace(store_->grad(b_).data<float>(), part + C_, C_);
+    be.add_inplace(store_->grad(w_).data<float>(), part, C_);
+    if (b_ >= 0) be.add_inplace(store_->grad(b_).data<float>(), part + C_, C_);
   }
 }
 

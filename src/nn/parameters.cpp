@@ -1,5 +1,6 @@
 #include "nn/parameters.h"
 
+#include "core/device_memory.h"
 #include "core/hash.h"
 #include "core/philox.h"
 
@@ -52,18 +53,38 @@ int64_t ParamInfo::global_index(int64_t i) const {
   return (outer * full_shape[split_dim] + shard_begin + l) * inner + in;
 }
 
+void ParamStore::set_device(Device device) {
+  MDLM_CHECK(!finalized_, "ParamStore::set_device after finalize");
+  device_ = device;
+}
+
 void ParamStore::finalize() {
   MDLM_CHECK(!finalized_, "ParamStore finalised twice");
-  values_ = Tensor::zeros({numel_}, DType::F32);
-  grads_ = Tensor::zeros({numel_}, DType::F32);
+  values_ = Tensor::zeros({numel_}, DType::F32, device_);
+  grads_ = Tensor::zeros({numel_}, DType::F32, device_);
   finalized_ = true;
+}
+
+void ParamStore::copy_values_to_host(float* host) const {
+  copy_bytes(host, Device::CPU, values_.raw(), device_, values_.nbytes());
+}
+
+void ParamStore::copy_values_from_host(const float* host) {
+  copy_bytes(values_.raw(), device_, host, Device::CPU, values_.nbytes());
+}
+
+void ParamStore::copy_grads_to_host(float* host) const {
+  copy_bytes(host, Device::CPU, grads_.raw(), device_, grads_.nbytes());
 }
 
 void ParamStore::init(uint64_t seed) {
   MDLM_CHECK(finalized_, "ParamStore::init before finalize");
+  // Drawn on the host (a device's values are uploaded at the end), so that a seed gives the same
+  // values on every device.
+  Tensor host = device_ == Device::CPU ? values_ : Tensor::zeros({numel_}, DType::F32);
   const CounterRng rng(seed, RngPurpose::Init);
   for (const ParamInfo& p : infos_) {
-    float* w = values() + p.offset;
+    float* w = host.data<float>() + p.offset;
     const int64_t n = p.shape.numel();
     const uint64_t key = fnv1a64(p.name);
     switch (p.init) {
@@ -79,18 +100,19 @@ void ParamStore::init(uint64_t seed) {
         break;
     }
   }
+  if (device_ != Device::CPU) values_.copy_from(host);
 }
 
 Tensor ParamStore::value(int id) const {
   MDLM_CHECK(finalized_, "parameter read before the model was finalised");
   const ParamInfo& p = infos_.at(id);
-  return Tensor::borrow(values_.data<float>() + p.offset, p.shape, DType::F32);
+  return Tensor::borrow(values_.data<float>() + p.offset, p.shape, DType::F32, device_);
 }
 
 Tensor ParamStore::grad(int id) const {
   MDLM_CHECK(finalized_, "gradient read before the model was finalised");
   const ParamInfo& p = infos_.at(id);
-  return Tensor::borrow(grads_.data<float>() + p.offset, p.shape, DType::F32);
+  return Tensor::borrow(grads_.data<float>() + p.offset, p.shape, DType::F32, device_);
 }
 
 int ParamStore::find(const std::string& name) const {

@@ -7,6 +7,11 @@
 // Initialisation is layout-independent: element e of the parameter named `name` is drawn from
 // Philox(seed, Init) at counter (hash(name), e), so a parameter gets the same values whatever the
 // order in which parameters were registered, and (later) however it is sharded.
+//
+// The buffers live on one device (set_device before finalize): on CUDA, values() and grads() are device
+// pointers, init() draws on the host and uploads (the same values as on the CPU for the same seed), and
+// copy_values_to_host / copy_values_from_host / copy_grads_to_host move whole buffers for checkpoints
+// and tests.
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -49,6 +54,9 @@ class ParamStore {
                   float std = 0.0f, bool weight_decay = true);
   // Marks a registered parameter as an expert parameter (its gradient is reduced over edp).
   void set_expert(int id) { infos_.at(id).expert = true; }
+  // The device of the flat buffers (default CPU); only before finalize().
+  void set_device(Device device);
+  Device device() const { return device_; }
   // Allocates the flat buffers (gradients zeroed); parameters are left uninitialised until init().
   void finalize();
   void init(uint64_t seed);
@@ -66,6 +74,10 @@ class ParamStore {
   const float* values() const { return values_.data<float>(); }
   const float* grads() const { return grads_.data<float>(); }
   void zero_grads() { grads_.zero_(); }
+  // Whole flat buffers [numel()] between the device and the host (plain copies on the CPU).
+  void copy_values_to_host(float* host) const;
+  void copy_values_from_host(const float* host);
+  void copy_grads_to_host(float* host) const;
   const std::vector<ParamInfo>& infos() const { return infos_; }
 
  private:
@@ -73,6 +85,7 @@ class ParamStore {
   std::unordered_map<std::string, int> by_name_;
   int64_t numel_ = 0;
   bool finalized_ = false;
+  Device device_ = Device::CPU;
   Tensor values_, grads_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/optim.h"
 
@@ -27,7 +28,13 @@ std::string describe_precision(const PrecisionConfig& c) {
   return "?";
 }
 
-MixedPrecision::MixedPrecision(ParamStore& store, const PrecisionConfig& cfg) : store_(store), cfg_(cfg) {}
+MixedPrecision::MixedPrecision(ParamStore& store, const PrecisionConfig& cfg)
+    : store_(store), cfg_(cfg), device_(store.device()) {
+  if (device_ == Device::CPU) return;
+  MDLM_CHECK(cfg.mode == PrecisionMode::FP32 || bf16_products_on(cfg), "--device ", device_name(device_),
+             " supports fp32 and --bf16 (bf16 products) so far, not --fp16, --fp8-format or --bf16-storage-only");
+  transient_.set_device(device_);
+}
 
 DType MixedPrecision::saved_dtype() const {
   switch (cfg_.mode) {
@@ -42,7 +49,7 @@ void MixedPrecision::weights_updated(bool bf16_copies_written) {
   ++version_;
   if (bf16_copies_written)
     for (auto& [id, w] : weights_)
-      if (!w.bits.empty()) w.version = version_;
+      if (bf16_bits(w) != nullptr) w.version = version_;
   if (cfg_.mode == PrecisionMode::FP8)
     for (auto& [id, s] : fp8_) {
       s->input.update();
@@ -55,6 +62,16 @@ MixedPrecision::WeightCopy& MixedPrecision::copy_of(int id) { return weights_[id
 
 const uint16_t* MixedPrecision::weight_bf16(int id) {
   WeightCopy& w = copy_of(id);
+  if (device_ != Device::CPU) {
+    if (w.version != version_) {
+      const Tensor v = store_.value(id);
+      if (w.device_bits.numel() != v.numel()) w.device_bits = Tensor::empty({v.numel()}, DType::BF16, device_);
+      backend_for(device_).cast_f32_to_bf16(static_cast<uint16_t*>(w.device_bits.raw()), v.data<float>(), v.numel());
+      w.version = version_;
+      ++bf16_casts_;
+    }
+    return static_cast<const uint16_t*>(w.device_bits.raw());
+  }
   if (w.version != version_) {
     const Tensor v = store_.value(id);
     w.bits.resize(static_cast<size_t>(v.numel()));
@@ -69,9 +86,13 @@ std::vector<uint16_t*> MixedPrecision::bf16_copy_targets() {
   std::vector<uint16_t*> t;
   if (!bf16_gemm()) return t;
   t.assign(static_cast<size_t>(store_.count()), nullptr);
-  for (auto& [id, w] : weights_)
-    if (!w.bits.empty()) t[static_cast<size_t>(id)] = w.bits.data();
+  for (auto& [id, w] : weights_) t[static_cast<size_t>(id)] = bf16_bits(w);
   return t;
+}
+
+uint16_t* MixedPrecision::bf16_bits(WeightCopy& w) const {
+  if (device_ != Device::CPU) return w.device_bits.numel() ? static_cast<uint16_t*>(w.device_bits.raw()) : nullptr;
+  return w.bits.empty() ? nullptr : w.bits.data();
 }
 
 const float* MixedPrecision::weight_rounded(int id) {
@@ -107,7 +128,9 @@ Fp8LinearScaling& MixedPrecision::fp8_scaling(int weight_id) {
 
 float MixedPrecision::store_input(void* out, const float* x, int64_t n, Fp8TensorScaling* s) const {
   switch (cfg_.mode) {
-    case PrecisionMode::BF16: cpu::cast_f32_to_bf16(static_cast<uint16_t*>(out), x, n); return 1.0f;
+    case PrecisionMode::BF16:
+      backend_for(device_).cast_f32_to_bf16(static_cast<uint16_t*>(out), x, n);
+      return 1.0f;
     case PrecisionMode::FP16: cpu::cast_f32_to_f16(static_cast<uint16_t*>(out), x, n); return 1.0f;
     case PrecisionMode::FP8: {
       MDLM_CHECK(s != nullptr, "fp8: a Linear input was stored without its scaling state");
@@ -121,7 +144,7 @@ float MixedPrecision::store_input(void* out, const float* x, int64_t n, Fp8Tenso
 
 void MixedPrecision::load_input(float* out, const void* stored, int64_t n, float scale) const {
   switch (cfg_.mode) {
-    case PrecisionMode::BF16: cpu::cast_bf16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
+    case PrecisionMode::BF16: backend_for(device_).cast_bf16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
     case PrecisionMode::FP16: cpu::cast_f16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
     case PrecisionMode::FP8: cpu::cast_e4m3_to_f32(out, static_cast<const uint8_t*>(stored), n, 1.0f / scale); break;
     default: std::memcpy(out, stored, static_cast<size_t>(n) * sizeof(float)); break;
@@ -153,6 +176,8 @@ double MixedPrecision::buffer_bytes() const {
   for (const auto& [id, w] : weights_) b += 2.0 * w.bits.capacity() + 4.0 * w.values.capacity();
   for (const auto& v : f32_) b += 4.0 * v.capacity();
   for (const auto& v : u16_) b += 2.0 * v.capacity();
+  for (const auto& [id, w] : weights_) b += static_cast<double>(w.device_bits.nbytes());
+  for (const auto& t : device_u16_) b += static_cast<double>(t.nbytes());
   return b;
 }
 
@@ -163,6 +188,11 @@ float* MixedPrecision::scratch_f32(int slot, int64_t n) {
 }
 
 uint16_t* MixedPrecision::scratch_u16(int slot, int64_t n) {
+  if (device_ != Device::CPU) {
+    Tensor& t = device_u16_[slot];
+    if (t.numel() < n) t = Tensor::empty({n}, DType::BF16, device_);
+    return static_cast<uint16_t*>(t.raw());
+  }
   auto& v = u16_[slot];
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   return v.data();
@@ -176,13 +206,13 @@ void store_activation(const MixedPrecision& p, Tensor& out, const Tensor& x) {
   (void)p;
   uint16_t* bits = static_cast<uint16_t*>(out.raw());
   if (out.dtype() == DType::F16) cpu::cast_f32_to_f16(bits, x.data<float>(), x.numel());
-  else cpu::cast_f32_to_bf16(bits, x.data<float>(), x.numel());
+  else backend_of(x).cast_f32_to_bf16(bits, x.data<float>(), x.numel());
 }
 
 void load_activation(Tensor& out, const Tensor& stored) {
   const uint16_t* bits = static_cast<const uint16_t*>(stored.raw());
   if (stored.dtype() == DType::F16) cpu::cast_f16_to_f32(out.data<float>(), bits, stored.numel());
-  else cpu::cast_bf16_to_f32(out.data<float>(), bits, stored.numel());
+  else backend_of(out).cast_bf16_to_f32(out.data<float>(), bits, stored.numel());
 }
 
 }  // namespace megadlm

@@ -16,6 +16,10 @@
 // The low-precision copy of each weight matrix is made once per optimizer step (weights_updated()
 // marks them stale), not per micro-batch. The input a Linear saves for its backward is stored in the
 // narrow format (bf16 / fp16 bits, fp8 bytes) instead of as a view of the fp32 input.
+//
+// On a device (the ParamStore's, e.g. CUDA) the weight copies, the scratch buffers and the transient
+// arena live there too. Only fp32 and bf16 with bf16 products are supported on a device so far; the
+// constructor rejects the other modes with an Error naming the flags.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -113,8 +117,10 @@ class MixedPrecision {
     int64_t version = -1;
     std::vector<uint16_t> bits;
     std::vector<float> values;
+    Tensor device_bits;  // bits on a device (device_ != CPU)
   };
   WeightCopy& copy_of(int id);
+  uint16_t* bf16_bits(WeightCopy& w) const;  // its bf16 copy on this policy's device (null: none yet)
 
   ParamStore& store_;
   PrecisionConfig cfg_;
@@ -124,6 +130,8 @@ class MixedPrecision {
   std::unordered_map<int, std::unique_ptr<Fp8LinearScaling>> fp8_;
   std::vector<float> f32_[2];  // 0, 1: Linear input / gradient
   std::vector<uint16_t> u16_[2];  // slot 0: Linear's bf16 gradient, slot 1: fp16 rounding
+  Device device_ = Device::CPU;
+  Tensor device_u16_[2];           // the u16_ slots on a device
   Arena transient_;
 };
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -42,21 +42,23 @@ Tensor TransformerLayer::forward(Arena& arena, const Tensor& x, const BatchInfo&
   // narrow copies: the fp32 outputs go to the transient arena (not for MoE, whose experts stay fp32
   // and keep a view of their input).
   Arena& tmp = prec_ ? prec_->transient() : arena;
+  const Backend& be = backend_of(x);
   const size_t mark = tmp.mark();
   Tensor a = attn_.forward(arena, input_norm_.forward(arena, x, tmp), batch);
-  cpu::add_inplace(a.data<float>(), x.data<float>(), a.numel());  // a := x1 = x + attn
+  be.add_inplace(a.data<float>(), x.data<float>(), a.numel());  // a := x1 = x + attn
   Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a, moe_ ? arena : tmp), batch);
-  cpu::add_inplace(m.data<float>(), a.data<float>(), m.numel());  // m := y = x1 + mlp
+  be.add_inplace(m.data<float>(), a.data<float>(), m.numel());  // m := y = x1 + mlp
   if (prec_) tmp.release(mark);
   return m;
 }
 
 Tensor TransformerLayer::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
                                         float* v_cache, int64_t S, const int64_t* offsets, bool causal) {
+  const Backend& be = backend_of(x);
   Tensor a = attn_.forward_cached(arena, input_norm_.forward(arena, x), batch, k_cache, v_cache, S, offsets, causal);
-  cpu::add_inplace(a.data<float>(), x.data<float>(), a.numel());
+  be.add_inplace(a.data<float>(), x.data<float>(), a.numel());
   Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a), batch);
-  cpu::add_inplace(m.data<float>(), a.data<float>(), m.numel());
+  be.add_inplace(m.data<float>(), a.data<float>(), m.numel());
   return m;
 }
 
@@ -65,17 +67,18 @@ void TransformerLayer::backward(Arena& model_arena, const Tensor& dy, Tensor& dx
   // there are gone by now), so that they do not add to the saved activations.
   Arena& arena = prec_ ? prec_->transient() : model_arena;
   const size_t mark = arena.mark();
+  const Backend& be = backend_of(dy);
   Tensor tmp = arena.tensor(dy.shape());
   Tensor dx1 = arena.tensor(dy.shape());
   // dx1 = dy + norm2^T(mlp^T(dy))
   if (moe_) moe_->backward(arena, dy, tmp);
   else mlp_.backward(arena, dy, tmp);
   post_attention_norm_.backward(tmp, dx1);
-  cpu::add_inplace(dx1.data<float>(), dy.data<float>(), dx1.numel());
+  be.add_inplace(dx1.data<float>(), dy.data<float>(), dx1.numel());
   // dx = dx1 + norm1^T(attn^T(dx1))
   attn_.backward(arena, dx1, tmp);
   input_norm_.backward(tmp, dx);
-  cpu::add_inplace(dx.data<float>(), dx1.data<float>(), dx.numel());
+  be.add_inplace(dx.data<float>(), dx1.data<float>(), dx.numel());
   arena.release(mark);
 }
 

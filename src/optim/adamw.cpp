@@ -5,14 +5,14 @@
 
 #include "core/error.h"
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/optim.h"
 
 namespace megadlm {
 
 AdamW::AdamW(ParamStore& params, const AdamWConfig& cfg) : params_(params), cfg_(cfg) {
-  m_ = Tensor::zeros({params.numel()}, DType::F32);
-  v_ = Tensor::zeros({params.numel()}, DType::F32);
+  m_ = Tensor::zeros({params.numel()}, DType::F32, params.device());
+  v_ = Tensor::zeros({params.numel()}, DType::F32, params.device());
 }
 
 void AdamW::release_state() {
@@ -23,12 +23,14 @@ void AdamW::release_state() {
 
 void AdamW::ensure_state() {
   if (has_state_) return;
-  m_ = Tensor::zeros({params_.numel()}, DType::F32);
-  v_ = Tensor::zeros({params_.numel()}, DType::F32);
+  m_ = Tensor::zeros({params_.numel()}, DType::F32, params_.device());
+  v_ = Tensor::zeros({params_.numel()}, DType::F32, params_.device());
   has_state_ = true;
 }
 
-double AdamW::grad_norm() const { return std::sqrt(cpu::sum_squares(params_.grads(), params_.numel())); }
+double AdamW::grad_norm() const {
+  return std::sqrt(backend_for(params_.device()).sum_squares(params_.grads(), params_.numel()));
+}
 
 double AdamW::step(double lr) {
   const double norm = grad_norm();
@@ -48,6 +50,7 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
   h.eps = cfg.eps;
   h.step = step;
   // A parameter may straddle the range's ends (a dp shard): only its part inside is updated.
+  const Backend& be = backend_for(params.device());
   const std::vector<ParamInfo>& infos = params.infos();
   for (size_t id = 0; id < infos.size(); ++id) {
     const ParamInfo& p = infos[id];
@@ -57,7 +60,7 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
     uint16_t* copy = bf16_copies && id < bf16_copies->size() ? (*bf16_copies)[id] : nullptr;
     MDLM_CHECK(copy == nullptr || (a == p.offset && b == p.offset + p.shape.numel()), "AdamW: the bf16 copy of '",
                p.name, "' needs the whole parameter in the updated range");
-    cpu::adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h, copy);
+    be.adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h, copy);
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // AdamW over the model's flat buffers with fp32 state: one pass per parameter group. Weight decay
 // applies to matrices and embeddings, not to norms and biases (ParamInfo::weight_decay). Gradient
-// clipping by the global L2 norm comes first, computed deterministically.
+// clipping by the global L2 norm comes first, computed deterministically. The moments live on the
+// parameters' device and the update runs there (kernels/backend.h).
 #include <cstdint>
 #include <vector>
 

@@ -116,6 +116,7 @@ void declare(CliFlags& f) {
   f.add_double("adam-eps", 1e-8, "AdamW epsilon");
   f.add_double("clip-grad", 1.0, "clip the global gradient norm (0 = off)");
   f.add_int("seed", 1234, "run seed: initialisation, data order, diffusion noise");
+  f.add_string("device", "cpu", "cpu or cuda (one GPU, dense models; docs/cuda.md)");
   // evaluation, logging
   f.add_int("eval-interval", 1000, "iterations between evaluations");
   f.add_int("eval-iters", 10, "validation micro-batches per evaluation");
@@ -271,6 +272,9 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.adam.eps = static_cast<float>(f.get_double("adam-eps"));
   a.adam.clip_grad = static_cast<float>(f.get_double("clip-grad"));
   a.seed = static_cast<uint64_t>(f.get_int("seed"));
+  const std::string device = f.get_string("device");
+  MDLM_CHECK(device == "cpu" || device == "cuda", "--device: unknown value '", device, "' (expected cpu or cuda)");
+  a.device = device == "cuda" ? Device::CUDA : Device::CPU;
   a.diffusion.seed = a.seed;
   a.diffusion.global_batch_size = a.global_batch_size;
   a.diffusion.reset_position_ids = a.reset_position_ids;

@@ -44,6 +44,7 @@ struct TrainArgs {
   double lr_warmup_fraction = -1;
   AdamWConfig adam;
   uint64_t seed = 1234;
+  Device device = Device::CPU;  // --device cpu|cuda: where parameters, activations and AdamW live
   // evaluation, logging
   int64_t eval_interval = 1000, eval_iters = 10, log_interval = 10;
   std::string tensorboard_dir;

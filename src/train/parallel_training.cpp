@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "checkpoint/reshard.h"
+#include "core/device_memory.h"
+#include "kernels/backend.h"
 #include "parallel/grad_norm.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
@@ -77,6 +79,12 @@ void ParallelTraining::max_over_world(float* v, int n) {
 
 double ParallelTraining::grad_norm() {
   if (dist_) return dist_->grad_norm(duplicate_filter());
+  if (model_->device() != Device::CPU) {
+    // One process on one device (LanguageModel enforces it): one fixed-order reduction over the whole
+    // gradient buffer (its alignment padding is zero), one download.
+    const ParamStore& ps = model_->params();
+    return std::sqrt(backend_for(ps.device()).sum_squares(ps.grads(), ps.numel()));
+  }
   GradNormOptions o;
   o.skip_param = duplicate_filter();
   return std::sqrt(global_grad_norm_sq(model_->params(), ctx_, o));
@@ -120,6 +128,7 @@ std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW
       if (self->dist_) opt.release_state();
     }
   } release{this, opt};
+  if (model_->device() != Device::CPU) return save_from_device(save_dir, opt, st);
   const bool split = ctx_.tp.size > 1 || ctx_.pp.size > 1;
   if (!split) {
     // Every rank holds the whole model: rank 0 writes it as is.
@@ -141,6 +150,10 @@ std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW
 
 void ParallelTraining::load_checkpoint(const std::string& dir, AdamW* opt) {
   if (opt) opt->ensure_state();  // released under the distributed optimizer; after_load frees it again
+  if (model_->device() != Device::CPU) {
+    load_to_device(dir, opt);
+    return;
+  }
   const bool split = ctx_.tp.size > 1 || ctx_.pp.size > 1;
   if (!split) {
     load_checkpoint_tensors(dir, *model_, opt);
@@ -158,6 +171,33 @@ void ParallelTraining::load_checkpoint(const std::string& dir, AdamW* opt) {
     take_local_state(full->params(), fm, model_->params(), lm);
   }
   if (opt) after_load(*opt);
+}
+
+// A model on a device is written through a host copy of the same layout (the single-process model of
+// make_full_, on the CPU): the flat buffers are downloaded into it and it is saved as a CPU run would be.
+std::string ParallelTraining::save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {
+  std::unique_ptr<LanguageModel> host = make_full_();
+  MDLM_CHECK(host->params().numel() == model_->params().numel(), "save: the host copy's layout differs from the model's");
+  model_->params().copy_values_to_host(host->params().values());
+  AdamW host_opt(host->params(), AdamWConfig{});
+  host_opt.set_steps_taken(opt.steps_taken());
+  const size_t bytes = sizeof(float) * static_cast<size_t>(model_->params().numel());
+  copy_bytes(host_opt.exp_avg().raw(), Device::CPU, opt.exp_avg().raw(), opt.exp_avg().device(), bytes);
+  copy_bytes(host_opt.exp_avg_sq().raw(), Device::CPU, opt.exp_avg_sq().raw(), opt.exp_avg_sq().device(), bytes);
+  return megadlm::save_checkpoint(save_dir, *host, &host_opt, st);
+}
+
+// The reverse: read into a host copy, then upload the flat buffers.
+void ParallelTraining::load_to_device(const std::string& dir, AdamW* opt) {
+  std::unique_ptr<LanguageModel> host = make_full_();
+  std::unique_ptr<AdamW> host_opt = opt ? std::make_unique<AdamW>(host->params(), AdamWConfig{}) : nullptr;
+  load_checkpoint_tensors(dir, *host, host_opt.get());
+  model_->params().copy_values_from_host(host->params().values());
+  if (!opt) return;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(model_->params().numel());
+  copy_bytes(opt->exp_avg().raw(), opt->exp_avg().device(), host_opt->exp_avg().raw(), Device::CPU, bytes);
+  copy_bytes(opt->exp_avg_sq().raw(), opt->exp_avg_sq().device(), host_opt->exp_avg_sq().raw(), Device::CPU, bytes);
+  opt->set_steps_taken(host_opt->steps_taken());
 }
 
 void ParallelTraining::take_comm_report(int64_t steps, std::string& line, nlohmann::json& metrics) {

@@ -40,7 +40,7 @@ class ParallelTraining {
 
   // After the model and its AdamW exist: installs the grads-ready hook, builds buckets or the
   // distributed optimizer. make_full builds the single-process model (checkpoints of split models).
-  using ModelFactory = std::function<std::unique_ptr<LanguageModel>()>;
+  using ModelFactory = std::function<std::unique_ptr<LanguageModel>()>;  // a single-process CPU model
   void attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_full);
   // Before the forward/backward of local micro-batch m of M: the last one arms the bucket launches.
   void before_micro_batch(int64_t m, int64_t M);
@@ -79,6 +79,9 @@ class ParallelTraining {
   LanguageModel* model_ = nullptr;
   ModelFactory make_full_;
   std::function<bool(const ParamInfo&)> duplicate_filter() const;
+  // Checkpoints of a model on a device, through a host copy (make_full_).
+  std::string save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st);
+  void load_to_device(const std::string& dir, AdamW* opt);
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<DistributedOptimizer> dist_;
   double last_bytes_[8] = {}, last_seconds_[8] = {};

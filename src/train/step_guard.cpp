@@ -33,11 +33,23 @@ static bool all_finite(const float* x, int64_t n) {
 
 std::string first_non_finite_parameter(const ParamStore& params, const AdamW* optimizer) {
   auto* opt = const_cast<AdamW*>(optimizer);  // the moment accessors are not const; only read here
+  // On a device: host copies of the three buffers (a checkpoint downloads them anyway).
+  Tensor values = Tensor::borrow(const_cast<float*>(params.values()), {params.numel()}, DType::F32, params.device());
+  Tensor m, v;
+  if (opt && opt->has_state()) m = opt->exp_avg(), v = opt->exp_avg_sq();
+  if (params.device() != Device::CPU) {
+    auto to_host = [](const Tensor& t) {
+      Tensor h = Tensor::empty(t.shape(), t.dtype());
+      h.copy_from(t);
+      return h;
+    };
+    values = to_host(values);
+    if (m.raw()) m = to_host(m), v = to_host(v);
+  }
   for (const ParamInfo& p : params.infos()) {
     const int64_t n = p.shape.numel();
-    if (!all_finite(params.values() + p.offset, n)) return p.name;
-    if (opt && opt->has_state() && (!all_finite(opt->exp_avg().data<float>() + p.offset, n) ||
-                !all_finite(opt->exp_avg_sq().data<float>() + p.offset, n)))
+    if (!all_finite(values.data<float>() + p.offset, n)) return p.name;
+    if (m.raw() && (!all_finite(m.data<float>() + p.offset, n) || !all_finite(v.data<float>() + p.offset, n)))
       return p.name + " (AdamW state)";
   }
   return "";

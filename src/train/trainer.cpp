@@ -9,6 +9,7 @@
 #include "checkpoint/native_checkpoint.h"
 #include "core/log.h"
 #include "data/loader.h"
+#include "kernels/dispatch.h"
 #include "models/config_json.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
@@ -40,6 +41,15 @@ std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& go
 
 Trainer::Trainer(const TrainArgs& args)
     : args_(args), exit_signals_(args.exit_signal_handler, args.exit_signal), step_guard_(args.max_skipped_steps) {
+  if (args_.device != Device::CPU) {
+    try {
+      backend_for(args_.device);  // a build without CUDA, or no GPU visible
+    } catch (const Error& e) {
+      fail("--device ", device_name(args_.device), ": ", e.what());
+    }
+    MDLM_CHECK(args_.load_hf.empty(), "--device cuda: --load-hf is not supported on the GPU yet");
+    MDLM_CHECK(!args_.parallel.use_distributed_optimizer, "--device cuda: --use-distributed-optimizer is not supported on the GPU yet");
+  }
   // Tokenizer, mask token and vocabulary.
   tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
   eod_ = tokenizer_->eod();
@@ -56,7 +66,8 @@ Trainer::Trainer(const TrainArgs& args)
   const int64_t params = parameter_count(args_.model);
   const MemoryEstimate mem = estimate_memory(args_.model, params, args_.micro_batch_size, args_.seq_length,
                                              memory_options(args_.precision));
-  const double avail = available_memory_bytes();
+  // The host's memory bounds a CPU run; a GPU run's device memory is not estimated here.
+  const double avail = args_.device == Device::CPU ? available_memory_bytes() : 0.0;
   MDLM_CHECK(avail <= 0 || mem.total() < 0.9 * avail, "the model does not fit in memory: it needs about ",
              human_bytes(mem.total()), " (", human_count(static_cast<double>(params)), " parameters: ",
              human_bytes(mem.params_bytes), " for weights, gradients and AdamW state; ", human_bytes(mem.activations_bytes),
@@ -78,7 +89,8 @@ Trainer::Trainer(const TrainArgs& args)
   // --make-vocab-size-divisible-by x tp, above, so every tp rank gets an equal slice.
   parallel_ = std::make_unique<ParallelTraining>(args_.parallel, args_.model, args_.micro_batch_size,
                                                  args_.global_batch_size);
-  model_ = std::make_unique<LanguageModel>(args_.model, spec, parallel_->context());
+  // On a device the parameters are drawn on the host (the same values as on the CPU) and uploaded.
+  model_ = std::make_unique<LanguageModel>(args_.model, spec, parallel_->context(), true, true, args_.device);
   model_->params().init(args_.seed);
   if (!args_.load_hf.empty()) load_hf_into_model(args_.load_hf, *model_);
   precision_ = std::make_unique<PrecisionRuntime>(args_.precision, *model_);
@@ -92,7 +104,7 @@ Trainer::Trainer(const TrainArgs& args)
     std::filesystem::create_directories(args_.save);
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
-  peak_flops_ = measure_gemm_peak_flops();
+  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops() : 0.0;  // the CPU's peak; no MFU on a GPU yet
 }
 
 Trainer::~Trainer() = default;
@@ -232,7 +244,8 @@ void Trainer::print_header() const {
   char buf[128];
   std::snprintf(buf, sizeof buf, "%.1f GFLOP/s (fp32 1024^3 oneDNN GEMM, %d threads, best of 9)", peak_flops_ / 1e9,
                 omp_get_max_threads());
-  log_info("measured peak for MFU: ", buf);
+  if (args_.device == Device::CPU) log_info("measured peak for MFU: ", buf);
+  else log_info("device: ", device_name(args_.device), " (kernels/backend.h); no MFU reported on a GPU yet");
   if (c.moe.enabled()) log_info(describe_moe(c));
 }
 

@@ -1,0 +1,119 @@
+#pragma once
+// Backend: the operations the nn/ modules, the optimizer and the trainer need, as one interface with an
+// implementation per device (Megatron-core's idea: the device lives in the building blocks, not in the
+// model code). A module asks `backend_for(tensor.device())` and calls the op; the CPU implementation
+// (kernels/backend_cpu.cpp, always built) forwards to kernels/cpu/, the CUDA one
+// (kernels/cuda/backend_cuda.cpp, only with -DMEGADLM_CUDA=ON) to kernels/cuda/ops.h on one stream.
+// The cost on the CPU is one virtual call per op.
+//
+// Contracts are those of kernels/cpu/*.h, with every pointer on the backend's device unless a comment
+// says "host". Activations are fp32; bf16 values are raw bits (uint16_t). Backward ops WRITE input
+// gradients and ACCUMULATE parameter gradients.
+// Legend: N rows (B*T), C hidden, H heads, K kv heads, D head dim, F ffn hidden, V vocabulary.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/optim.h"
+
+namespace megadlm {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // ---- memory; copies are synchronous with respect to the host ----
+  virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) const = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) const = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) const = 0;  // within the device
+  virtual void zero(void* dst, size_t bytes) const = 0;
+  virtual void synchronize() const = 0;  // waits for the device's queued work; reports a kernel fault
+
+  // ---- matrix products, row-major (kernels/cpu/gemm.h) ----
+  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const = 0;
+  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const = 0;
+
+  // ---- pointwise (kernels/cpu/elementwise.h) ----
+  virtual void gelu_forward(float* out, const float* inp, int64_t n) const = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) const = 0;
+  // gate_up [N, 2F] -> out [N, F];  dgate_up [N, 2F] written from dout [N, F].
+  virtual void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) const = 0;
+  virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
+                               int64_t F) const = 0;
+  virtual void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const = 0;  // out [N,C]
+  virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const = 0;   // dbias [C] +=
+  virtual void add_inplace(float* a, const float* b, int64_t n) const = 0;
+  // Row gather: dst [n, C] = src[index[k]] (index [n] of rows of src).
+  virtual void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const = 0;
+  // Row scatter: dst [N, C] row i = src row r when row r is listed for i (offsets [N+1] into rows [n],
+  // at most one row per i here), zero when none is.
+  virtual void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                            int64_t C) const = 0;
+  virtual void scale_inplace(float* a, float s, int64_t n) const = 0;
+
+  // ---- norms (kernels/cpu/norm.h): out, inp [N,C]; mean, rstd [N]; weight, bias [C] ----
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int64_t N, int64_t C, float eps) const = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                  const float* weight, const float* mean, const float* rstd, int64_t N,
+                                  int64_t C) const = 0;
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
+                               float eps) const = 0;
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                                const float* rstd, int64_t N, int64_t C) const = 0;
+
+  // ---- rotary embedding (kernels/cpu/rope.h): x [N,H,D], positions [N], cos/sin [P, D/2] ----
+  virtual void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos,
+                            const float* sin, int64_t N, int64_t H, int64_t D) const = 0;
+  virtual void rope_backward(float* dinp, const float* dout, const int32_t* positions, const float* cos,
+                             const float* sin, int64_t N, int64_t H, int64_t D) const = 0;
+
+  // ---- embeddings (kernels/cpu/embedding.h) ----
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_start, int64_t V,
+                                 const int32_t* positions, const float* wpe, int64_t N, int64_t C) const = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                  int64_t vocab_start, int64_t V, const int32_t* positions, int64_t N,
+                                  int64_t C) const = 0;
+
+  // ---- softmax cross-entropy over a whole vocabulary (kernels/cpu/cross_entropy.h) ----
+  // losses [N] written, dlogits [N,V] written (may alias logits, may be null). Returns the sum of the
+  // losses (on a device: summed there in a fixed order and downloaded, one synchronisation).
+  virtual double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits,
+                                                const int32_t* targets, const float* weights, int64_t ignore_index,
+                                                float grad_scale, int64_t N, int64_t V) const = 0;
+
+  // ---- attention (kernels/cpu/attention.h); mask.segment_ids on the device ----
+  virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                                 int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                                 float scale) const = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                  const float* v, const float* out, const float* lse, int64_t B, int64_t T,
+                                  int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                                  float scale) const = 0;
+
+  // ---- casts (kernels/cpu/cast.h) ----
+  virtual void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const = 0;
+  virtual void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const = 0;
+
+  // ---- optimizer and reductions (kernels/cpu/optim.h) ----
+  // param_bf16 [n] (or null): the updated param in bf16 as well, on the same pass.
+  virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+                          uint16_t* param_bf16) const = 0;
+  // The sum of x^2 in a fixed order, downloaded to the host (one synchronisation on a device).
+  virtual double sum_squares(const float* x, int64_t n) const = 0;
+};
+
+// The backend of `device`. The CPU one always exists; asking for CUDA in a build without it, or where
+// no GPU is visible, throws an Error that says which. The first CUDA request also registers the CUDA
+// memory table of core/device_memory.h.
+const Backend& backend_for(Device device);
+inline const Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+// The CPU implementation (kernels/backend_cpu.cpp).
+const Backend& cpu_backend();
+
+}  // namespace megadlm

@@ -1,0 +1,149 @@
+// The CPU backend: every op forwards to kernels/cpu/ unchanged.
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/optim.h"
+#include "kernels/cpu/rope.h"
+
+namespace megadlm {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::CPU; }
+
+  void copy_to_device(void* dst, const void* src, size_t bytes) const override { copy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) const override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) const override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) const override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+  void synchronize() const override {}
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
+    cpu::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
+    cpu::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+  void gelu_forward(float* out, const float* inp, int64_t n) const override { cpu::gelu_forward(out, inp, n); }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) const override {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) const override {
+    cpu::swiglu_forward(out, gate_up, N, F);
+  }
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F) const override {
+    cpu::swiglu_backward(dgate_up, gate_up, dout, N, F);
+  }
+  void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const override {
+    cpu::bias_add_forward(out, bias, N, C);
+  }
+  void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const override {
+    cpu::bias_backward(dbias, dout, N, C);
+  }
+  void add_inplace(float* a, const float* b, int64_t n) const override { cpu::add_inplace(a, b, n); }
+  // Plain loops: the CPU output layer gathers its own rows (nn/lm_head.cpp); these serve the tests'
+  // emulated device.
+  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
+    for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * C, src + index[k] * C, sizeof(float) * C);
+  }
+  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                    int64_t C) const override {
+    for (int64_t i = 0; i < N; ++i) {
+      float* d = dst + i * C;
+      std::memset(d, 0, sizeof(float) * C);
+      for (int32_t j = offsets[i]; j < offsets[i + 1]; ++j)
+        for (int64_t c = 0; c < C; ++c) d[c] += src[rows[j] * C + c];
+    }
+  }
+  void scale_inplace(float* a, float s, int64_t n) const override { cpu::scale_inplace(a, s, n); }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int64_t N, int64_t C, float eps) const override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int64_t N,
+                          int64_t C) const override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
+                       float eps) const override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int64_t N, int64_t C) const override {
+    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+
+  void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
+                    int64_t N, int64_t H, int64_t D) const override {
+    cpu::rope_forward(out, inp, positions, cos, sin, N, H, D);
+  }
+  void rope_backward(float* dinp, const float* dout, const int32_t* positions, const float* cos, const float* sin,
+                     int64_t N, int64_t H, int64_t D) const override {
+    cpu::rope_backward(dinp, dout, positions, cos, sin, N, H, D);
+  }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_start, int64_t V,
+                         const int32_t* positions, const float* wpe, int64_t N, int64_t C) const override {
+    cpu::embedding_forward(out, tokens, wte, vocab_start, V, positions, wpe, N, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t vocab_start,
+                          int64_t V, const int32_t* positions, int64_t N, int64_t C) const override {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C);
+  }
+
+  double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                        const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
+                                        int64_t V) const override {
+    return cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale,
+                                               N, V);
+  }
+
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                         int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                         float scale) const override {
+    cpu::attention_forward(out, lse, q, k, v, B, T, H, K, D, mask, scale);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                          int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
+    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
+  }
+
+  void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {
+    cpu::cast_f32_to_bf16(out, inp, n);
+  }
+  void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
+    cpu::cast_bf16_to_f32(out, inp, n);
+  }
+
+  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+                  uint16_t* param_bf16) const override {
+    cpu::adamw_step(param, grad, m, v, n, h, param_bf16);
+  }
+  double sum_squares(const float* x, int64_t n) const override { return cpu::sum_squares(x, n); }
+};
+
+}  // namespace
+
+const Backend& cpu_backend() {
+  static const CpuBackend backend;
+  return backend;
+}
+
+}  // namespace megadlm

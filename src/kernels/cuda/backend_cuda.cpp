@@ -1,0 +1,188 @@
+// The CUDA backend: the ops of kernels/backend.h forwarded to kernels/cuda/ops.h on one stream (the
+// legacy default stream, so that the synchronous copies of device.cpp order with the kernels without
+// events). Compiled only with -DMEGADLM_CUDA=ON. Creating it registers the CUDA memory table of
+// core/device_memory.h, through which Tensor and Arena allocate device memory.
+#include <cuda_runtime_api.h>
+
+#include "core/device_memory.h"
+#include "core/error.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/ops.h"
+
+namespace megadlm {
+namespace {
+
+constexpr cudaStream_t kStream = 0;
+
+bf16_t* bf(uint16_t* p) { return reinterpret_cast<bf16_t*>(p); }
+const bf16_t* bf(const uint16_t* p) { return reinterpret_cast<const bf16_t*>(p); }
+
+void check(cudaError_t err, const char* what, size_t bytes) {
+  if (err != cudaSuccess) fail(what, " of ", bytes, " bytes failed: ", cudaGetErrorString(err));
+}
+
+void memory_copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) {
+  if (bytes == 0) return;
+  const cudaMemcpyKind kind = dst_on_device ? (src_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                            : (src_on_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  check(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy", bytes);
+}
+
+void memory_zero(void* p, size_t bytes) { cuda::memset_device(p, 0, bytes); }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    DeviceMemory m;
+    m.device = Device::CUDA;
+    m.alloc = cuda::device_alloc;
+    m.free = cuda::device_free;
+    m.zero = memory_zero;
+    m.copy = memory_copy;
+    register_device_memory(m);
+    scalar_ = static_cast<double*>(cuda::device_alloc(sizeof(double)));
+  }
+  // The backend lives until exit; its scalar is left to the driver's teardown (freeing it from a static
+  // destructor after the CUDA runtime is gone would fail).
+
+  Device device() const override { return Device::CUDA; }
+
+  void copy_to_device(void* dst, const void* src, size_t bytes) const override {
+    memory_copy(dst, true, src, false, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) const override {
+    memory_copy(dst, false, src, true, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) const override { memory_copy(dst, true, src, true, bytes); }
+  void zero(void* dst, size_t bytes) const override { memory_zero(dst, bytes); }
+  void synchronize() const override { cuda::synchronize(); }
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
+    cuda::gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, kStream);
+  }
+  void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
+    cuda::gemm_bf16(ta, tb, M, N, K, alpha, bf(A), lda, bf(B), ldb, beta, C, ldc, kStream);
+  }
+
+  void gelu_forward(float* out, const float* inp, int64_t n) const override {
+    cuda::gelu_forward<float>(out, inp, n, kStream);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) const override {
+    cuda::gelu_backward<float>(dinp, inp, dout, n, kStream);
+  }
+  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) const override {
+    cuda::swiglu_forward<float>(out, gate_up, N, F, kStream);
+  }
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F) const override {
+    cuda::swiglu_backward<float>(dgate_up, gate_up, dout, N, F, kStream);
+  }
+  void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const override {
+    cuda::bias_add_forward<float>(out, bias, N, C, kStream);
+  }
+  void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const override {
+    cuda::bias_backward<float>(dbias, dout, N, C, kStream);
+  }
+  void add_inplace(float* a, const float* b, int64_t n) const override { cuda::add_inplace<float>(a, b, n, kStream); }
+  // The MoE permutation kernels, unweighted: a row gather, and its inverse as a CSR sum of rows.
+  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
+    cuda::moe_permute<float>(dst, src, index, nullptr, n, C, kStream);
+  }
+  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                    int64_t C) const override {
+    cuda::moe_unpermute<float>(dst, src, offsets, rows, nullptr, N, C, kStream);
+  }
+  void scale_inplace(float* a, float s, int64_t n) const override { cuda::scale_inplace<float>(a, s, n, kStream); }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int64_t N, int64_t C, float eps) const override {
+    cuda::layernorm_forward<float>(out, mean, rstd, inp, weight, bias, N, C, eps, nullptr, nullptr, kStream);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int64_t N,
+                          int64_t C) const override {
+    cuda::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, nullptr, kStream);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
+                       float eps) const override {
+    cuda::rmsnorm_forward<float>(out, rstd, inp, weight, N, C, eps, nullptr, nullptr, kStream);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int64_t N, int64_t C) const override {
+    cuda::rmsnorm_backward<float>(dinp, dweight, dout, inp, weight, rstd, N, C, nullptr, kStream);
+  }
+
+  void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
+                    int64_t N, int64_t H, int64_t D) const override {
+    cuda::rope_forward<float>(out, inp, positions, cos, sin, N, H, D, kStream);
+  }
+  void rope_backward(float* dinp, const float* dout, const int32_t* positions, const float* cos, const float* sin,
+                     int64_t N, int64_t H, int64_t D) const override {
+    cuda::rope_backward<float>(dinp, dout, positions, cos, sin, N, H, D, kStream);
+  }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_start, int64_t V,
+                         const int32_t* positions, const float* wpe, int64_t N, int64_t C) const override {
+    cuda::embedding_forward<float>(out, tokens, wte, vocab_start, V, positions, wpe, N, C, kStream);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t vocab_start,
+                          int64_t V, const int32_t* positions, int64_t N, int64_t C) const override {
+    cuda::embedding_backward<float>(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C, kStream);
+  }
+
+  double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                        const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
+                                        int64_t V) const override {
+    cuda::cross_entropy_forward_backward<float>(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
+                                                V, kStream);
+    cuda::sum(scalar_, losses, N, kStream);
+    return download_scalar();
+  }
+
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                         int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                         float scale) const override {
+    cuda::attention_forward<float>(out, lse, q, k, v, B, T, H, K, D, mask, scale, kStream);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                          int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
+    cuda::attention_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale, kStream);
+  }
+
+  void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {
+    cuda::cast_f32_to_bf16(bf(out), inp, n, kStream);
+  }
+  void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
+    cuda::cast_bf16_to_f32(out, bf(inp), n, kStream);
+  }
+
+  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+                  uint16_t* param_bf16) const override {
+    cuda::adamw_step(param, grad, m, v, n, h, reinterpret_cast<bf16_t*>(param_bf16), kStream);
+  }
+  double sum_squares(const float* x, int64_t n) const override {
+    cuda::sum_squares(scalar_, x, n, kStream);
+    return download_scalar();
+  }
+
+ private:
+  double* scalar_ = nullptr;  // [1] device double: the target of the reductions that come back to the host
+
+  double download_scalar() const {
+    double h = 0;
+    cuda::copy_to_host(&h, scalar_, sizeof(double));  // waits for the reduction (legacy default stream)
+    return h;
+  }
+};
+
+}  // namespace
+
+// kernels/dispatch.cpp: called once, after a GPU was found.
+const Backend& cuda_backend() {
+  static const CudaBackend backend;
+  return backend;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,348 @@
+#pragma once
+// An emulated CUDA device for machines without a GPU: its "device memory" is host memory tracked
+// block by block and inaccessible (PROT_NONE) outside the backend's ops, and its backend runs the CPU
+// kernels after checking that every pointer it is given lies inside such a block. Installed with
+// set_backend_for_testing, it lets the device plumbing of the modules (uploads, device arenas, weight
+// copies, the optimizer, checkpoints through a host copy) run here: a host pointer handed to a device
+// op throws, naming the op; host code touching device memory faults. What it cannot see: the CUDA
+// kernels themselves (test_cuda's op tests) and stream ordering (one stream, synchronous copies).
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/device_memory.h"
+#include "core/error.h"
+#include "kernels/backend.h"
+#include "kernels/dispatch.h"
+
+namespace megadlm::test {
+
+// Device memory: page-aligned mappings kept PROT_NONE except while a backend op (or a copy of the
+// memory table) runs, so host code that reads or writes device memory outside the ops faults at once
+// (the SIGSEGV handler of EmulatedCudaScope names the cause), as it would on a GPU.
+class EmulatedDeviceMemory {
+ public:
+  static EmulatedDeviceMemory& get() {
+    static EmulatedDeviceMemory m;
+    return m;
+  }
+  void* alloc(size_t bytes) {
+    const size_t len = mapped_length(bytes);
+    void* p = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    MDLM_CHECK(p != MAP_FAILED, "emulated device: out of memory");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_ > 0) mprotect(p, len, PROT_READ | PROT_WRITE);
+    blocks_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    return p;
+  }
+  void free(void* p) {
+    if (!p) return;
+    size_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = blocks_.find(reinterpret_cast<uintptr_t>(p));
+      if (it == blocks_.end()) return;
+      bytes = it->second;
+      blocks_.erase(it);
+    }
+    munmap(p, mapped_length(bytes));
+  }
+  bool contains(const void* p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return a < it->first + std::max<size_t>(it->second, 1);
+  }
+  // Device memory readable and writable while an op runs (nested scopes count).
+  class Open {
+   public:
+    Open() { get().set_open(+1); }
+    ~Open() { get().set_open(-1); }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+  };
+
+ private:
+  static size_t mapped_length(size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return std::max<size_t>((bytes + page - 1) / page * page, page);
+  }
+  void set_open(int delta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int before = open_;
+    open_ += delta;
+    if ((before == 0) == (open_ == 0)) return;  // only the outermost scope changes the protection
+    const int prot = open_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE;
+    for (const auto& [a, bytes] : blocks_) mprotect(reinterpret_cast<void*>(a), mapped_length(bytes), prot);
+  }
+  mutable std::mutex mu_;
+  std::map<uintptr_t, size_t> blocks_;
+  int open_ = 0;
+};
+
+// Device pointers checked so far (a test can see that the emulated backend was used at all).
+inline std::atomic<int64_t>& emulated_pointer_checks() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+// Rows gathered by gather_rows so far (the output layer's selection of the rows with a loss).
+inline std::atomic<int64_t>& emulated_gathered_rows() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+inline void on_device(const void* p, const char* op) {
+  ++emulated_pointer_checks();
+  if (p != nullptr && !EmulatedDeviceMemory::get().contains(p))
+    fail("emulated device: ", op, " was given a pointer outside device memory (a host array not uploaded?)");
+}
+inline void on_host(const void* p, const char* op) {
+  if (p != nullptr && EmulatedDeviceMemory::get().contains(p))
+    fail("emulated device: ", op, " was given device memory where a host pointer belongs");
+}
+
+class EmulatedCudaBackend final : public Backend {
+ public:
+  Device device() const override { return Device::CUDA; }
+  void copy_to_device(void* dst, const void* src, size_t bytes) const override {
+    on_device(dst, "copy_to_device"), on_host(src, "copy_to_device");
+    const EmulatedDeviceMemory::Open open;
+    cpu().copy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) const override {
+    on_host(dst, "copy_to_host"), on_device(src, "copy_to_host");
+    const EmulatedDeviceMemory::Open open;
+    cpu().copy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) const override {
+    on_device(dst, "copy"), on_device(src, "copy");
+    const EmulatedDeviceMemory::Open open;
+    cpu().copy(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) const override {
+    on_device(dst, "zero");
+    const EmulatedDeviceMemory::Open open;
+    cpu().zero(dst, bytes);
+  }
+  void synchronize() const override {}
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
+    all({A, B, C}, "gemm");
+    const EmulatedDeviceMemory::Open open;
+    cpu().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
+    all({A, B, C}, "gemm_bf16");
+    const EmulatedDeviceMemory::Open open;
+    cpu().gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gelu_forward(float* out, const float* inp, int64_t n) const override {
+    all({out, inp}, "gelu_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) const override {
+    all({dinp, inp, dout}, "gelu_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().gelu_backward(dinp, inp, dout, n);
+  }
+  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) const override {
+    all({out, gate_up}, "swiglu_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().swiglu_forward(out, gate_up, N, F);
+  }
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F) const override {
+    all({dgate_up, gate_up, dout}, "swiglu_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().swiglu_backward(dgate_up, gate_up, dout, N, F);
+  }
+  void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const override {
+    all({out, bias}, "bias_add_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().bias_add_forward(out, bias, N, C);
+  }
+  void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const override {
+    all({dbias, dout}, "bias_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().bias_backward(dbias, dout, N, C);
+  }
+  void add_inplace(float* a, const float* b, int64_t n) const override {
+    all({a, b}, "add_inplace");
+    const EmulatedDeviceMemory::Open open;
+    cpu().add_inplace(a, b, n);
+  }
+  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
+    all({dst, src, index}, "gather_rows");
+    const EmulatedDeviceMemory::Open open;
+    emulated_gathered_rows() += n;
+    cpu().gather_rows(dst, src, index, n, C);
+  }
+  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                    int64_t C) const override {
+    all({dst, src, offsets, rows}, "scatter_rows");
+    const EmulatedDeviceMemory::Open open;
+    cpu().scatter_rows(dst, src, offsets, rows, N, C);
+  }
+  void scale_inplace(float* a, float s, int64_t n) const override {
+    all({a}, "scale_inplace");
+    const EmulatedDeviceMemory::Open open;
+    cpu().scale_inplace(a, s, n);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int64_t N, int64_t C, float eps) const override {
+    all({out, mean, rstd, inp, weight, bias}, "layernorm_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int64_t N,
+                          int64_t C) const override {
+    all({dinp, dweight, dbias, dout, inp, weight, mean, rstd}, "layernorm_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
+                       float eps) const override {
+    all({out, rstd, inp, weight}, "rmsnorm_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int64_t N, int64_t C) const override {
+    all({dinp, dweight, dout, inp, weight, rstd}, "rmsnorm_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
+                    int64_t N, int64_t H, int64_t D) const override {
+    all({out, inp, positions, cos, sin}, "rope_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().rope_forward(out, inp, positions, cos, sin, N, H, D);
+  }
+  void rope_backward(float* dinp, const float* dout, const int32_t* positions, const float* cos, const float* sin,
+                     int64_t N, int64_t H, int64_t D) const override {
+    all({dinp, dout, positions, cos, sin}, "rope_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().rope_backward(dinp, dout, positions, cos, sin, N, H, D);
+  }
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_start, int64_t V,
+                         const int32_t* positions, const float* wpe, int64_t N, int64_t C) const override {
+    all({out, tokens, wte, positions, wpe}, "embedding_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().embedding_forward(out, tokens, wte, vocab_start, V, positions, wpe, N, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t vocab_start,
+                          int64_t V, const int32_t* positions, int64_t N, int64_t C) const override {
+    all({dwte, dwpe, dout, tokens, positions}, "embedding_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().embedding_backward(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C);
+  }
+  double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                        const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
+                                        int64_t V) const override {
+    all({losses, dlogits, logits, targets, weights}, "cross_entropy_forward_backward");
+    const EmulatedDeviceMemory::Open open;
+    return cpu().cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
+                                                V);
+  }
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
+                         int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                         float scale) const override {
+    all({out, lse, q, k, v, mask.segment_ids}, "attention_forward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().attention_forward(out, lse, q, k, v, B, T, H, K, D, mask, scale);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                          int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
+    all({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward");
+    const EmulatedDeviceMemory::Open open;
+    cpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
+  }
+  void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {
+    all({out, inp}, "cast_f32_to_bf16");
+    const EmulatedDeviceMemory::Open open;
+    cpu().cast_f32_to_bf16(out, inp, n);
+  }
+  void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
+    all({out, inp}, "cast_bf16_to_f32");
+    const EmulatedDeviceMemory::Open open;
+    cpu().cast_bf16_to_f32(out, inp, n);
+  }
+  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+                  uint16_t* param_bf16) const override {
+    all({param, grad, m, v}, "adamw_step");
+    if (param_bf16) all({param_bf16}, "adamw_step");
+    const EmulatedDeviceMemory::Open open;
+    cpu().adamw_step(param, grad, m, v, n, h, param_bf16);
+  }
+  double sum_squares(const float* x, int64_t n) const override {
+    all({x}, "sum_squares");
+    const EmulatedDeviceMemory::Open open;
+    return cpu().sum_squares(x, n);
+  }
+
+ private:
+  static const Backend& cpu() { return cpu_backend(); }
+  static void all(std::initializer_list<const void*> ps, const char* op) {
+    for (const void* p : ps) on_device(p, op);
+  }
+};
+
+// Installs the emulated device for one scope (tests only run it where no real GPU is visible).
+class EmulatedCudaScope {
+ public:
+  EmulatedCudaScope() {
+    DeviceMemory m;
+    m.device = Device::CUDA;
+    m.alloc = [](size_t bytes) { return EmulatedDeviceMemory::get().alloc(bytes); };
+    m.free = [](void* p) { EmulatedDeviceMemory::get().free(p); };
+    m.zero = [](void* p, size_t bytes) {
+      on_device(p, "zero");
+      const EmulatedDeviceMemory::Open open;
+      if (bytes) std::memset(p, 0, bytes);
+    };
+    m.copy = [](void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
+      if (dst_dev) on_device(dst, "copy (destination)");
+      else on_host(dst, "copy (destination)");
+      if (src_dev) on_device(src, "copy (source)");
+      else on_host(src, "copy (source)");
+      const EmulatedDeviceMemory::Open open;
+      if (bytes) std::memmove(dst, src, bytes);
+    };
+    register_device_memory(m);
+    set_backend_for_testing(Device::CUDA, &backend_);
+    // A fault while the scope is active is most likely host code touching device memory: say so.
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {
+      static const char msg[] =
+          "\nemulated device: SIGSEGV, most likely host code reading or writing device memory outside a backend op\n";
+      (void)!write(2, msg, sizeof msg - 1);
+      signal(SIGSEGV, SIG_DFL);
+      raise(SIGSEGV);
+    };
+    sigaction(SIGSEGV, &sa, &previous_);
+  }
+  ~EmulatedCudaScope() {
+    sigaction(SIGSEGV, &previous_, nullptr);
+    set_backend_for_testing(Device::CUDA, nullptr);
+  }
+  EmulatedCudaScope(const EmulatedCudaScope&) = delete;
+  EmulatedCudaScope& operator=(const EmulatedCudaScope&) = delete;
+
+ private:
+  EmulatedCudaBackend backend_;
+  struct sigaction previous_ {};
+};
+
+}  // namespace megadlm::test

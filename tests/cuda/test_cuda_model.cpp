@@ -1,0 +1,378 @@
+// The nn/ modules on the CUDA backend (kernels/backend.h): a tiny LanguageModel built on the CPU and on
+// the GPU from the same seed must give the same loss, per-token losses and every parameter's gradient
+// after forward_backward, and the same AdamW step. GPT-2 style (LayerNorm, GELU, learned positions,
+// biases, tied output) and LLaMA style (RMSNorm, SwiGLU, RoPE, GQA, QK-norm, untied output), the
+// autoregressive (causal) and the diffusion (bidirectional, 1/t weights, packed documents) objectives,
+// fp32 and --bf16. Then the trainer: `--device cuda` runs, its losses follow the CPU run's, and a
+// checkpoint saved from the GPU resumes to the same next step.
+//
+// Without a GPU (or in a build without -DMEGADLM_CUDA=ON) the comparisons skip with the reason; the
+// errors that name --device run everywhere.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/philox.h"
+#include "kernels/dispatch.h"
+#include "models/language_model.h"
+#include "models/layer_specs.h"
+#include "optim/adamw.h"
+#include "test_util.h"
+#include "train_fixture.h"
+#include "emulated_device.h"
+
+using namespace megadlm;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                                                      \
+  do {                                                                                                          \
+    if (!cuda_available())                                                                                      \
+      GTEST_SKIP() << (cuda_compiled() ? "no CUDA device visible" : "this build has no CUDA backend")           \
+                   << ": CPU-vs-CUDA model comparisons skipped";                                                \
+  } while (0)
+
+constexpr int64_t kV = 67;  // awkward on purpose
+constexpr int64_t kB = 2, kT = 16;
+
+TransformerConfig tiny(bool llama) {
+  TransformerConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.num_query_groups = 4;
+  c.kv_channels = 16;
+  c.ffn_hidden_size = 96;
+  c.vocab_size = kV;
+  c.max_position_embeddings = 32;
+  c.init_method_std = 0.2f;
+  if (llama) {
+    c.position_embedding = PositionEmbedding::Rope;
+    c.normalization = NormKind::RMSNorm;
+    c.activation = Activation::SwiGLU;
+    c.qk_layernorm = true;
+    c.num_query_groups = 2;
+    c.add_bias_linear = false;
+    c.untie_embeddings_and_output_weights = true;
+  }
+  return c;
+}
+
+struct Case {
+  bool llama = false;
+  bool diffusion = false;
+  bool bf16 = false;
+  bool recompute = false;  // full recomputation of every layer, on the device model only
+};
+
+// A micro-batch whose arrays outlive the call: AR targets are the next tokens (-100 at each
+// sequence's end); DLM targets are the masked tokens weighted 1/t per sequence, the rest -100, and the
+// LLaMA case packs two documents per sequence (segment ids, positions restarting).
+struct HostBatch {
+  std::vector<int32_t> tokens, positions, segments, targets;
+  std::vector<float> weights;
+  MicroBatch mb;
+};
+
+HostBatch make_batch(const Case& c, uint64_t seed) {
+  HostBatch h;
+  const int64_t N = kB * kT;
+  const CounterRng rng(seed, RngPurpose::Test);
+  h.tokens.resize(N);
+  h.positions.resize(N);
+  h.targets.assign(N, -100);
+  for (int64_t i = 0; i < N; ++i) h.tokens[i] = static_cast<int32_t>(rng.uniform(1, static_cast<uint32_t>(i)) * (kV - 1));
+  const bool packed = c.llama && c.diffusion;
+  if (packed) h.segments.resize(N);
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t t = 0; t < kT; ++t) {
+      const int64_t split = 5 + 4 * b;  // the second document starts here
+      const bool second = packed && t >= split;
+      h.positions[b * kT + t] = static_cast<int32_t>(second ? t - split : t);
+      if (packed) h.segments[b * kT + t] = second ? 1 : 0;
+    }
+  if (!c.diffusion) {
+    for (int64_t b = 0; b < kB; ++b)
+      for (int64_t t = 0; t + 1 < kT; ++t) h.targets[b * kT + t] = h.tokens[b * kT + t + 1];
+  } else {
+    h.weights.assign(N, 0.0f);
+    constexpr int32_t kMaskId = 3;
+    for (int64_t b = 0; b < kB; ++b) {
+      const float ratio = 0.35f + 0.3f * static_cast<float>(b);
+      for (int64_t t = 0; t < kT; ++t) {
+        const int64_t i = b * kT + t;
+        if (rng.uniform(2, static_cast<uint32_t>(i)) < ratio) {
+          h.targets[i] = h.tokens[i];
+          h.tokens[i] = kMaskId;
+          h.weights[i] = 1.0f / ratio;
+        }
+      }
+    }
+  }
+  h.mb.B = kB;
+  h.mb.T = kT;
+  h.mb.tokens = h.tokens.data();
+  h.mb.positions = h.positions.data();
+  h.mb.segment_ids = packed ? h.segments.data() : nullptr;
+  h.mb.targets = h.targets.data();
+  h.mb.weights = c.diffusion ? h.weights.data() : nullptr;
+  return h;
+}
+
+std::unique_ptr<LanguageModel> build(const Case& c, Device device, uint64_t seed) {
+  // Recomputation changes no value: the CPU reference keeps every activation.
+  const TransformerConfig cfg = tiny(c.llama);
+  const LayerSpec spec = c.diffusion ? difflm_layer_spec(cfg, cpu::MaskType::None, 0) : gpt_layer_spec(cfg);
+  auto m = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);
+  m->params().init(seed);
+  if (c.bf16) {
+    PrecisionConfig p;
+    p.mode = PrecisionMode::BF16;
+    p.bf16_products = true;
+    m->set_precision(p);
+  }
+  if (c.recompute && device != Device::CPU) {
+    RecomputeConfig r;
+    r.granularity = RecomputeGranularity::Full;
+    r.num_layers = 1;
+    m->set_recompute(r);
+  }
+  return m;
+}
+
+std::vector<float> host_values(const ParamStore& ps) {
+  std::vector<float> v(static_cast<size_t>(ps.numel()));
+  ps.copy_values_to_host(v.data());
+  return v;
+}
+std::vector<float> host_grads(const ParamStore& ps) {
+  std::vector<float> v(static_cast<size_t>(ps.numel()));
+  ps.copy_grads_to_host(v.data());
+  return v;
+}
+
+// max |a - b| over one parameter, relative to the largest |b| of that parameter (its scale).
+// Max difference over the parameter's gradient, relative to its largest element, but to no less than
+// `floor`: the key bias's exact gradient is zero (softmax ignores a per-query constant), so what either
+// device gives there is rounding noise of the size of its neighbours' rounding, not a scale.
+double param_error(const std::vector<float>& a, const std::vector<float>& b, const ParamInfo& p, double floor) {
+  double err = 0, scale = 0;
+  for (int64_t i = p.offset; i < p.offset + p.shape.numel(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return err / std::max({scale, floor, 1e-12});
+}
+
+void compare_forward_backward(const Case& c) {
+  const uint64_t seed = 4242 + (c.llama ? 1 : 0) + (c.diffusion ? 2 : 0);
+  auto cpu_model = build(c, Device::CPU, seed);
+  auto gpu_model = build(c, Device::CUDA, seed);
+  ASSERT_EQ(gpu_model->params().device(), Device::CUDA);
+  // The same seed gives bit-identical parameters on both devices (drawn on the host, uploaded).
+  const std::vector<float> v_cpu = host_values(cpu_model->params()), v_gpu = host_values(gpu_model->params());
+  ASSERT_EQ(v_cpu.size(), v_gpu.size());
+  ASSERT_TRUE(std::equal(v_cpu.begin(), v_cpu.end(), v_gpu.begin())) << "initial parameters differ";
+
+  HostBatch batch = make_batch(c, seed);
+  const int64_t N = kB * kT;
+  const float grad_scale = 1.0f / static_cast<float>(N);
+  std::vector<float> tok_cpu(N, NAN), tok_gpu(N, NAN);
+  const double loss_cpu = cpu_model->forward_backward(batch.mb, grad_scale, tok_cpu.data());
+  const double loss_gpu = gpu_model->forward_backward(batch.mb, grad_scale, tok_gpu.data());
+  backend_for(Device::CUDA).synchronize();
+  ASSERT_EQ(gpu_model->arena().device(), Device::CUDA);
+
+  // fp32: the products differ only in summation order (cuBLASLt vs oneDNN, exact fp32 on both);
+  // bf16: the same roundings of inputs, different accumulation orders and rounding points.
+  const double tol = c.bf16 ? 3e-2 : 2e-4;
+  ASSERT_TRUE(std::isfinite(loss_gpu));
+  EXPECT_NEAR(loss_gpu, loss_cpu, tol * std::abs(loss_cpu)) << "loss";
+  for (int64_t i = 0; i < N; ++i)
+    EXPECT_NEAR(tok_gpu[i], tok_cpu[i], tol * (1.0 + std::abs(tok_cpu[i]))) << "per-token loss " << i;
+  const std::vector<float> g_cpu = host_grads(cpu_model->params()), g_gpu = host_grads(gpu_model->params());
+  // The floor, bf16 only: 5% of the largest gradient element of the model. Under --bf16 the CPU's attention rounds
+  // dS to bf16 (kernels/cpu/attention_bf16.h) and the device's runs in fp32, so where the exact gradient
+  // is zero (the key bias) they differ by bf16 rounding noise: measured 0.2% of the largest element.
+  double g_max = 0;
+  for (float g : g_cpu) g_max = std::max(g_max, static_cast<double>(std::abs(g)));
+  int checked = 0;
+  for (const ParamInfo& p : cpu_model->params().infos()) {
+    const double e = param_error(g_gpu, g_cpu, p, c.bf16 ? 5e-2 * g_max : 0.0);
+    EXPECT_LT(e, c.bf16 ? 6e-2 : 5e-4) << "gradient of " << p.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, gpu_model->params().count());
+}
+
+
+// One clipped AdamW step on each device from the same gradients: the same norm and parameters.
+void adamw_step_matches_the_cpu() {
+  const Case c{true, true, false};
+  auto cpu_model = build(c, Device::CPU, 77);
+  auto gpu_model = build(c, Device::CUDA, 77);
+  HostBatch batch = make_batch(c, 77);
+  cpu_model->forward_backward(batch.mb, 1.0f / (kB * kT));
+  gpu_model->forward_backward(batch.mb, 1.0f / (kB * kT));
+  AdamWConfig cfg;
+  cfg.clip_grad = 0.05f;  // small, so that clipping is exercised
+  cfg.weight_decay = 0.1f;
+  AdamW opt_cpu(cpu_model->params(), cfg), opt_gpu(gpu_model->params(), cfg);
+  EXPECT_EQ(opt_gpu.exp_avg().device(), Device::CUDA);
+  const double n_cpu = opt_cpu.grad_norm(), n_gpu = opt_gpu.grad_norm();
+  EXPECT_NEAR(n_gpu, n_cpu, 2e-4 * n_cpu);
+  ASSERT_GT(n_cpu, cfg.clip_grad);
+  for (int step = 0; step < 2; ++step) {
+    opt_cpu.apply(1e-2, n_cpu);
+    opt_gpu.apply(1e-2, n_cpu);  // the same norm, so only the update itself is compared
+  }
+  const std::vector<float> a = host_values(cpu_model->params()), b = host_values(gpu_model->params());
+  for (const ParamInfo& p : cpu_model->params().infos()) EXPECT_LT(param_error(b, a, p, 0.0), 2e-4) << p.name;
+}
+
+// The arena and the weight copies stay on the device; a second step reuses them (no regrowth).
+void repeated_steps_are_bitwise_equal() {
+  const Case c{true, true, true};
+  auto m = build(c, Device::CUDA, 5);
+  HostBatch batch = make_batch(c, 5);
+  const double first = m->forward_backward(batch.mb, 1.0f);
+  const std::vector<float> g1 = host_grads(m->params());
+  m->params().zero_grads();
+  const double second = m->forward_backward(batch.mb, 1.0f);
+  const std::vector<float> g2 = host_grads(m->params());
+  EXPECT_EQ(first, second);
+  EXPECT_TRUE(std::equal(g1.begin(), g1.end(), g2.begin())) << "the CUDA kernels are meant to be deterministic";
+  EXPECT_EQ(m->arena().device(), Device::CUDA);
+}
+
+// pretrain_difflm's flags (with argv[0]) of the robustness tests' tiny diffusion run.
+std::vector<std::string> tiny_flags(const std::string& data) {
+  return test::plus({"pretrain_difflm"}, test::tiny_difflm_flags(data));
+}
+
+// --device cuda end to end: a few steps follow the CPU run's losses; a checkpoint written from the GPU
+// and loaded back resumes to the same next step as an uninterrupted GPU run.
+void trainer_follows_the_cpu_and_resumes() {
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 60);
+  const auto flags = tiny_flags(data);
+  test::run_training(flags, {"--train-iters", "3", "--save", tmp / "cpu"});
+  test::run_training(flags, {"--train-iters", "3", "--save", tmp / "gpu", "--device", "cuda"});
+  // Stopped after iteration 2 (--exit-interval saves and exits), so the schedule and data order are the
+  // uninterrupted run's.
+  test::run_training(flags, {"--train-iters", "3", "--exit-interval", "2", "--save", tmp / "half", "--device", "cuda"});
+  test::run_training(flags, {"--train-iters", "3", "--save", tmp / "half", "--load", tmp / "half", "--device", "cuda"});
+  const auto cpu = test::training_lines(tmp / "cpu/metrics.jsonl");
+  const auto gpu = test::training_lines(tmp / "gpu/metrics.jsonl");
+  const auto resumed = test::training_lines(tmp / "half/metrics.jsonl");
+  ASSERT_EQ(cpu.size(), 3u);
+  ASSERT_EQ(gpu.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const double a = cpu[i]["loss"].get<double>(), b = gpu[i]["loss"].get<double>();
+    EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << "iteration " << i + 1;
+    EXPECT_NEAR(gpu[i]["grad_norm"].get<double>(), cpu[i]["grad_norm"].get<double>(),
+                1e-3 * cpu[i]["grad_norm"].get<double>())
+        << "iteration " << i + 1;
+  }
+  ASSERT_EQ(resumed.size(), 3u);  // 2 lines of the first run, then the resumed iteration 3
+  EXPECT_EQ(resumed.back()["iteration"].get<int64_t>(), 3);
+  EXPECT_EQ(resumed.back()["loss"].get<double>(), gpu[2]["loss"].get<double>()) << "the resumed step differs";
+}
+
+// Each check twice: on the GPU (skipped without one), and on the emulated device (skipped with a GPU).
+#define SKIP_WITH_GPU() \
+  if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the CudaModel / CudaTrainer tests run on it instead"
+#define BOTH_DEVICES(name, ...)                 \
+  TEST(CudaModel, name) {                       \
+    SKIP_WITHOUT_GPU();                         \
+    __VA_ARGS__;                                \
+  }                                             \
+  TEST(EmulatedCudaModel, name) {               \
+    SKIP_WITH_GPU();                            \
+    test::EmulatedCudaScope emulated;           \
+    const int64_t before = test::emulated_pointer_checks(); \
+    __VA_ARGS__;                                \
+    EXPECT_GT(test::emulated_pointer_checks(), before) << "the emulated device was not used"; \
+  }
+
+BOTH_DEVICES(Gpt2AutoregressiveFp32, compare_forward_backward({false, false, false}))
+BOTH_DEVICES(Gpt2DiffusionFp32, compare_forward_backward({false, true, false}))
+BOTH_DEVICES(LlamaAutoregressiveFp32, compare_forward_backward({true, false, false}))
+BOTH_DEVICES(LlamaDiffusionPackedDocumentsFp32, compare_forward_backward({true, true, false}))
+BOTH_DEVICES(Gpt2AutoregressiveBf16, compare_forward_backward({false, false, true}))
+BOTH_DEVICES(LlamaDiffusionBf16, compare_forward_backward({true, true, true}))
+BOTH_DEVICES(LlamaDiffusionBf16FullRecompute, compare_forward_backward({true, true, true, true}))
+BOTH_DEVICES(Gpt2AutoregressiveFp32FullRecompute, compare_forward_backward({false, false, false, true}))
+BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
+BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
+BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())
+
+// The emulation itself: a device op given a host array throws, host code reading device memory faults.
+TEST(EmulatedCudaModel, HostAccessToDeviceMemoryIsCaught) {
+  SKIP_WITH_GPU();
+  {
+    test::EmulatedCudaScope emulated;
+    Tensor d = Tensor::zeros({8}, DType::F32, Device::CUDA);
+    std::vector<float> host(8, 1.0f);
+    const std::string err = test::error_of([&] { backend_for(Device::CUDA).add_inplace(d.data<float>(), host.data(), 8); });
+    EXPECT_NE(err.find("add_inplace was given a pointer outside device memory"), std::string::npos) << err;
+    Tensor h = Tensor::empty({8}, DType::F32);
+    h.copy_from(d);  // a download goes through the memory table: allowed
+    EXPECT_EQ(h.data<float>()[3], 0.0f);
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        test::EmulatedCudaScope emulated;
+        Tensor d = Tensor::zeros({8}, DType::F32, Device::CUDA);
+        volatile float x = d.data<float>()[0];  // host code reading device memory
+        (void)x;
+      },
+      "host code reading or writing device memory");
+}
+
+// On a device the output layer of a diffusion batch runs on the masked rows only, as on the CPU: the
+// rows it gathers are exactly those with a loss.
+TEST(EmulatedCudaModel, DiffusionHeadRunsOnTheRowsWithALoss) {
+  SKIP_WITH_GPU();
+  test::EmulatedCudaScope emulated;
+  const Case c{false, true, false};
+  auto m = build(c, Device::CUDA, 9);
+  HostBatch batch = make_batch(c, 9);
+  int64_t with_loss = 0;
+  for (int32_t t : batch.targets) with_loss += t != -100;
+  ASSERT_GT(with_loss, 0);
+  ASSERT_LT(with_loss, kB * kT);
+  const int64_t before = test::emulated_gathered_rows();
+  m->forward_backward(batch.mb, 1.0f);
+  EXPECT_EQ(test::emulated_gathered_rows() - before, with_loss);
+}
+
+// Runs everywhere: where CUDA cannot be used, --device cuda says so, naming the flag.
+TEST(CudaTrainer, DeviceCudaWithoutAGpuNamesTheFlag) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the error path does not apply";
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 20);
+  const std::string err = test::error_of(
+      [&] { test::run_training(tiny_flags(data), {"--train-iters", "1", "--device", "cuda"}); });
+  EXPECT_NE(err.find("--device cuda"), std::string::npos) << err;
+  EXPECT_NE(err.find(cuda_compiled() ? "no GPU" : "no CUDA backend"), std::string::npos) << err;
+  // And an unknown device is refused by the parser's own check.
+  const std::string bad = test::error_of(
+      [&] { test::run_training(tiny_flags(data), {"--train-iters", "1", "--device", "tpu"}); });
+  EXPECT_NE(bad.find("--device"), std::string::npos) << bad;
+}
+
+// The model refuses what stage 1 does not run on a device (here: without a GPU, the backend's error).
+TEST(CudaModel, ModelOnCudaWithoutAGpuThrows) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is visible";
+  const TransformerConfig cfg = tiny(false);
+  const std::string err = test::error_of(
+      [&] { LanguageModel m(cfg, gpt_layer_spec(cfg), ParallelContext::single(), true, true, Device::CUDA); });
+  EXPECT_NE(err.find(cuda_compiled() ? "no GPU is visible" : "no CUDA backend"), std::string::npos) << err;
+}
+
+}  // namespace
