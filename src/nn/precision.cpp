@@ -176,8 +176,11 @@ double MixedPrecision::buffer_bytes() const {
   for (const auto& [id, w] : weights_) b += 2.0 * w.bits.capacity() + 4.0 * w.values.capacity();
   for (const auto& v : f32_) b += 4.0 * v.capacity();
   for (const auto& v : u16_) b += 2.0 * v.capacity();
-  for (const auto& [id, w] : weights_) b += static_cast<double>(w.device_bits.nbytes());
-  for (const auto& t : device_u16_) b += static_cast<double>(t.nbytes());
+  // Device tensors only once made (a default Tensor has no storage, though its empty shape counts 1).
+  for (const auto& [id, w] : weights_)
+    if (w.device_bits.raw()) b += static_cast<double>(w.device_bits.nbytes());
+  for (const auto& t : device_u16_)
+    if (t.raw()) b += static_cast<double>(t.nbytes());
   return b;
 }
 
