@@ -61,6 +61,11 @@ static const ParallelContext& single_context() {
   return ctx;
 }
 
+// Whether row i carries a loss: a target that is not ignored and a non-zero weight (weights null = 1).
+static bool carries_loss(const int32_t* targets, const float* weights, int64_t i) {
+  return targets[i] != -100 && (weights == nullptr || weights[i] != 0.0f);
+}
+
 // The rows of x [N, C] that carry a loss (target != -100 and weight != 0), copied together in order:
 // x [n, C], their targets and weights [n], and index [n] = their row in x. All from the arena.
 LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const {
@@ -68,7 +73,7 @@ LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t*
   LossRows r;
   r.index = static_cast<int32_t*>(arena.allocate(sizeof(int32_t) * static_cast<size_t>(N)));
   for (int64_t i = 0; i < N; ++i)
-    if (targets[i] != -100 && (weights == nullptr || weights[i] != 0.0f)) r.index[r.n++] = static_cast<int32_t>(i);
+    if (carries_loss(targets, weights, i)) r.index[r.n++] = static_cast<int32_t>(i);
   if (r.n == 0 || r.n == N) return r;
   r.targets = static_cast<int32_t*>(arena.allocate(sizeof(int32_t) * static_cast<size_t>(r.n)));
   r.weights = static_cast<float*>(arena.allocate(sizeof(float) * static_cast<size_t>(r.n)));
@@ -94,7 +99,7 @@ LMHead::LossRows LMHead::device_loss_rows(Arena& arena, const Backend& be, const
   std::vector<int32_t> targets, offsets(static_cast<size_t>(N) + 1, 0);
   std::vector<float> weights;
   for (int64_t i = 0; i < N; ++i) {
-    const bool keep = host_targets_[i] != -100 && (host_weights_ == nullptr || host_weights_[i] != 0.0f);
+    const bool keep = carries_loss(host_targets_, host_weights_, i);
     offsets[i + 1] = offsets[i] + (keep ? 1 : 0);
     if (!keep) continue;
     r.host_index.push_back(static_cast<int32_t>(i));

@@ -49,7 +49,7 @@ void MixedPrecision::weights_updated(bool bf16_copies_written) {
   ++version_;
   if (bf16_copies_written)
     for (auto& [id, w] : weights_)
-      if (bf16_bits(w) != nullptr) w.version = version_;
+      if (w.bits.raw()) w.version = version_;
   if (cfg_.mode == PrecisionMode::FP8)
     for (auto& [id, s] : fp8_) {
       s->input.update();
@@ -62,37 +62,22 @@ MixedPrecision::WeightCopy& MixedPrecision::copy_of(int id) { return weights_[id
 
 const uint16_t* MixedPrecision::weight_bf16(int id) {
   WeightCopy& w = copy_of(id);
-  if (device_ != Device::CPU) {
-    if (w.version != version_) {
-      const Tensor v = store_.value(id);
-      if (w.device_bits.numel() != v.numel()) w.device_bits = Tensor::empty({v.numel()}, DType::BF16, device_);
-      backend_for(device_).cast_f32_to_bf16(static_cast<uint16_t*>(w.device_bits.raw()), v.data<float>(), v.numel());
-      w.version = version_;
-      ++bf16_casts_;
-    }
-    return static_cast<const uint16_t*>(w.device_bits.raw());
-  }
   if (w.version != version_) {
     const Tensor v = store_.value(id);
-    w.bits.resize(static_cast<size_t>(v.numel()));
-    cpu::cast_f32_to_bf16(w.bits.data(), v.data<float>(), v.numel());
+    if (!w.bits.raw() || w.bits.numel() != v.numel()) w.bits = Tensor::empty({v.numel()}, DType::BF16, device_);
+    backend_for(device_).cast_f32_to_bf16(static_cast<uint16_t*>(w.bits.raw()), v.data<float>(), v.numel());
     w.version = version_;
     ++bf16_casts_;
   }
-  return w.bits.data();
+  return static_cast<const uint16_t*>(w.bits.raw());
 }
 
 std::vector<uint16_t*> MixedPrecision::bf16_copy_targets() {
   std::vector<uint16_t*> t;
   if (!bf16_gemm()) return t;
   t.assign(static_cast<size_t>(store_.count()), nullptr);
-  for (auto& [id, w] : weights_) t[static_cast<size_t>(id)] = bf16_bits(w);
+  for (auto& [id, w] : weights_) t[static_cast<size_t>(id)] = static_cast<uint16_t*>(w.bits.raw());
   return t;
-}
-
-uint16_t* MixedPrecision::bf16_bits(WeightCopy& w) const {
-  if (device_ != Device::CPU) return w.device_bits.numel() ? static_cast<uint16_t*>(w.device_bits.raw()) : nullptr;
-  return w.bits.empty() ? nullptr : w.bits.data();
 }
 
 const float* MixedPrecision::weight_rounded(int id) {
@@ -173,14 +158,11 @@ void MixedPrecision::round_grad(float* out, const float* dy, int64_t n, Fp8Tenso
 
 double MixedPrecision::buffer_bytes() const {
   double b = 0;
-  for (const auto& [id, w] : weights_) b += 2.0 * w.bits.capacity() + 4.0 * w.values.capacity();
+  // Tensors only once made (a default Tensor has no storage, though its empty shape counts 1).
+  auto bytes_of = [](const Tensor& t) { return t.raw() ? static_cast<double>(t.nbytes()) : 0.0; };
+  for (const auto& [id, w] : weights_) b += bytes_of(w.bits) + 4.0 * w.values.capacity();
   for (const auto& v : f32_) b += 4.0 * v.capacity();
-  for (const auto& v : u16_) b += 2.0 * v.capacity();
-  // Device tensors only once made (a default Tensor has no storage, though its empty shape counts 1).
-  for (const auto& [id, w] : weights_)
-    if (w.device_bits.raw()) b += static_cast<double>(w.device_bits.nbytes());
-  for (const auto& t : device_u16_)
-    if (t.raw()) b += static_cast<double>(t.nbytes());
+  for (const auto& t : u16_) b += bytes_of(t);
   return b;
 }
 
@@ -191,14 +173,9 @@ float* MixedPrecision::scratch_f32(int slot, int64_t n) {
 }
 
 uint16_t* MixedPrecision::scratch_u16(int slot, int64_t n) {
-  if (device_ != Device::CPU) {
-    Tensor& t = device_u16_[slot];
-    if (t.numel() < n) t = Tensor::empty({n}, DType::BF16, device_);
-    return static_cast<uint16_t*>(t.raw());
-  }
-  auto& v = u16_[slot];
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
+  Tensor& t = u16_[slot];  // 16-bit words (bf16 or fp16 bits)
+  if (!t.raw() || t.numel() < n) t = Tensor::empty({n}, DType::BF16, device_);
+  return static_cast<uint16_t*>(t.raw());
 }
 
 DType activation_dtype(const MixedPrecision& p) {

@@ -115,12 +115,10 @@ class MixedPrecision {
  private:
   struct WeightCopy {
     int64_t version = -1;
-    std::vector<uint16_t> bits;
-    std::vector<float> values;
-    Tensor device_bits;  // bits on a device (device_ != CPU)
+    Tensor bits;                // bf16, on the policy's device (undefined until first made)
+    std::vector<float> values;  // host, the emulated modes' rounded weights
   };
   WeightCopy& copy_of(int id);
-  uint16_t* bf16_bits(WeightCopy& w) const;  // its bf16 copy on this policy's device (null: none yet)
 
   ParamStore& store_;
   PrecisionConfig cfg_;
@@ -129,9 +127,8 @@ class MixedPrecision {
   std::unordered_map<int, WeightCopy> weights_;
   std::unordered_map<int, std::unique_ptr<Fp8LinearScaling>> fp8_;
   std::vector<float> f32_[2];  // 0, 1: Linear input / gradient
-  std::vector<uint16_t> u16_[2];  // slot 0: Linear's bf16 gradient, slot 1: fp16 rounding
+  Tensor u16_[2];              // on the policy's device; slot 0: Linear's bf16 gradient, slot 1: fp16 rounding
   Device device_ = Device::CPU;
-  Tensor device_u16_[2];           // the u16_ slots on a device
   Arena transient_;
 };
 

@@ -111,6 +111,16 @@ inline void on_host(const void* p, const char* op) {
 }
 
 class EmulatedCudaBackend final : public Backend {
+ private:
+  static const Backend& cpu() { return cpu_backend(); }
+  // Every pointer checked to be device memory, then the CPU kernel run with the memory open.
+  template <typename Kernel>
+  static auto on_cpu(std::initializer_list<const void*> ps, const char* op, Kernel&& kernel) {
+    for (const void* p : ps) on_device(p, op);
+    const EmulatedDeviceMemory::Open open;
+    return kernel();
+  }
+
  public:
   Device device() const override { return Device::CUDA; }
   void copy_to_device(void* dst, const void* src, size_t bytes) const override {
@@ -124,179 +134,132 @@ class EmulatedCudaBackend final : public Backend {
     cpu().copy(dst, src, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) const override {
-    on_device(dst, "copy"), on_device(src, "copy");
-    const EmulatedDeviceMemory::Open open;
-    cpu().copy(dst, src, bytes);
+    on_cpu({dst, src}, "copy", [&] { return cpu().copy(dst, src, bytes); });
   }
   void zero(void* dst, size_t bytes) const override {
-    on_device(dst, "zero");
-    const EmulatedDeviceMemory::Open open;
-    cpu().zero(dst, bytes);
+    on_cpu({dst}, "zero", [&] { return cpu().zero(dst, bytes); });
   }
   void synchronize() const override {}
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
-    all({A, B, C}, "gemm");
-    const EmulatedDeviceMemory::Open open;
-    cpu().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    on_cpu({A, B, C}, "gemm", [&] { return cpu().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   }
   void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                  const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
-    all({A, B, C}, "gemm_bf16");
-    const EmulatedDeviceMemory::Open open;
-    cpu().gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    on_cpu({A, B, C}, "gemm_bf16",
+           [&] { return cpu().gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   }
   void gelu_forward(float* out, const float* inp, int64_t n) const override {
-    all({out, inp}, "gelu_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().gelu_forward(out, inp, n);
+    on_cpu({out, inp}, "gelu_forward", [&] { return cpu().gelu_forward(out, inp, n); });
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) const override {
-    all({dinp, inp, dout}, "gelu_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().gelu_backward(dinp, inp, dout, n);
+    on_cpu({dinp, inp, dout}, "gelu_backward", [&] { return cpu().gelu_backward(dinp, inp, dout, n); });
   }
   void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) const override {
-    all({out, gate_up}, "swiglu_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().swiglu_forward(out, gate_up, N, F);
+    on_cpu({out, gate_up}, "swiglu_forward", [&] { return cpu().swiglu_forward(out, gate_up, N, F); });
   }
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F) const override {
-    all({dgate_up, gate_up, dout}, "swiglu_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().swiglu_backward(dgate_up, gate_up, dout, N, F);
+    on_cpu({dgate_up, gate_up, dout}, "swiglu_backward",
+           [&] { return cpu().swiglu_backward(dgate_up, gate_up, dout, N, F); });
   }
   void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const override {
-    all({out, bias}, "bias_add_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().bias_add_forward(out, bias, N, C);
+    on_cpu({out, bias}, "bias_add_forward", [&] { return cpu().bias_add_forward(out, bias, N, C); });
   }
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const override {
-    all({dbias, dout}, "bias_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().bias_backward(dbias, dout, N, C);
+    on_cpu({dbias, dout}, "bias_backward", [&] { return cpu().bias_backward(dbias, dout, N, C); });
   }
   void add_inplace(float* a, const float* b, int64_t n) const override {
-    all({a, b}, "add_inplace");
-    const EmulatedDeviceMemory::Open open;
-    cpu().add_inplace(a, b, n);
+    on_cpu({a, b}, "add_inplace", [&] { return cpu().add_inplace(a, b, n); });
   }
   void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
-    all({dst, src, index}, "gather_rows");
-    const EmulatedDeviceMemory::Open open;
     emulated_gathered_rows() += n;
-    cpu().gather_rows(dst, src, index, n, C);
+    on_cpu({dst, src, index}, "gather_rows", [&] { return cpu().gather_rows(dst, src, index, n, C); });
   }
   void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
                     int64_t C) const override {
-    all({dst, src, offsets, rows}, "scatter_rows");
-    const EmulatedDeviceMemory::Open open;
-    cpu().scatter_rows(dst, src, offsets, rows, N, C);
+    on_cpu({dst, src, offsets, rows}, "scatter_rows",
+           [&] { return cpu().scatter_rows(dst, src, offsets, rows, N, C); });
   }
   void scale_inplace(float* a, float s, int64_t n) const override {
-    all({a}, "scale_inplace");
-    const EmulatedDeviceMemory::Open open;
-    cpu().scale_inplace(a, s, n);
+    on_cpu({a}, "scale_inplace", [&] { return cpu().scale_inplace(a, s, n); });
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                          const float* bias, int64_t N, int64_t C, float eps) const override {
-    all({out, mean, rstd, inp, weight, bias}, "layernorm_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+    on_cpu({out, mean, rstd, inp, weight, bias}, "layernorm_forward",
+           [&] { return cpu().layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps); });
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int64_t N,
                           int64_t C) const override {
-    all({dinp, dweight, dbias, dout, inp, weight, mean, rstd}, "layernorm_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    on_cpu({dinp, dweight, dbias, dout, inp, weight, mean, rstd}, "layernorm_backward",
+           [&] { return cpu().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
   }
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
                        float eps) const override {
-    all({out, rstd, inp, weight}, "rmsnorm_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    on_cpu({out, rstd, inp, weight}, "rmsnorm_forward",
+           [&] { return cpu().rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
   }
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                         const float* rstd, int64_t N, int64_t C) const override {
-    all({dinp, dweight, dout, inp, weight, rstd}, "rmsnorm_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+    on_cpu({dinp, dweight, dout, inp, weight, rstd}, "rmsnorm_backward",
+           [&] { return cpu().rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
   }
   void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
                     int64_t N, int64_t H, int64_t D) const override {
-    all({out, inp, positions, cos, sin}, "rope_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().rope_forward(out, inp, positions, cos, sin, N, H, D);
+    on_cpu({out, inp, positions, cos, sin}, "rope_forward",
+           [&] { return cpu().rope_forward(out, inp, positions, cos, sin, N, H, D); });
   }
   void rope_backward(float* dinp, const float* dout, const int32_t* positions, const float* cos, const float* sin,
                      int64_t N, int64_t H, int64_t D) const override {
-    all({dinp, dout, positions, cos, sin}, "rope_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().rope_backward(dinp, dout, positions, cos, sin, N, H, D);
+    on_cpu({dinp, dout, positions, cos, sin}, "rope_backward",
+           [&] { return cpu().rope_backward(dinp, dout, positions, cos, sin, N, H, D); });
   }
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t vocab_start, int64_t V,
                          const int32_t* positions, const float* wpe, int64_t N, int64_t C) const override {
-    all({out, tokens, wte, positions, wpe}, "embedding_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().embedding_forward(out, tokens, wte, vocab_start, V, positions, wpe, N, C);
+    on_cpu({out, tokens, wte, positions, wpe}, "embedding_forward",
+           [&] { return cpu().embedding_forward(out, tokens, wte, vocab_start, V, positions, wpe, N, C); });
   }
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t vocab_start,
                           int64_t V, const int32_t* positions, int64_t N, int64_t C) const override {
-    all({dwte, dwpe, dout, tokens, positions}, "embedding_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().embedding_backward(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C);
+    on_cpu({dwte, dwpe, dout, tokens, positions}, "embedding_backward",
+           [&] { return cpu().embedding_backward(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C); });
   }
   double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                         const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
                                         int64_t V) const override {
-    all({losses, dlogits, logits, targets, weights}, "cross_entropy_forward_backward");
-    const EmulatedDeviceMemory::Open open;
-    return cpu().cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
-                                                V);
+    return on_cpu({losses, dlogits, logits, targets, weights}, "cross_entropy_forward_backward",
+           [&] {
+             return cpu().cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index,
+                                                         grad_scale, N, V);
+           });
   }
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
                          int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
                          float scale) const override {
-    all({out, lse, q, k, v, mask.segment_ids}, "attention_forward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().attention_forward(out, lse, q, k, v, B, T, H, K, D, mask, scale);
+    on_cpu({out, lse, q, k, v, mask.segment_ids}, "attention_forward",
+           [&] { return cpu().attention_forward(out, lse, q, k, v, B, T, H, K, D, mask, scale); });
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
                           int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
-    all({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward");
-    const EmulatedDeviceMemory::Open open;
-    cpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
+    on_cpu({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward",
+           [&] { return cpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale); });
   }
   void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {
-    all({out, inp}, "cast_f32_to_bf16");
-    const EmulatedDeviceMemory::Open open;
-    cpu().cast_f32_to_bf16(out, inp, n);
+    on_cpu({out, inp}, "cast_f32_to_bf16", [&] { return cpu().cast_f32_to_bf16(out, inp, n); });
   }
   void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
-    all({out, inp}, "cast_bf16_to_f32");
-    const EmulatedDeviceMemory::Open open;
-    cpu().cast_bf16_to_f32(out, inp, n);
+    on_cpu({out, inp}, "cast_bf16_to_f32", [&] { return cpu().cast_bf16_to_f32(out, inp, n); });
   }
   void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                   uint16_t* param_bf16) const override {
-    all({param, grad, m, v}, "adamw_step");
-    if (param_bf16) all({param_bf16}, "adamw_step");
-    const EmulatedDeviceMemory::Open open;
-    cpu().adamw_step(param, grad, m, v, n, h, param_bf16);
+    on_cpu({param, grad, m, v, param_bf16}, "adamw_step",
+           [&] { return cpu().adamw_step(param, grad, m, v, n, h, param_bf16); });
   }
   double sum_squares(const float* x, int64_t n) const override {
-    all({x}, "sum_squares");
-    const EmulatedDeviceMemory::Open open;
-    return cpu().sum_squares(x, n);
+    return on_cpu({x}, "sum_squares", [&] { return cpu().sum_squares(x, n); });
   }
 
- private:
-  static const Backend& cpu() { return cpu_backend(); }
-  static void all(std::initializer_list<const void*> ps, const char* op) {
-    for (const void* p : ps) on_device(p, op);
-  }
 };
 
 // Installs the emulated device for one scope (tests only run it where no real GPU is visible).
