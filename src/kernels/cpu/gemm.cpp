@@ -5,10 +5,17 @@
 // primitive, whose creation (descriptor checks, JIT code generation) costs far more than a small product,
 // so created primitives are kept in a cache keyed by everything baked into them: element type, shapes,
 // strides, and whether alpha is 1 and beta is 0. alpha's value is a run-time output scale, so one cached
-// primitive serves every alpha (measured on one thread: as fast as a constant scale, although oneDNN then
-// picks its gemm-based matmul rather than brgemm for bf16). beta is handled outside the primitive: C is
-// scaled by beta first when beta is neither 0 nor 1, and the primitive then either overwrites C (beta == 0,
-// C is never read) or adds to it with a sum post-op of scale 1.
+// primitive serves every alpha. beta is handled outside the primitive: C is scaled by beta first when beta
+// is neither 0 nor 1, and the primitive then either overwrites C (beta == 0, C is never read) or adds to it
+// with a sum post-op of scale 1.
+//
+// Which bf16 matmul: oneDNN lists its brgemm implementation first, but on a CPU with AVX512-BF16 and no
+// AMX its gemm-based matmul ("gemm:jit") is faster on every product of our models (2 threads: 2-20% on
+// the layers' products, 1.6-1.8x on the output layer's weight gradient, whose reduction runs over a
+// chunk of a few hundred rows; bench/bench_kernels gemm shows both). brgemm in this oneDNN takes no
+// run-time output scale, so a primitive that carries one is the gemm-based matmul; that is how it is
+// chosen. With AMX, brgemm's AMX kernels stay. MEGADLM_BF16_MATMUL=auto|brgemm|gemm overrides the
+// choice (auto by default); the choice is fixed per process, so results do not vary run to run.
 //
 // Degenerate products follow BLAS: M == 0 or N == 0 touches nothing; K == 0 or alpha == 0 gives
 // C = beta * C without reading A or B (beta == 0 writes zeros, whatever C held).
@@ -16,7 +23,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -94,7 +103,22 @@ struct CachedMatmul {
   dnnl::matmul prim;
   dnnl::memory::desc a_md, b_md, c_md;  // fixed layouts (no format_tag::any), so user memory fits as is
   bool ok = false;
+  bool scaled = false;  // takes alpha as a run-time output scale (also when alpha == 1: see the top)
 };
+
+enum class Bf16Matmul { Auto, Brgemm, Gemm };
+
+Bf16Matmul bf16_matmul_choice() {
+  static const Bf16Matmul choice = [] {
+    const char* env = std::getenv("MEGADLM_BF16_MATMUL");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto") return Bf16Matmul::Auto;
+    if (v == "brgemm") return Bf16Matmul::Brgemm;
+    if (v == "gemm") return Bf16Matmul::Gemm;
+    fail("MEGADLM_BF16_MATMUL: expected auto, brgemm or gemm, got '", v, "'");
+  }();
+  return choice;
+}
 
 // A caller that varies shapes without end would grow the cache without end; past this many entries it
 // is emptied and refilled (primitives in use are reference-counted, so this is safe).
@@ -109,6 +133,16 @@ dnnl::memory::desc make_desc(dnnl::memory::data_type dt, bool batched, int64_t b
   // A zero batch stride is a broadcast: oneDNN expresses it as a batch dimension of size 1.
   if (s_batch == 0) return dnnl::memory::desc({1, rows, cols}, dt, {rows * cols, s_row, s_col});
   return dnnl::memory::desc({batch, rows, cols}, dt, {s_batch, s_row, s_col});
+}
+
+// Whether to swap the bf16 implementation oneDNN chose first (impl) for its gemm-based matmul.
+bool prefer_gemm_based(const std::string& impl) {
+  switch (bf16_matmul_choice()) {
+    case Bf16Matmul::Brgemm: return false;
+    case Bf16Matmul::Gemm: return true;
+    case Bf16Matmul::Auto: break;
+  }
+  return impl.rfind("brg", 0) == 0 && impl.find("amx") == std::string::npos;
 }
 
 CachedMatmul create_matmul(const MatmulShape& s) {
@@ -129,9 +163,19 @@ CachedMatmul create_matmul(const MatmulShape& s) {
   out.a_md = a_md;
   out.b_md = b_md;
   out.c_md = c_md;
+  out.scaled = s.scaled;
   try {
     const dnnl::matmul::desc desc(a_md, b_md, c_md);
-    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    if (s.elem == Elem::BF16 && !s.scaled && prefer_gemm_based(pd.impl_info_str())) {
+      // The same product with alpha as a run-time scale: oneDNN's gemm-based matmul (see the top).
+      attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+      const dnnl::matmul::primitive_desc scaled_pd(desc, attr, cpu_engine());
+      if (std::string(scaled_pd.impl_info_str()).rfind("gemm:", 0) == 0) {
+        pd = scaled_pd;
+        out.scaled = true;
+      }
+    }
     out.prim = dnnl::matmul(pd);
     out.ok = true;
   } catch (const dnnl::error&) {
@@ -165,7 +209,7 @@ bool run_matmul(const MatmulShape& s, const void* A, const void* B, float* C, fl
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   float alpha_value = alpha;
-  if (s.scaled) {
+  if (cm.scaled) {
     dnnl::memory scale_mem({{1}, dnnl::memory::data_type::f32, {1}}, engine, &alpha_value);
     args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, scale_mem);
   }
