@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm.h"
 #include "nn/vocab_parallel_cross_entropy.h"
 #include "parallel/tp_mappings.h"
 
@@ -24,12 +25,10 @@ int64_t logits_chunk_bytes() {
   return bytes;
 }
 
-int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy, int64_t max_rows) {
-  // The fp32 chunk first (capped by N); a chunk with a bf16 copy takes 4/6 of its rows, so that it
-  // never holds more bytes than the fp32 chunk would (also when N is below the cap).
-  int64_t fp32_rows = std::min(N, std::max<int64_t>(64, logits_chunk_bytes() / (4 * std::max<int64_t>(Vl, 1))));
-  if (max_rows > 0) fp32_rows = std::min(fp32_rows, max_rows);
-  return bf16_copy ? std::max<int64_t>(1, fp32_rows * 4 / 6) : fp32_rows;
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, int bytes_per_logit, int64_t max_rows) {
+  int64_t rows = std::max<int64_t>(64, logits_chunk_bytes() / (bytes_per_logit * std::max<int64_t>(Vl, 1)));
+  if (max_rows > 0) rows = std::min(rows, max_rows);
+  return std::max<int64_t>(1, std::min(N, rows));
 }
 
 // The cross-entropy of a chunk of rows: on the CPU vocab-parallel (the single-rank kernel at tp = 1),
@@ -183,6 +182,10 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
   return out;
 }
 
+bool LMHead::bf16_logits(const Backend& be) const { return prec_ != nullptr && be.device() == Device::CPU; }
+
+int LMHead::bytes_per_logit(const Backend& be) const { return bf16_logits(be) ? 2 : prec_ ? 6 : 4; }
+
 void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, const uint16_t* Wb, int64_t n) {
   const Backend& be = backend_for(store_->device());
   if (xb) {
@@ -205,17 +208,27 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
   const size_t mark = arena.mark();
   const Tensor x = gather_rows(arena, *ctx_, x_local);
   const Backend& be = backend_of(x);
-  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, false, max_chunk_rows_);
-  Tensor lg = arena.tensor({rows, V_local_});
+  const bool b16 = bf16_logits(be);
+  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, b16 ? 2 : 4, max_chunk_rows_);
+  Tensor lg = arena.tensor({rows, V_local_}, b16 ? DType::BF16 : DType::F32);
   Tensor losses = arena.tensor({N});
   const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
   const uint16_t* Wb = prec_ ? prec_->weight_bf16(w_) : nullptr;
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
+    const int32_t* t = targets + r0;
+    const float* w = weights ? weights + r0 : nullptr;
+    if (b16) {
+      uint16_t* lgb = static_cast<uint16_t*>(lg.raw());
+      cpu::gemm_bf16_to_bf16(false, true, n, V_local_, C_, 1.0f, xb + r0 * C_, C_, Wb, C_, lgb, V_local_);
+      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lgb, t, w, -100, 1.0f, n,
+                                            V_local_, vocab_start_, V_);
+      continue;
+    }
     chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), targets + r0,
-                                 weights ? weights + r0 : nullptr, -100, 1.0f, n, V_local_, vocab_start_, V_);
+    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), t, w, -100, 1.0f,
+                                 n, V_local_, vocab_start_, V_);
   }
   if (per_token_loss) losses_to_host(be, per_token_loss, losses.data<float>(), N);
   arena.release(mark);
@@ -239,8 +252,9 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const Tensor& x = compact ? kept.x : x_all;
   const int64_t N = compact ? kept.n : N_all;
   if (compact) targets = kept.targets, weights = kept.weights;
-  const int64_t rows = logits_chunk_rows(N, V_local_, prec_ != nullptr, max_chunk_rows_);
-  Tensor lg = arena.tensor({rows, V_local_});
+  const bool b16 = bf16_logits(be);
+  const int64_t rows = logits_chunk_rows(N, V_local_, bytes_per_logit(be), max_chunk_rows_);
+  Tensor lg = arena.tensor({rows, V_local_}, b16 ? DType::BF16 : DType::F32);
   Tensor losses = arena.tensor({N});
   // dx [N, C] = dlogits [N, Vl] @ W [Vl, C]: this rank's share, summed over tp (all rows, or this
   // rank's rows under sequence parallelism).
@@ -250,17 +264,28 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   float* dW = store_->grad(w_).data<float>();
   const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
   const uint16_t* Wb = prec_ ? prec_->weight_bf16(w_) : nullptr;
-  uint16_t* gb = prec_ ? static_cast<uint16_t*>(arena.tensor({rows, V_local_}, DType::BF16).raw()) : nullptr;
+  // Under the bf16 policy on the CPU the logits are bf16 and dlogits replace them in place (2 bytes a
+  // logit, 3x the rows of an fp32 chunk with a bf16 copy: the weight gradient's reduction over a chunk's
+  // rows is the product that gains); a device makes fp32 logits and a bf16 copy of dlogits (gb).
+  uint16_t* gb = b16 ? static_cast<uint16_t*>(lg.raw())
+                     : prec_ ? static_cast<uint16_t*>(arena.tensor({rows, V_local_}, DType::BF16).raw())
+                             : nullptr;
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     const float* xr = x.data<float>() + r0 * C_;
-    float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
-    chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    // Under the bf16 policy the cross-entropy gives dlogits in bf16 (gb).
-    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, logits, logits, targets + r0,
-                                 weights ? weights + r0 : nullptr, -100, grad_scale, n, V_local_, vocab_start_, V_,
-                                 gb);
+    const int32_t* t = targets + r0;
+    const float* w = weights ? weights + r0 : nullptr;
+    if (b16) {
+      cpu::gemm_bf16_to_bf16(false, true, n, V_local_, C_, 1.0f, xb + r0 * C_, C_, Wb, C_, gb, V_local_);
+      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, gb, gb, t, w, -100, grad_scale, n,
+                                            V_local_, vocab_start_, V_);
+    } else {
+      float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
+      chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
+      total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, logits, logits, t, w, -100, grad_scale, n,
+                                   V_local_, vocab_start_, V_, gb);
+    }
     float* dxr = dxk.data<float>() + r0 * C_;
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
@@ -268,8 +293,9 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
       be.gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, 1.0f, dW, C_);
     } else {
       const float* W = store_->value(w_).data<float>();
-      be.gemm(false, false, n, C_, V_local_, 1.0f, logits, V_local_, W, C_, 0.0f, dxr, C_);
-      be.gemm(true, false, V_local_, C_, n, 1.0f, logits, V_local_, xr, C_, 1.0f, dW, C_);
+      const float* dlogits = lg.data<float>();
+      be.gemm(false, false, n, C_, V_local_, 1.0f, dlogits, V_local_, W, C_, 0.0f, dxr, C_);
+      be.gemm(true, false, V_local_, C_, n, 1.0f, dlogits, V_local_, xr, C_, 1.0f, dW, C_);
     }
   }
   if (per_token_loss && !compact) {

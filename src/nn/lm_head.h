@@ -23,13 +23,13 @@ namespace megadlm {
 
 // The logits are made and consumed a chunk of rows of [N, Vl] at a time, never all N rows at once: at
 // a 50k vocabulary the full [N, V] block would be the largest activation of the step. A chunk holds
-// 64 MiB of fp32 logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix
-// and its gradient once more) and at least 64 rows, which keeps the products efficient; at most N.
-// With the bf16 policy's copy of dlogits beside them (2 more bytes a logit): 2/3 of those rows, the
-// same bytes.
+// 64 MiB of logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix and its
+// gradient once more) and at least 64 rows, which keeps the products efficient; at most N. A logit
+// takes 4 bytes in fp32, 2 under the bf16 policy on the CPU (bf16 logits, dlogits in place) and 6 on a
+// device under it (fp32 logits and a bf16 copy of dlogits).
 int64_t logits_chunk_bytes();
 // max_rows > 0 lowers the cap on a chunk's rows (tests split small batches with it).
-int64_t logits_chunk_rows(int64_t N, int64_t Vl, bool bf16_copy, int64_t max_rows = 0);
+int64_t logits_chunk_rows(int64_t N, int64_t Vl, int bytes_per_logit, int64_t max_rows = 0);
 
 class LMHead {
  public:
@@ -44,9 +44,10 @@ class LMHead {
   Tensor full_logits(Arena& arena, const Tensor& x);
   // Forward only: sum_n w_n CE_n (vocab-parallel), per-token losses [N] when not null.
   double loss(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights, float* per_token_loss);
-  // Under --bf16 with bf16 products (nn/precision.h) the three products of the training loss run in
-  // bf16 with fp32 accumulation, as Megatron's output layer does: x, the output matrix (a copy made
-  // once per step) and dlogits rounded to bf16; the logits, softmax and loss stay fp32. Null = fp32.
+  // Under --bf16 with bf16 products (nn/precision.h) the three products of the loss run in bf16 with
+  // fp32 accumulation, as Megatron's output layer does: x, the output matrix (a copy made once per
+  // step) and dlogits in bf16. On the CPU the logits are rounded to bf16 too (as Megatron's), the
+  // softmax and loss computed from them in fp32; a device keeps fp32 logits. Null = fp32.
   void set_precision(MixedPrecision* p) { prec_ = p && p->bf16_gemm() ? p : nullptr; }
   // At most this many rows a chunk of logits (0: by bytes only, the default); for tests.
   void limit_chunk_rows(int64_t rows) { max_chunk_rows_ = rows; }
@@ -85,6 +86,9 @@ class LMHead {
   // logits [n, Vl] of rows x [n, C]; under the bf16 policy from xb, the same rows in bf16, and Wb, the
   // output matrix's bf16 copy (both null otherwise).
   void chunk_logits(float* logits, const float* x, const uint16_t* xb, const uint16_t* Wb, int64_t n);
+  // Whether the logits are bf16 (the bf16 policy on the CPU), and the bytes a logit takes in a chunk.
+  bool bf16_logits(const Backend& be) const;
+  int bytes_per_logit(const Backend& be) const;
   ParamStore* store_ = nullptr;
   const ParallelContext* ctx_ = nullptr;
   MixedPrecision* prec_ = nullptr;

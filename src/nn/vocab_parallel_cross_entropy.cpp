@@ -7,6 +7,17 @@
 
 namespace megadlm {
 
+static void check_shards(const ParallelContext& ctx, const int32_t* targets, int64_t ignore_index, int64_t N,
+                         int64_t Vl, int64_t V) {
+  MDLM_CHECK(Vl * ctx.tp.size == V, "vocab-parallel cross-entropy: ", Vl, " columns per rank x ", ctx.tp.size,
+             " ranks is not the vocabulary size ", V);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = targets[n];
+    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
+               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
+  }
+}
+
 double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, float* dlogits, const float* logits,
                                     const int32_t* targets, const float* weights, int64_t ignore_index,
                                     float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V,
@@ -20,13 +31,7 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, f
     return cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale,
                                                N, Vl);
   }
-  MDLM_CHECK(Vl * ctx.tp.size == V, "vocab-parallel cross-entropy: ", Vl, " columns per rank x ", ctx.tp.size,
-             " ranks is not the vocabulary size ", V);
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t t = targets[n];
-    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
-               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
-  }
+  check_shards(ctx, targets, ignore_index, N, Vl, V);
   Communicator& comm = ctx.tp.communicator();
   std::vector<float> row_max(N);
   cpu::cross_entropy_shard_max(row_max.data(), logits, targets, ignore_index, N, Vl);
@@ -38,6 +43,34 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, f
   comm.all_reduce_sum(stats.data(), 2 * N);
   return cpu::cross_entropy_shard_finish(losses, dlogits, stats.data(), row_max.data(), targets, weights,
                                          ignore_index, grad_scale, vocab_start, N, Vl, dlogits_bf16);
+}
+
+double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, uint16_t* dlogits,
+                                    const uint16_t* logits, const int32_t* targets, const float* weights,
+                                    int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl,
+                                    int64_t vocab_start, int64_t V) {
+  if (ctx.tp.size == 1) {
+    if (dlogits)
+      return cpu::cross_entropy_forward_backward_bf16(losses, dlogits, logits, targets, weights, ignore_index,
+                                                      grad_scale, N, Vl);
+    check_shards(ctx, targets, ignore_index, N, Vl, V);
+    std::vector<float> row_max(N);  // forward only: the pieces below on one rank
+    std::vector<double> stats(2 * N);
+    cpu::cross_entropy_shard_max(row_max.data(), logits, targets, ignore_index, N, Vl);
+    cpu::cross_entropy_shard_sumexp(stats.data(), logits, row_max.data(), targets, ignore_index, 0, N, Vl);
+    return cpu::cross_entropy_shard_finish(losses, nullptr, logits, stats.data(), row_max.data(), targets, weights,
+                                           ignore_index, grad_scale, 0, N, Vl);
+  }
+  check_shards(ctx, targets, ignore_index, N, Vl, V);
+  Communicator& comm = ctx.tp.communicator();
+  std::vector<float> row_max(N);
+  cpu::cross_entropy_shard_max(row_max.data(), logits, targets, ignore_index, N, Vl);
+  comm.all_reduce_max(row_max.data(), N);
+  std::vector<double> stats(2 * N);
+  cpu::cross_entropy_shard_sumexp(stats.data(), logits, row_max.data(), targets, ignore_index, vocab_start, N, Vl);
+  comm.all_reduce_sum(stats.data(), 2 * N);
+  return cpu::cross_entropy_shard_finish(losses, dlogits, logits, stats.data(), row_max.data(), targets, weights,
+                                         ignore_index, grad_scale, vocab_start, N, Vl);
 }
 
 }  // namespace megadlm

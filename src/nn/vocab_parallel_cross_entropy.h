@@ -22,4 +22,11 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, f
                                     float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V,
                                     uint16_t* dlogits_bf16 = nullptr);
 
+// The same on bf16 logits [N, Vl] (the output layer under --bf16): the gradient is written in bf16 to
+// dlogits [N, Vl] (or null; may alias logits, in place).
+double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, uint16_t* dlogits,
+                                    const uint16_t* logits, const int32_t* targets, const float* weights,
+                                    int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl,
+                                    int64_t vocab_start, int64_t V);
+
 }  // namespace megadlm

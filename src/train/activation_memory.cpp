@@ -112,11 +112,13 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
   // per-token losses.
   const double N = static_cast<double>(micro_batch) * static_cast<double>(T);
   const bool bf16_gemm = bf16_products_on(o.precision);
-  const double chunk = static_cast<double>(logits_chunk_rows(micro_batch * T, c.vocab_size, bf16_gemm)) / N;
+  // (The CPU's chunk: under bf16 products bf16 logits with dlogits in place, nn/lm_head.h.)
+  const int logit_bytes = bf16_gemm ? 2 : 4;
+  const double chunk = static_cast<double>(logits_chunk_rows(micro_batch * T, c.vocab_size, logit_bytes)) / N;
   const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C;
   // The output layer's temporaries are freed before the layers' backward makes its own: the larger
   // of the two counts (in the arena in fp32, in the transient arena under a precision policy).
-  const double head_temps = (bf16_gemm ? 6 : 4) * d.V * chunk + 4 + (bf16_gemm ? 2 * d.C : 0);  // + bf16 dlogits, x
+  const double head_temps = logit_bytes * d.V * chunk + 4 + (bf16_gemm ? 2 * d.C : 0);  // + bf16 x
   return N * (kept + head + largest_group + std::max(temps, head_temps));
 }
 

@@ -292,3 +292,87 @@ TEST(CrossEntropy, ShardFinishBf16IsTheFp32GradientRounded) {
     for (int64_t i = 0; i < N * Vl; ++i) ASSERT_EQ(bits[i], f32_to_bf16(d32[i])) << "shard " << r << ", element " << i;
   }
 }
+
+// bf16 logits (the output layer under --bf16): losses and the in-place bf16 gradient against the double
+// reference computed from the same bf16 values, bitwise the same for 1 and 2 threads; at V = 50304 too.
+TEST(CrossEntropy, Bf16LogitsInPlaceMatchTheReference) {
+  for (const int64_t V : {int64_t{1000}, int64_t{50304}}) {
+    const int64_t N = V > 1000 ? 4 : 37;
+    std::vector<uint16_t> logits(N * V);
+    const std::vector<float> values = random_vector(N * V, 300 + V, -8.0f, 8.0f);
+    std::vector<double> x(N * V);
+    for (int64_t i = 0; i < N * V; ++i) {
+      logits[i] = f32_to_bf16(values[i]);
+      x[i] = bf16_to_f32(logits[i]);
+    }
+    const std::vector<int32_t> targets = make_targets(N, V, 301);
+    const std::vector<float> weights = random_vector(N, 302, 0.2f, 2.0f);
+    const CeRef ref = ce_ref(x, targets, weights, 0.125, N, V);
+    std::vector<uint16_t> first;
+    for (int threads : {1, 2}) {
+      ThreadCount t(threads);
+      std::vector<uint16_t> d = logits;  // in place
+      std::vector<float> losses(N, kNaN);
+      const double total = cpu::cross_entropy_forward_backward_bf16(losses.data(), d.data(), d.data(), targets.data(),
+                                                                    weights.data(), kIgnore, 0.125f, N, V);
+      EXPECT_NEAR(total, ref.total, 1e-5 * std::fabs(ref.total)) << threads << " threads, V " << V;
+      expect_close(losses.data(), ref.losses.data(), N, 1e-5, 1e-6, "losses");
+      std::vector<float> g(N * V);
+      for (int64_t i = 0; i < N * V; ++i) g[i] = bf16_to_f32(d[i]);
+      // bf16 keeps 8 significant bits: half an ulp of rounding, plus the fp32 arithmetic before it.
+      expect_close(g.data(), ref.dlogits.data(), N * V, 1.0 / 256, 1e-9, "dlogits");
+      if (first.empty()) first = d;
+      else EXPECT_EQ(0, std::memcmp(first.data(), d.data(), d.size() * sizeof(uint16_t))) << "V " << V;
+    }
+  }
+}
+
+// The vocab-parallel pieces on bf16 logits, two shards in one process: the same losses as the
+// single-rank kernel and each gradient element within one bf16 step of its gradient (the softmax
+// denominator is summed in other blocks); forward only (no gradient) gives the same losses.
+TEST(CrossEntropy, Bf16LogitsShardsMatchOneRank) {
+  const int64_t N = 29, V = 600, Vl = V / 2;
+  const std::vector<float> values = random_vector(N * V, 310, -6.0f, 6.0f);
+  std::vector<uint16_t> logits(N * V);
+  for (int64_t i = 0; i < N * V; ++i) logits[i] = f32_to_bf16(values[i]);
+  const std::vector<int32_t> targets = make_targets(N, V, 311);
+  const std::vector<float> weights = random_vector(N, 312, 0.5f, 1.5f);
+  std::vector<uint16_t> one = logits;
+  std::vector<float> one_losses(N);
+  const double one_total = cpu::cross_entropy_forward_backward_bf16(one_losses.data(), one.data(), logits.data(),
+                                                                    targets.data(), weights.data(), kIgnore, 0.5f, N, V);
+  std::vector<uint16_t> shard[2];
+  std::vector<float> row_max(N, -INFINITY), part(N);
+  for (int r = 0; r < 2; ++r) {
+    shard[r].resize(N * Vl);
+    for (int64_t n = 0; n < N; ++n)
+      std::copy(logits.begin() + n * V + r * Vl, logits.begin() + n * V + (r + 1) * Vl, shard[r].begin() + n * Vl);
+    cpu::cross_entropy_shard_max(part.data(), shard[r].data(), targets.data(), kIgnore, N, Vl);
+    for (int64_t n = 0; n < N; ++n) row_max[n] = std::fmax(row_max[n], part[n]);
+  }
+  std::vector<double> stats(2 * N, 0.0), st(2 * N);
+  for (int r = 0; r < 2; ++r) {
+    cpu::cross_entropy_shard_sumexp(st.data(), shard[r].data(), row_max.data(), targets.data(), kIgnore, r * Vl, N, Vl);
+    for (int64_t i = 0; i < 2 * N; ++i) stats[i] += st[i];
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> losses(N, kNaN), fwd_losses(N, kNaN);
+    const double fwd = cpu::cross_entropy_shard_finish(fwd_losses.data(), nullptr, shard[r].data(), stats.data(),
+                                                       row_max.data(), targets.data(), weights.data(), kIgnore, 0.5f,
+                                                       r * Vl, N, Vl);
+    std::vector<uint16_t> d = shard[r];  // in place
+    const double total = cpu::cross_entropy_shard_finish(losses.data(), d.data(), d.data(), stats.data(),
+                                                         row_max.data(), targets.data(), weights.data(), kIgnore, 0.5f,
+                                                         r * Vl, N, Vl);
+    EXPECT_EQ(std::memcmp(&fwd, &total, sizeof(double)), 0) << "shard " << r;
+    EXPECT_EQ(0, std::memcmp(fwd_losses.data(), losses.data(), N * sizeof(float))) << "shard " << r;
+    EXPECT_NEAR(total, one_total, 1e-7 * std::fabs(one_total)) << "shard " << r;
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_NEAR(losses[n], one_losses[n], 1e-6 * std::fabs(one_losses[n]) + 1e-7) << "row " << n;
+      for (int64_t v = 0; v < Vl; ++v) {
+        const int a = d[n * Vl + v], b = one[n * V + r * Vl + v];
+        ASSERT_LE(std::abs(a - b), 1) << "shard " << r << ", row " << n << ", column " << v;  // same sign: bits adjacent
+      }
+    }
+  }
+}

@@ -181,6 +181,29 @@ TEST(Gemm, Bf16LargerShape) {
   EXPECT_LT(megadlm::test::max_rel_error(C, ref), 2e-7 * K + 1e-6);
 }
 
+// The bf16-output product (the output layer's logits under --bf16) is the fp32-output product rounded to
+// bf16, bit for bit, for every transpose, with alpha, a padded ldc (the padding untouched) and K = 0.
+TEST(Gemm, Bf16ToBf16IsTheFp32ResultRounded) {
+  uint64_t seed = 7000;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const int64_t K : {int64_t{0}, int64_t{5}, int64_t{384}}) {
+        const int64_t M = 37, N = 70, ldc = N + 3;
+        SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " K=" << K);
+        const Stored sa = stored_a(ta, M, K, 2), sb = stored_b(tb, K, N, 3);
+        const auto A16 = to_bf16(make_stored(sa, ++seed)), B16 = to_bf16(make_stored(sb, ++seed));
+        std::vector<float> C32(M * N, NAN);
+        cpu::gemm_bf16(ta, tb, M, N, K, 0.5f, A16.data(), sa.ld, B16.data(), sb.ld, 0.0f, C32.data(), N);
+        std::vector<uint16_t> C16(M * ldc, 0x7FC0);  // bf16 NaN, also in the padding
+        cpu::gemm_bf16_to_bf16(ta, tb, M, N, K, 0.5f, A16.data(), sa.ld, B16.data(), sb.ld, C16.data(), ldc);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const uint16_t want = j < N ? f32_to_bf16(C32[i * N + j]) : uint16_t{0x7FC0};
+            ASSERT_EQ(C16[i * ldc + j], want) << "row " << i << ", column " << j;
+          }
+      }
+}
+
 // Repeated calls at one shape reuse the cached primitive (the cache does not grow) and give bitwise
 // identical results; alpha is a run-time argument, so a new alpha reuses the primitive and is applied.
 TEST(Gemm, PrimitiveCacheIsReusedAndExact) {

@@ -541,7 +541,7 @@ TEST(LMHeadChunks, ChunkedEqualsWhole) {
     };
     std::vector<float> dx1, dw1, dx3, dw3;
     const double whole = run(0, dx1, dw1);
-    const double chunked = run(4, dx3, dw3);  // 12 rows with a loss: chunks of 4 (bf16: of 2, 4/6 of it)
+    const double chunked = run(4, dx3, dw3);  // 12 rows with a loss: chunks of 4
     const char* what = bf16 ? "bf16 products" : "fp32";
     EXPECT_NEAR(chunked, whole, 1e-6 * std::fabs(whole)) << what;
     EXPECT_LT(test::max_rel_error(dx3, test::to_double(dx1)), 1e-6) << what;  // the same products per row

@@ -28,7 +28,13 @@ constexpr int64_t kSumBlock = 512;         // terms per fp32 partial sum of the 
 // sum_v exp(x[v] - mx) over x[0..V), also writing each term to d[v] when d is not null. Blocks of
 // kSumBlock terms are summed in fp32 by the vector lanes and the block sums in double: nearly double
 // accuracy at fp32 speed. Fixed blocks, fixed order.
-double sum_exp_blocked(const float* x, int64_t V, float mx, float* d) {
+// Logits are fp32 or, under --bf16, bf16 bits (Megatron's output layer gives bf16 logits too); every
+// sum and the gradient are computed in fp32 either way.
+inline float logit(const float* x, int64_t v) { return x[v]; }
+inline float logit(const uint16_t* x, int64_t v) { return bf16_to_f32(x[v]); }
+
+template <typename T>
+double sum_exp_blocked(const T* x, int64_t V, float mx, float* d) {
   double sum = 0.0;
   for (int64_t v0 = 0; v0 < V; v0 += kSumBlock) {
     const int64_t v1 = v0 + kSumBlock < V ? v0 + kSumBlock : V;
@@ -36,13 +42,13 @@ double sum_exp_blocked(const float* x, int64_t V, float mx, float* d) {
     if (d) {
 #pragma omp simd reduction(+ : block)
       for (int64_t v = v0; v < v1; ++v) {
-        const float e = vexp(x[v] - mx);
+        const float e = vexp(logit(x, v) - mx);
         d[v] = e;
         block += e;
       }
     } else {
 #pragma omp simd reduction(+ : block)
-      for (int64_t v = v0; v < v1; ++v) block += vexp(x[v] - mx);
+      for (int64_t v = v0; v < v1; ++v) block += vexp(logit(x, v) - mx);
     }
     sum += static_cast<double>(block);
   }
@@ -50,10 +56,11 @@ double sum_exp_blocked(const float* x, int64_t V, float mx, float* d) {
 }
 
 // Pass 1 of a row: its max, so that every exponent is <= 0 (no overflow for logits of any size).
-inline float max_of_row(const float* x, int64_t V) {
+template <typename T>
+inline float max_of_row(const T* x, int64_t V) {
   float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-  for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+  for (int64_t v = 0; v < V; ++v) mx = logit(x, v) > mx ? logit(x, v) : mx;
   return mx;
 }
 
@@ -131,14 +138,18 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
 // The same three passes with the gradient rounded to bf16 on its way out: pass 2 keeps the row's
 // exponentials in a per-thread row (which stays in L2), so neither an fp32 gradient nor the overwritten
 // logits go back to memory, and no separate cast reads them again.
-double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16, const float* logits,
-                                           const int32_t* targets, const float* weights, int64_t ignore_index,
-                                           float grad_scale, int64_t N, int64_t V) {
+namespace {
+
+// The bf16-gradient kernel for fp32 or bf16 logits. The row's exponentials go to a per-thread row, so
+// the gradient row is written only after the logits row has been read in full: out may be the logits.
+template <typename T>
+double cross_entropy_bf16_out(float* losses, uint16_t* dlogits_bf16, const T* logits, const int32_t* targets,
+                              const float* weights, int64_t ignore_index, float grad_scale, int64_t N, int64_t V) {
   check_targets(targets, ignore_index, N, V);
   std::vector<double> row_loss(N);
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = logits + n * V;
+    const T* x = logits + n * V;
     uint16_t* out = dlogits_bf16 + n * V;
     const int64_t t = targets[n];
     if (t == ignore_index) {
@@ -152,7 +163,7 @@ double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16
     thread_local std::vector<float> e;  // grows once per thread
     if (static_cast<int64_t>(e.size()) < V) e.resize(static_cast<size_t>(V));
     const double sum = sum_exp_blocked(x, V, mx, e.data());
-    const double loss = w * (static_cast<double>(mx) + std::log(sum) - static_cast<double>(x[t]));
+    const double loss = w * (static_cast<double>(mx) + std::log(sum) - static_cast<double>(logit(x, t)));
     row_loss[n] = loss;
     if (losses) losses[n] = static_cast<float>(loss);
     scaled_row_to_bf16(out, e.data(), V, static_cast<float>(static_cast<double>(grad_scale) * w / sum), t,
@@ -161,6 +172,20 @@ double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16
   double total = 0.0;
   for (int64_t n = 0; n < N; ++n) total += row_loss[n];
   return total;
+}
+
+}  // namespace
+
+double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits_bf16, const float* logits,
+                                           const int32_t* targets, const float* weights, int64_t ignore_index,
+                                           float grad_scale, int64_t N, int64_t V) {
+  return cross_entropy_bf16_out(losses, dlogits_bf16, logits, targets, weights, ignore_index, grad_scale, N, V);
+}
+
+double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits, const uint16_t* logits,
+                                           const int32_t* targets, const float* weights, int64_t ignore_index,
+                                           float grad_scale, int64_t N, int64_t V) {
+  return cross_entropy_bf16_out(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, V);
 }
 
 // ---- vocab-parallel pieces: the same three passes, with the row reductions done across ranks ----
@@ -230,6 +255,72 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
         for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
         if (tl >= 0 && tl < Vl) d[tl] -= c;
       }
+    }
+  }
+  double total = 0.0;
+  for (int64_t n = 0; n < N; ++n) total += row_loss[n];
+  return total;
+}
+
+// ---- the vocab-parallel pieces on bf16 logits --------------------------------------------------------
+// No fp32 [N, Vl] buffer exists here to keep the exponentials between the reductions, so the finish
+// recomputes them from the logits (one more exp per logit, at tp > 1 only) and writes the gradient over
+// the logits element by element.
+
+void cross_entropy_shard_max(float* row_max, const uint16_t* logits, const int32_t* targets, int64_t ignore_index,
+                             int64_t N, int64_t Vl) {
+#pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n)
+    row_max[n] = targets[n] == ignore_index ? 0.0f : max_of_row(logits + n * Vl, Vl);
+}
+
+void cross_entropy_shard_sumexp(double* stats, const uint16_t* logits, const float* row_max, const int32_t* targets,
+                                int64_t ignore_index, int64_t vocab_start, int64_t N, int64_t Vl) {
+#pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const uint16_t* x = logits + n * Vl;
+    const int64_t t = targets[n];
+    if (t == ignore_index) {
+      stats[2 * n] = stats[2 * n + 1] = 0.0;
+      continue;
+    }
+    const int64_t tl = t - vocab_start;
+    stats[2 * n + 1] = tl >= 0 && tl < Vl ? static_cast<double>(logit(x, tl)) : 0.0;
+    stats[2 * n] = sum_exp_blocked(x, Vl, row_max[n], static_cast<float*>(nullptr));
+  }
+}
+
+double cross_entropy_shard_finish(float* losses, uint16_t* dlogits, const uint16_t* logits, const double* stats,
+                                  const float* row_max, const int32_t* targets, const float* weights,
+                                  int64_t ignore_index, float grad_scale, int64_t vocab_start, int64_t N,
+                                  int64_t Vl) {
+  std::vector<double> row_loss(N);
+#pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = targets[n];
+    if (t == ignore_index) {
+      row_loss[n] = 0.0;
+      if (losses) losses[n] = 0.0f;
+      if (dlogits) zero_row(dlogits + n * Vl, Vl);
+      continue;
+    }
+    const double w = weights ? static_cast<double>(weights[n]) : 1.0;
+    const double sum = stats[2 * n];
+    const double loss = w * (static_cast<double>(row_max[n]) + std::log(sum) - stats[2 * n + 1]);
+    row_loss[n] = loss;
+    if (losses) losses[n] = static_cast<float>(loss);
+    if (dlogits) {
+      const uint16_t* x = logits + n * Vl;
+      uint16_t* d = dlogits + n * Vl;
+      const float mx = row_max[n];
+      const float k = static_cast<float>(static_cast<double>(grad_scale) * w / sum);
+      const float c = static_cast<float>(static_cast<double>(grad_scale) * w);
+      const int64_t tl = t - vocab_start;
+      const bool holds_target = tl >= 0 && tl < Vl;
+      const float et = holds_target ? vexp(logit(x, tl) - mx) : 0.0f;  // before the row is overwritten
+#pragma omp simd
+      for (int64_t v = 0; v < Vl; ++v) d[v] = f32_to_bf16(vexp(logit(x, v) - mx) * k);
+      if (holds_target) d[tl] = f32_to_bf16(et * k - c);
     }
   }
   double total = 0.0;

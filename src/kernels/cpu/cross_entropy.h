@@ -42,4 +42,22 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
                                   float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl,
                                   uint16_t* dlogits_bf16 = nullptr);
 
+// ---- bf16 logits (the output layer under --bf16, as Megatron's) ----
+// The single-rank kernel on bf16 logits [N, V]: the sums and the gradient are computed in fp32 from the
+// bf16 values, and the gradient is written in bf16; dlogits [N, V] may alias logits (in place).
+double cross_entropy_forward_backward_bf16(float* losses, uint16_t* dlogits, const uint16_t* logits,
+                                           const int32_t* targets, const float* weights, int64_t ignore_index,
+                                           float grad_scale, int64_t N, int64_t V);
+// The vocab-parallel pieces on bf16 logits: (1) and (2) as above without the exponentials' buffer; (3)
+// recomputes them from the logits and writes the bf16 gradient to dlogits [N, Vl] (or null; may alias
+// logits).
+void cross_entropy_shard_max(float* row_max, const uint16_t* logits, const int32_t* targets, int64_t ignore_index,
+                             int64_t N, int64_t Vl);
+void cross_entropy_shard_sumexp(double* stats, const uint16_t* logits, const float* row_max, const int32_t* targets,
+                                int64_t ignore_index, int64_t vocab_start, int64_t N, int64_t Vl);
+double cross_entropy_shard_finish(float* losses, uint16_t* dlogits, const uint16_t* logits, const double* stats,
+                                  const float* row_max, const int32_t* targets, const float* weights,
+                                  int64_t ignore_index, float grad_scale, int64_t vocab_start, int64_t N,
+                                  int64_t Vl);
+
 }  // namespace megadlm::cpu

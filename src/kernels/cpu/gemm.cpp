@@ -85,6 +85,7 @@ enum class Elem : int64_t { F32 = 0, BF16 = 1 };
 // the matrix is shared by every batch entry (broadcast).
 struct MatmulShape {
   Elem elem;
+  Elem out = Elem::F32;  // C's element type
   int64_t batch, M, N, K;
   int64_t a_sb, a_sm, a_sk;  // strides of A over (batch, m, k)
   int64_t b_sb, b_sk, b_sn;  // strides of B over (batch, k, n)
@@ -93,7 +94,7 @@ struct MatmulShape {
   bool accumulate;           // beta != 0: a sum post-op adds the product to C
   std::array<int64_t, 16> key() const {
     return {static_cast<int64_t>(elem), batch, M, N, K, a_sb, a_sm, a_sk, b_sb, b_sk, b_sn, c_sb, c_sm,
-            scaled, accumulate, 0};
+            scaled, accumulate, static_cast<int64_t>(out)};
   }
 };
 
@@ -151,7 +152,7 @@ CachedMatmul create_matmul(const MatmulShape& s) {
   const bool batched = s.batch > 1;
   const auto a_md = make_desc(in_dt, batched, s.batch, s.M, s.K, s.a_sb, s.a_sm, s.a_sk);
   const auto b_md = make_desc(in_dt, batched, s.batch, s.K, s.N, s.b_sb, s.b_sk, s.b_sn);
-  const auto c_md = make_desc(dt::f32, batched, s.batch, s.M, s.N, s.c_sb, s.c_sm, 1);
+  const auto c_md = make_desc(s.out == Elem::BF16 ? dt::bf16 : dt::f32, batched, s.batch, s.M, s.N, s.c_sb, s.c_sm, 1);
   dnnl::primitive_attr attr;
   if (s.scaled) attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
   if (s.accumulate) {
@@ -199,7 +200,7 @@ CachedMatmul get_matmul(const MatmulShape& s) {
 // Runs a cached matmul. Returns false when oneDNN has no implementation for the shape. Assumes the
 // degenerate cases (M, N, K == 0, alpha == 0) were handled and that C was already scaled by beta when
 // beta is neither 0 nor 1.
-bool run_matmul(const MatmulShape& s, const void* A, const void* B, float* C, float alpha) {
+bool run_matmul(const MatmulShape& s, const void* A, const void* B, void* C, float alpha) {
   const CachedMatmul cm = get_matmul(s);
   if (!cm.ok) return false;
   dnnl::engine& engine = cpu_engine();
@@ -290,6 +291,22 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     for (int64_t j = 0; j < b_cols; ++j) b32[i * b_cols + j] = bf16_to_f32(B[i * ldb + j]);
   gemm(trans_a, trans_b, M, N, K, alpha, a32.data(), a_cols, b32.data(), b_cols, beta == 0.0f ? 0.0f : 1.0f,
        C, ldc);
+}
+
+void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc) {
+  check_gemm_args("gemm_bf16_to_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K > 0 && alpha != 0.0f) {
+    MatmulShape s = make_shape(Elem::BF16, trans_a, trans_b, 1, M, N, K, alpha, lda, 0, ldb, 0, 0.0f, ldc, 0);
+    s.out = Elem::BF16;
+    if (run_matmul(s, A, B, C, alpha)) return;
+  }
+  // Degenerate, or no bf16 matmul here: the fp32 result, rounded.
+  std::vector<float> c32(static_cast<size_t>(M * N));
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, c32.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = f32_to_bf16(c32[i * N + j]);
 }
 
 // ---- batched fp32 ---------------------------------------------------------------------------------------

@@ -18,6 +18,11 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
 
+// bf16 inputs, fp32 accumulation, the result rounded to bf16: C [M,N] = bf16(alpha * op(A) @ op(B)) (no
+// beta: C is overwritten without being read). The output layer's logits under --bf16.
+void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc);
+
 // `batch` independent products; matrix i of A starts at A + i * stride_a (likewise B, C).
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
