@@ -14,8 +14,10 @@
 // the layers' products, 1.6-1.8x on the output layer's weight gradient, whose reduction runs over a
 // chunk of a few hundred rows; bench/bench_kernels gemm shows both). brgemm in this oneDNN takes no
 // run-time output scale, so a primitive that carries one is the gemm-based matmul; that is how it is
-// chosen. With AMX, brgemm's AMX kernels stay. MEGADLM_BF16_MATMUL=auto|brgemm|gemm overrides the
-// choice (auto by default); the choice is fixed per process, so results do not vary run to run.
+// chosen. With AMX, brgemm's AMX kernels stay, and so does brgemm for a bf16 output (the gemm-based
+// matmul accumulates a bf16 output in an fp32 copy of the whole of it: 256 MiB for a chunk of logits).
+// MEGADLM_BF16_MATMUL=auto|brgemm|gemm overrides the choice for fp32 outputs (auto by default); the
+// choice is fixed per process, so results do not vary run to run.
 //
 // Degenerate products follow BLAS: M == 0 or N == 0 touches nothing; K == 0 or alpha == 0 gives
 // C = beta * C without reading A or B (beta == 0 writes zeros, whatever C held).
@@ -168,7 +170,7 @@ CachedMatmul create_matmul(const MatmulShape& s) {
   try {
     const dnnl::matmul::desc desc(a_md, b_md, c_md);
     dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
-    if (s.elem == Elem::BF16 && !s.scaled && prefer_gemm_based(pd.impl_info_str())) {
+    if (s.elem == Elem::BF16 && s.out == Elem::F32 && !s.scaled && prefer_gemm_based(pd.impl_info_str())) {
       // The same product with alpha as a run-time scale: oneDNN's gemm-based matmul (see the top).
       attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
       const dnnl::matmul::primitive_desc scaled_pd(desc, attr, cpu_engine());
