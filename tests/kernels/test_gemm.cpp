@@ -182,14 +182,16 @@ TEST(Gemm, Bf16LargerShape) {
 }
 
 // The bf16-output product (the output layer's logits under --bf16) is the fp32-output product rounded to
-// bf16, bit for bit, for every transpose, with alpha, a padded ldc (the padding untouched) and K = 0.
+// bf16, bit for bit, for every transpose, with alpha, a padded ldc (the padding untouched), K = 0 and
+// more rows than one slab.
 TEST(Gemm, Bf16ToBf16IsTheFp32ResultRounded) {
   uint64_t seed = 7000;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (const int64_t K : {int64_t{0}, int64_t{5}, int64_t{384}}) {
-        const int64_t M = 37, N = 70, ldc = N + 3;
-        SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " K=" << K);
+      for (const int64_t K : {int64_t{0}, int64_t{5}, int64_t{384}})
+        for (const int64_t M : {int64_t{37}, int64_t{517}}) {  // 517: two slabs of 256 rows and a tail
+        const int64_t N = 70, ldc = N + 3;
+        SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " K=" << K << " M=" << M);
         const Stored sa = stored_a(ta, M, K, 2), sb = stored_b(tb, K, N, 3);
         const auto A16 = to_bf16(make_stored(sa, ++seed)), B16 = to_bf16(make_stored(sb, ++seed));
         std::vector<float> C32(M * N, NAN);
