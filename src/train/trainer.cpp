@@ -47,7 +47,6 @@ Trainer::Trainer(const TrainArgs& args)
     } catch (const Error& e) {
       fail("--device ", device_name(args_.device), ": ", e.what());
     }
-    MDLM_CHECK(args_.load_hf.empty(), "--device cuda: --load-hf is not supported on the GPU yet");
     MDLM_CHECK(!args_.parallel.use_distributed_optimizer, "--device cuda: --use-distributed-optimizer is not supported on the GPU yet");
   }
   // Tokenizer, mask token and vocabulary.

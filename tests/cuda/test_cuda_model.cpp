@@ -3,8 +3,8 @@
 // after forward_backward, and the same AdamW step. GPT-2 style (LayerNorm, GELU, learned positions,
 // biases, tied output) and LLaMA style (RMSNorm, SwiGLU, RoPE, GQA, QK-norm, untied output), the
 // autoregressive (causal) and the diffusion (bidirectional, 1/t weights, packed documents) objectives,
-// fp32 and --bf16. Then the trainer: `--device cuda` runs, its losses follow the CPU run's, and a
-// checkpoint saved from the GPU resumes to the same next step.
+// fp32 and --bf16. Then the trainer: `--device cuda` runs, its losses follow the CPU run's, a
+// checkpoint saved from the GPU resumes to the same next step, and --load-hf loads onto the GPU.
 //
 // Without a GPU (or in a build without -DMEGADLM_CUDA=ON) the comparisons skip with the reason; the
 // errors that name --device run everywhere.
@@ -282,6 +282,43 @@ void trainer_follows_the_cpu_and_resumes() {
   EXPECT_EQ(resumed.back()["loss"].get<double>(), gpu[2]["loss"].get<double>()) << "the resumed step differs";
 }
 
+// --load-hf with --device cuda: a HuggingFace checkpoint (Qwen3 layout, adapted to diffusion: its
+// vocabulary of 96 already holds the mask token) is loaded on the host and uploaded; the first loss is
+// the CPU run's (the same values, before any update) and the next steps follow it.
+void load_hf_follows_the_cpu() {
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 60);
+  const std::string hf = std::string(MEGADLM_SOURCE_DIR) + "/tests/checkpoint/fixtures/hf_qwen3";
+  const std::vector<std::string> flags = {
+      "pretrain_difflm", "--load-hf", hf, "--model-type", "difflm", "--seq-length", "16", "--micro-batch-size", "2",
+      "--global-batch-size", "4", "--data-path", data, "--tokenizer-type", "NullTokenizer", "--vocab-size", "64",
+      "--mask-token", "62", "--lr", "3e-3", "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-interval",
+      "1000", "--eval-iters", "1", "--seed", "5", "--data-cache-path", data + "_cache", "--train-iters", "3"};
+  test::run_training(flags, {"--save", tmp / "cpu"});
+  test::run_training(flags, {"--save", tmp / "gpu", "--device", "cuda"});
+  const auto cpu = test::training_lines(tmp / "cpu/metrics.jsonl");
+  const auto gpu = test::training_lines(tmp / "gpu/metrics.jsonl");
+  ASSERT_EQ(cpu.size(), 3u);
+  ASSERT_EQ(gpu.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const double a = cpu[i]["loss"].get<double>(), b = gpu[i]["loss"].get<double>();
+    EXPECT_NEAR(b, a, (i == 0 ? 1e-5 : 1e-3) * std::abs(a)) << "iteration " << i + 1;
+  }
+  // And the loaded values are the checkpoint's, not a fresh initialisation: a run from the same seed
+  // without --load-hf starts elsewhere.
+  std::vector<std::string> fresh = {"pretrain_difflm", "--model-type", "difflm", "--num-layers", "2",
+                                    "--hidden-size", "32", "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
+                                    "--kv-channels", "16", "--ffn-hidden-size", "64", "--swiglu",
+                                    "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+                                    "--qk-layernorm", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+                                    "--make-vocab-size-divisible-by", "96"};
+  for (size_t i = 5; i < flags.size(); ++i) fresh.push_back(flags[i]);  // the data and schedule flags
+  test::run_training(fresh, {"--save", tmp / "fresh", "--device", "cuda"});
+  const auto init = test::training_lines(tmp / "fresh/metrics.jsonl");
+  ASSERT_EQ(init.size(), 3u);
+  EXPECT_GT(std::abs(init[0]["loss"].get<double>() - gpu[0]["loss"].get<double>()), 1e-3);
+}
+
 // Each check twice: on the GPU (skipped without one), and on the emulated device (skipped with a GPU).
 #define SKIP_WITH_GPU() \
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the CudaModel / CudaTrainer tests run on it instead"
@@ -309,6 +346,7 @@ BOTH_DEVICES(Gpt2AutoregressiveFp32FullRecompute, compare_forward_backward({fals
 BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
 BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
 BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())
+BOTH_DEVICES(LoadHfFollowsTheCpu, load_hf_follows_the_cpu())
 
 // The emulation itself: a device op given a host array throws, host code reading device memory faults.
 TEST(EmulatedCudaModel, HostAccessToDeviceMemoryIsCaught) {
