@@ -49,26 +49,18 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, u
                                     const uint16_t* logits, const int32_t* targets, const float* weights,
                                     int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl,
                                     int64_t vocab_start, int64_t V) {
-  if (ctx.tp.size == 1) {
-    if (dlogits)
-      return cpu::cross_entropy_forward_backward_bf16(losses, dlogits, logits, targets, weights, ignore_index,
-                                                      grad_scale, N, Vl);
-    check_shards(ctx, targets, ignore_index, N, Vl, V);
-    std::vector<float> row_max(N);  // forward only: the pieces below on one rank
-    std::vector<double> stats(2 * N);
-    cpu::cross_entropy_shard_max(row_max.data(), logits, targets, ignore_index, N, Vl);
-    cpu::cross_entropy_shard_sumexp(stats.data(), logits, row_max.data(), targets, ignore_index, 0, N, Vl);
-    return cpu::cross_entropy_shard_finish(losses, nullptr, logits, stats.data(), row_max.data(), targets, weights,
-                                           ignore_index, grad_scale, 0, N, Vl);
-  }
+  if (ctx.tp.size == 1 && dlogits)
+    return cpu::cross_entropy_forward_backward_bf16(losses, dlogits, logits, targets, weights, ignore_index,
+                                                    grad_scale, N, Vl);
+  // tp > 1, or the loss alone (the pieces below on one rank, without the exponentials' buffer).
   check_shards(ctx, targets, ignore_index, N, Vl, V);
-  Communicator& comm = ctx.tp.communicator();
+  const bool reduce = ctx.tp.size > 1;
   std::vector<float> row_max(N);
   cpu::cross_entropy_shard_max(row_max.data(), logits, targets, ignore_index, N, Vl);
-  comm.all_reduce_max(row_max.data(), N);
+  if (reduce) ctx.tp.communicator().all_reduce_max(row_max.data(), N);
   std::vector<double> stats(2 * N);
   cpu::cross_entropy_shard_sumexp(stats.data(), logits, row_max.data(), targets, ignore_index, vocab_start, N, Vl);
-  comm.all_reduce_sum(stats.data(), 2 * N);
+  if (reduce) ctx.tp.communicator().all_reduce_sum(stats.data(), 2 * N);
   return cpu::cross_entropy_shard_finish(losses, dlogits, logits, stats.data(), row_max.data(), targets, weights,
                                          ignore_index, grad_scale, vocab_start, N, Vl);
 }

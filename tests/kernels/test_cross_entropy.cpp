@@ -68,6 +68,23 @@ std::vector<int32_t> make_targets(int64_t N, int64_t V, uint64_t seed, bool with
   return t;
 }
 
+// logits [N, V] as two tp ranks hold them: shard[r] [N, V/2] the columns of rank r; and row_max [N],
+// the max over both shards' (1) pieces, as the max all-reduce gives it.
+template <typename T>
+void split_in_two(const std::vector<T>& logits, const std::vector<int32_t>& targets, int64_t N, int64_t V,
+                  std::vector<T> shard[2], std::vector<float>& row_max) {
+  const int64_t Vl = V / 2;
+  std::vector<float> part(N);
+  row_max.assign(N, -INFINITY);
+  for (int r = 0; r < 2; ++r) {
+    shard[r].resize(N * Vl);
+    for (int64_t n = 0; n < N; ++n)
+      std::copy(logits.begin() + n * V + r * Vl, logits.begin() + n * V + (r + 1) * Vl, shard[r].begin() + n * Vl);
+    cpu::cross_entropy_shard_max(part.data(), shard[r].data(), targets.data(), kIgnore, N, Vl);
+    for (int64_t n = 0; n < N; ++n) row_max[n] = std::fmax(row_max[n], part[n]);
+  }
+}
+
 // Every element within rtol * |ref| + atol (NaN fails); reports the first offender.
 void expect_close(const float* a, const double* ref, int64_t n, double rtol, double atol, const char* what) {
   for (int64_t i = 0; i < n; ++i) {
@@ -261,15 +278,8 @@ TEST(CrossEntropy, ShardFinishBf16IsTheFp32GradientRounded) {
   const std::vector<float> logits = random_vector(N * V, 95, -6.0f, 6.0f);
   const std::vector<int32_t> targets = make_targets(N, V, 96);
   const std::vector<float> weights = random_vector(N, 97, 0.5f, 1.5f);
-  std::vector<float> shard[2];
-  std::vector<float> row_max(N, -INFINITY), part(N);
-  for (int r = 0; r < 2; ++r) {
-    shard[r].resize(N * Vl);
-    for (int64_t n = 0; n < N; ++n)
-      std::copy(logits.begin() + n * V + r * Vl, logits.begin() + n * V + (r + 1) * Vl, shard[r].begin() + n * Vl);
-    cpu::cross_entropy_shard_max(part.data(), shard[r].data(), targets.data(), kIgnore, N, Vl);
-    for (int64_t n = 0; n < N; ++n) row_max[n] = std::fmax(row_max[n], part[n]);
-  }
+  std::vector<float> shard[2], row_max;
+  split_in_two(logits, targets, N, V, shard, row_max);
   std::vector<double> stats(2 * N, 0.0), st(2 * N);
   std::vector<float> e[2];
   for (int r = 0; r < 2; ++r) {
@@ -342,14 +352,8 @@ TEST(CrossEntropy, Bf16LogitsShardsMatchOneRank) {
   const double one_total = cpu::cross_entropy_forward_backward_bf16(one_losses.data(), one.data(), logits.data(),
                                                                     targets.data(), weights.data(), kIgnore, 0.5f, N, V);
   std::vector<uint16_t> shard[2];
-  std::vector<float> row_max(N, -INFINITY), part(N);
-  for (int r = 0; r < 2; ++r) {
-    shard[r].resize(N * Vl);
-    for (int64_t n = 0; n < N; ++n)
-      std::copy(logits.begin() + n * V + r * Vl, logits.begin() + n * V + (r + 1) * Vl, shard[r].begin() + n * Vl);
-    cpu::cross_entropy_shard_max(part.data(), shard[r].data(), targets.data(), kIgnore, N, Vl);
-    for (int64_t n = 0; n < N; ++n) row_max[n] = std::fmax(row_max[n], part[n]);
-  }
+  std::vector<float> row_max;
+  split_in_two(logits, targets, N, V, shard, row_max);
   std::vector<double> stats(2 * N, 0.0), st(2 * N);
   for (int r = 0; r < 2; ++r) {
     cpu::cross_entropy_shard_sumexp(st.data(), shard[r].data(), row_max.data(), targets.data(), kIgnore, r * Vl, N, Vl);

@@ -358,3 +358,55 @@ TEST(TensorParallel, VocabParallelCrossEntropyInTheHead) {
     EXPECT_LT(world_max(ef), 1e-4);
   }
 }
+
+// The same under --bf16 (bf16 products; on the CPU bf16 logits, and dlogits written over them): each
+// rank's cross-entropy runs on its bf16 shard, the exponentials remade in the finish, and the result
+// follows the single rank's bf16 head (loss, per-token losses, dx, the weight gradient), up to bf16
+// rounding of the gradient where the shards' softmax denominators differ in the last bits; the
+// forward-only loss equals the training loss.
+TEST(TensorParallel, VocabParallelCrossEntropyInTheHeadBf16) {
+  const int64_t N = 10, C = 6, V = 1226;
+  TransformerConfig cfg;
+  cfg.hidden_size = C;
+  cfg.vocab_size = V;
+  std::vector<int32_t> targets(N);
+  for (int64_t n = 0; n < N; ++n) targets[n] = static_cast<int32_t>((n * 389 + 11) % V);
+  targets[3] = -100;
+  targets[4] = 612;  // the last column of rank 0
+  targets[5] = 613;  // the first column of rank 1
+  const std::vector<float> weights = random_vector(N, 50, 0.1f, 2.0f);
+  MDLM_REQUIRE_TP2(tp, false);
+  const ParallelContext single;
+  ParamStore fs, ts;
+  LMHead hf(fs, cfg, -1, &single), ht(ts, cfg, -1, tp);
+  fs.finalize();
+  ts.finalize();
+  randomize(fs, 51, 3.0f);
+  copy_shards(fs, ts);
+  PrecisionConfig pc;
+  pc.mode = PrecisionMode::BF16;
+  MixedPrecision pf(fs, pc), pt(ts, pc);
+  hf.set_precision(&pf);
+  ht.set_precision(&pt);
+  const std::vector<float> x = random_vector(N * C, 52, -2.0f, 2.0f);
+  Arena arena;
+  std::vector<float> xf = x, dxf(N * C, NAN), dxt(N * C, NAN), lf(N, NAN), lt(N, NAN);
+  Tensor dxf_t = Tensor::borrow(dxf.data(), {N, C}, DType::F32), dxt_t = Tensor::borrow(dxt.data(), {N, C}, DType::F32);
+  const double loss_f = hf.loss_and_backward(arena, Tensor::borrow(xf.data(), {N, C}, DType::F32), targets.data(),
+                                             weights.data(), 0.5f, dxf_t, lf.data());
+  std::vector<float> xt = x;
+  const double loss_t = ht.loss_and_backward(arena, Tensor::borrow(xt.data(), {N, C}, DType::F32), targets.data(),
+                                             weights.data(), 0.5f, dxt_t, lt.data());
+  EXPECT_LT(world_max(std::fabs(loss_t - loss_f) / std::fabs(loss_f)), 1e-6) << loss_t << " vs " << loss_f;
+  double el = 0;
+  for (int64_t i = 0; i < N; ++i) el = std::max(el, static_cast<double>(std::fabs(lt[i] - lf[i])) / loss_f);
+  EXPECT_LT(world_max(el), 1e-6);
+  EXPECT_EQ(lt[3], 0.0f);
+  EXPECT_LT(world_max(rows_error(*tp, dxt.data(), dxf, N)), 1e-2);
+  std::string worst;
+  EXPECT_LT(world_max(grad_error(fs, ts, &worst)), 1e-2) << worst;
+  std::vector<float> xt2 = x;
+  EXPECT_NEAR(ht.loss(arena, Tensor::borrow(xt2.data(), {N, C}, DType::F32), targets.data(), weights.data(), nullptr),
+              loss_t, 1e-9 * std::fabs(loss_t));
+}
+

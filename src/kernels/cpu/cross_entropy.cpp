@@ -224,10 +224,16 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
   }
 }
 
-double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
-                                  const int32_t* targets, const float* weights, int64_t ignore_index,
-                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl,
-                                  uint16_t* dlogits_bf16) {
+namespace {
+
+// The loop of piece (3), on fp32 or bf16 logits: each row's loss from the reduced stats, stored in
+// losses (or not) and summed over rows 0..N-1 in double; `ignored(n)` clears the gradient of an ignored
+// row, `gradient(n, k, c, tl)` writes another's, with k = grad_scale w / sum, c = grad_scale w and tl
+// the target's column in the shard (-1 when another rank holds it).
+template <typename Ignored, typename Gradient>
+double finish_rows(float* losses, const double* stats, const float* row_max, const int32_t* targets,
+                   const float* weights, int64_t ignore_index, float grad_scale, int64_t vocab_start, int64_t N,
+                   int64_t Vl, Ignored ignored, Gradient gradient) {
   std::vector<double> row_loss(N);
 #pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -235,31 +241,45 @@ double cross_entropy_shard_finish(float* losses, float* dlogits, const double* s
     if (t == ignore_index) {
       row_loss[n] = 0.0;
       if (losses) losses[n] = 0.0f;
-      if (dlogits_bf16) zero_row(dlogits_bf16 + n * Vl, Vl);
-      continue;  // dlogits already zero from pass (2)
+      ignored(n);
+      continue;
     }
     const double w = weights ? static_cast<double>(weights[n]) : 1.0;
     const double sum = stats[2 * n];
     const double loss = w * (static_cast<double>(row_max[n]) + std::log(sum) - stats[2 * n + 1]);
     row_loss[n] = loss;
     if (losses) losses[n] = static_cast<float>(loss);
-    if (dlogits) {
-      float* d = dlogits + n * Vl;
-      const float k = static_cast<float>(static_cast<double>(grad_scale) * w / sum);
-      const float c = static_cast<float>(static_cast<double>(grad_scale) * w);
-      const int64_t tl = t - vocab_start;
-      if (dlogits_bf16) {
-        scaled_row_to_bf16(dlogits_bf16 + n * Vl, d, Vl, k, tl >= 0 && tl < Vl ? tl : -1, c);
-      } else {
-#pragma omp simd
-        for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
-        if (tl >= 0 && tl < Vl) d[tl] -= c;
-      }
-    }
+    const int64_t tl = t - vocab_start;
+    gradient(n, static_cast<float>(static_cast<double>(grad_scale) * w / sum),
+             static_cast<float>(static_cast<double>(grad_scale) * w), tl >= 0 && tl < Vl ? tl : int64_t{-1});
   }
   double total = 0.0;
   for (int64_t n = 0; n < N; ++n) total += row_loss[n];
   return total;
+}
+
+}  // namespace
+
+double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
+                                  const int32_t* targets, const float* weights, int64_t ignore_index,
+                                  float grad_scale, int64_t vocab_start, int64_t N, int64_t Vl,
+                                  uint16_t* dlogits_bf16) {
+  return finish_rows(
+      losses, stats, row_max, targets, weights, ignore_index, grad_scale, vocab_start, N, Vl,
+      [&](int64_t n) {
+        if (dlogits_bf16) zero_row(dlogits_bf16 + n * Vl, Vl);  // dlogits already zero from pass (2)
+      },
+      [&](int64_t n, float k, float c, int64_t tl) {
+        if (!dlogits) return;
+        float* d = dlogits + n * Vl;  // e from pass (2)
+        if (dlogits_bf16) {
+          scaled_row_to_bf16(dlogits_bf16 + n * Vl, d, Vl, k, tl, c);
+          return;
+        }
+#pragma omp simd
+        for (int64_t v = 0; v < Vl; ++v) d[v] *= k;
+        if (tl >= 0) d[tl] -= c;
+      });
 }
 
 // ---- the vocab-parallel pieces on bf16 logits --------------------------------------------------------
@@ -294,38 +314,21 @@ double cross_entropy_shard_finish(float* losses, uint16_t* dlogits, const uint16
                                   const float* row_max, const int32_t* targets, const float* weights,
                                   int64_t ignore_index, float grad_scale, int64_t vocab_start, int64_t N,
                                   int64_t Vl) {
-  std::vector<double> row_loss(N);
-#pragma omp parallel for schedule(static) if (N * Vl >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t t = targets[n];
-    if (t == ignore_index) {
-      row_loss[n] = 0.0;
-      if (losses) losses[n] = 0.0f;
-      if (dlogits) zero_row(dlogits + n * Vl, Vl);
-      continue;
-    }
-    const double w = weights ? static_cast<double>(weights[n]) : 1.0;
-    const double sum = stats[2 * n];
-    const double loss = w * (static_cast<double>(row_max[n]) + std::log(sum) - stats[2 * n + 1]);
-    row_loss[n] = loss;
-    if (losses) losses[n] = static_cast<float>(loss);
-    if (dlogits) {
-      const uint16_t* x = logits + n * Vl;
-      uint16_t* d = dlogits + n * Vl;
-      const float mx = row_max[n];
-      const float k = static_cast<float>(static_cast<double>(grad_scale) * w / sum);
-      const float c = static_cast<float>(static_cast<double>(grad_scale) * w);
-      const int64_t tl = t - vocab_start;
-      const bool holds_target = tl >= 0 && tl < Vl;
-      const float et = holds_target ? vexp(logit(x, tl) - mx) : 0.0f;  // before the row is overwritten
+  return finish_rows(
+      losses, stats, row_max, targets, weights, ignore_index, grad_scale, vocab_start, N, Vl,
+      [&](int64_t n) {
+        if (dlogits) zero_row(dlogits + n * Vl, Vl);
+      },
+      [&](int64_t n, float k, float c, int64_t tl) {
+        if (!dlogits) return;
+        const uint16_t* x = logits + n * Vl;
+        uint16_t* d = dlogits + n * Vl;
+        const float mx = row_max[n];
+        const float et = tl >= 0 ? vexp(logit(x, tl) - mx) : 0.0f;  // before the row is overwritten
 #pragma omp simd
-      for (int64_t v = 0; v < Vl; ++v) d[v] = f32_to_bf16(vexp(logit(x, v) - mx) * k);
-      if (holds_target) d[tl] = f32_to_bf16(et * k - c);
-    }
-  }
-  double total = 0.0;
-  for (int64_t n = 0; n < N; ++n) total += row_loss[n];
-  return total;
+        for (int64_t v = 0; v < Vl; ++v) d[v] = f32_to_bf16(vexp(logit(x, v) - mx) * k);
+        if (tl >= 0) d[tl] = f32_to_bf16(et * k - c);
+      });
 }
 
 }  // namespace megadlm::cpu
