@@ -37,6 +37,14 @@ void MLP::activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h) co
   else cpu::swiglu_forward_bf16(out, hb, h.data<float>(), N, F_);
 }
 
+void MLP::remake_activation_bf16(Tensor& a) const {
+  const int64_t N = h_.size(0);
+  auto* out = static_cast<uint16_t*>(a.raw());
+  const auto* hb = static_cast<const uint16_t*>(h_.raw());
+  if (act_ == Activation::Gelu) cpu::gelu_forward_bf16(out, hb, N * F_);
+  else cpu::swiglu_forward_bf16(out, hb, N, F_);
+}
+
 // Under a precision policy the fc1 output and the activation are made in the policy's transient arena
 // (freed before returning) and only narrow copies are kept for the backward: h_ here (the
 // activation's input) and, unless the activation is recomputed, fc2's saved input.
@@ -93,10 +101,12 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const size_t mark = arena.mark();
   Tensor da = arena.tensor({N, F_});
   Tensor dh = arena.tensor(h_.shape());
+  // On the CPU the bf16 kernels read the kept bf16 h_ as it is (the bits the fp32 kernels give on its
+  // widened values); otherwise a narrow h_ comes back in fp32, in dh itself: the activation backward
+  // reads each input before it writes the gradient at the same place.
+  const bool bf16_kernels = h_.dtype() == DType::BF16 && h_.device() == Device::CPU;
   Tensor h = h_;
-  if (h_.dtype() != DType::F32) {
-    // The narrow h back in fp32 in dh itself: the activation backward reads each input before it
-    // writes the gradient at the same place.
+  if (h_.dtype() != DType::F32 && !bf16_kernels) {
     load_activation(dh, h_);
     h = dh;
   }
@@ -104,8 +114,8 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     // fc2's saved input remade as the forward made it (under fp16 through da, which fc2's backward
     // then overwrites).
     Tensor a_narrow = arena.tensor({N, F_}, activation_dtype(*prec_));
-    if (a_narrow.dtype() == DType::BF16 && h.device() == Device::CPU) {
-      activation_forward_bf16(a_narrow, nullptr, h);
+    if (bf16_kernels) {
+      remake_activation_bf16(a_narrow);
     } else {
       activation_forward(da, h);
       store_activation(*prec_, a_narrow, da);
@@ -116,9 +126,15 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   } else {
     fc2_.backward(dy, da, false);
   }
-  const Backend& be = backend_of(dh);
-  if (act_ == Activation::Gelu) be.gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
-  else be.swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
+  if (bf16_kernels) {
+    const auto* hb = static_cast<const uint16_t*>(h_.raw());
+    if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), hb, da.data<float>(), N * F_);
+    else cpu::swiglu_backward(dh.data<float>(), hb, da.data<float>(), N, F_);
+  } else {
+    const Backend& be = backend_of(dh);
+    if (act_ == Activation::Gelu) be.gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
+    else be.swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
+  }
   fc1_.backward(dh, dx, false);
   arena.release(mark);
 }

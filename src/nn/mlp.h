@@ -35,6 +35,8 @@ class MLP {
   // (kernels/cpu/elementwise.h: the bits of the cast / activation / cast sequence). CPU tensors only; a
   // device takes that sequence.
   void activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h) const;
+  // a [N, F] bf16 = the activation of the kept bf16 h_ (the backward's remake; CPU tensors).
+  void remake_activation_bf16(Tensor& a) const;
   // bf16 products and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an
   // elementwise pass instead of N*F saved values). Not with bf16 storage only (its forward multiplies
   // the exact fp32 activation) nor fp8 (fc2's input copy carries its own scale).

@@ -222,7 +222,8 @@ TEST(Elementwise, BiasBackwardIsThreadCountIndependent) {
 
 // The one-pass bf16 MLP activations give the bits of the four passes they replace (cast, cast back,
 // the fp32 activation, cast), with and without the kept copy, for 1 and 2 threads; an input that is
-// already bf16 (the backward's remake) gives the same bits again.
+// already bf16 (the backward's remake) gives the same bits again, also read from the kept bf16 copy,
+// and the backwards reading that copy give the fp32 backwards' bits on its widened values.
 TEST(Elementwise, Bf16ActivationsEqualTheCastSequence) {
   auto round = [](const std::vector<float>& x) {
     std::vector<float> r(x.size());
@@ -241,11 +242,21 @@ TEST(Elementwise, Bf16ActivationsEqualTheCastSequence) {
       std::vector<uint16_t> out(n, 0x7FC0), kept(n, 0x7FC0), again(n, 0x7FC0);
       cpu::gelu_forward_bf16(out.data(), kept.data(), h.data(), n);
       cpu::gelu_forward_bf16(again.data(), nullptr, hr.data(), n);
+      // From the kept bf16 copy (the backward's remake), and the backward reading it: the bits of the
+      // fp32 kernels on its widened values.
+      std::vector<uint16_t> remade(n, 0x7FC0);
+      cpu::gelu_forward_bf16(remade.data(), kept.data(), n);
+      const std::vector<float> dout = random_vector(n, 1150 + n, -1.0f, 1.0f);
+      std::vector<float> d32(n, NAN), d16(n, NAN);
+      cpu::gelu_backward(d32.data(), hr.data(), dout.data(), n);
+      cpu::gelu_backward(d16.data(), kept.data(), dout.data(), n);
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_EQ(kept[i], f32_to_bf16(h[i])) << i;
         ASSERT_EQ(out[i], f32_to_bf16(ref[i])) << i;
         ASSERT_EQ(again[i], out[i]) << i;
+        ASSERT_EQ(remade[i], out[i]) << i;
       }
+      EXPECT_EQ(0, std::memcmp(d16.data(), d32.data(), n * sizeof(float)));
     }
     for (int64_t F : {1, 37, 600}) {
       SCOPED_TRACE(::testing::Message() << "SwiGLU F = " << F << ", " << threads << " threads");
@@ -257,11 +268,19 @@ TEST(Elementwise, Bf16ActivationsEqualTheCastSequence) {
       std::vector<uint16_t> out(N * F, 0x7FC0), kept(N * 2 * F, 0x7FC0), again(N * F, 0x7FC0);
       cpu::swiglu_forward_bf16(out.data(), kept.data(), gu.data(), N, F);
       cpu::swiglu_forward_bf16(again.data(), nullptr, gur.data(), N, F);
+      std::vector<uint16_t> remade(N * F, 0x7FC0);
+      cpu::swiglu_forward_bf16(remade.data(), kept.data(), N, F);
+      const std::vector<float> dout = random_vector(N * F, 1250 + F, -1.0f, 1.0f);
+      std::vector<float> d32(N * 2 * F, NAN), d16(N * 2 * F, NAN);
+      cpu::swiglu_backward(d32.data(), gur.data(), dout.data(), N, F);
+      cpu::swiglu_backward(d16.data(), kept.data(), dout.data(), N, F);
       for (int64_t i = 0; i < N * 2 * F; ++i) ASSERT_EQ(kept[i], f32_to_bf16(gu[i])) << i;
       for (int64_t i = 0; i < N * F; ++i) {
         ASSERT_EQ(out[i], f32_to_bf16(ref[i])) << i;
         ASSERT_EQ(again[i], out[i]) << i;
+        ASSERT_EQ(remade[i], out[i]) << i;
       }
+      EXPECT_EQ(0, std::memcmp(d16.data(), d32.data(), N * 2 * F * sizeof(float)));
     }
   }
 }

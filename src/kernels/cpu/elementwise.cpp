@@ -56,13 +56,24 @@ void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t 
   }
 }
 
+// out [n] bf16, h [n] bf16
+void gelu_forward_bf16(uint16_t* out, const uint16_t* h, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(gelu_of(bf16_to_f32(h[i])));
+}
+
+namespace {
+// An input element as fp32: fp32 as it is, bf16 widened (exactly).
+inline float value_at(const float* x, int64_t i) { return x[i]; }
+inline float value_at(const uint16_t* x, int64_t i) { return bf16_to_f32(x[i]); }
+
 // d/dx [x s(2u)] = s + x * 2 s (1 - s) * du/dx, with s = sigmoid(2u) and 1 - s = e s for e = exp(-2u)
 // (so 1 - s keeps full relative precision where s is close to 1).
-// dinp [n] (written, may alias dout), inp [n], dout [n]
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+template <typename T>
+void gelu_backward_of(float* dinp, const T* inp, const float* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
+    const float x = value_at(inp, i);
     const float x2 = x * x;
     const float u = kSqrt2OverPi * (x + kGeluCubic * x2 * x);
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x2);
@@ -71,6 +82,13 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
     const float one_minus_s = e * s;
     dinp[i] = dout[i] * (s + 2.0f * x * s * one_minus_s * du);
   }
+}
+}  // namespace
+
+// dinp [n] (written, may alias dout), inp [n], dout [n]
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) { gelu_backward_of(dinp, inp, dout, n); }
+void gelu_backward(float* dinp, const uint16_t* inp, const float* dout, int64_t n) {
+  gelu_backward_of(dinp, inp, dout, n);
 }
 
 // ---- SiLU ---------------------------------------------------------------------------------------
@@ -128,27 +146,49 @@ void swiglu_forward_bf16(uint16_t* out, uint16_t* gate_up_bf16, const float* gat
   }
 }
 
-// dgate = dout * up * silu'(gate), dup = dout * silu(gate).
-// dgate_up [N, 2F] (written), gate_up [N, 2F], dout [N, F]
-void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F) {
+// out [N, F] bf16, gate_up [N, 2F] bf16
+void swiglu_forward_bf16(uint16_t* out, const uint16_t* gate_up, int64_t N, int64_t F) {
 #pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
   for (int64_t r = 0; r < N; ++r) {
-    const float* g = gate_up + r * 2 * F;
-    const float* u = g + F;
+    const uint16_t* g = gate_up + r * 2 * F;
+    const uint16_t* u = g + F;
+    uint16_t* o = out + r * F;
+#pragma omp simd
+    for (int64_t i = 0; i < F; ++i) o[i] = f32_to_bf16(swiglu_of(bf16_to_f32(g[i]), bf16_to_f32(u[i])));
+  }
+}
+
+namespace {
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate).
+template <typename T>
+void swiglu_backward_of(float* dgate_up, const T* gate_up, const float* dout, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
+  for (int64_t r = 0; r < N; ++r) {
+    const T* g = gate_up + r * 2 * F;
+    const T* u = g + F;
     const float* d = dout + r * F;
     float* dg = dgate_up + r * 2 * F;
     float* du = dg + F;
 #pragma omp simd
     for (int64_t i = 0; i < F; ++i) {
-      const float x = g[i];
+      const float x = value_at(g, i);
       const float e = vexp(-x);
       const float s = 1.0f / (1.0f + e);
-      const float up = u[i];  // both reads come before the writes, so dgate_up may alias gate_up
+      const float up = value_at(u, i);  // both reads come before the writes, so dgate_up may alias gate_up
       const float di = d[i];
       dg[i] = di * up * s * (1.0f + x * (e * s));
       du[i] = di * x * s;
     }
   }
+}
+}  // namespace
+
+// dgate_up [N, 2F] (written), gate_up [N, 2F], dout [N, F]
+void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F) {
+  swiglu_backward_of(dgate_up, gate_up, dout, N, F);
+}
+void swiglu_backward(float* dgate_up, const uint16_t* gate_up, const float* dout, int64_t N, int64_t F) {
+  swiglu_backward_of(dgate_up, gate_up, dout, N, F);
 }
 
 // ---- bias ---------------------------------------------------------------------------------------

@@ -35,6 +35,13 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t n);
 // out [N, F] bf16, gate_up_bf16 [N, 2F] bf16 (or null), gate_up [N, 2F] fp32
 void swiglu_forward_bf16(uint16_t* out, uint16_t* gate_up_bf16, const float* gate_up, int64_t N, int64_t F);
+// The same from the kept bf16 copy (the backward's remake): out = bf16(activation(h)), h bf16.
+void gelu_forward_bf16(uint16_t* out, const uint16_t* h, int64_t n);
+void swiglu_forward_bf16(uint16_t* out, const uint16_t* gate_up, int64_t N, int64_t F);
+// The backwards reading a bf16 input (the kept copy) where the fp32 ones read its widened values:
+// the same bits, without the fp32 copy. dinp / dgate_up fp32 (written), dout fp32.
+void gelu_backward(float* dinp, const uint16_t* inp, const float* dout, int64_t n);
+void swiglu_backward(float* dgate_up, const uint16_t* gate_up, const float* dout, int64_t N, int64_t F);
 
 // out = a + b (out may alias a or b); a += b.
 void residual_add(float* out, const float* a, const float* b, int64_t n);
