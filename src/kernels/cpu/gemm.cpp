@@ -12,10 +12,11 @@
 // Which bf16 matmul: oneDNN lists its brgemm implementation first, but on a CPU with AVX512-BF16 and no
 // AMX its gemm-based matmul ("gemm:jit") is faster on every product of our models (2 threads: 2-20% on
 // the layers' products, 1.6-1.8x on the output layer's weight gradient, whose reduction runs over a
-// chunk of a few hundred rows; bench/bench_kernels gemm shows both). brgemm in this oneDNN takes no
-// run-time output scale, so a primitive that carries one is the gemm-based matmul; that is how it is
-// chosen. With AMX, brgemm's AMX kernels stay, and so does brgemm for a bf16 output (the gemm-based
-// matmul accumulates a bf16 output in an fp32 copy of the whole of it: 256 MiB for a chunk of logits).
+// chunk of a few hundred rows; compare `bench_kernels gemm` with MEGADLM_BF16_MATMUL=brgemm and without).
+// brgemm in this oneDNN takes no run-time output scale, so a primitive that carries one is the
+// gemm-based matmul; that is how it is chosen. With AMX, brgemm's AMX kernels stay, and so does brgemm
+// for a bf16 output (the gemm-based matmul accumulates a bf16 output in an fp32 copy of the whole of
+// it: 256 MiB for a chunk of logits).
 // MEGADLM_BF16_MATMUL=auto|brgemm|gemm overrides the choice for fp32 outputs (auto by default); the
 // choice is fixed per process, so results do not vary run to run.
 //
@@ -27,9 +28,9 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
