@@ -300,21 +300,35 @@ TEST(TensorParallel, VocabParallelEmbedding) {
   }
 }
 
+// The output layers' tests: C = 6, V = 2 x 613, and targets for N rows spread over the vocabulary,
+// row 3 ignored, rows 4 and 5 on the last column of rank 0 and the first of rank 1.
+namespace {
+constexpr int64_t kHeadC = 6, kHeadV = 1226;
+TransformerConfig head_config() {
+  TransformerConfig cfg;
+  cfg.hidden_size = kHeadC;
+  cfg.vocab_size = kHeadV;
+  return cfg;
+}
+std::vector<int32_t> head_targets(int64_t N) {
+  std::vector<int32_t> targets(N);
+  for (int64_t n = 0; n < N; ++n) targets[n] = static_cast<int32_t>((n * 389 + 11) % kHeadV);
+  targets[3] = -100;
+  targets[4] = 612;  // the last column of rank 0
+  targets[5] = 613;  // the first column of rank 1
+  return targets;
+}
+}  // namespace
+
 // The output layer with the vocab-parallel cross-entropy: the logits [N, V/2] of each rank are never
 // gathered, yet the loss, per-token losses, dx and the weight gradient match the single rank. A
 // vocabulary of 2 x 613 columns spans several of the kernel's 512-term sum blocks; ignored targets
 // and per-token weights as in the diffusion loss; large logits exercise the max subtraction.
 TEST(TensorParallel, VocabParallelCrossEntropyInTheHead) {
-  const int64_t N = 10, C = 6, V = 1226;
-  TransformerConfig cfg;
-  cfg.hidden_size = C;
-  cfg.vocab_size = V;
-  std::vector<int32_t> targets(N);
-  for (int64_t n = 0; n < N; ++n) targets[n] = static_cast<int32_t>((n * 389 + 11) % V);
-  targets[3] = -100;
+  const int64_t N = 10, C = kHeadC, V = kHeadV;
+  const TransformerConfig cfg = head_config();
+  std::vector<int32_t> targets = head_targets(N);
   targets[7] = -100;
-  targets[4] = 612;  // the last column of rank 0
-  targets[5] = 613;  // the first column of rank 1
   const std::vector<float> weights = random_vector(N, 40, 0.1f, 2.0f);
   for (bool sp : {false, true}) {
     MDLM_REQUIRE_TP2(tp, sp);
@@ -365,15 +379,9 @@ TEST(TensorParallel, VocabParallelCrossEntropyInTheHead) {
 // rounding of the gradient where the shards' softmax denominators differ in the last bits; the
 // forward-only loss equals the training loss.
 TEST(TensorParallel, VocabParallelCrossEntropyInTheHeadBf16) {
-  const int64_t N = 10, C = 6, V = 1226;
-  TransformerConfig cfg;
-  cfg.hidden_size = C;
-  cfg.vocab_size = V;
-  std::vector<int32_t> targets(N);
-  for (int64_t n = 0; n < N; ++n) targets[n] = static_cast<int32_t>((n * 389 + 11) % V);
-  targets[3] = -100;
-  targets[4] = 612;  // the last column of rank 0
-  targets[5] = 613;  // the first column of rank 1
+  const int64_t N = 10, C = kHeadC;
+  const TransformerConfig cfg = head_config();
+  const std::vector<int32_t> targets = head_targets(N);
   const std::vector<float> weights = random_vector(N, 50, 0.1f, 2.0f);
   MDLM_REQUIRE_TP2(tp, false);
   const ParallelContext single;

@@ -141,12 +141,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
-      // Consecutive tasks share a head, so its K and V stay in cache; within a head the latest query
-      // tiles come first (under a causal mask the heaviest), leaving light tasks for the end.
-      const int64_t qtile = s.nqt - 1 - task % s.nqt;
-      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
-      const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
-      const Visibility vis = visibility(mask, b, T);
+      const auto [b, h, g, q0, nq, vis] = query_task(s, mask, task);  // order: see query_task
       const float* qb = q + (b * T + q0) * s.qs + h * D;  // [nq, D] rows, stride H*D
 
       transpose_rows(qt, TQ, qb, s.qs, nq, D, c);
@@ -204,10 +199,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < nq_tasks; ++task) {
-      const int64_t qtile = s.nqt - 1 - task % s.nqt;  // same order as the forward
-      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
-      const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
-      const Visibility vis = visibility(mask, b, T);
+      const auto [b, h, g, q0, nq, vis] = query_task(s, mask, task);  // order: see query_task
       const int64_t row0 = (b * T + q0) * s.qs + h * D;
 
       transpose_rows(qt, TQ, q + row0, s.qs, nq, D, c);
@@ -262,12 +254,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < nk_tasks; ++task) {
-      // Consecutive tasks share a kv head (its queries stay in cache); within it the earliest key tiles
-      // come first: under a causal mask they are seen by the most queries.
-      const int64_t ktile = task % s.nkt;
-      const int64_t b = task / s.nkt / K, g = task / s.nkt % K;
-      const int64_t k0 = ktile * TK, nk = std::min(TK, T - k0);
-      const Visibility vis = visibility(mask, b, T);
+      const auto [b, g, k0, nk, vis] = key_task(s, mask, task);  // order: see key_task
       const int64_t krow0 = (b * T + k0) * s.ks + g * D;
 
       transpose_rows(kt, TK, k + krow0, s.ks, nk, D, c);

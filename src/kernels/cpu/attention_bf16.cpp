@@ -303,10 +303,7 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
-      const int64_t qtile = s.nqt - 1 - task % s.nqt;  // the fp32 kernel's order (see there)
-      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
-      const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
-      const Visibility vis = visibility(mask, b, T);
+      const auto [b, h, g, q0, nq, vis] = query_task(s, mask, task);  // order: see query_task
 
       pack_transposed(qt, TQ, qe + (b * T + q0) * e.qse + h * De, e.qse, nq, De);
       std::fill(acc, acc + TQ * Dp, 0.0f);
@@ -385,10 +382,7 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < nq_tasks; ++task) {
-      const int64_t qtile = s.nqt - 1 - task % s.nqt;
-      const int64_t b = task / s.nqt / H, h = task / s.nqt % H, g = h / s.group;
-      const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
-      const Visibility vis = visibility(mask, b, T);
+      const auto [b, h, g, q0, nq, vis] = query_task(s, mask, task);  // order: see query_task
       const int64_t row0 = (b * T + q0) * e.qse + h * De;
 
       pack_transposed(qt, TQ, qe + row0, e.qse, nq, De);
@@ -445,10 +439,7 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < nk_tasks; ++task) {
-      const int64_t ktile = task % s.nkt;
-      const int64_t b = task / s.nkt / K, g = task / s.nkt % K;
-      const int64_t k0 = ktile * TK, nk = std::min(TK, T - k0);
-      const Visibility vis = visibility(mask, b, T);
+      const auto [b, g, k0, nk, vis] = key_task(s, mask, task);  // order: see key_task
       const int64_t krow0 = (b * T + k0) * e.kse + g * De;
 
       pack_transposed(kt, TK, ke + krow0, e.kse, nk, De);

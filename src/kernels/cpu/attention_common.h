@@ -228,6 +228,33 @@ inline Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t
   return s;
 }
 
+// ---- tasks -------------------------------------------------------------------------------------------
+// A task of the forward and of the backward's dq pass: (b, query head h, query tile). Consecutive tasks
+// share a head, so its K and V stay in cache; within a head the latest query tiles come first (under a
+// causal mask the heaviest), leaving light tasks for the end. g is h's kv head; rows [q0, q0 + nq).
+struct QueryTask {
+  int64_t b, h, g, q0, nq;
+  Visibility vis;
+};
+inline QueryTask query_task(const Shape& s, const AttentionMask& mask, int64_t task) {
+  const int64_t qtile = s.nqt - 1 - task % s.nqt;
+  const int64_t b = task / s.nqt / s.H, h = task / s.nqt % s.H, q0 = qtile * TQ;
+  return {b, h, h / s.group, q0, std::min(TQ, s.T - q0), visibility(mask, b, s.T)};
+}
+
+// A task of the backward's dk/dv pass: (b, kv head g, key tile). Consecutive tasks share a kv head (its
+// queries stay in cache); within it the earliest key tiles come first: under a causal mask they are
+// seen by the most queries. Rows [k0, k0 + nk).
+struct KeyTask {
+  int64_t b, g, k0, nk;
+  Visibility vis;
+};
+inline KeyTask key_task(const Shape& s, const AttentionMask& mask, int64_t task) {
+  const int64_t ktile = task % s.nkt;
+  const int64_t b = task / s.nkt / s.K, k0 = ktile * TK;
+  return {b, task / s.nkt % s.K, k0, std::min(TK, s.T - k0), visibility(mask, b, s.T)};
+}
+
 // lse (natural log) -> base-2 row offsets; a row that saw no key (lse = -inf) gets +inf so P = 0.
 inline void lse_to_log2(float* lse2, const float* lse, int64_t n, int64_t pad_to) {
   for (int64_t i = 0; i < n; ++i) lse2[i] = lse[i] == kNegInf ? kInf : lse[i] * kLog2e;

@@ -38,6 +38,12 @@ inline float gelu_of(float x) {
   return x * vsigmoid(2.0f * u);
 }
 inline float swiglu_of(float gate, float up) { return gate * vsigmoid(gate) * up; }
+
+// An input element as fp32 (bf16 widened, exactly), and rounded to bf16 (bf16 as it is).
+inline float value_at(const float* x, int64_t i) { return x[i]; }
+inline float value_at(const uint16_t* x, int64_t i) { return bf16_to_f32(x[i]); }
+inline uint16_t bf16_at(const float* x, int64_t i) { return f32_to_bf16(x[i]); }
+inline uint16_t bf16_at(const uint16_t* x, int64_t i) { return x[i]; }
 }  // namespace
 
 // out [n], inp [n] (may alias)
@@ -46,27 +52,25 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gelu_of(inp[i]);
 }
 
-// out [n] bf16, h_bf16 [n] bf16 (or null), h [n] fp32
-void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t n) {
+namespace {
+// out [n] bf16, h_bf16 [n] bf16 (or null), h [n] fp32 or bf16
+template <typename T>
+void gelu_forward_bf16_of(uint16_t* out, uint16_t* h_bf16, const T* h, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t hb = f32_to_bf16(h[i]);
+    const uint16_t hb = bf16_at(h, i);
     if (h_bf16) h_bf16[i] = hb;
     out[i] = f32_to_bf16(gelu_of(bf16_to_f32(hb)));
   }
 }
+}  // namespace
 
-// out [n] bf16, h [n] bf16
-void gelu_forward_bf16(uint16_t* out, const uint16_t* h, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(gelu_of(bf16_to_f32(h[i])));
+void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t n) {
+  gelu_forward_bf16_of(out, h_bf16, h, n);
 }
+void gelu_forward_bf16(uint16_t* out, const uint16_t* h, int64_t n) { gelu_forward_bf16_of(out, nullptr, h, n); }
 
 namespace {
-// An input element as fp32: fp32 as it is, bf16 widened (exactly).
-inline float value_at(const float* x, int64_t i) { return x[i]; }
-inline float value_at(const uint16_t* x, int64_t i) { return bf16_to_f32(x[i]); }
-
 // d/dx [x s(2u)] = s + x * 2 s (1 - s) * du/dx, with s = sigmoid(2u) and 1 - s = e s for e = exp(-2u)
 // (so 1 - s keeps full relative precision where s is close to 1).
 template <typename T>
@@ -129,33 +133,31 @@ void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
   }
 }
 
-// out [N, F] bf16, gate_up_bf16 [N, 2F] bf16 (or null), gate_up [N, 2F] fp32
-void swiglu_forward_bf16(uint16_t* out, uint16_t* gate_up_bf16, const float* gate_up, int64_t N, int64_t F) {
+namespace {
+// out [N, F] bf16, gate_up_bf16 [N, 2F] bf16 (or null), gate_up [N, 2F] fp32 or bf16
+template <typename T>
+void swiglu_forward_bf16_of(uint16_t* out, uint16_t* gate_up_bf16, const T* gate_up, int64_t N, int64_t F) {
 #pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
   for (int64_t r = 0; r < N; ++r) {
-    const float* g = gate_up + r * 2 * F;
-    const float* u = g + F;
+    const T* g = gate_up + r * 2 * F;
+    const T* u = g + F;
     uint16_t* gb = gate_up_bf16 ? gate_up_bf16 + r * 2 * F : nullptr;
     uint16_t* o = out + r * F;
 #pragma omp simd
     for (int64_t i = 0; i < F; ++i) {
-      const uint16_t gi = f32_to_bf16(g[i]), ui = f32_to_bf16(u[i]);
+      const uint16_t gi = bf16_at(g, i), ui = bf16_at(u, i);
       if (gb) gb[i] = gi, gb[F + i] = ui;
       o[i] = f32_to_bf16(swiglu_of(bf16_to_f32(gi), bf16_to_f32(ui)));
     }
   }
 }
+}  // namespace
 
-// out [N, F] bf16, gate_up [N, 2F] bf16
+void swiglu_forward_bf16(uint16_t* out, uint16_t* gate_up_bf16, const float* gate_up, int64_t N, int64_t F) {
+  swiglu_forward_bf16_of(out, gate_up_bf16, gate_up, N, F);
+}
 void swiglu_forward_bf16(uint16_t* out, const uint16_t* gate_up, int64_t N, int64_t F) {
-#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
-  for (int64_t r = 0; r < N; ++r) {
-    const uint16_t* g = gate_up + r * 2 * F;
-    const uint16_t* u = g + F;
-    uint16_t* o = out + r * F;
-#pragma omp simd
-    for (int64_t i = 0; i < F; ++i) o[i] = f32_to_bf16(swiglu_of(bf16_to_f32(g[i]), bf16_to_f32(u[i])));
-  }
+  swiglu_forward_bf16_of(out, nullptr, gate_up, N, F);
 }
 
 namespace {
