@@ -1,7 +1,8 @@
 // Attention forward and backward, fp32 kernel (attention.h) against the bf16-operand kernel
 // (attention_bf16.h), at the shapes of our GPT-2 runs: gpt2-small DLM (B=8, T=256, H=K=6, D=64) and
 // gpt2-124m (B=4, T=256, H=K=12, D=64), each causal and bidirectional. Inputs are the same bf16 values
-// for both (the fp32 kernel gets them widened). Each time is the best of N calls after one warm-up.
+// for both (the fp32 kernel gets them widened). Each time is the best of N calls after one warm-up. The
+// bf16 backward runs its automatic schedule (fused at these shapes) and, for comparison, the two passes.
 //
 // Usage: OMP_NUM_THREADS=2 chrt -f 10 bench_attention_bf16 [N]   (N defaults to 10)
 #include <omp.h>
@@ -76,15 +77,19 @@ void run(const Case& c, int reps) {
     attention_forward_bf16(out.data(), lse.data(), q16.data(), k16.data(), v16.data(), B, T, H, K, D, mask, scale);
   }, reps);
   for (int64_t i = 0; i < nq; ++i) out16[i].bits = f32_to_bf16(out[i]);
-  const double bf_bwd = best_ms([&] {
-    attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q16.data(), k16.data(), v16.data(),
-                            out16.data(), lse.data(), B, T, H, K, D, mask, scale);
-  }, reps);
-  std::printf("%-11s B=%-2ld T=%ld H=%-2ld D=%ld %-6s | fwd %7.2f %7.2f  x%.2f | bwd %7.2f %7.2f  x%.2f | "
-              "f+b x%.2f\n",
+  auto bf_backward = [&](AttentionBackwardSchedule schedule) {
+    return best_ms([&] {
+      attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q16.data(), k16.data(), v16.data(),
+                              out16.data(), lse.data(), B, T, H, K, D, mask, scale, schedule);
+    }, reps);
+  };
+  const double bf_bwd = bf_backward(AttentionBackwardSchedule::Auto);
+  const double bf_bwd2 = bf_backward(AttentionBackwardSchedule::TwoPass);
+  std::printf("%-11s B=%-2ld T=%ld H=%-2ld D=%ld %-6s | fwd %7.2f %7.2f  x%.2f | bwd %7.2f %7.2f  x%.2f "
+              "(two-pass %7.2f) | f+b x%.2f\n",
               c.name, static_cast<long>(B), static_cast<long>(T), static_cast<long>(H), static_cast<long>(D),
               c.mask == MaskType::Causal ? "causal" : "bidir", f32_fwd, bf_fwd, f32_fwd / bf_fwd, f32_bwd, bf_bwd,
-              f32_bwd / bf_bwd, (f32_fwd + f32_bwd) / (bf_fwd + bf_bwd));
+              f32_bwd / bf_bwd, bf_bwd2, (f32_fwd + f32_bwd) / (bf_fwd + bf_bwd));
 }
 
 }  // namespace

@@ -179,7 +179,7 @@ struct Result {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-Result run_bf16(const Problem& p) {
+Result run_bf16(const Problem& p, AttentionBackwardSchedule schedule = AttentionBackwardSchedule::Auto) {
   const auto [B, T, H, K, D] = p.s;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Result r{std::vector<float>(B * T * H * D, nan), std::vector<float>(B * H * T, nan),
@@ -190,7 +190,7 @@ Result run_bf16(const Problem& p) {
                          D, mask, p.scale);
   const std::vector<bf16_t> out16 = round_bf16(r.out);  // what a bf16 trainer saves
   attention_backward_bf16(r.dq.data(), r.dk.data(), r.dv.data(), p.dout.data(), p.q.bits.data(), p.k.bits.data(),
-                          p.v.bits.data(), out16.data(), r.lse.data(), B, T, H, K, D, mask, p.scale);
+                          p.v.bits.data(), out16.data(), r.lse.data(), B, T, H, K, D, mask, p.scale, schedule);
   return r;
 }
 
@@ -220,21 +220,25 @@ struct Worst {
   double out = 0, lse = 0, grad = 0;
 };
 
+// Both backward schedules are checked (their bitwise agreement is a test of its own).
 void check_against_exact(const Problem& p, Worst* worst = nullptr) {
   SCOPED_TRACE(describe(p.s, p.m));
-  const Result r = run_bf16(p);
   const Exact x = exact(p);
-  const double e_out = max_rel_error(r.out, x.out), e_lse = max_lse_error(r.lse, x.lse);
-  const double e_dq = max_rel_error(r.dq, x.dq), e_dk = max_rel_error(r.dk, x.dk), e_dv = max_rel_error(r.dv, x.dv);
-  EXPECT_LT(e_out, kOutTol) << "out";
-  EXPECT_LT(e_lse, kLseTol) << "lse";
-  EXPECT_LT(e_dq, kGradTol) << "dq";
-  EXPECT_LT(e_dk, kGradTol) << "dk";
-  EXPECT_LT(e_dv, kGradTol) << "dv";
-  if (worst) {
-    worst->out = std::max(worst->out, e_out);
-    worst->lse = std::max(worst->lse, e_lse);
-    worst->grad = std::max({worst->grad, e_dq, e_dk, e_dv});
+  for (AttentionBackwardSchedule schedule : {AttentionBackwardSchedule::Fused, AttentionBackwardSchedule::TwoPass}) {
+    SCOPED_TRACE(schedule == AttentionBackwardSchedule::Fused ? "fused backward" : "two-pass backward");
+    const Result r = run_bf16(p, schedule);
+    const double e_out = max_rel_error(r.out, x.out), e_lse = max_lse_error(r.lse, x.lse);
+    const double e_dq = max_rel_error(r.dq, x.dq), e_dk = max_rel_error(r.dk, x.dk), e_dv = max_rel_error(r.dv, x.dv);
+    EXPECT_LT(e_out, kOutTol) << "out";
+    EXPECT_LT(e_lse, kLseTol) << "lse";
+    EXPECT_LT(e_dq, kGradTol) << "dq";
+    EXPECT_LT(e_dk, kGradTol) << "dk";
+    EXPECT_LT(e_dv, kGradTol) << "dv";
+    if (worst) {
+      worst->out = std::max(worst->out, e_out);
+      worst->lse = std::max(worst->lse, e_lse);
+      worst->grad = std::max({worst->grad, e_dq, e_dk, e_dv});
+    }
   }
 }
 
@@ -333,6 +337,34 @@ TEST(AttentionBf16, BitwiseIdenticalForOneAndTwoThreads) {
       EXPECT_TRUE(same(one.dv, two.dv)) << "dv";
     }
   }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The fused backward sums the same bf16 operands in the same order as the two passes: bitwise equal,
+// over tile borders, odd head dims, GQA and every mask, with one thread and with a team.
+TEST(AttentionBf16, FusedBackwardIsBitwiseTheTwoPasses) {
+  const Shape5 shapes[] = {{2, 130, 4, 2, 64}, {1, 65, 4, 1, 25}, {3, 200, 2, 2, 40}, {2, 7, 2, 1, 72}};
+  const MaskSpec masks[] = {{MaskType::None, 0, false}, {MaskType::Causal, 0, true}, {MaskType::BlockCausal, 24, true}};
+  uint64_t seed = 8300;
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (const Shape5& sh : shapes)
+      for (const MaskSpec& m : masks) {
+        const Problem p = make_problem(sh, m, seed += 10);
+        SCOPED_TRACE(describe(p.s, p.m) + " threads " + std::to_string(threads));
+        const Result fused = run_bf16(p, AttentionBackwardSchedule::Fused);
+        const Result two = run_bf16(p, AttentionBackwardSchedule::TwoPass);
+        EXPECT_TRUE(same_bits(fused.dq, two.dq)) << "dq";
+        EXPECT_TRUE(same_bits(fused.dk, two.dk)) << "dk";
+        EXPECT_TRUE(same_bits(fused.dv, two.dv)) << "dv";
+        // A check that cannot pass by accident: the gradients are finite and not all zero.
+        EXPECT_GT(max_rel_error(fused.dk, std::vector<double>(fused.dk.size(), 0.0)), 0.0);
+      }
+  }
+  omp_set_num_threads(2);
 }
 
 TEST(AttentionBf16, RejectsBadArguments) {

@@ -26,6 +26,8 @@
 // denormals as zero, irrelevant at the magnitudes of attention (a P below 2^-126 is 0 anyway).
 #include "kernels/cpu/attention_bf16.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -273,8 +275,6 @@ void round_dout_and_delta(bf16_t* do16, float* delta, const float* dout, const b
 
 }  // namespace
 
-bool attention_bf16_native() { return true; }
-
 // ---- forward ---------------------------------------------------------------------------------------
 void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t B,
                             int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask, float scale) {
@@ -345,85 +345,210 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
 }
 
 // ---- backward --------------------------------------------------------------------------------------
-void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const bf16_t* q, const bf16_t* k,
-                             const bf16_t* v, const bf16_t* out, const float* lse, int64_t B, int64_t T, int64_t H,
-                             int64_t K, int64_t D, const AttentionMask& mask, float scale) {
-  const Shape s = check_and_shape(B, T, H, K, D, mask, scale, "attention_backward_bf16");
-  if (B == 0 || T == 0) return;
-  const Pairs e = pairs_of(s);
-  const int64_t Dp = s.Dp, De = e.De;
-  const float c = scale * kLog2e;
+namespace {
 
-  // Once per call: even-length rows of q, k, v, dO (bf16), delta, and the tiles paired along rows.
-  Workspace& ws = workspace();
-  const bf16_t* qe = even_rows(q, B * T * H, D, De, s.parallel, ws.rows[0]);  // [B, T, H, De]
-  const bf16_t* ke = even_rows(k, B * T * K, D, De, s.parallel, ws.rows[1]);  // [B, T, K, De]
-  const bf16_t* ve = even_rows(v, B * T * K, D, De, s.parallel, ws.rows[2]);  // [B, T, K, De]
-  bf16_t* do16 = at_least(ws.rows[3], B * T * H * De);                        // [B, T, H, De]
-  float* delta_all = at_least(ws.delta, B * H * T);                           // [B, H, T]
-  round_dout_and_delta(do16, delta_all, dout, out, s, e);
-  const word* kp = pack_all_row_pairs(ws.tiles[0], ke, K, De, s, e);    // K tiles paired along keys
-  const word* qp = pack_all_row_pairs(ws.tiles[1], qe, H, De, s, e);    // Q tiles paired along queries
-  const word* dop = pack_all_row_pairs(ws.tiles[2], do16, H, De, s, e);  // dO tiles, likewise
+// The fused schedule is used when there are at least this many (b, kv head) tasks per thread.
+constexpr int64_t kFusedTasksPerThread = 4;
 
-  // dq pass: one task per (b, h, query tile), keys as rows of the score tile (S^T).
-  const int64_t nq_tasks = s.nqt * B * H;
+// What every backward schedule reads: the call's arguments and the once-per-call copies.
+struct BackwardOperands {
+  Shape s;
+  Pairs e;
+  AttentionMask mask;
+  float scale, c;                       // c = scale * log2(e): scores in base 2
+  const bf16_t *qe, *ke, *ve, *do16;    // [B, T, H|K, De] rows (bf16)
+  const float *lse, *delta_all;         // [B, H, T]
+  const word *kp, *qp, *dop;            // K, Q, dO tiles paired along their rows
+  float *dq, *dk, *dv;                  // outputs, written
+};
+
+// The score tile of one (query tile, key tile) pair with keys as rows, and what the products after it
+// need: S^T = c K Q^T and dP^T = V dO^T, masked; P^T = exp2(S^T - lse2) and dS^T = P^T (dP^T - delta)
+// (fp32, a lane per query), rounded to bf16 as
+//   - ds_keys [TK/2, TQ] words: dS^T paired along keys (rows j, j+1), the broadcast operand of dQ;
+//   - p_rows, ds_rows [TK, TQ] bf16 (optional): P^T and dS^T rows as they are, i.e. paired along
+//     queries, the broadcast operands of dV and dK.
+// Query lanes past nq have zero Q^T / dO^T columns and lse2 = +inf, so their P and dS are 0; an odd last
+// key pairs with 0 in ds_keys.
+struct ScoreTiles {
+  float *st, *dpt;                      // [TK, TQ] scratch
+  word* ds_keys;                        // [TK/2, TQ]
+  bf16_t *p_rows, *ds_rows;             // [TK, TQ] each, or null
+};
+
+void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibility& vis, const TileMask& tm,
+                 const word* qt, const word* dot, const float* lse2, const float* delta, int64_t q0, int64_t nq,
+                 int64_t krow0, int64_t k0, int64_t nk) {
+  const int64_t De = o.e.De;
+  tile_product_bf16(t.st, TQ, o.ke + krow0, o.e.kse, 2, qt, TQ, nk, De / 2, TQ, false, o.c);    // S^T = c K Q^T
+  tile_product_bf16(t.dpt, TQ, o.ve + krow0, o.e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1);  // dP^T = V dO^T
+  if (tm.partial()) mask_tile(t.st, TQ, true, vis, tm, q0, nq, k0, nk);
+  for (int64_t j = 0; j < nk; j += 2) {
+    const bool has_hi = j + 1 < nk;
+    for (int64_t i = 0; i < TQ; i += 16) {
+      const v16 l2 = load16(lse2 + i), di = load16(delta + i);
+      const v16 p0 = exp2v(load16(t.st + j * TQ + i) - l2);
+      const v16 p1 = has_hi ? exp2v(load16(t.st + (j + 1) * TQ + i) - l2) : v16{};
+      const v16 ds0 = p0 * (load16(t.dpt + j * TQ + i) - di);
+      const v16 ds1 = has_hi ? p1 * (load16(t.dpt + (j + 1) * TQ + i) - di) : v16{};
+      _mm512_storeu_si512(t.ds_keys + j / 2 * TQ + i, pack_pairs(ds0, ds1));
+      if (t.p_rows == nullptr) continue;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.p_rows + j * TQ + i), (__m256i)_mm512_cvtneps_pbh((__m512)p0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.ds_rows + j * TQ + i), (__m256i)_mm512_cvtneps_pbh((__m512)ds0));
+      if (!has_hi) continue;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.p_rows + (j + 1) * TQ + i),
+                          (__m256i)_mm512_cvtneps_pbh((__m512)p1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.ds_rows + (j + 1) * TQ + i),
+                          (__m256i)_mm512_cvtneps_pbh((__m512)ds1));
+    }
+  }
+}
+
+// A query tile's setup in the passes that walk key tiles for it: Q^T and dO^T paired along D, lse in
+// base 2 and delta, both padded (+inf, 0) to TQ lanes.
+void load_query_tile(word* qt, word* dot, float* lse2, float* delta, const BackwardOperands& o, int64_t b,
+                     int64_t h, int64_t q0, int64_t nq) {
+  const Shape& s = o.s;
+  const int64_t row0 = (b * s.T + q0) * o.e.qse + h * o.e.De;
+  pack_transposed(qt, TQ, o.qe + row0, o.e.qse, nq, o.e.De);
+  pack_transposed(dot, TQ, o.do16 + row0, o.e.qse, nq, o.e.De);
+  lse_to_log2(lse2, o.lse + (b * s.H + h) * s.T + q0, nq, TQ);
+  const float* d = o.delta_all + (b * s.H + h) * s.T + q0;
+  std::copy(d, d + nq, delta);
+  std::fill(delta + nq, delta + TQ, 0.0f);
+}
+
+// dq rows [nq, D] of head h = scale * acc.
+void store_dq(const BackwardOperands& o, const float* acc, int64_t b, int64_t h, int64_t q0, int64_t nq) {
+  const Shape& s = o.s;
+  for (int64_t i = 0; i < nq; ++i) {
+    float* out = o.dq + (b * s.T + q0 + i) * s.qs + h * s.D;
+    for (int64_t d = 0; d < s.D; ++d) out[d] = acc[i * s.Dp + d] * o.scale;
+  }
+}
+
+// dk, dv rows [nk, D] of kv head g = scale * dk_acc, dv_acc.
+void store_dk_dv(const BackwardOperands& o, const float* dk_acc, const float* dv_acc, int64_t b, int64_t g,
+                 int64_t k0, int64_t nk) {
+  const Shape& s = o.s;
+  for (int64_t j = 0; j < nk; ++j) {
+    float* dko = o.dk + (b * s.T + k0 + j) * s.ks + g * s.D;
+    float* dvo = o.dv + (b * s.T + k0 + j) * s.ks + g * s.D;
+    for (int64_t d = 0; d < s.D; ++d) {
+      dko[d] = dk_acc[j * s.Dp + d] * o.scale;
+      dvo[d] = dv_acc[j * s.Dp + d];
+    }
+  }
+}
+
+// The fused schedule: one task per (b, kv head g). For each query head h of the group and each query
+// tile, in that order, every visible key tile: S^T, dP^T, P^T and dS^T once, then dQ of this query tile,
+// dV and dK of that key tile (accumulated over the whole task in [nkt*TK, Dp] buffers). Five tile
+// products per pair and one exp2 pass, against seven and two in the two passes below. Each output sums
+// the same bf16 operands in the same order as there (dQ over key tiles; dK and dV over (h, query tile)),
+// so the results are bitwise those of the two passes; only the parallelism is coarser (B*K tasks).
+void backward_fused(const BackwardOperands& o) {
+  const Shape& s = o.s;
+  const int64_t Dp = s.Dp, De = o.e.De, Tk = s.nkt * TK;
+#pragma omp parallel if (s.parallel)
+  {
+    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TK * TQ + TQ * Dp + 2 * TQ + 2 * Tk * Dp + 9 * 16);
+    word* qt = scratch.take_words(De / 2 * TQ);   // [De/2, TQ] Q tile paired along D
+    word* dot = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] dO tile, likewise
+    ScoreTiles t;
+    t.st = scratch.take(TK * TQ);
+    t.dpt = scratch.take(TK * TQ);
+    t.ds_keys = scratch.take_words(TK / 2 * TQ);
+    t.p_rows = reinterpret_cast<bf16_t*>(scratch.take_words(TK * TQ / 2));
+    t.ds_rows = reinterpret_cast<bf16_t*>(scratch.take_words(TK * TQ / 2));
+    float* dq_acc = scratch.take(TQ * Dp);  // [TQ, Dp] dQ / scale of the current query tile
+    float* lse2 = scratch.take(TQ);         // [TQ]
+    float* delta = scratch.take(TQ);        // [TQ]
+    float* dk_acc = scratch.take(Tk * Dp);  // [nkt*TK, Dp] dK / scale of the task's kv head
+    float* dv_acc = scratch.take(Tk * Dp);  // [nkt*TK, Dp] dV
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < s.B * s.K; ++task) {
+      const int64_t b = task / s.K, g = task % s.K;
+      const Visibility vis = visibility(o.mask, b, s.T);
+      std::fill(dk_acc, dk_acc + Tk * Dp, 0.0f);
+      std::fill(dv_acc, dv_acc + Tk * Dp, 0.0f);
+      for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
+        for (int64_t qtile = 0; qtile < s.nqt; ++qtile) {
+          const int64_t q0 = qtile * TQ, nq = std::min(TQ, s.T - q0);
+          load_query_tile(qt, dot, lse2, delta, o, b, h, q0, nq);
+          std::fill(dq_acc, dq_acc + TQ * Dp, 0.0f);
+          const int64_t qtile_words = ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words;
+          for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
+            const int64_t k0 = ktile * TK, nk = std::min(TK, s.T - k0);
+            const TileMask tm = vis.classify(q0, nq, k0, nk);
+            if (tm.skip) continue;
+            score_tiles(t, o, vis, tm, qt, dot, lse2, delta, q0, nq, (b * s.T + k0) * o.e.kse + g * De, k0, nk);
+            // dQ[i, :] += sum_j dS^T[j, i] k_j
+            tile_product_bf16(dq_acc, Dp, as_pairs(t.ds_keys), 2, 2 * TQ,
+                              o.kp + ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words, Dp, nq, (nk + 1) / 2, Dp,
+                              true);
+            // dV[j, :] += sum_i P^T[j, i] dO_i;  dK[j, :] += sum_i dS^T[j, i] q_i
+            tile_product_bf16(dv_acc + k0 * Dp, Dp, t.p_rows, TQ, 2, o.dop + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
+                              true);
+            tile_product_bf16(dk_acc + k0 * Dp, Dp, t.ds_rows, TQ, 2, o.qp + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
+                              true);
+          }
+          store_dq(o, dq_acc, b, h, q0, nq);
+        }
+      }
+      for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
+        const int64_t k0 = ktile * TK;
+        store_dk_dv(o, dk_acc + k0 * Dp, dv_acc + k0 * Dp, b, g, k0, std::min(TK, s.T - k0));
+      }
+    }
+  }
+}
+
+// The two-pass schedule, pass one: one task per (b, h, query tile), keys as rows of the score tile
+// (S^T); dq only.
+void backward_dq_pass(const BackwardOperands& o) {
+  const Shape& s = o.s;
+  const int64_t Dp = s.Dp, De = o.e.De;
+  const int64_t ntasks = s.nqt * s.B * s.H;
 #pragma omp parallel if (s.parallel)
   {
     Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TQ * Dp + 2 * TQ + 7 * 16);
     word* qt = scratch.take_words(De / 2 * TQ);   // [De/2, TQ] Q tile paired along D
     word* dot = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] dO tile, likewise
-    float* st = scratch.take(TK * TQ);            // [TK, TQ] S^T
-    float* dpt = scratch.take(TK * TQ);           // [TK, TQ] dP^T
-    word* dst = scratch.take_words(TK / 2 * TQ);  // [TK/2, TQ] dS^T paired along keys, bf16
-    float* acc = scratch.take(TQ * Dp);           // [TQ, Dp] dQ / scale
-    float* lse2 = scratch.take(TQ);               // [TQ]
-    float* delta = scratch.take(TQ);              // [TQ]
+    ScoreTiles t{};
+    t.st = scratch.take(TK * TQ);
+    t.dpt = scratch.take(TK * TQ);
+    t.ds_keys = scratch.take_words(TK / 2 * TQ);
+    float* acc = scratch.take(TQ * Dp);  // [TQ, Dp] dQ / scale
+    float* lse2 = scratch.take(TQ);      // [TQ]
+    float* delta = scratch.take(TQ);     // [TQ]
 
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < nq_tasks; ++task) {
-      const auto [b, h, g, q0, nq, vis] = query_task(s, mask, task);  // order: see query_task
-      const int64_t row0 = (b * T + q0) * e.qse + h * De;
-
-      pack_transposed(qt, TQ, qe + row0, e.qse, nq, De);
-      pack_transposed(dot, TQ, do16 + row0, e.qse, nq, De);
-      lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
-      std::copy(delta_all + (b * H + h) * T + q0, delta_all + (b * H + h) * T + q0 + nq, delta);
-      std::fill(delta + nq, delta + TQ, 0.0f);
+    for (int64_t task = 0; task < ntasks; ++task) {
+      const auto [b, h, g, q0, nq, vis] = query_task(s, o.mask, task);  // order: see query_task
+      load_query_tile(qt, dot, lse2, delta, o, b, h, q0, nq);
       std::fill(acc, acc + TQ * Dp, 0.0f);
-
       for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
-        const int64_t k0 = ktile * TK, nk = std::min(TK, T - k0);
+        const int64_t k0 = ktile * TK, nk = std::min(TK, s.T - k0);
         const TileMask tm = vis.classify(q0, nq, k0, nk);
         if (tm.skip) continue;
-        const int64_t krow0 = (b * T + k0) * e.kse + g * De;
-
-        tile_product_bf16(st, TQ, ke + krow0, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c);     // S^T = c K Q^T
-        tile_product_bf16(dpt, TQ, ve + krow0, e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1);  // dP^T = V dO^T
-        if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
-        // dS^T = P^T (dP^T - delta), rounded in pairs of keys; an odd last key pairs with 0.
-        for (int64_t j = 0; j < nk; j += 2)
-          for (int64_t i = 0; i < TQ; i += 16) {
-            const v16 l2 = load16(lse2 + i), di = load16(delta + i);
-            const v16 ds0 = exp2v(load16(st + j * TQ + i) - l2) * (load16(dpt + j * TQ + i) - di);
-            const v16 ds1 = j + 1 < nk ? exp2v(load16(st + (j + 1) * TQ + i) - l2) * (load16(dpt + (j + 1) * TQ + i) - di)
-                                       : v16{};
-            _mm512_storeu_si512(dst + j / 2 * TQ + i, pack_pairs(ds0, ds1));
-          }
+        score_tiles(t, o, vis, tm, qt, dot, lse2, delta, q0, nq, (b * s.T + k0) * o.e.kse + g * De, k0, nk);
         // dQ[i, :] += sum_j dS^T[j, i] k_j
-        tile_product_bf16(acc, Dp, as_pairs(dst), 2, 2 * TQ, kp + ((b * K + g) * s.nkt + ktile) * e.tile_words,
-                          Dp, nq, (nk + 1) / 2, Dp, true);
+        tile_product_bf16(acc, Dp, as_pairs(t.ds_keys), 2, 2 * TQ,
+                          o.kp + ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words, Dp, nq, (nk + 1) / 2, Dp, true);
       }
-      for (int64_t i = 0; i < nq; ++i) {
-        float* o = dq + (b * T + q0 + i) * s.qs + h * D;
-        for (int64_t d = 0; d < D; ++d) o[d] = acc[i * Dp + d] * scale;
-      }
+      store_dq(o, acc, b, h, q0, nq);
     }
   }
+}
 
-  // dk/dv pass: one task per (b, kv head, key tile), queries as rows of the score tile, over the H/K
-  // query heads of the group and the query tiles in a fixed order.
-  const int64_t nk_tasks = s.nkt * B * K;
+// The two-pass schedule, pass two: one task per (b, kv head, key tile), queries as rows of the score tile,
+// over the H/K query heads of the group and the query tiles in a fixed order; dk and dv.
+void backward_dk_dv_pass(const BackwardOperands& o) {
+  const Shape& s = o.s;
+  const int64_t Dp = s.Dp, De = o.e.De;
+  const int64_t ntasks = s.nkt * s.B * s.K;
 #pragma omp parallel if (s.parallel)
   {
     Scratch scratch(De * TK + 2 * TQ * TK + TQ * TK + 2 * TK * Dp + TQ + 8 * 16);
@@ -438,26 +563,26 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
     float* lse2 = scratch.take(TQ);              // [TQ]
 
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < nk_tasks; ++task) {
-      const auto [b, g, k0, nk, vis] = key_task(s, mask, task);  // order: see key_task
-      const int64_t krow0 = (b * T + k0) * e.kse + g * De;
+    for (int64_t task = 0; task < ntasks; ++task) {
+      const auto [b, g, k0, nk, vis] = key_task(s, o.mask, task);  // order: see key_task
+      const int64_t krow0 = (b * s.T + k0) * o.e.kse + g * De;
 
-      pack_transposed(kt, TK, ke + krow0, e.kse, nk, De);
-      pack_transposed(vt, TK, ve + krow0, e.kse, nk, De);
+      pack_transposed(kt, TK, o.ke + krow0, o.e.kse, nk, De);
+      pack_transposed(vt, TK, o.ve + krow0, o.e.kse, nk, De);
       std::fill(dk_acc, dk_acc + TK * Dp, 0.0f);
       std::fill(dv_acc, dv_acc + TK * Dp, 0.0f);
 
       for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
         for (int64_t qtile = 0; qtile < s.nqt; ++qtile) {
-          const int64_t q0 = qtile * TQ, nq = std::min(TQ, T - q0);
+          const int64_t q0 = qtile * TQ, nq = std::min(TQ, s.T - q0);
           const TileMask tm = vis.classify(q0, nq, k0, nk);
           if (tm.skip) continue;
-          const int64_t row0 = (b * T + q0) * e.qse + h * De;
-          const float* delta = delta_all + (b * H + h) * T + q0;
+          const int64_t row0 = (b * s.T + q0) * o.e.qse + h * De;
+          const float* delta = o.delta_all + (b * s.H + h) * s.T + q0;
 
-          lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
-          tile_product_bf16(sm, TK, qe + row0, e.qse, 2, kt, TK, nq, De / 2, TK, false, c);          // S = c Q K^T
-          tile_product_bf16(dp, TK, do16 + row0, e.qse, 2, vt, TK, nq, De / 2, TK, false, 1);  // dP = dO V^T
+          lse_to_log2(lse2, o.lse + (b * s.H + h) * s.T + q0, nq, TQ);
+          tile_product_bf16(sm, TK, o.qe + row0, o.e.qse, 2, kt, TK, nq, De / 2, TK, false, o.c);  // S = c Q K^T
+          tile_product_bf16(dp, TK, o.do16 + row0, o.e.qse, 2, vt, TK, nq, De / 2, TK, false, 1);  // dP = dO V^T
           if (tm.partial()) mask_tile(sm, TK, false, vis, tm, q0, nq, k0, nk);
           // P and dS = P (dP - delta), rounded in pairs of queries; an odd last query pairs with 0.
           for (int64_t i = 0; i < nq; i += 2) {
@@ -474,20 +599,59 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
             }
           }
           // dV[j, :] += sum_i P[i, j] dO_i;  dK[j, :] += sum_i dS[i, j] q_i
-          const int64_t tile = ((b * H + h) * s.nqt + qtile) * e.tile_words;
-          tile_product_bf16(dv_acc, Dp, as_pairs(pw), 2, 2 * TK, dop + tile, Dp, nk, (nq + 1) / 2, Dp, true);
-          tile_product_bf16(dk_acc, Dp, as_pairs(dsw), 2, 2 * TK, qp + tile, Dp, nk, (nq + 1) / 2, Dp, true);
+          const int64_t tile = ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words;
+          tile_product_bf16(dv_acc, Dp, as_pairs(pw), 2, 2 * TK, o.dop + tile, Dp, nk, (nq + 1) / 2, Dp, true);
+          tile_product_bf16(dk_acc, Dp, as_pairs(dsw), 2, 2 * TK, o.qp + tile, Dp, nk, (nq + 1) / 2, Dp, true);
         }
       }
-      for (int64_t j = 0; j < nk; ++j) {
-        float* dko = dk + (b * T + k0 + j) * s.ks + g * D;
-        float* dvo = dv + (b * T + k0 + j) * s.ks + g * D;
-        for (int64_t d = 0; d < D; ++d) {
-          dko[d] = dk_acc[j * Dp + d] * scale;
-          dvo[d] = dv_acc[j * Dp + d];
-        }
-      }
+      store_dk_dv(o, dk_acc, dv_acc, b, g, k0, nk);
     }
+  }
+}
+
+}  // namespace
+
+bool attention_bf16_native() { return true; }
+
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const bf16_t* q, const bf16_t* k,
+                             const bf16_t* v, const bf16_t* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                             int64_t K, int64_t D, const AttentionMask& mask, float scale,
+                             AttentionBackwardSchedule schedule) {
+  const Shape s = check_and_shape(B, T, H, K, D, mask, scale, "attention_backward_bf16");
+  if (B == 0 || T == 0) return;
+  BackwardOperands o;
+  o.s = s;
+  o.e = pairs_of(s);
+  o.mask = mask;
+  o.scale = scale;
+  o.c = scale * kLog2e;
+
+  // Once per call: even-length rows of q, k, v, dO (bf16), delta, and the tiles paired along rows.
+  const int64_t De = o.e.De;
+  Workspace& ws = workspace();
+  o.qe = even_rows(q, B * T * H, D, De, s.parallel, ws.rows[0]);  // [B, T, H, De]
+  o.ke = even_rows(k, B * T * K, D, De, s.parallel, ws.rows[1]);  // [B, T, K, De]
+  o.ve = even_rows(v, B * T * K, D, De, s.parallel, ws.rows[2]);  // [B, T, K, De]
+  bf16_t* do16 = at_least(ws.rows[3], B * T * H * De);            // [B, T, H, De]
+  float* delta_all = at_least(ws.delta, B * H * T);               // [B, H, T]
+  round_dout_and_delta(do16, delta_all, dout, out, s, o.e);
+  o.do16 = do16;
+  o.delta_all = delta_all;
+  o.lse = lse;
+  o.kp = pack_all_row_pairs(ws.tiles[0], o.ke, K, De, s, o.e);   // K tiles paired along keys
+  o.qp = pack_all_row_pairs(ws.tiles[1], o.qe, H, De, s, o.e);   // Q tiles paired along queries
+  o.dop = pack_all_row_pairs(ws.tiles[2], do16, H, De, s, o.e);  // dO tiles, likewise
+  o.dq = dq, o.dk = dk, o.dv = dv;
+
+  // The fused schedule's B*K tasks keep a team busy only when they are several per thread.
+  const bool fused = schedule == AttentionBackwardSchedule::Fused ||
+                     (schedule == AttentionBackwardSchedule::Auto &&
+                      (!s.parallel || B * K >= kFusedTasksPerThread * omp_get_max_threads()));
+  if (fused) {
+    backward_fused(o);
+  } else {
+    backward_dq_pass(o);
+    backward_dk_dv_pass(o);
   }
 }
 
@@ -511,7 +675,8 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
 
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const bf16_t* q, const bf16_t* k,
                              const bf16_t* v, const bf16_t* out, const float* lse, int64_t B, int64_t T, int64_t H,
-                             int64_t K, int64_t D, const AttentionMask& mask, float scale) {
+                             int64_t K, int64_t D, const AttentionMask& mask, float scale,
+                             AttentionBackwardSchedule /*schedule: the fp32 kernel has one*/) {
   const std::vector<float> qf = widen(q, B * T * H * D), kf = widen(k, B * T * K * D), vf = widen(v, B * T * K * D);
   const std::vector<float> of = widen(out, B * T * H * D);
   attention_backward(dq, dk, dv, dout, qf.data(), kf.data(), vf.data(), of.data(), lse, B, T, H, K, D, mask, scale);

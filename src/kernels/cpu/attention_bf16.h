@@ -22,13 +22,22 @@ namespace megadlm::cpu {
 void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v, int64_t B,
                             int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask, float scale);
 
+// How the backward walks the (query tile, key tile) pairs. Both schedules give bitwise the same results:
+//   - Fused: one task per (b, kv head); each pair's scores and probabilities are made once and feed dQ,
+//     dK and dV (five tile products per pair);
+//   - TwoPass: a dq pass over (b, head, query tile) tasks, then a dk/dv pass over (b, kv head, key tile)
+//     tasks, each remaking the scores (seven products per pair), for more parallelism when B*K is small;
+//   - Auto: Fused when there are several (b, kv head) tasks per OpenMP thread, else TwoPass.
+enum class AttentionBackwardSchedule { Auto, Fused, TwoPass };
+
 // dout [B,T,H,D] fp32, q/out [B,T,H,D] and k/v [B,T,K,D] bf16, lse [B,H,T] fp32 (the forward's) ->
 // dq [B,T,H,D], dk [B,T,K,D], dv [B,T,K,D] in fp32, all written (not accumulated); under GQA dk and dv
 // sum over the H/K query heads sharing each kv head. delta_i = dout_i . out_i in fp32; dO, P and dS are
 // rounded to bf16 as operands of their products.
 void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const bf16_t* q, const bf16_t* k,
                              const bf16_t* v, const bf16_t* out, const float* lse, int64_t B, int64_t T, int64_t H,
-                             int64_t K, int64_t D, const AttentionMask& mask, float scale);
+                             int64_t K, int64_t D, const AttentionMask& mask, float scale,
+                             AttentionBackwardSchedule schedule = AttentionBackwardSchedule::Auto);
 
 // True when this build runs the bf16 products natively (compiled with AVX512-BF16), false when the
 // functions above fall back to the fp32 kernels.

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/vec16.h"
 
 namespace megadlm::cpu::attn {
 
@@ -26,40 +27,15 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The vector helpers are internal to the attention kernels, so the ABI of passing 64-byte vectors by
-// value on CPUs without AVX-512 (what -Wpsabi warns about) does not matter. (Only the two attention
-// files include this header; the pragma covers their own helpers too.)
-#pragma GCC diagnostic ignored "-Wpsabi"
-using v16 = float __attribute__((vector_size(64)));
-using vi16 = int32_t __attribute__((vector_size(64)));
-// Unaligned, aliasing views for loads and stores from plain float arrays.
-using v16u = float __attribute__((vector_size(64), aligned(4), may_alias));
-
-inline v16 load16(const float* p) { return *reinterpret_cast<const v16u*>(p); }
-inline void store16(float* p, v16 x) { *reinterpret_cast<v16u*>(p) = x; }
-inline v16 splat(float s) { return v16{s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s}; }
-inline v16 vmax(v16 a, v16 b) { return a > b ? a : b; }
-inline v16 vmin(v16 a, v16 b) { return a < b ? a : b; }
-
-// 2^x for x <= 0 (scores minus a running max), exactly 0 below 2^-126 so that a masked score (-inf)
-// contributes nothing. Range reduction x = n + r, |r| <= 1/2, then a degree-5 polynomial for 2^r
-// (coefficients fitted for relative error on [-1/2, 1/2]: at most 7.5e-8, under one float ulp).
-inline v16 exp2v(v16 x) {
-  const vi16 keep = x >= -126.0f;
-  x = vmin(vmax(x, splat(-126.0f)), splat(127.0f));
-  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
-  const v16 t = x + shifter;
-  const v16 r = x - (t - shifter);
-  // The low bits of t hold n; shifted into the exponent field with its bias they make 2^n.
-  const v16 pow2n = (v16)(((vi16)t - (0x4B400000 - 127)) << 23);
-  v16 p = splat(1.3276465e-03f);
-  p = p * r + 9.6755419e-03f;
-  p = p * r + 5.5507135e-02f;
-  p = p * r + 2.4022120e-01f;
-  p = p * r + 6.9314694e-01f;
-  p = p * r + 1.0000001e+00f;
-  return (v16)((vi16)(p * pow2n) & keep);
-}
+// The vector helpers (vec16.h).
+using vec::exp2v;
+using vec::load16;
+using vec::splat;
+using vec::store16;
+using vec::v16;
+using vec::vi16;
+using vec::vmax;
+using vec::vmin;
 
 // ---- register blocking of a tile product -----------------------------------------------------------
 // Walks C[rows, W] (W a multiple of 16) in register blocks: column chunks of 64 (4 vectors) outside,
