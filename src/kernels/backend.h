@@ -98,6 +98,13 @@ class Backend {
   // ---- casts (kernels/cpu/cast.h) ----
   virtual void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const = 0;
   virtual void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const = 0;
+  // out [N, C] = dout rounded to bf16, dbias [C] += column sums of dout: a bf16 Linear's output gradient
+  // and its bias gradient from one read of dout. By default the two ops, one after the other.
+  virtual void cast_bf16_and_bias_backward(uint16_t* out, float* dbias, const float* dout, int64_t N,
+                                           int64_t C) const {
+    bias_backward(dbias, dout, N, C);
+    cast_f32_to_bf16(out, dout, N * C);
+  }
 
   // ---- optimizer and reductions (kernels/cpu/optim.h) ----
   // param_bf16 [n] (or null): the updated param in bf16 as well, on the same pass.

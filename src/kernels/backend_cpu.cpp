@@ -54,6 +54,10 @@ class CpuBackend final : public Backend {
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const override {
     cpu::bias_backward(dbias, dout, N, C);
   }
+  void cast_bf16_and_bias_backward(uint16_t* out, float* dbias, const float* dout, int64_t N,
+                                   int64_t C) const override {
+    cpu::cast_bf16_and_bias_backward(out, dbias, dout, N, C);
+  }
   void add_inplace(float* a, const float* b, int64_t n) const override { cpu::add_inplace(a, b, n); }
   // Plain loops: the CPU output layer gathers its own rows (nn/lm_head.cpp); these serve the tests'
   // emulated device.

@@ -125,10 +125,10 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
   Tensor dx = reduce_dx ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in;
   const float beta_dx = accumulate_dx && !reduce_dx ? 1.0f : 0.0f;
   float* dW = store_->grad(w_).data<float>();
-  if (b_ >= 0) be.bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
   if (prec_ && prec_->bf16_gemm()) {
     uint16_t* dyb = prec_->scratch_u16(0, N * out_);
-    be.cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
+    if (b_ >= 0) be.cast_bf16_and_bias_backward(dyb, store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
+    else be.cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
     const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
     // dx [N, I] = dy [N, O] @ W [O, I];  dW [O, I] += dy^T [O, N] @ x [N, I]
     be.gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, beta_dx,
@@ -137,6 +137,7 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
     be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, 1.0f, dW, in_);
     return;
   }
+  if (b_ >= 0) be.bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
   const float* g = dy.data<float>();
   const float* W = store_->value(w_).data<float>();
   const float* x = low_precision() ? nullptr : saved_x_.data<float>();

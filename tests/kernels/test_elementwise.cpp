@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -218,6 +219,29 @@ TEST(Elementwise, BiasBackwardIsThreadCountIndependent) {
     cpu::bias_backward(two.data(), dout.data(), N, C);
   }
   EXPECT_EQ(0, std::memcmp(one.data(), two.data(), C * sizeof(float)));
+}
+
+// The bf16 Linear backward's one pass over dout gives the bits of bias_backward and cast_f32_to_bf16,
+// for 1 and 2 threads, over column blocks with a tail (C = 300) and a single short one (C = 5).
+TEST(Elementwise, CastBf16AndBiasBackwardIsTheTwoOps) {
+  for (const auto& [N, C] : {std::pair<int64_t, int64_t>{517, 300}, {9, 5}}) {
+    std::vector<float> dout = random_vector(N * C, 810 + C, -3.0f, 3.0f);
+    dout[0] = std::numeric_limits<float>::quiet_NaN();  // a NaN is cast to a quiet NaN and sums to NaN
+    std::vector<float> ref_bias(C, 0.5f);
+    std::vector<uint16_t> ref_cast(N * C);
+    cpu::bias_backward(ref_bias.data(), dout.data(), N, C);
+    for (int64_t i = 0; i < N * C; ++i) ref_cast[i] = f32_to_bf16(dout[i]);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "N = " << N << " C = " << C << ", " << threads << " threads");
+      ThreadCount t(threads);
+      std::vector<float> dbias(C, 0.5f);
+      std::vector<uint16_t> cast(N * C, 0x1234);
+      cpu::cast_bf16_and_bias_backward(cast.data(), dbias.data(), dout.data(), N, C);
+      EXPECT_EQ(0, std::memcmp(dbias.data(), ref_bias.data(), C * sizeof(float)));
+      EXPECT_EQ(cast, ref_cast);
+      EXPECT_TRUE(std::isnan(dbias[0]));
+    }
+  }
 }
 
 // The one-pass bf16 MLP activations give the bits of the four passes they replace (cast, cast back,

@@ -25,6 +25,9 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
 void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
 // dbias [C] += sum over rows of dout [N, C]; deterministic for any thread count.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
+// The same sums, and out [N, C] = dout rounded to bf16 (f32_to_bf16) on the way: the bits of
+// bias_backward and cast_f32_to_bf16 (cast.h) from one read of dout.
+void cast_bf16_and_bias_backward(uint16_t* out, float* dbias, const float* dout, int64_t N, int64_t C);
 
 // The bf16 MLP's activation in one pass (--bf16, nn/mlp.cpp): the input rounded to bf16 (written to
 // h_bf16 / gate_up_bf16 when not null: the copy the MLP keeps), the activation of that rounded value,
