@@ -8,8 +8,9 @@
 // loop, so every output bit is independent of the thread count.
 #include "kernels/cpu/cross_entropy.h"
 
-#include "kernels/cpu/vmath.h"
+#include "kernels/cpu/vec16.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +23,8 @@ namespace megadlm::cpu {
 
 namespace {
 
+using vec::v16;
+
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which threads cost more than they save
 constexpr int64_t kSumBlock = 512;         // terms per fp32 partial sum of the softmax denominator
 
@@ -32,25 +35,35 @@ constexpr int64_t kSumBlock = 512;         // terms per fp32 partial sum of the 
 // sum and the gradient are computed in fp32 either way.
 inline float logit(const float* x, int64_t v) { return x[v]; }
 inline float logit(const uint16_t* x, int64_t v) { return bf16_to_f32(x[v]); }
+// The n <= 16 logits at x as fp32, lanes past n at -inf (whose exponential adds 0).
+inline v16 logits16(const float* x, int64_t n) {
+  if (n == 16) return vec::load16(x);
+  alignas(64) float t[16];
+  std::fill(t, t + 16, -INFINITY);
+  std::copy(x, x + n, t);
+  return vec::load16(t);
+}
+inline v16 logits16(const uint16_t* x, int64_t n) {
+  alignas(64) float t[16];
+  std::fill(t, t + 16, -INFINITY);
+  for (int64_t i = 0; i < n; ++i) t[i] = bf16_to_f32(x[i]);
+  return n == 16 ? vec::widen_bf16(vec::loadh16n(x, 16)) : vec::load16(t);
+}
 
 template <typename T>
 double sum_exp_blocked(const T* x, int64_t V, float mx, float* d) {
+  const v16 m = vec::splat(mx);
   double sum = 0.0;
   for (int64_t v0 = 0; v0 < V; v0 += kSumBlock) {
     const int64_t v1 = v0 + kSumBlock < V ? v0 + kSumBlock : V;
-    float block = 0.0f;
-    if (d) {
-#pragma omp simd reduction(+ : block)
-      for (int64_t v = v0; v < v1; ++v) {
-        const float e = vexp(logit(x, v) - mx);
-        d[v] = e;
-        block += e;
-      }
-    } else {
-#pragma omp simd reduction(+ : block)
-      for (int64_t v = v0; v < v1; ++v) block += vexp(logit(x, v) - mx);
+    v16 block{};
+    for (int64_t v = v0; v < v1; v += 16) {
+      const int64_t n = std::min<int64_t>(16, v1 - v);
+      const v16 e = vec::expv(logits16(x + v, n) - m);
+      if (d) vec::store16n(d + v, e, n);
+      block += e;
     }
-    sum += static_cast<double>(block);
+    sum += static_cast<double>(vec::sum_lanes(block));
   }
   return sum;
 }
@@ -324,9 +337,13 @@ double cross_entropy_shard_finish(float* losses, uint16_t* dlogits, const uint16
         const uint16_t* x = logits + n * Vl;
         uint16_t* d = dlogits + n * Vl;
         const float mx = row_max[n];
-        const float et = tl >= 0 ? vexp(logit(x, tl) - mx) : 0.0f;  // before the row is overwritten
-#pragma omp simd
-        for (int64_t v = 0; v < Vl; ++v) d[v] = f32_to_bf16(vexp(logit(x, v) - mx) * k);
+        // The exponentials as the sum made them (expv); the target's before the row is overwritten.
+        const float et = tl >= 0 ? vec::expv(vec::splat(logit(x, tl) - mx))[0] : 0.0f;
+        const v16 m = vec::splat(mx), kv = vec::splat(k);
+        for (int64_t v = 0; v < Vl; v += 16) {
+          const int64_t n = std::min<int64_t>(16, Vl - v);
+          vec::storeh16n(d + v, vec::round_bf16(vec::expv(logits16(x + v, n) - m) * kv), n);
+        }
         if (tl >= 0) d[tl] = f32_to_bf16(et * k - c);
       });
 }

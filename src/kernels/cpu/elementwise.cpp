@@ -60,7 +60,7 @@ inline v16 gelu_grad16(v16 x) {
 // 16 input elements as fp32 (bf16 widened, exactly) and as bf16 bits (fp32 rounded).
 inline v16 values16(const float* x, int64_t m) { return vec::load16n(x, m); }
 inline v16 values16(const uint16_t* x, int64_t m) { return vec::widen_bf16(vec::loadh16n(x, m)); }
-inline vec::vh16 bf16_bits16(const float* x, int64_t m) { return vec::round_bf16(vec::load16n(x, m)); }
+inline vec::vh16 bf16_bits16(const float* x, int64_t m) { return vec::round_bf16_fast(vec::load16n(x, m)); }
 inline vec::vh16 bf16_bits16(const uint16_t* x, int64_t m) { return vec::loadh16n(x, m); }
 
 // Calls body(i, m) for the chunks [i, i + m) of [0, n), m = 16 but for the last, across the threads.
@@ -91,7 +91,7 @@ void gelu_forward_bf16_of(uint16_t* out, uint16_t* h_bf16, const T* h, int64_t n
   for_chunks16(n, [&](int64_t i, int64_t m) {
     const vec::vh16 hb = bf16_bits16(h + i, m);
     if (h_bf16) vec::storeh16n(h_bf16 + i, hb, m);
-    vec::storeh16n(out + i, vec::round_bf16(gelu16(vec::widen_bf16(hb))), m);
+    vec::storeh16n(out + i, vec::round_bf16_fast(gelu16(vec::widen_bf16(hb))), m);
   });
 }
 
@@ -180,7 +180,7 @@ void swiglu_forward_bf16_of(uint16_t* out, uint16_t* gate_up_bf16, const T* gate
     }
     const v16 gate = vec::widen_bf16(gb);
     v16 e;
-    vec::storeh16n(out + r * F + i, vec::round_bf16(gate * sigmoid16(gate, e) * vec::widen_bf16(ub)), m);
+    vec::storeh16n(out + r * F + i, vec::round_bf16_fast(gate * sigmoid16(gate, e) * vec::widen_bf16(ub)), m);
   });
 }
 }  // namespace

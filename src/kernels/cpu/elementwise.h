@@ -32,8 +32,9 @@ void cast_bf16_and_bias_backward(uint16_t* out, float* dbias, const float* dout,
 // The bf16 MLP's activation in one pass (--bf16, nn/mlp.cpp): the input rounded to bf16 (written to
 // h_bf16 / gate_up_bf16 when not null: the copy the MLP keeps), the activation of that rounded value,
 // and the result rounded to bf16 into out (fc2's input): the bits that a cast, a cast back, the fp32
-// activation above and a cast give. An input that is already bf16-valued (the backward's remake from
-// the kept copy) gives the same bits again.
+// activation above and a cast give (but for fp32 denormals, below 2^-126, which the roundings here
+// flush to zero on a CPU with AVX512-BF16: see round_bf16_fast in vec16.h). An input that is already
+// bf16-valued (the backward's remake from the kept copy) gives the same bits again.
 // out [n] bf16, h_bf16 [n] bf16 (or null), h [n] fp32
 void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t n);
 // out [N, F] bf16, gate_up_bf16 [N, 2F] bf16 (or null), gate_up [N, 2F] fp32

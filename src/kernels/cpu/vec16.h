@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/vmath.h"
+
 #if defined(__AVX512F__)
 // GCC 12 warns that the placeholder of _mm512_undefined_*() in its intrinsics is (or "may be") used
 // uninitialized once they are inlined; that is the intended undefined value, not a bug.
@@ -71,18 +73,22 @@ inline void storeh16n(uint16_t* p, vh16 x, int64_t m) {
 
 // bf16 -> fp32, exact.
 inline v16 widen_bf16(vh16 h) { return (v16)(__builtin_convertvector(h, vu16) << 16); }
-// fp32 -> bf16 as f32_to_bf16 in core/dtype.h: round to nearest even, a NaN made quiet. With
-// AVX512-BF16 it is the hardware conversion (one instruction instead of nine), which also flushes fp32
-// denormals (below 2^-126 in magnitude) to zero, as oneDNN's bf16 conversions and the bf16 attention do;
-// without, the integer sequence, which keeps them.
+// fp32 -> bf16 bit for bit as f32_to_bf16 in core/dtype.h: round to nearest even, denormals kept, a
+// NaN made quiet.
 inline vh16 round_bf16(v16 x) {
-#if defined(__AVX512BF16__)
-  return (vh16)_mm512_cvtneps_pbh((__m512)x);
-#else
   const vu16 u = (vu16)x;
   const vu16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const vu16 quiet_nan = (u >> 16) | 0x40u;
   return __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded, vh16);
+}
+// The same but for fp32 denormals (below 2^-126 in magnitude), which become zero where the CPU has
+// AVX512-BF16: its conversion instruction (one instead of nine) flushes them, as oneDNN's bf16
+// conversions and the bf16 attention do. For values that are never that small (activations).
+inline vh16 round_bf16_fast(v16 x) {
+#if defined(__AVX512BF16__)
+  return (vh16)_mm512_cvtneps_pbh((__m512)x);
+#else
+  return round_bf16(x);
 #endif
 }
 
@@ -122,6 +128,43 @@ inline v16 exp2v(v16 x) {
   p = p * r + 1.0000001e+00f;
   return (v16)((vi16)(p * pow2n) & keep);
 #endif
+}
+
+// exp(x) by vexp's method (vmath.h: Cody-Waite reduction by ln2, degree-7 Taylor polynomial, 2^k put in
+// by scalef), within ~2 ulp on (-87.3, 88.3): 0 below (and for -inf), exp(88.3) above; NaN propagates.
+// Not bitwise vexp (the compiler contracts the scalar form its own way), so a kernel uses one or the
+// other throughout.
+inline v16 expv(v16 x) {
+#if defined(__AVX512F__)
+  constexpr float kHi = 88.3f, kLo = -87.3f;
+  // min_ps / max_ps return their second operand when one is NaN: x goes second so a NaN stays NaN.
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(kLo), _mm512_min_ps(_mm512_set1_ps(kHi), (__m512)x));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), xc);        // ln2_hi, exact in 9 bits
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440054690583e-4f), r);  // ln2_lo = ln2 - ln2_hi
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __mmask16 below = _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(kLo), _CMP_LT_OQ);
+  return (v16)_mm512_mask_blend_ps(below, _mm512_scalef_ps(p, k), _mm512_setzero_ps());
+#else
+  v16 y;
+  for (int l = 0; l < 16; ++l) y[l] = vexp(x[l]);
+  return y;
+#endif
+}
+
+// The lanes' sum, in lane order (a fixed order: the bits depend on the inputs only).
+inline float sum_lanes(v16 x) {
+  float s = 0.0f;
+  for (int l = 0; l < 16; ++l) s += x[l];
+  return s;
 }
 
 }  // namespace megadlm::cpu::vec
