@@ -1,6 +1,7 @@
 // Memory-efficient attention with bf16 operands (AVX512-BF16). Same tasks, tiles, masks, online softmax
-// and two-pass deterministic backward as attention.cpp (read its header comment first); only the tile
-// products differ.
+// and two-pass deterministic backward as attention.cpp (read its header comment first), with the tile
+// products in bf16; the backward also has a fused schedule (backward_fused) that gives the same bits
+// with fewer products when there are enough (b, kv head) tasks.
 // Legend: B batch, T sequence, H query heads, K key/value heads, D head dim; TQ/TK query/key tile rows,
 // De = D rounded up to even (whole pairs), Dp = D rounded up to a multiple of 16; a "word" is 32 bits
 // holding two bf16, the lower-indexed one in the low half.
@@ -19,7 +20,9 @@
 //     V, K, dO or Q paired along its rows. Those rows are visited once per tile PAIR, so the whole
 //     tensor is packed once per call, tile by tile, before the main loop (a bf16 copy of each, cheap),
 //     into a per-thread workspace reused across calls (see Workspace);
-//   - P and dS are rounded into words as they are computed (they are per tile pair by nature).
+//   - P and dS are rounded into words as they are computed (they are per tile pair by nature). With keys
+//     as the rows of a score tile (S^T), a row rounded as it stands is already paired along queries
+//     (the operand of dV and dK), and two rows interleaved are paired along keys (that of dQ).
 // Odd D: pairs would straddle heads, so q, k, v (and dO) are then used through copies padded to De with
 // a zero column; padding rows and columns of packed tiles are zero, so odd tile sizes add nothing.
 // Rounding: fp32 -> bf16 conversions (vcvtne(2)ps2bf16) round to nearest even; they and vdpbf16ps treat
@@ -291,7 +294,7 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
 
 #pragma omp parallel if (s.parallel)
   {
-    Scratch scratch(De / 2 * TQ + TK * TQ + TK / 2 * TQ + TQ * Dp + 4 * TQ + 7 * 16);
+    Scratch scratch(De / 2 * TQ + TK * TQ + TK / 2 * TQ + TQ * Dp + 4 * TQ + 8 * 16);
     word* qt = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] Q tile paired along D
     float* st = scratch.take(TK * TQ);           // [TK, TQ] S^T
     word* pt = scratch.take_words(TK / 2 * TQ);  // [TK/2, TQ] P^T paired along keys, bf16
@@ -427,7 +430,7 @@ void store_dq(const BackwardOperands& o, const float* acc, int64_t b, int64_t h,
   }
 }
 
-// dk, dv rows [nk, D] of kv head g = scale * dk_acc, dv_acc.
+// dk, dv rows [nk, D] of kv head g: dk = scale * dk_acc, dv = dv_acc.
 void store_dk_dv(const BackwardOperands& o, const float* dk_acc, const float* dv_acc, int64_t b, int64_t g,
                  int64_t k0, int64_t nk) {
   const Shape& s = o.s;
@@ -452,7 +455,7 @@ void backward_fused(const BackwardOperands& o) {
   const int64_t Dp = s.Dp, De = o.e.De, Tk = s.nkt * TK;
 #pragma omp parallel if (s.parallel)
   {
-    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TK * TQ + TQ * Dp + 2 * TQ + 2 * Tk * Dp + 9 * 16);
+    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TK * TQ + TQ * Dp + 2 * TQ + 2 * Tk * Dp + 11 * 16);
     word* qt = scratch.take_words(De / 2 * TQ);   // [De/2, TQ] Q tile paired along D
     word* dot = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] dO tile, likewise
     ScoreTiles t;
@@ -513,7 +516,7 @@ void backward_dq_pass(const BackwardOperands& o) {
   const int64_t ntasks = s.nqt * s.B * s.H;
 #pragma omp parallel if (s.parallel)
   {
-    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TQ * Dp + 2 * TQ + 7 * 16);
+    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TQ * Dp + 2 * TQ + 8 * 16);
     word* qt = scratch.take_words(De / 2 * TQ);   // [De/2, TQ] Q tile paired along D
     word* dot = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] dO tile, likewise
     ScoreTiles t{};

@@ -1,10 +1,11 @@
 // Pointwise kernels: GELU (tanh approximation), SiLU, SwiGLU, bias, residual and scaling.
 // Legend: N rows (tokens, B*T), C columns (hidden), F ffn hidden, n a flat element count.
 //
-// Every loop here is `omp simd` so that it vectorises without -ffast-math; the exponential is a
-// vectorisable polynomial (vexp in vmath.h) because glibc's expf is a scalar call the compiler cannot
-// vectorise under strict IEEE flags. Threads split only flat ranges or rows, so every result is
-// bitwise independent of the thread count; the one reduction (bias_backward) splits columns, never rows.
+// The activations of the MLP (GELU, SwiGLU) are written on 16-lane vectors (vec16.h, exponentials by
+// exp2v); the other loops are `omp simd`, which vectorises them without -ffast-math (SiLU's exponential
+// is vexp in vmath.h: glibc's expf is a scalar call the compiler cannot vectorise under strict IEEE
+// flags). Threads split only flat ranges or rows, so every result is bitwise independent of the thread
+// count; the one reduction (column_sums: bias_backward) splits columns, never rows.
 #include "kernels/cpu/elementwise.h"
 
 #include "core/dtype.h"
