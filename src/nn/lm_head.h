@@ -24,7 +24,8 @@ namespace megadlm {
 // The logits are made and consumed a chunk of rows of [N, Vl] at a time, never all N rows at once: at
 // a 50k vocabulary the full [N, V] block would be the largest activation of the step. A chunk holds
 // 64 MiB of logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix and its
-// gradient once more) and at least 64 rows, which keeps the products efficient; at most N. A logit
+// gradient once more) and at least 64 rows, which keeps the products efficient; at most N; the N rows
+// are then split evenly over the chunks that takes (no short last chunk). A logit
 // takes 4 bytes in fp32, 2 under the bf16 policy on the CPU (bf16 logits, dlogits in place) and 6 on a
 // device under it (fp32 logits and a bf16 copy of dlogits).
 int64_t logits_chunk_bytes();

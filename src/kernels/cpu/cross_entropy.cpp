@@ -87,9 +87,13 @@ inline void zero_row(T* d, int64_t V) {
 // Pass 3 of a row into bf16: out[v] = bf16(e[v] * k), and at the target (when t >= 0) bf16(e[t] * k - c):
 // the bits the fp32 gradient (d *= k; d[t] -= c) rounds to.
 void scaled_row_to_bf16(uint16_t* out, const float* e, int64_t V, float k, int64_t t, float c) {
-#pragma omp simd
-  for (int64_t v = 0; v < V; ++v) out[v] = f32_to_bf16(e[v] * k);
-  if (t >= 0) out[t] = f32_to_bf16(e[t] * k - c);
+  const float et = t >= 0 ? e[t] : 0.0f;  // read first, in case out overlaps e
+  const v16 kv = vec::splat(k);
+  for (int64_t v = 0; v < V; v += 16) {
+    const int64_t n = std::min<int64_t>(16, V - v);
+    vec::storeh16n(out + v, vec::round_bf16(vec::load16n(e + v, n) * kv), n);
+  }
+  if (t >= 0) out[t] = f32_to_bf16(et * k - c);
 }
 
 void check_targets(const int32_t* targets, int64_t ignore_index, int64_t N, int64_t V) {
