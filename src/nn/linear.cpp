@@ -114,6 +114,26 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
   return bias_and_reduce(arena, y);
 }
 
+// The two bf16 products of the backward, from dy [N, O] in bf16: dx [N, I] = dy @ W (into dx, then
+// reduced into dx_in when reduce_dx) and dW [O, I] += dy^T @ x.
+void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx, Tensor& dx_in,
+                              bool reduce_dx, float beta_dx, bool accumulate_dx) {
+  const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
+  be.gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, beta_dx, dx.data<float>(),
+               in_);
+  if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
+  be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, 1.0f, store_->grad(w_).data<float>(), in_);
+}
+
+void Linear::backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx_in, bool accumulate_dx) {
+  MDLM_CHECK(takes_bf16_dy(), "Linear::backward_bf16_dy: needs bf16 products, no bias and column parallelism");
+  const Backend& be = backend_of(dx_in);
+  const bool reduce_dx = ctx_->tp.size > 1 && !caller_maps_input_;
+  Tensor dx = reduce_dx ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in;
+  const float beta_dx = accumulate_dx && !reduce_dx ? 1.0f : 0.0f;
+  products_bf16_dy(be, dy_bf16, N, dx, dx_in, reduce_dx, beta_dx, accumulate_dx);
+}
+
 void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
   // Row-parallel under sequence parallelism: the output gradient of all rows (identity otherwise).
   const Tensor dy = mode_ == LinearParallel::Row ? gather_rows_scratch(*ctx_, dy_in, 0) : dy_in;
@@ -129,12 +149,7 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
     uint16_t* dyb = prec_->scratch_u16(0, N * out_);
     if (b_ >= 0) be.cast_bf16_and_bias_backward(dyb, store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
     else be.cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
-    const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
-    // dx [N, I] = dy [N, O] @ W [O, I];  dW [O, I] += dy^T [O, N] @ x [N, I]
-    be.gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, beta_dx,
-                   dx.data<float>(), in_);
-    if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
-    be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, 1.0f, dW, in_);
+    products_bf16_dy(be, dyb, N, dx, dx_in, reduce_dx, beta_dx, accumulate_dx);
     return;
   }
   if (b_ >= 0) be.bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);

@@ -12,6 +12,8 @@
 
 namespace megadlm {
 
+class Backend;
+
 enum class LinearParallel : uint8_t { Column, Row };
 
 class Linear {
@@ -50,6 +52,12 @@ class Linear {
   }
   // dy [N, O] -> dx [N, I] written (or added to, when accumulate_dx). dW, db accumulated.
   void backward(const Tensor& dy, Tensor& dx, bool accumulate_dx);
+  // The same from dy already rounded to bf16 (the caller made it so, in the pass that computed it), when
+  // takes_bf16_dy(): bf16 products, no bias, column-parallel. The bits of backward() on the fp32 dy.
+  bool takes_bf16_dy() const {
+    return prec_ && prec_->bf16_gemm() && b_ < 0 && mode_ == LinearParallel::Column;
+  }
+  void backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx, bool accumulate_dx);
 
   // This rank's sizes (local shards under tensor parallelism).
   int64_t in_features() const { return in_; }
@@ -70,6 +78,8 @@ class Linear {
   int64_t in_ = 0, out_ = 0;
   int w_ = -1, b_ = -1;
   MixedPrecision* prec_ = nullptr;
+  void products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx, Tensor& dx_in, bool reduce_dx,
+                        float beta_dx, bool accumulate_dx);
   Tensor saved_x_;           // [N, I]: fp32 view, or bf16 / fp16 bits, or e4m3 bytes
   float saved_scale_ = 1.0f;  // fp8: the scale saved_x_ was quantised with
 

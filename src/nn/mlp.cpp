@@ -99,12 +99,14 @@ Tensor MLP::forward(Arena& arena, const Tensor& x) {
 void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const int64_t N = h_.size(0);
   const size_t mark = arena.mark();
-  Tensor da = arena.tensor({N, F_});
-  Tensor dh = arena.tensor(h_.shape());
   // On the CPU the bf16 kernels read the kept bf16 h_ as it is (the bits the fp32 kernels give on its
   // widened values); otherwise a narrow h_ comes back in fp32, in dh itself: the activation backward
-  // reads each input before it writes the gradient at the same place.
+  // reads each input before it writes the gradient at the same place. SwiGLU's gradient goes to a
+  // bias-free fc1 already in bf16 (the bits of its fp32 form cast), without the fp32 [N, 2F] between.
   const bool bf16_kernels = h_.dtype() == DType::BF16 && h_.device() == Device::CPU;
+  const bool bf16_dh = bf16_kernels && act_ == Activation::SwiGLU && fc1_.takes_bf16_dy();
+  Tensor da = arena.tensor({N, F_});
+  Tensor dh = arena.tensor(h_.shape(), bf16_dh ? DType::BF16 : DType::F32);
   Tensor h = h_;
   if (h_.dtype() != DType::F32 && !bf16_kernels) {
     load_activation(dh, h_);
@@ -125,6 +127,13 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     fc2_.share_saved_input(Tensor());
   } else {
     fc2_.backward(dy, da, false);
+  }
+  if (bf16_dh) {
+    auto* dhb = static_cast<uint16_t*>(dh.raw());
+    cpu::swiglu_backward_bf16(dhb, static_cast<const uint16_t*>(h_.raw()), da.data<float>(), N, F_);
+    fc1_.backward_bf16_dy(dhb, N, dx, false);
+    arena.release(mark);
+    return;
   }
   if (bf16_kernels) {
     const auto* hb = static_cast<const uint16_t*>(h_.raw());

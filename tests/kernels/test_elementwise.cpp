@@ -305,6 +305,10 @@ TEST(Elementwise, Bf16ActivationsEqualTheCastSequence) {
         ASSERT_EQ(remade[i], out[i]) << i;
       }
       EXPECT_EQ(0, std::memcmp(d16.data(), d32.data(), N * 2 * F * sizeof(float)));
+      // Rounded to bf16 as it is made (for fc1's bf16 products): the fp32 gradient's bits cast.
+      std::vector<uint16_t> db(N * 2 * F, 0x7FC0);
+      cpu::swiglu_backward_bf16(db.data(), kept.data(), dout.data(), N, F);
+      for (int64_t i = 0; i < N * 2 * F; ++i) ASSERT_EQ(db[i], f32_to_bf16(d32[i])) << i;
     }
   }
 }

@@ -195,17 +195,21 @@ void swiglu_forward_bf16(uint16_t* out, const uint16_t* gate_up, int64_t N, int6
 
 namespace {
 // dgate = dout * up * silu'(gate) with silu'(x) = s (1 + x (1 - s)) and 1 - s = e s; dup = dout * silu(gate).
-template <typename T>
-void swiglu_backward_of(float* dgate_up, const T* gate_up, const float* dout, int64_t N, int64_t F) {
+// Out is fp32 (float) or rounded to bf16 (uint16_t, as f32_to_bf16).
+inline void store_grad16(float* p, v16 x, int64_t m) { vec::store16n(p, x, m); }
+inline void store_grad16(uint16_t* p, v16 x, int64_t m) { vec::storeh16n(p, vec::round_bf16(x), m); }
+
+template <typename Out, typename T>
+void swiglu_backward_of(Out* dgate_up, const T* gate_up, const float* dout, int64_t N, int64_t F) {
   for_row_chunks16(N, F, [&](int64_t r, int64_t i, int64_t m) {
     const T* g = gate_up + r * 2 * F + i;
     // Both reads come before the writes, so dgate_up may alias gate_up.
     const v16 x = values16(g, m), up = values16(g + F, m), d = vec::load16n(dout + r * F + i, m);
     v16 e;
     const v16 s = sigmoid16(x, e);
-    float* dg = dgate_up + r * 2 * F + i;
-    vec::store16n(dg, d * up * s * (x * (e * s) + 1.0f), m);
-    vec::store16n(dg + F, d * x * s, m);
+    Out* dg = dgate_up + r * 2 * F + i;
+    store_grad16(dg, d * up * s * (x * (e * s) + 1.0f), m);
+    store_grad16(dg + F, d * x * s, m);
   });
 }
 }  // namespace
@@ -215,6 +219,9 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
   swiglu_backward_of(dgate_up, gate_up, dout, N, F);
 }
 void swiglu_backward(float* dgate_up, const uint16_t* gate_up, const float* dout, int64_t N, int64_t F) {
+  swiglu_backward_of(dgate_up, gate_up, dout, N, F);
+}
+void swiglu_backward_bf16(uint16_t* dgate_up, const uint16_t* gate_up, const float* dout, int64_t N, int64_t F) {
   swiglu_backward_of(dgate_up, gate_up, dout, N, F);
 }
 

@@ -46,6 +46,9 @@ void swiglu_forward_bf16(uint16_t* out, const uint16_t* gate_up, int64_t N, int6
 // the same bits, without the fp32 copy. dinp / dgate_up fp32 (written), dout fp32.
 void gelu_backward(float* dinp, const uint16_t* inp, const float* dout, int64_t n);
 void swiglu_backward(float* dgate_up, const uint16_t* gate_up, const float* dout, int64_t N, int64_t F);
+// That gradient rounded to bf16 (f32_to_bf16) as it is made, for the bf16 products of fc1's backward:
+// the bits of swiglu_backward and cast_f32_to_bf16 without the fp32 [N, 2F] in between.
+void swiglu_backward_bf16(uint16_t* dgate_up, const uint16_t* gate_up, const float* dout, int64_t N, int64_t F);
 
 // out = a + b (out may alias a or b); a += b.
 void residual_add(float* out, const float* a, const float* b, int64_t n);
