@@ -407,6 +407,14 @@ void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibilit
   }
 }
 
+// dQ[i, :] += sum_j dS^T[j, i] k_j over the key tile ktile of kv head g: acc [TQ, Dp] (dQ / scale).
+void add_dq(float* acc, const ScoreTiles& t, const BackwardOperands& o, int64_t b, int64_t g, int64_t ktile,
+            int64_t nq, int64_t nk) {
+  const Shape& s = o.s;
+  tile_product_bf16(acc, s.Dp, as_pairs(t.ds_keys), 2, 2 * TQ, o.kp + ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words,
+                    s.Dp, nq, (nk + 1) / 2, s.Dp, true);
+}
+
 // A query tile's setup in the passes that walk key tiles for it: Q^T and dO^T paired along D, lse in
 // base 2 and delta, both padded (+inf, 0) to TQ lanes.
 void load_query_tile(word* qt, word* dot, float* lse2, float* delta, const BackwardOperands& o, int64_t b,
@@ -487,10 +495,7 @@ void backward_fused(const BackwardOperands& o) {
             const TileMask tm = vis.classify(q0, nq, k0, nk);
             if (tm.skip) continue;
             score_tiles(t, o, vis, tm, qt, dot, lse2, delta, q0, nq, (b * s.T + k0) * o.e.kse + g * De, k0, nk);
-            // dQ[i, :] += sum_j dS^T[j, i] k_j
-            tile_product_bf16(dq_acc, Dp, as_pairs(t.ds_keys), 2, 2 * TQ,
-                              o.kp + ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words, Dp, nq, (nk + 1) / 2, Dp,
-                              true);
+            add_dq(dq_acc, t, o, b, g, ktile, nq, nk);
             // dV[j, :] += sum_i P^T[j, i] dO_i;  dK[j, :] += sum_i dS^T[j, i] q_i
             tile_product_bf16(dv_acc + k0 * Dp, Dp, t.p_rows, TQ, 2, o.dop + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
                               true);
@@ -537,9 +542,7 @@ void backward_dq_pass(const BackwardOperands& o) {
         const TileMask tm = vis.classify(q0, nq, k0, nk);
         if (tm.skip) continue;
         score_tiles(t, o, vis, tm, qt, dot, lse2, delta, q0, nq, (b * s.T + k0) * o.e.kse + g * De, k0, nk);
-        // dQ[i, :] += sum_j dS^T[j, i] k_j
-        tile_product_bf16(acc, Dp, as_pairs(t.ds_keys), 2, 2 * TQ,
-                          o.kp + ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words, Dp, nq, (nk + 1) / 2, Dp, true);
+        add_dq(acc, t, o, b, g, ktile, nq, nk);
       }
       store_dq(o, acc, b, h, q0, nq);
     }
