@@ -32,7 +32,7 @@ int64_t logits_chunk_rows(int64_t N, int64_t Vl, int bytes_per_logit, int64_t ma
   // As many chunks as that takes, of equal size: a short last chunk runs the three products far below
   // their speed (47 rows after three of 667, at gpt2-small's 2048 bf16 rows: 16 ms of a 584 ms step,
   // at 275-420 GFLOP/s against ~800).
-  const int64_t chunks = (N + rows - 1) / rows;
+  const int64_t chunks = std::max<int64_t>(1, (N + rows - 1) / rows);  // N = 0 (no loss rows): one, empty
   return std::max<int64_t>(1, (N + chunks - 1) / chunks);
 }
 
