@@ -1,8 +1,9 @@
 #pragma once
 // 16-lane fp32 vectors (one AVX-512 register) as GCC vector extensions, for the CPU kernels that the
 // compiler does not vectorise well from scalar code: the attention tiles and the pointwise activations.
-// The same source compiles without AVX-512 (GCC splits the vectors), so every build computes the same
-// formulas. Internal to src/kernels/cpu.
+// The same source compiles without AVX-512 (GCC splits the vectors) and computes the same formulas;
+// with AVX-512 a few steps use intrinsics (exp2v: the same bits; expv and round_bf16_fast: see there).
+// Internal to src/kernels/cpu.
 //
 // Chunked loops: a kernel walks n elements in chunks of 16; whole chunks load and store in place, the
 // last partial chunk goes through zero-padded copies (load16n / store16n with m < 16), so every element
