@@ -44,10 +44,11 @@ inline v16 logits16(const float* x, int64_t n) {
   return vec::load16(t);
 }
 inline v16 logits16(const uint16_t* x, int64_t n) {
+  if (n == 16) return vec::widen_bf16(vec::loadh16n(x, 16));
   alignas(64) float t[16];
   std::fill(t, t + 16, -INFINITY);
   for (int64_t i = 0; i < n; ++i) t[i] = bf16_to_f32(x[i]);
-  return n == 16 ? vec::widen_bf16(vec::loadh16n(x, 16)) : vec::load16(t);
+  return vec::load16(t);
 }
 
 template <typename T>
