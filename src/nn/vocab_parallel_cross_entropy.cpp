@@ -18,6 +18,24 @@ static void check_shards(const ParallelContext& ctx, const int32_t* targets, int
   }
 }
 
+// The three pieces across the tp ranks: the targets checked, then max(row_max) = the row maxima, all-reduced
+// (max); sumexp(row_max, stats) = per row [sum of exp, target logit], all-reduced (sum, in double so that
+// the total does not depend on the split); then finish(row_max, stats) gives the loss. On one rank the
+// reductions are skipped.
+template <class Max, class SumExp, class Finish>
+static double across_shards(const ParallelContext& ctx, const int32_t* targets, int64_t ignore_index, int64_t N,
+                            int64_t Vl, int64_t V, Max max, SumExp sumexp, Finish finish) {
+  check_shards(ctx, targets, ignore_index, N, Vl, V);
+  const bool reduce = ctx.tp.size > 1;
+  std::vector<float> row_max(N);
+  max(row_max.data());
+  if (reduce) ctx.tp.communicator().all_reduce_max(row_max.data(), N);
+  std::vector<double> stats(2 * N);
+  sumexp(row_max.data(), stats.data());
+  if (reduce) ctx.tp.communicator().all_reduce_sum(stats.data(), 2 * N);
+  return finish(row_max.data(), stats.data());
+}
+
 double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, float* dlogits, const float* logits,
                                     const int32_t* targets, const float* weights, int64_t ignore_index,
                                     float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V,
@@ -31,18 +49,16 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, f
     return cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale,
                                                N, Vl);
   }
-  check_shards(ctx, targets, ignore_index, N, Vl, V);
-  Communicator& comm = ctx.tp.communicator();
-  std::vector<float> row_max(N);
-  cpu::cross_entropy_shard_max(row_max.data(), logits, targets, ignore_index, N, Vl);
-  comm.all_reduce_max(row_max.data(), N);
-  // [sum of exp, target logit] per row; summed in double so that the total does not depend on the split.
-  std::vector<double> stats(2 * N);
-  cpu::cross_entropy_shard_sumexp(stats.data(), dlogits, logits, row_max.data(), targets, ignore_index, vocab_start,
-                                  N, Vl);
-  comm.all_reduce_sum(stats.data(), 2 * N);
-  return cpu::cross_entropy_shard_finish(losses, dlogits, stats.data(), row_max.data(), targets, weights,
-                                         ignore_index, grad_scale, vocab_start, N, Vl, dlogits_bf16);
+  return across_shards(
+      ctx, targets, ignore_index, N, Vl, V,
+      [&](float* row_max) { cpu::cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl); },
+      [&](const float* row_max, double* stats) {
+        cpu::cross_entropy_shard_sumexp(stats, dlogits, logits, row_max, targets, ignore_index, vocab_start, N, Vl);
+      },
+      [&](const float* row_max, const double* stats) {
+        return cpu::cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index,
+                                               grad_scale, vocab_start, N, Vl, dlogits_bf16);
+      });
 }
 
 double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, uint16_t* dlogits,
@@ -52,17 +68,17 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, u
   if (ctx.tp.size == 1 && dlogits)
     return cpu::cross_entropy_forward_backward_bf16(losses, dlogits, logits, targets, weights, ignore_index,
                                                     grad_scale, N, Vl);
-  // tp > 1, or the loss alone (the pieces below on one rank, without the exponentials' buffer).
-  check_shards(ctx, targets, ignore_index, N, Vl, V);
-  const bool reduce = ctx.tp.size > 1;
-  std::vector<float> row_max(N);
-  cpu::cross_entropy_shard_max(row_max.data(), logits, targets, ignore_index, N, Vl);
-  if (reduce) ctx.tp.communicator().all_reduce_max(row_max.data(), N);
-  std::vector<double> stats(2 * N);
-  cpu::cross_entropy_shard_sumexp(stats.data(), logits, row_max.data(), targets, ignore_index, vocab_start, N, Vl);
-  if (reduce) ctx.tp.communicator().all_reduce_sum(stats.data(), 2 * N);
-  return cpu::cross_entropy_shard_finish(losses, dlogits, logits, stats.data(), row_max.data(), targets, weights,
-                                         ignore_index, grad_scale, vocab_start, N, Vl);
+  // tp > 1, or the loss alone (the pieces on one rank, without the exponentials' buffer).
+  return across_shards(
+      ctx, targets, ignore_index, N, Vl, V,
+      [&](float* row_max) { cpu::cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl); },
+      [&](const float* row_max, double* stats) {
+        cpu::cross_entropy_shard_sumexp(stats, logits, row_max, targets, ignore_index, vocab_start, N, Vl);
+      },
+      [&](const float* row_max, const double* stats) {
+        return cpu::cross_entropy_shard_finish(losses, dlogits, logits, stats, row_max, targets, weights,
+                                               ignore_index, grad_scale, vocab_start, N, Vl);
+      });
 }
 
 }  // namespace megadlm

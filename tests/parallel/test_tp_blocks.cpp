@@ -318,6 +318,28 @@ std::vector<int32_t> head_targets(int64_t N) {
   targets[5] = 613;  // the first column of rank 1
   return targets;
 }
+
+// A single-rank output layer (hf) and its tp shards (ht) with the same weights (seed, scale 3).
+struct HeadPair {
+  ParallelContext single;
+  ParamStore fs, ts;
+  LMHead hf, ht;
+  HeadPair(const ParallelContext* tp, uint64_t seed) : hf(fs, head_config(), -1, &single), ht(ts, head_config(), -1, tp) {
+    fs.finalize();
+    ts.finalize();
+    randomize(fs, seed, 3.0f);
+    copy_shards(fs, ts);
+  }
+};
+
+// The tp head's loss and per-token losses (row 3 ignored) against the single rank's.
+void expect_same_losses(double loss_t, double loss_f, const std::vector<float>& lt, const std::vector<float>& lf) {
+  EXPECT_LT(world_max(std::fabs(loss_t - loss_f) / std::fabs(loss_f)), 1e-6) << loss_t << " vs " << loss_f;
+  double el = 0;
+  for (size_t i = 0; i < lf.size(); ++i) el = std::max(el, static_cast<double>(std::fabs(lt[i] - lf[i])) / loss_f);
+  EXPECT_LT(world_max(el), 1e-6);
+  EXPECT_EQ(lt[3], 0.0f);
+}
 }  // namespace
 
 // The output layer with the vocab-parallel cross-entropy: the logits [N, V/2] of each rank are never
@@ -326,20 +348,14 @@ std::vector<int32_t> head_targets(int64_t N) {
 // and per-token weights as in the diffusion loss; large logits exercise the max subtraction.
 TEST(TensorParallel, VocabParallelCrossEntropyInTheHead) {
   const int64_t N = 10, C = kHeadC, V = kHeadV;
-  const TransformerConfig cfg = head_config();
   std::vector<int32_t> targets = head_targets(N);
   targets[7] = -100;
   const std::vector<float> weights = random_vector(N, 40, 0.1f, 2.0f);
   for (bool sp : {false, true}) {
     MDLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
-    const ParallelContext single;
-    ParamStore fs, ts;
-    LMHead hf(fs, cfg, -1, &single), ht(ts, cfg, -1, tp);
-    fs.finalize();
-    ts.finalize();
-    randomize(fs, 41, 3.0f);
-    copy_shards(fs, ts);
+    HeadPair heads(tp, 41);
+    LMHead &hf = heads.hf, &ht = heads.ht;
     const std::vector<float> x = random_vector(N * C, 42, -2.0f, 2.0f);
     Arena arena;
     std::vector<float> xf = x, dxf(N * C, NAN), lf(N, NAN), lt(N, NAN);
@@ -351,14 +367,10 @@ TEST(TensorParallel, VocabParallelCrossEntropyInTheHead) {
     Tensor dxt_t = Tensor::borrow(dxt.data(), {n, C}, DType::F32);
     const double loss_t = ht.loss_and_backward(arena, Tensor::borrow(xl.data(), {n, C}, DType::F32), targets.data(),
                                                weights.data(), 0.5f, dxt_t, lt.data());
-    EXPECT_LT(world_max(std::fabs(loss_t - loss_f) / std::fabs(loss_f)), 1e-6) << loss_t << " vs " << loss_f;
-    double el = 0;
-    for (int64_t i = 0; i < N; ++i) el = std::max(el, static_cast<double>(std::fabs(lt[i] - lf[i])) / loss_f);
-    EXPECT_LT(world_max(el), 1e-6);
-    EXPECT_EQ(lt[3], 0.0f);
+    expect_same_losses(loss_t, loss_f, lt, lf);
     EXPECT_LT(world_max(rows_error(*tp, dxt.data(), dxf, N)), kTol);
     std::string worst;
-    EXPECT_LT(world_max(grad_error(fs, ts, &worst)), kTol) << worst;
+    EXPECT_LT(world_max(grad_error(heads.fs, heads.ts, &worst)), kTol) << worst;
     // Forward only: the same loss.
     std::vector<float> xl2 = xl;
     EXPECT_NEAR(ht.loss(arena, Tensor::borrow(xl2.data(), {n, C}, DType::F32), targets.data(), weights.data(), nullptr),
@@ -380,20 +392,14 @@ TEST(TensorParallel, VocabParallelCrossEntropyInTheHead) {
 // forward-only loss equals the training loss.
 TEST(TensorParallel, VocabParallelCrossEntropyInTheHeadBf16) {
   const int64_t N = 10, C = kHeadC;
-  const TransformerConfig cfg = head_config();
   const std::vector<int32_t> targets = head_targets(N);
   const std::vector<float> weights = random_vector(N, 50, 0.1f, 2.0f);
   MDLM_REQUIRE_TP2(tp, false);
-  const ParallelContext single;
-  ParamStore fs, ts;
-  LMHead hf(fs, cfg, -1, &single), ht(ts, cfg, -1, tp);
-  fs.finalize();
-  ts.finalize();
-  randomize(fs, 51, 3.0f);
-  copy_shards(fs, ts);
+  HeadPair heads(tp, 51);
+  LMHead &hf = heads.hf, &ht = heads.ht;
   PrecisionConfig pc;
   pc.mode = PrecisionMode::BF16;
-  MixedPrecision pf(fs, pc), pt(ts, pc);
+  MixedPrecision pf(heads.fs, pc), pt(heads.ts, pc);
   hf.set_precision(&pf);
   ht.set_precision(&pt);
   const std::vector<float> x = random_vector(N * C, 52, -2.0f, 2.0f);
@@ -405,14 +411,10 @@ TEST(TensorParallel, VocabParallelCrossEntropyInTheHeadBf16) {
   std::vector<float> xt = x;
   const double loss_t = ht.loss_and_backward(arena, Tensor::borrow(xt.data(), {N, C}, DType::F32), targets.data(),
                                              weights.data(), 0.5f, dxt_t, lt.data());
-  EXPECT_LT(world_max(std::fabs(loss_t - loss_f) / std::fabs(loss_f)), 1e-6) << loss_t << " vs " << loss_f;
-  double el = 0;
-  for (int64_t i = 0; i < N; ++i) el = std::max(el, static_cast<double>(std::fabs(lt[i] - lf[i])) / loss_f);
-  EXPECT_LT(world_max(el), 1e-6);
-  EXPECT_EQ(lt[3], 0.0f);
+  expect_same_losses(loss_t, loss_f, lt, lf);
   EXPECT_LT(world_max(rows_error(*tp, dxt.data(), dxf, N)), 1e-2);
   std::string worst;
-  EXPECT_LT(world_max(grad_error(fs, ts, &worst)), 1e-2) << worst;
+  EXPECT_LT(world_max(grad_error(heads.fs, heads.ts, &worst)), 1e-2) << worst;
   std::vector<float> xt2 = x;
   EXPECT_NEAR(ht.loss(arena, Tensor::borrow(xt2.data(), {N, C}, DType::F32), targets.data(), weights.data(), nullptr),
               loss_t, 1e-9 * std::fabs(loss_t));

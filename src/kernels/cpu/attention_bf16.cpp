@@ -452,6 +452,54 @@ void store_dk_dv(const BackwardOperands& o, const float* dk_acc, const float* dv
   }
 }
 
+// A thread's tiles for walking one query tile over the key tiles: its Q^T and dO^T, lse2 and delta
+// (load_query_tile), the score tiles and the dQ accumulator.
+struct QueryTileScratch {
+  word *qt, *dot;                  // [De/2, TQ] each
+  float *lse2, *delta, *dq_acc;    // [TQ], [TQ], [TQ, Dp] (dQ / scale)
+  ScoreTiles t;
+
+  // Floats to reserve in a Scratch: with_rows adds the score rows the fused schedule needs.
+  static int64_t floats(const BackwardOperands& o, bool with_rows) {
+    return o.e.De * TQ + 2 * TK * TQ + TK / 2 * TQ + (with_rows ? TK * TQ : 0) + TQ * o.s.Dp + 2 * TQ + 10 * 16;
+  }
+  QueryTileScratch(Scratch& scratch, const BackwardOperands& o, bool with_rows) : t{} {
+    qt = scratch.take_words(o.e.De / 2 * TQ);
+    dot = scratch.take_words(o.e.De / 2 * TQ);
+    t.st = scratch.take(TK * TQ);
+    t.dpt = scratch.take(TK * TQ);
+    t.ds_keys = scratch.take_words(TK / 2 * TQ);
+    if (with_rows) {
+      t.p_rows = reinterpret_cast<bf16_t*>(scratch.take_words(TK * TQ / 2));
+      t.ds_rows = reinterpret_cast<bf16_t*>(scratch.take_words(TK * TQ / 2));
+    }
+    dq_acc = scratch.take(TQ * o.s.Dp);
+    lse2 = scratch.take(TQ);
+    delta = scratch.take(TQ);
+  }
+};
+
+// The query tile [q0, q0 + nq) of head h (kv head g) against every key tile it sees, in order: the score
+// tiles and dQ (written to dq at the end), and after each key tile more(ktile, k0, nk), which may use
+// the tiles in w.t.
+template <class More>
+void walk_query_tile(QueryTileScratch& w, const BackwardOperands& o, const Visibility& vis, int64_t b, int64_t h,
+                     int64_t g, int64_t q0, int64_t nq, More&& more) {
+  const Shape& s = o.s;
+  load_query_tile(w.qt, w.dot, w.lse2, w.delta, o, b, h, q0, nq);
+  std::fill(w.dq_acc, w.dq_acc + TQ * s.Dp, 0.0f);
+  for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
+    const int64_t k0 = ktile * TK, nk = std::min(TK, s.T - k0);
+    const TileMask tm = vis.classify(q0, nq, k0, nk);
+    if (tm.skip) continue;
+    score_tiles(w.t, o, vis, tm, w.qt, w.dot, w.lse2, w.delta, q0, nq, (b * s.T + k0) * o.e.kse + g * o.e.De, k0,
+                nk);
+    add_dq(w.dq_acc, w.t, o, b, g, ktile, nq, nk);
+    more(ktile, k0, nk);
+  }
+  store_dq(o, w.dq_acc, b, h, q0, nq);
+}
+
 // The fused schedule: one task per (b, kv head g). For each query head h of the group and each query
 // tile, in that order, every visible key tile: S^T, dP^T, P^T and dS^T once, then dQ of this query tile,
 // dV and dK of that key tile (accumulated over the whole task in [nkt*TK, Dp] buffers). Five tile
@@ -460,21 +508,11 @@ void store_dk_dv(const BackwardOperands& o, const float* dk_acc, const float* dv
 // so the results are bitwise those of the two passes; only the parallelism is coarser (B*K tasks).
 void backward_fused(const BackwardOperands& o) {
   const Shape& s = o.s;
-  const int64_t Dp = s.Dp, De = o.e.De, Tk = s.nkt * TK;
+  const int64_t Dp = s.Dp, Tk = s.nkt * TK;
 #pragma omp parallel if (s.parallel)
   {
-    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TK * TQ + TQ * Dp + 2 * TQ + 2 * Tk * Dp + 11 * 16);
-    word* qt = scratch.take_words(De / 2 * TQ);   // [De/2, TQ] Q tile paired along D
-    word* dot = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] dO tile, likewise
-    ScoreTiles t;
-    t.st = scratch.take(TK * TQ);
-    t.dpt = scratch.take(TK * TQ);
-    t.ds_keys = scratch.take_words(TK / 2 * TQ);
-    t.p_rows = reinterpret_cast<bf16_t*>(scratch.take_words(TK * TQ / 2));
-    t.ds_rows = reinterpret_cast<bf16_t*>(scratch.take_words(TK * TQ / 2));
-    float* dq_acc = scratch.take(TQ * Dp);  // [TQ, Dp] dQ / scale of the current query tile
-    float* lse2 = scratch.take(TQ);         // [TQ]
-    float* delta = scratch.take(TQ);        // [TQ]
+    Scratch scratch(QueryTileScratch::floats(o, true) + 2 * Tk * Dp + 2 * 16);
+    QueryTileScratch w(scratch, o, true);
     float* dk_acc = scratch.take(Tk * Dp);  // [nkt*TK, Dp] dK / scale of the task's kv head
     float* dv_acc = scratch.take(Tk * Dp);  // [nkt*TK, Dp] dV
 
@@ -487,22 +525,14 @@ void backward_fused(const BackwardOperands& o) {
       for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
         for (int64_t qtile = 0; qtile < s.nqt; ++qtile) {
           const int64_t q0 = qtile * TQ, nq = std::min(TQ, s.T - q0);
-          load_query_tile(qt, dot, lse2, delta, o, b, h, q0, nq);
-          std::fill(dq_acc, dq_acc + TQ * Dp, 0.0f);
           const int64_t qtile_words = ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words;
-          for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
-            const int64_t k0 = ktile * TK, nk = std::min(TK, s.T - k0);
-            const TileMask tm = vis.classify(q0, nq, k0, nk);
-            if (tm.skip) continue;
-            score_tiles(t, o, vis, tm, qt, dot, lse2, delta, q0, nq, (b * s.T + k0) * o.e.kse + g * De, k0, nk);
-            add_dq(dq_acc, t, o, b, g, ktile, nq, nk);
+          walk_query_tile(w, o, vis, b, h, g, q0, nq, [&](int64_t, int64_t k0, int64_t nk) {
             // dV[j, :] += sum_i P^T[j, i] dO_i;  dK[j, :] += sum_i dS^T[j, i] q_i
-            tile_product_bf16(dv_acc + k0 * Dp, Dp, t.p_rows, TQ, 2, o.dop + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
+            tile_product_bf16(dv_acc + k0 * Dp, Dp, w.t.p_rows, TQ, 2, o.dop + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
                               true);
-            tile_product_bf16(dk_acc + k0 * Dp, Dp, t.ds_rows, TQ, 2, o.qp + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
+            tile_product_bf16(dk_acc + k0 * Dp, Dp, w.t.ds_rows, TQ, 2, o.qp + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
                               true);
-          }
-          store_dq(o, dq_acc, b, h, q0, nq);
+          });
         }
       }
       for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
@@ -517,34 +547,15 @@ void backward_fused(const BackwardOperands& o) {
 // (S^T); dq only.
 void backward_dq_pass(const BackwardOperands& o) {
   const Shape& s = o.s;
-  const int64_t Dp = s.Dp, De = o.e.De;
   const int64_t ntasks = s.nqt * s.B * s.H;
 #pragma omp parallel if (s.parallel)
   {
-    Scratch scratch(De * TQ + 2 * TK * TQ + TK / 2 * TQ + TQ * Dp + 2 * TQ + 8 * 16);
-    word* qt = scratch.take_words(De / 2 * TQ);   // [De/2, TQ] Q tile paired along D
-    word* dot = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] dO tile, likewise
-    ScoreTiles t{};
-    t.st = scratch.take(TK * TQ);
-    t.dpt = scratch.take(TK * TQ);
-    t.ds_keys = scratch.take_words(TK / 2 * TQ);
-    float* acc = scratch.take(TQ * Dp);  // [TQ, Dp] dQ / scale
-    float* lse2 = scratch.take(TQ);      // [TQ]
-    float* delta = scratch.take(TQ);     // [TQ]
-
+    Scratch scratch(QueryTileScratch::floats(o, false));
+    QueryTileScratch w(scratch, o, false);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
       const auto [b, h, g, q0, nq, vis] = query_task(s, o.mask, task);  // order: see query_task
-      load_query_tile(qt, dot, lse2, delta, o, b, h, q0, nq);
-      std::fill(acc, acc + TQ * Dp, 0.0f);
-      for (int64_t ktile = 0; ktile < s.nkt; ++ktile) {
-        const int64_t k0 = ktile * TK, nk = std::min(TK, s.T - k0);
-        const TileMask tm = vis.classify(q0, nq, k0, nk);
-        if (tm.skip) continue;
-        score_tiles(t, o, vis, tm, qt, dot, lse2, delta, q0, nq, (b * s.T + k0) * o.e.kse + g * De, k0, nk);
-        add_dq(acc, t, o, b, g, ktile, nq, nk);
-      }
-      store_dq(o, acc, b, h, q0, nq);
+      walk_query_tile(w, o, vis, b, h, g, q0, nq, [](int64_t, int64_t, int64_t) {});
     }
   }
 }

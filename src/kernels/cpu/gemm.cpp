@@ -39,6 +39,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/cast.h"
 
 namespace megadlm::cpu {
 
@@ -316,8 +317,7 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   // Degenerate, or no bf16 matmul here: the fp32 result, rounded.
   std::vector<float> c32(static_cast<size_t>(M * N));
   gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, c32.data(), N);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = f32_to_bf16(c32[i * N + j]);
+  for (int64_t i = 0; i < M; ++i) cast_f32_to_bf16(C + i * ldc, c32.data() + i * N, N);
 }
 
 // ---- batched fp32 ---------------------------------------------------------------------------------------
