@@ -222,22 +222,29 @@ TEST(Elementwise, BiasBackwardIsThreadCountIndependent) {
 }
 
 // The bf16 Linear backward's one pass over dout gives the bits of bias_backward and cast_f32_to_bf16,
-// for 1 and 2 threads, over column blocks with a tail (C = 300) and a single short one (C = 5).
+// and both give those of the plain loop (each column summed over rows 0..N-1 in double, then added),
+// for 1 and 2 threads, over whole column blocks with a tail (C = 300) and a single short one (C = 5).
 TEST(Elementwise, CastBf16AndBiasBackwardIsTheTwoOps) {
   for (const auto& [N, C] : {std::pair<int64_t, int64_t>{517, 300}, {9, 5}}) {
     std::vector<float> dout = random_vector(N * C, 810 + C, -3.0f, 3.0f);
     dout[0] = std::numeric_limits<float>::quiet_NaN();  // a NaN is cast to a quiet NaN and sums to NaN
     std::vector<float> ref_bias(C, 0.5f);
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0.0;
+      for (int64_t r = 0; r < N; ++r) acc += dout[r * C + c];
+      ref_bias[c] += static_cast<float>(acc);
+    }
     std::vector<uint16_t> ref_cast(N * C);
-    cpu::bias_backward(ref_bias.data(), dout.data(), N, C);
     for (int64_t i = 0; i < N * C; ++i) ref_cast[i] = f32_to_bf16(dout[i]);
     for (int threads : {1, 2}) {
       SCOPED_TRACE(::testing::Message() << "N = " << N << " C = " << C << ", " << threads << " threads");
       ThreadCount t(threads);
-      std::vector<float> dbias(C, 0.5f);
+      std::vector<float> dbias(C, 0.5f), dbias_only(C, 0.5f);
       std::vector<uint16_t> cast(N * C, 0x1234);
       cpu::cast_bf16_and_bias_backward(cast.data(), dbias.data(), dout.data(), N, C);
+      cpu::bias_backward(dbias_only.data(), dout.data(), N, C);
       EXPECT_EQ(0, std::memcmp(dbias.data(), ref_bias.data(), C * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(dbias_only.data(), ref_bias.data(), C * sizeof(float)));
       EXPECT_EQ(cast, ref_cast);
       EXPECT_TRUE(std::isnan(dbias[0]));
     }

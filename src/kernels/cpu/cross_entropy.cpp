@@ -70,11 +70,25 @@ double sum_exp_blocked(const T* x, int64_t V, float mx, float* d) {
 }
 
 // Pass 1 of a row: its max, so that every exponent is <= 0 (no overflow for logits of any size).
+// Four running vector maxima: one alone waits on its previous compare at every step. The max is the
+// same value in any order; NaN logits are passed over (y > m is false for them).
 template <typename T>
 inline float max_of_row(const T* x, int64_t V) {
+  const v16 none = vec::splat(-INFINITY);
+  v16 m[4] = {none, none, none, none};
+  int64_t v = 0;
+  for (; v + 64 <= V; v += 64)
+    for (int j = 0; j < 4; ++j) {
+      const v16 y = logits16(x + v + 16 * j, 16);
+      m[j] = y > m[j] ? y : m[j];
+    }
+  for (; v < V; v += 16) {
+    const v16 y = logits16(x + v, std::min<int64_t>(16, V - v));  // lanes past V are -inf
+    m[0] = y > m[0] ? y : m[0];
+  }
   float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-  for (int64_t v = 0; v < V; ++v) mx = logit(x, v) > mx ? logit(x, v) : mx;
+  for (int j = 0; j < 4; ++j)
+    for (int l = 0; l < 16; ++l) mx = m[j][l] > mx ? m[j][l] : mx;
   return mx;
 }
 
