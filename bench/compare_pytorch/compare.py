@@ -4,8 +4,9 @@
 
 One run: (1) the fp32 and bf16 GEMM peaks of this machine, measured now with build/bench/bench_kernels
 (`gemm --quick`: the best of the GPT-2 124M layer products, 2 threads) and, for reference, with a
-torch.mm probe; (2) for each configuration, objective and precision, our trainer then the PyTorch
-trainer(s), each a child process of this one (peak RSS from wait4); (3) a Markdown table.
+torch.mm probe; (2) for each configuration and objective, our trainer in every precision (back to
+back), then the PyTorch trainer(s) in every precision, each a child process of this one (peak RSS from
+wait4); (3) a Markdown table.
 
 Model FLOPs per token, the same for both (PaLM convention, as pretrain_difflm's MFU):
   6 * (matrix parameters of the layers + V*C of the output layer) + 12 * L * C * T
@@ -212,18 +213,24 @@ def main():
         c = CONFIGS[name]
         fpt = flops_per_token(c)
         for objective in args.objectives.split(","):
-            for precision in args.precisions.split(","):
-                res = {}
-                for impl in impls:
-                    log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}.log")
-                    if impl == "ours":
-                        res[impl] = run_ours(args, c, objective, precision, data, env, log)
-                    else:
-                        res[impl] = run_torch(args, c, objective, precision, impl, data, env, log)
-                    r = res[impl]
-                    print(f"  {name} {objective} {precision} {impl}: " +
-                          (r["na"] if "na" in r else f"{r['tokens_per_s']:.0f} tokens/s, peak RSS {r['rss_kib']/1048576:.2f} GiB"),
-                          flush=True)
+            precisions = args.precisions.split(",")
+            # Our trainer's runs of every precision first, back to back: the bf16 goal compares them, and
+            # the machine's speed drifts by a few percent over the minutes PyTorch's runs take.
+            order = [(p, "ours") for p in precisions if "ours" in impls]
+            order += [(p, impl) for p in precisions for impl in impls if impl != "ours"]
+            runs = {}  # (precision, impl) -> result
+            for precision, impl in order:
+                log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}.log")
+                if impl == "ours":
+                    r = run_ours(args, c, objective, precision, data, env, log)
+                else:
+                    r = run_torch(args, c, objective, precision, impl, data, env, log)
+                runs[(precision, impl)] = r
+                print(f"  {name} {objective} {precision} {impl}: " +
+                      (r["na"] if "na" in r else f"{r['tokens_per_s']:.0f} tokens/s, peak RSS {r['rss_kib']/1048576:.2f} GiB"),
+                      flush=True)
+            for precision in precisions:
+                res = {impl: runs[(precision, impl)] for impl in impls}
                 for impl in impls:
                     r = res[impl]
                     results[(name, objective, precision, impl)] = r

@@ -126,7 +126,7 @@ void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N,
 }
 
 void Linear::backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx_in, bool accumulate_dx) {
-  MDLM_CHECK(takes_bf16_dy(), "Linear::backward_bf16_dy: needs bf16 products, no bias and column parallelism");
+  MDLM_CHECK(takes_bf16_dy(), "Linear::backward_bf16_dy: needs bf16 products and column parallelism");
   const Backend& be = backend_of(dx_in);
   const bool reduce_dx = ctx_->tp.size > 1 && !caller_maps_input_;
   Tensor dx = reduce_dx ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in;

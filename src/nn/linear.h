@@ -53,11 +53,12 @@ class Linear {
   // dy [N, O] -> dx [N, I] written (or added to, when accumulate_dx). dW, db accumulated.
   void backward(const Tensor& dy, Tensor& dx, bool accumulate_dx);
   // The same from dy already rounded to bf16 (the caller made it so, in the pass that computed it), when
-  // takes_bf16_dy(): bf16 products, no bias, column-parallel. The bits of backward() on the fp32 dy.
-  bool takes_bf16_dy() const {
-    return prec_ && prec_->bf16_gemm() && b_ < 0 && mode_ == LinearParallel::Column;
-  }
+  // takes_bf16_dy(): bf16 products, column-parallel. With a bias, the caller has also added dy's column
+  // sums to bias_grad() in that pass. The bits of backward() on the fp32 dy.
+  bool takes_bf16_dy() const { return prec_ && prec_->bf16_gemm() && mode_ == LinearParallel::Column; }
   void backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx, bool accumulate_dx);
+  // The bias gradient [O] (this rank's shard), or null without a bias.
+  float* bias_grad() const { return b_ >= 0 ? store_->grad(b_).data<float>() : nullptr; }
 
   // This rank's sizes (local shards under tensor parallelism).
   int64_t in_features() const { return in_; }

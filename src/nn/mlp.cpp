@@ -101,10 +101,12 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const size_t mark = arena.mark();
   // On the CPU the bf16 kernels read the kept bf16 h_ as it is (the bits the fp32 kernels give on its
   // widened values); otherwise a narrow h_ comes back in fp32, in dh itself: the activation backward
-  // reads each input before it writes the gradient at the same place. SwiGLU's gradient goes to a
-  // bias-free fc1 already in bf16 (the bits of its fp32 form cast), without the fp32 [N, 2F] between.
+  // reads each input before it writes the gradient at the same place. The activation's gradient goes to
+  // fc1 already in bf16 (the bits of its fp32 form cast), without the fp32 [N, F] between: GELU's with
+  // fc1's bias gradient summed in the same pass; SwiGLU's when fc1 has no bias.
   const bool bf16_kernels = h_.dtype() == DType::BF16 && h_.device() == Device::CPU;
-  const bool bf16_dh = bf16_kernels && act_ == Activation::SwiGLU && fc1_.takes_bf16_dy();
+  const bool bf16_dh = bf16_kernels && fc1_.takes_bf16_dy() &&
+                       (act_ == Activation::Gelu || fc1_.bias_grad() == nullptr);
   Tensor da = arena.tensor({N, F_});
   Tensor dh = arena.tensor(h_.shape(), bf16_dh ? DType::BF16 : DType::F32);
   Tensor h = h_;
@@ -130,7 +132,9 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   }
   if (bf16_dh) {
     auto* dhb = static_cast<uint16_t*>(dh.raw());
-    cpu::swiglu_backward_bf16(dhb, static_cast<const uint16_t*>(h_.raw()), da.data<float>(), N, F_);
+    const auto* hb = static_cast<const uint16_t*>(h_.raw());
+    if (act_ == Activation::Gelu) cpu::gelu_backward_bf16_and_bias(dhb, fc1_.bias_grad(), hb, da.data<float>(), N, F_);
+    else cpu::swiglu_backward_bf16(dhb, hb, da.data<float>(), N, F_);
     fc1_.backward_bf16_dy(dhb, N, dx, false);
     arena.release(mark);
     return;

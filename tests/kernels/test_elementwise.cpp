@@ -320,6 +320,38 @@ TEST(Elementwise, Bf16ActivationsEqualTheCastSequence) {
   }
 }
 
+// fc1's GELU gradient for its bf16 products in one pass: the bits of gelu_backward on the kept bf16 h
+// followed by cast_bf16_and_bias_backward, for 1 and 2 threads, over whole column blocks with a tail
+// (F = 300), a single short block (F = 5) and without a bias; saturated and NaN inputs included.
+TEST(Elementwise, GeluBackwardBf16AndBiasIsTheTwoOps) {
+  for (const auto& [N, F] : {std::pair<int64_t, int64_t>{517, 300}, {9, 5}, {64, 128}}) {
+    std::vector<uint16_t> h(N * F);
+    const std::vector<float> hf = random_vector(N * F, 1300 + F, -6.0f, 6.0f);
+    for (int64_t i = 0; i < N * F; ++i) h[i] = f32_to_bf16(hf[i]);
+    h[1] = f32_to_bf16(-30.0f);
+    h[2] = f32_to_bf16(30.0f);
+    h[3] = 0x7FC0;  // NaN: its gradient, and so its column's sum, is NaN
+    const std::vector<float> dout = random_vector(N * F, 1310 + F, -1.0f, 1.0f);
+    std::vector<float> d32(N * F);
+    cpu::gelu_backward(d32.data(), h.data(), dout.data(), N * F);
+    std::vector<float> ref_bias(F, 0.25f);
+    std::vector<uint16_t> ref_cast(N * F);
+    cpu::cast_bf16_and_bias_backward(ref_cast.data(), ref_bias.data(), d32.data(), N, F);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "N = " << N << " F = " << F << ", " << threads << " threads");
+      ThreadCount t(threads);
+      std::vector<float> dbias(F, 0.25f);
+      std::vector<uint16_t> d16(N * F, 0x1234), no_bias(N * F, 0x1234);
+      cpu::gelu_backward_bf16_and_bias(d16.data(), dbias.data(), h.data(), dout.data(), N, F);
+      cpu::gelu_backward_bf16_and_bias(no_bias.data(), nullptr, h.data(), dout.data(), N, F);
+      EXPECT_EQ(d16, ref_cast);
+      EXPECT_EQ(no_bias, ref_cast);
+      EXPECT_EQ(0, std::memcmp(dbias.data(), ref_bias.data(), F * sizeof(float)));
+      EXPECT_TRUE(std::isnan(dbias[3]));
+    }
+  }
+}
+
 TEST(Elementwise, ResidualAddInplaceAndScale) {
   for (int64_t n : kSizes) {
     SCOPED_TRACE(::testing::Message() << "n = " << n);

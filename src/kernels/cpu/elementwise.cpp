@@ -237,56 +237,63 @@ void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
 }
 
 namespace {
-// One whole block of kColBlock = 64 columns, the same sums in the same order as column_sums' loop, with
-// the 64 double accumulators held in eight vector registers (the compiler keeps the loop's array in
-// memory, which made this pass several times slower than reading dout).
-void column_block_sums(float* dbias, uint16_t* out, const float* dout, int64_t N, int64_t C) {
+// dbias [C] (or null) += sum over rows of the values [N, C], and out [N, C] = bf16(values) unless out is
+// null; values(r, c, m) gives row r's columns c .. c + m - 1 (m <= 16) in the first m lanes. Threads own
+// blocks of kColBlock columns and sum their rows in order 0..N-1 in double, so the bits do not depend
+// on the thread count. A block's 64 double sums stay in eight vector registers (a plain array of them
+// is kept in memory by the compiler, which made this pass several times slower than its reads).
+template <class Values>
+void column_sums(float* dbias, uint16_t* out, int64_t N, int64_t C, Values&& values) {
   static_assert(kColBlock == 64);
   using v8d = double __attribute__((vector_size(64)));
-  using v8fu = float __attribute__((vector_size(32), aligned(4), may_alias));
-  v8d acc[8] = {};
-  for (int64_t r = 0; r < N; ++r) {
-    const float* d = dout + r * C;
-    for (int j = 0; j < 8; ++j) acc[j] += __builtin_convertvector(*reinterpret_cast<const v8fu*>(d + 8 * j), v8d);
-    if (out == nullptr) continue;
-    for (int j = 0; j < 4; ++j) vec::storeh16n(out + r * C + 16 * j, vec::round_bf16(vec::load16(d + 16 * j)), 16);
-  }
-  for (int j = 0; j < 8; ++j)
-    for (int l = 0; l < 8; ++l) dbias[8 * j + l] += static_cast<float>(acc[j][l]);
-}
-
-// dbias [C] += sum over rows of dout [N, C], and out [N, C] = bf16(dout) unless out is null. Threads
-// own blocks of kColBlock columns and sum their rows in order 0..N-1 in double, so the bits do not
-// depend on the thread count.
-void column_sums(float* dbias, uint16_t* out, const float* dout, int64_t N, int64_t C) {
   const int64_t blocks = (C + kColBlock - 1) / kColBlock;
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t c0 = b * kColBlock;
     const int64_t w = C - c0 < kColBlock ? C - c0 : kColBlock;
+    v8d acc[8] = {};
+    // Columns c0 + j .. c0 + j + m - 1 of row r; lanes past m are not summed (their sums go unused).
+    auto add = [&](int64_t r, int64_t j, int64_t m) {
+      const v16 y = values(r, c0 + j, m);
+      acc[j / 8] += __builtin_convertvector(__builtin_shufflevector(y, y, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
+      acc[j / 8 + 1] += __builtin_convertvector(__builtin_shufflevector(y, y, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+      if (out) vec::storeh16n(out + r * C + c0 + j, vec::round_bf16(y), m);
+    };
     if (w == kColBlock) {
-      column_block_sums(dbias + c0, out ? out + c0 : nullptr, dout + c0, N, C);
-      continue;
+      for (int64_t r = 0; r < N; ++r) {
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < kColBlock; j += 16) add(r, j, 16);  // constant indices: acc stays in registers
+      }
+    } else {
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t j = 0; j < w; j += 16) add(r, j, std::min<int64_t>(16, w - j));
     }
-    double acc[kColBlock] = {};
-    for (int64_t r = 0; r < N; ++r) {
-      const float* d = dout + r * C + c0;
-#pragma omp simd
-      for (int64_t c = 0; c < w; ++c) acc[c] += d[c];
-      if (out == nullptr) continue;
-      uint16_t* o = out + r * C + c0;
-#pragma omp simd
-      for (int64_t c = 0; c < w; ++c) o[c] = f32_to_bf16(d[c]);
-    }
-    for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += static_cast<float>(acc[c]);
+    if (dbias == nullptr) continue;
+    for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += static_cast<float>(acc[c / 8][c % 8]);
   }
 }
+
+// dout's row r, columns c .. c + m - 1.
+struct Rows {
+  const float* dout;
+  int64_t C;
+  v16 operator()(int64_t r, int64_t c, int64_t m) const { return vec::load16n(dout + r * C + c, m); }
+};
 }  // namespace
 
-void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) { column_sums(dbias, nullptr, dout, N, C); }
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  column_sums(dbias, nullptr, N, C, Rows{dout, C});
+}
 
 void cast_bf16_and_bias_backward(uint16_t* out, float* dbias, const float* dout, int64_t N, int64_t C) {
-  column_sums(dbias, out, dout, N, C);
+  column_sums(dbias, out, N, C, Rows{dout, C});
+}
+
+void gelu_backward_bf16_and_bias(uint16_t* dinp, float* dbias, const uint16_t* inp, const float* dout, int64_t N,
+                                 int64_t F) {
+  column_sums(dbias, dinp, N, F, [&](int64_t r, int64_t c, int64_t m) {
+    return vec::load16n(dout + r * F + c, m) * gelu_grad16(values16(inp + r * F + c, m));
+  });
 }
 
 // ---- residual and scaling -------------------------------------------------------------------------

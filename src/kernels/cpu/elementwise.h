@@ -49,6 +49,11 @@ void swiglu_backward(float* dgate_up, const uint16_t* gate_up, const float* dout
 // That gradient rounded to bf16 (f32_to_bf16) as it is made, for the bf16 products of fc1's backward:
 // the bits of swiglu_backward and cast_f32_to_bf16 without the fp32 [N, 2F] in between.
 void swiglu_backward_bf16(uint16_t* dgate_up, const uint16_t* gate_up, const float* dout, int64_t N, int64_t F);
+// GELU's the same way, with fc1's bias gradient in the same pass: dinp [N, F] = bf16 of gelu_backward
+// (inp [N, F] bf16, dout [N, F] fp32) and dbias [F] (or null) += its column sums: the bits of
+// gelu_backward followed by cast_bf16_and_bias_backward, without the fp32 [N, F] in between.
+void gelu_backward_bf16_and_bias(uint16_t* dinp, float* dbias, const uint16_t* inp, const float* dout, int64_t N,
+                                 int64_t F);
 
 // out = a + b (out may alias a or b); a += b.
 void residual_add(float* out, const float* a, const float* b, int64_t n);
