@@ -114,24 +114,29 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
   return bias_and_reduce(arena, y);
 }
 
-// The two bf16 products of the backward, from dy [N, O] in bf16: dx [N, I] = dy @ W (into dx, then
-// reduced into dx_in when reduce_dx) and dW [O, I] += dy^T @ x.
-void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx, Tensor& dx_in,
-                              bool reduce_dx, float beta_dx, bool accumulate_dx) {
-  const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
-  be.gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, beta_dx, dx.data<float>(),
+// Where the backward's dx [N, I] goes. Column-parallel at tp > 1: dx is this rank's partial sum; it is
+// made in a staging buffer and then reduced into dx_in (all-reduce, or reduce-scatter to the local rows
+// under sequence parallelism). Otherwise dx_in itself, written or added to.
+Linear::DxTarget Linear::dx_target(int64_t N, Tensor& dx_in, bool accumulate_dx) const {
+  const bool reduce = mode_ == LinearParallel::Column && ctx_->tp.size > 1 && !caller_maps_input_;
+  return {reduce ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in, reduce,
+          accumulate_dx && !reduce ? 1.0f : 0.0f};
+}
+
+// The two bf16 products of the backward, from dy [N, O] in bf16: dx [N, I] = dy @ W (see dx_target) and
+// dW [O, I] += dy^T @ x.
+void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx) {
+  DxTarget t = dx_target(N, dx_in, accumulate_dx);
+  be.gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, t.beta, t.dx.data<float>(),
                in_);
-  if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
+  if (t.reduce) reduce_rows(*ctx_, t.dx, dx_in, accumulate_dx);
+  const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
   be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, 1.0f, store_->grad(w_).data<float>(), in_);
 }
 
 void Linear::backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx_in, bool accumulate_dx) {
   MDLM_CHECK(takes_bf16_dy(), "Linear::backward_bf16_dy: needs bf16 products and column parallelism");
-  const Backend& be = backend_of(dx_in);
-  const bool reduce_dx = ctx_->tp.size > 1 && !caller_maps_input_;
-  Tensor dx = reduce_dx ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in;
-  const float beta_dx = accumulate_dx && !reduce_dx ? 1.0f : 0.0f;
-  products_bf16_dy(be, dy_bf16, N, dx, dx_in, reduce_dx, beta_dx, accumulate_dx);
+  products_bf16_dy(backend_of(dx_in), dy_bf16, N, dx_in, accumulate_dx);
 }
 
 void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
@@ -139,17 +144,11 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
   const Tensor dy = mode_ == LinearParallel::Row ? gather_rows_scratch(*ctx_, dy_in, 0) : dy_in;
   const Backend& be = backend_of(dy);
   const int64_t N = dy.numel() / out_;
-  // Column-parallel at tp > 1: dx is this rank's partial sum; it is made in a staging buffer and then
-  // reduced into dx_in (all-reduce, or reduce-scatter to the local rows under sequence parallelism).
-  const bool reduce_dx = mode_ == LinearParallel::Column && ctx_->tp.size > 1 && !caller_maps_input_;
-  Tensor dx = reduce_dx ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in;
-  const float beta_dx = accumulate_dx && !reduce_dx ? 1.0f : 0.0f;
-  float* dW = store_->grad(w_).data<float>();
   if (prec_ && prec_->bf16_gemm()) {
     uint16_t* dyb = prec_->scratch_u16(0, N * out_);
     if (b_ >= 0) be.cast_bf16_and_bias_backward(dyb, store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
     else be.cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
-    products_bf16_dy(be, dyb, N, dx, dx_in, reduce_dx, beta_dx, accumulate_dx);
+    products_bf16_dy(be, dyb, N, dx_in, accumulate_dx);
     return;
   }
   if (b_ >= 0) be.bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
@@ -171,10 +170,11 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
     }
   }
   // dx [N, I] = dy [N, O] @ W [O, I]
-  be.gemm(false, false, N, in_, out_, 1.0f, g, out_, W, in_, beta_dx, dx.data<float>(), in_);
-  if (reduce_dx) reduce_rows(*ctx_, dx, dx_in, accumulate_dx);
+  DxTarget t = dx_target(N, dx_in, accumulate_dx);
+  be.gemm(false, false, N, in_, out_, 1.0f, g, out_, W, in_, t.beta, t.dx.data<float>(), in_);
+  if (t.reduce) reduce_rows(*ctx_, t.dx, dx_in, accumulate_dx);
   // dW [O, I] += dy^T [O, N] @ x [N, I]
-  be.gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, 1.0f, dW, in_);
+  be.gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, 1.0f, store_->grad(w_).data<float>(), in_);
 }
 
 }  // namespace megadlm

@@ -79,8 +79,13 @@ class Linear {
   int64_t in_ = 0, out_ = 0;
   int w_ = -1, b_ = -1;
   MixedPrecision* prec_ = nullptr;
-  void products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx, Tensor& dx_in, bool reduce_dx,
-                        float beta_dx, bool accumulate_dx);
+  struct DxTarget {
+    Tensor dx;     // where the product writes: dx_in, or a staging buffer to be reduced into it
+    bool reduce;   // the staging buffer's partial sums go through reduce_rows
+    float beta;    // 1 when the product adds to dx_in
+  };
+  DxTarget dx_target(int64_t N, Tensor& dx_in, bool accumulate_dx) const;
+  void products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx);
   Tensor saved_x_;           // [N, I]: fp32 view, or bf16 / fp16 bits, or e4m3 bytes
   float saved_scale_ = 1.0f;  // fp8: the scale saved_x_ was quantised with
 

@@ -130,9 +130,9 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   } else {
     fc2_.backward(dy, da, false);
   }
+  const auto* hb = static_cast<const uint16_t*>(h_.raw());  // the kept bf16 copy, with bf16_kernels
   if (bf16_dh) {
     auto* dhb = static_cast<uint16_t*>(dh.raw());
-    const auto* hb = static_cast<const uint16_t*>(h_.raw());
     if (act_ == Activation::Gelu) cpu::gelu_backward_bf16_and_bias(dhb, fc1_.bias_grad(), hb, da.data<float>(), N, F_);
     else cpu::swiglu_backward_bf16(dhb, hb, da.data<float>(), N, F_);
     fc1_.backward_bf16_dy(dhb, N, dx, false);
@@ -140,7 +140,6 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     return;
   }
   if (bf16_kernels) {
-    const auto* hb = static_cast<const uint16_t*>(h_.raw());
     if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), hb, da.data<float>(), N * F_);
     else cpu::swiglu_backward(dh.data<float>(), hb, da.data<float>(), N, F_);
   } else {

@@ -76,6 +76,11 @@ inline __mmask16 lanes_below(int64_t n, int64_t d0) {
   return n - d0 >= 16 ? __mmask16(0xffff) : n <= d0 ? __mmask16(0) : __mmask16((1u << (n - d0)) - 1);
 }
 
+// 16 lanes rounded to bf16 (nearest even, denormals flushed) and stored at p.
+inline void store_bf16(bf16_t* p, v16 x) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh((__m512)x));
+}
+
 // 16 bf16 widened to fp32 (exact).
 inline __m512 widen16(__m256i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16)); }
 
@@ -396,13 +401,11 @@ void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibilit
       const v16 ds1 = has_hi ? p1 * (load16(t.dpt + (j + 1) * TQ + i) - di) : v16{};
       _mm512_storeu_si512(t.ds_keys + j / 2 * TQ + i, pack_pairs(ds0, ds1));
       if (t.p_rows == nullptr) continue;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.p_rows + j * TQ + i), (__m256i)_mm512_cvtneps_pbh((__m512)p0));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.ds_rows + j * TQ + i), (__m256i)_mm512_cvtneps_pbh((__m512)ds0));
+      store_bf16(t.p_rows + j * TQ + i, p0);
+      store_bf16(t.ds_rows + j * TQ + i, ds0);
       if (!has_hi) continue;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.p_rows + (j + 1) * TQ + i),
-                          (__m256i)_mm512_cvtneps_pbh((__m512)p1));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.ds_rows + (j + 1) * TQ + i),
-                          (__m256i)_mm512_cvtneps_pbh((__m512)ds1));
+      store_bf16(t.p_rows + (j + 1) * TQ + i, p1);
+      store_bf16(t.ds_rows + (j + 1) * TQ + i, ds1);
     }
   }
 }
