@@ -5,10 +5,14 @@
 # scripts/build_cuda.sh (sm_80 + sm_90), and carried there as a bundle: the two binaries, the non-CUDA
 # shared libraries they load (libc itself excepted) and a tiny packed dataset.
 #
-#   scripts/gpu_dispatch_bundle.sh pack [BUILD_CUDA]   here: writes build-gpu-deps/dispatch.tar.xz (~20 MB)
-#   scripts/gpu_dispatch_bundle.sh run                 on the GPU machine (gpu_check.sh calls it): unpacks
-#                                                      it, runs test_cuda's CudaModel.* / CudaTrainer.* and
-#                                                      a few pretrain_difflm --device cuda steps
+#   scripts/gpu_dispatch_bundle.sh pack [BUILD_CUDA]   here: writes build-gpu-deps/dispatch.tar.xz (~25 MB)
+#                                                      from BUILD_CUDA (default build-cuda; gpu_check.sh
+#                                                      --pack builds build-cuda-port: x86-64-v4, sm_90)
+#   scripts/gpu_dispatch_bundle.sh unpack              on the GPU machine: unpacks it into
+#                                                      $BUILD/dispatch-run and writes env.sh there
+#                                                      (LD_LIBRARY_PATH); exit 1 when there is no bundle
+#   scripts/gpu_dispatch_bundle.sh smoke               a few pretrain_difflm --device cuda steps, 3 models
+#   scripts/gpu_dispatch_bundle.sh run                 unpack, test_cuda's CudaModel.* / CudaTrainer.*, smoke
 # The CUDA libraries (cudart, cuBLASLt, cuDNN, NCCL, NVRTC) are the GPU machine's: the toolkit's, or the
 # PyTorch wheels' (CUDNN_ROOT / NCCL_ROOT, as gpu_check.sh finds them).
 set -uo pipefail
@@ -19,12 +23,12 @@ cmd="${1:-}"
 
 if [[ "$cmd" == pack ]]; then
   BC="${2:-$ROOT/build-cuda}"
-  for b in tests/test_cuda bin/pretrain_difflm bin/preprocess_data; do
+  for b in tests/test_cuda bin/pretrain_difflm bin/preprocess_data bench/bench_dlm_step; do
     [[ -x "$BC/$b" ]] || { echo "gpu_dispatch_bundle.sh: $BC/$b missing: run scripts/build_cuda.sh first" >&2; exit 1; }
   done
   stage=$(mktemp -d)
   mkdir -p "$stage/dispatch/bin" "$stage/dispatch/lib" "$stage/dispatch/data"
-  cp "$BC/tests/test_cuda" "$BC/bin/pretrain_difflm" "$stage/dispatch/bin/"
+  cp "$BC/tests/test_cuda" "$BC/bin/pretrain_difflm" "$BC/bench/bench_dlm_step" "$stage/dispatch/bin/"
   # Every resolved library except glibc's own and the CUDA ones (the GPU machine's must match its driver).
   ldd "$BC/tests/test_cuda" "$BC/bin/pretrain_difflm" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -50,29 +54,33 @@ PY
   exit 0
 fi
 
-[[ "$cmd" == run ]] || { echo "usage: gpu_dispatch_bundle.sh pack [BUILD_CUDA] | run" >&2; exit 2; }
-[[ -f "$BUNDLE" ]] || { echo "gpu_dispatch_bundle.sh: no $BUNDLE (pack it on the build machine); model checks skipped"; exit 0; }
+case "$cmd" in unpack|smoke|run) ;; *) echo "usage: gpu_dispatch_bundle.sh pack [BUILD_CUDA] | unpack | smoke | run" >&2; exit 2 ;; esac
 OUT_DIR="${BUILD:-$ROOT/build-gpu}/dispatch-run"
-rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR" && tar -C "$OUT_DIR" -xJf "$BUNDLE"
 D="$OUT_DIR/dispatch"
-LIBS="$D/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib"
-for r in "${CUDNN_ROOT:-}" "${NCCL_ROOT:-}"; do [[ -n "$r" ]] && LIBS="$LIBS:$r/lib"; done
-# NVRTC / cuBLAS may also come only from PyTorch's wheels.
-for sub in cuda_nvrtc cublas cuda_runtime; do
-  p=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.$sub'); print(list(s.submodule_search_locations)[0] if s else '')" 2>/dev/null || true)
-  [[ -n "$p" ]] && LIBS="$LIBS:$p/lib"
-done
-export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "glibc $(ldd --version | head -1 | grep -o '[0-9.]*$') here; the bundle needs >= 2.34"
-if ! ldd "$D/bin/test_cuda" | grep -q "not found"; then :; else
-  echo "gpu_dispatch_bundle.sh: unresolved libraries:"; ldd "$D/bin/test_cuda" "$D/bin/pretrain_difflm" | grep "not found"
-fi
 
-echo "== CPU vs CUDA models (test_cuda CudaModel.* CudaTrainer.*)"
-timeout 150 "$D/bin/test_cuda" --gtest_filter='CudaModel.*:CudaTrainer.*' --gtest_brief=1 2>&1 | grep -v "^\[20" | tail -40
-rc=${PIPESTATUS[0]}
-echo "model tests exit code: $rc"
+unpack() {
+  [[ -f "$BUNDLE" ]] || { echo "gpu_dispatch_bundle.sh: no $BUNDLE (pack it on the build machine); prebuilt binaries skipped"; return 1; }
+  rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR" && tar -C "$OUT_DIR" -xJf "$BUNDLE" || return 1
+  local libs="$D/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib"
+  for r in "${CUDNN_ROOT:-}" "${NCCL_ROOT:-}"; do [[ -n "$r" ]] && libs="$libs:$r/lib"; done
+  # NVRTC / cuBLAS / cuDNN / NCCL may also come only from PyTorch's wheels.
+  for sub in cuda_nvrtc cublas cuda_runtime cudnn nccl; do
+    local p
+    p=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.$sub'); print(list(s.submodule_search_locations)[0] if s else '')" 2>/dev/null || true)
+    [[ -n "$p" ]] && libs="$libs:$p/lib"
+  done
+  echo "export LD_LIBRARY_PATH=\"$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"" >"$D/env.sh"
+  # shellcheck disable=SC1091
+  source "$D/env.sh"
+  if ldd "$D/bin/test_cuda" "$D/bin/pretrain_difflm" "$D/bin/bench_dlm_step" | grep -q "not found"; then
+    echo "gpu_dispatch_bundle.sh: unresolved libraries:"
+    ldd "$D/bin/test_cuda" "$D/bin/pretrain_difflm" "$D/bin/bench_dlm_step" | grep "not found" | sort -u
+    return 1
+  fi
+  return 0
+}
 
+rc=0
 smoke() {  # a few pretrain_difflm --device cuda steps; the last log lines
   local name=$1; shift
   echo "== pretrain_difflm --device cuda: $name"
@@ -85,8 +93,25 @@ smoke() {  # a few pretrain_difflm --device cuda steps; the last log lines
   echo "smoke $name exit code: $r"
   [[ $r == 0 ]] || rc=1
 }
-smoke gpt2_ar_fp32 --model-type gpt
-smoke gpt2_dlm_bf16 --model-type difflm --bf16
-smoke llama_dlm_fp32 --model-type difflm --normalization RMSNorm --swiglu --position-embedding-type rope \
-  --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --qk-layernorm
-exit "$rc"
+smokes() {
+  smoke gpt2_ar_fp32 --model-type gpt
+  smoke gpt2_dlm_bf16 --model-type difflm --bf16
+  smoke llama_dlm_fp32 --model-type difflm --normalization RMSNorm --swiglu --position-embedding-type rope \
+    --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --qk-layernorm
+}
+
+case "$cmd" in
+  unpack) unpack; exit $? ;;
+  smoke)
+    [[ -f "$D/env.sh" ]] || unpack || exit 0
+    # shellcheck disable=SC1091
+    source "$D/env.sh"
+    smokes; exit "$rc" ;;
+  run)
+    unpack || exit 0
+    echo "== CPU vs CUDA models (test_cuda CudaModel.* CudaTrainer.*)"
+    timeout 150 "$D/bin/test_cuda" --gtest_filter='CudaModel.*:CudaTrainer.*' --gtest_brief=1 2>&1 | grep -v "^\[20" | tail -40
+    rc=${PIPESTATUS[0]}
+    echo "model tests exit code: $rc"
+    smokes; exit "$rc" ;;
+esac
