@@ -15,6 +15,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/device_memory.h"
 #include "core/philox.h"
 #include "kernels/dispatch.h"
 #include "models/language_model.h"
@@ -194,14 +195,16 @@ void compare_forward_backward(const Case& c) {
   for (int64_t i = 0; i < N; ++i)
     EXPECT_NEAR(tok_gpu[i], tok_cpu[i], tol * (1.0 + std::abs(tok_cpu[i]))) << "per-token loss " << i;
   const std::vector<float> g_cpu = host_grads(cpu_model->params()), g_gpu = host_grads(gpu_model->params());
-  // The floor, bf16 only: 5% of the largest gradient element of the model. Under --bf16 the CPU's attention rounds
-  // dS to bf16 (kernels/cpu/attention_bf16.h) and the device's runs in fp32, so where the exact gradient
-  // is zero (the key bias) they differ by bf16 rounding noise: measured 0.2% of the largest element.
+  // The floor: a share of the largest gradient element of the model. Where the exact gradient is zero (the
+  // key bias) both devices hold rounding noise of their own summation orders, so it is compared against
+  // the model's gradient scale: 1% in fp32 (the first H200 run, before the floor, saw the noise differ by
+  // 1.3-1.9x its own size). Under --bf16 the CPU's attention rounds dS to bf16 (kernels/cpu/attention_bf16.h)
+  // and the device's runs in fp32, so there the noise is bf16's: measured 0.2% of the largest element, floor 5%.
   double g_max = 0;
   for (float g : g_cpu) g_max = std::max(g_max, static_cast<double>(std::abs(g)));
   int checked = 0;
   for (const ParamInfo& p : cpu_model->params().infos()) {
-    const double e = param_error(g_gpu, g_cpu, p, c.bf16 ? 5e-2 * g_max : 0.0);
+    const double e = param_error(g_gpu, g_cpu, p, (c.bf16 ? 5e-2 : 1e-2) * g_max);
     EXPECT_LT(e, c.bf16 ? 6e-2 : 5e-4) << "gradient of " << p.name;
     ++checked;
   }
@@ -217,20 +220,27 @@ void adamw_step_matches_the_cpu() {
   HostBatch batch = make_batch(c, 77);
   cpu_model->forward_backward(batch.mb, 1.0f / (kB * kT));
   gpu_model->forward_backward(batch.mb, 1.0f / (kB * kT));
+  // The device's own gradients differ from the CPU's in summation order, and AdamW turns that into an update
+  // of up to lr where a gradient is near zero (m / sqrt(v) is then its sign): so, after checking the norms
+  // agree, the device steps from the CPU's gradients, and only the update itself is compared.
+  const std::vector<float> g_own = host_grads(gpu_model->params()), g_cpu = host_grads(cpu_model->params());
+  const double n_own = std::sqrt(std::inner_product(g_own.begin(), g_own.end(), g_own.begin(), 0.0));
+  copy_bytes(gpu_model->params().grads(), Device::CUDA, g_cpu.data(), Device::CPU, g_cpu.size() * sizeof(float));
   AdamWConfig cfg;
   cfg.clip_grad = 0.05f;  // small, so that clipping is exercised
   cfg.weight_decay = 0.1f;
   AdamW opt_cpu(cpu_model->params(), cfg), opt_gpu(gpu_model->params(), cfg);
   EXPECT_EQ(opt_gpu.exp_avg().device(), Device::CUDA);
   const double n_cpu = opt_cpu.grad_norm(), n_gpu = opt_gpu.grad_norm();
-  EXPECT_NEAR(n_gpu, n_cpu, 2e-4 * n_cpu);
+  EXPECT_NEAR(n_own, n_cpu, 2e-4 * n_cpu);
+  EXPECT_NEAR(n_gpu, n_cpu, 1e-6 * n_cpu);  // the same gradients: only the reduction order differs
   ASSERT_GT(n_cpu, cfg.clip_grad);
   for (int step = 0; step < 2; ++step) {
     opt_cpu.apply(1e-2, n_cpu);
     opt_gpu.apply(1e-2, n_cpu);  // the same norm, so only the update itself is compared
   }
   const std::vector<float> a = host_values(cpu_model->params()), b = host_values(gpu_model->params());
-  for (const ParamInfo& p : cpu_model->params().infos()) EXPECT_LT(param_error(b, a, p, 0.0), 2e-4) << p.name;
+  for (const ParamInfo& p : cpu_model->params().infos()) EXPECT_LT(param_error(b, a, p, 0.0), 1e-5) << p.name;
 }
 
 // The arena and the weight copies stay on the device; a second step reuses them (no regrowth).

@@ -16,7 +16,7 @@ template <Kind K, typename In, typename Out>
 __global__ void cast_kernel(Out* out, const In* inp, int64_t n, float scale) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    if constexpr (K == Kind::F32ToBF16) out[i] = __float2bfloat16_rn(inp[i]);
+    if constexpr (K == Kind::F32ToBF16) out[i] = f32_to_bf16(inp[i]);
     if constexpr (K == Kind::BF16ToF32) out[i] = __bfloat162float(inp[i]);
     if constexpr (K == Kind::F32ToE4M3) out[i] = __nv_cvt_float_to_fp8(inp[i] * scale, __NV_SATFINITE, __NV_E4M3);
     if constexpr (K == Kind::F32ToE5M2) out[i] = __nv_cvt_float_to_fp8(inp[i] * scale, __NV_SATFINITE, __NV_E5M2);

@@ -35,7 +35,13 @@ __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// fp32 -> bf16, round to nearest even, bit for bit core/dtype.h's f32_to_bf16: a NaN keeps its sign and top
+// payload bits and is made quiet (| 0x40), where the hardware conversion returns the canonical 0x7fff.
+__device__ __forceinline__ __nv_bfloat16 f32_to_bf16(float x) {
+  if (isnan(x)) return __ushort_as_bfloat16(static_cast<unsigned short>((__float_as_uint(x) >> 16) | 0x40));
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return f32_to_bf16(x); }
 
 // 16 bytes of T: 4 floats or 8 bf16. Memory-bound kernels move data in these when the row length
 // and the pointers allow (see `vec_ok`), and fall back to scalars otherwise.
@@ -48,6 +54,16 @@ template <typename T>
 __device__ __forceinline__ Pack<T> load_pack(const T* p) { return *reinterpret_cast<const Pack<T>*>(p); }
 template <typename T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) { *reinterpret_cast<Pack<T>*>(p) = x; }
+
+// kV fp32 values (kV a multiple of 4) from 16-byte aligned p, as float4 loads: per-column parameters
+// (norm weights, RoPE tables) read by every row; one scalar load per value made the row kernels bound by
+// L1 instructions on an H200 (ncu: DRAM at 15-33% of its peak).
+template <int kV>
+__device__ __forceinline__ void load_floats(float* out, const float* p) {
+  static_assert(kV % 4 == 0, "load_floats reads float4s");
+#pragma unroll
+  for (int j = 0; j < kV; j += 4) *reinterpret_cast<float4*>(out + j) = *reinterpret_cast<const float4*>(p + j);
+}
 
 // True when every pointer is 16-byte aligned and `row` (elements per row) is a multiple of the pack.
 template <typename T>
@@ -64,6 +80,15 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 __device__ __forceinline__ float warp_max(float x) {
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Sum over an aligned group of L lanes (L a power of two, at most 32); every lane of the group gets it.
+// All 32 lanes of the warp must make the call.
+template <int L>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o, L);
   return x;
 }
 

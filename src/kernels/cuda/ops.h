@@ -89,6 +89,9 @@ struct GemmArgs {
   int64_t ldb = 0;
   void* C = nullptr;
   int64_t ldc = 0;
+  // Out of place: when set, the result goes to D (C's type and layout, not aliasing C) and C is only read
+  // (beta != 0): D = alpha op(A) op(B) + beta C, e.g. a projection added to the residual stream in one pass.
+  void* D = nullptr;
   bool tf32 = false;
   Epilogue epilogue = Epilogue::None;
   const void* bias = nullptr;  // [N], of c_type

@@ -41,10 +41,10 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
       reinterpret_cast<float4*>(v)[q] = vv;
       if (param_bf16) {
         __nv_bfloat16* b = param_bf16 + q * 4;
-        b[0] = __float2bfloat16_rn(p.x);
-        b[1] = __float2bfloat16_rn(p.y);
-        b[2] = __float2bfloat16_rn(p.z);
-        b[3] = __float2bfloat16_rn(p.w);
+        b[0] = f32_to_bf16(p.x);
+        b[1] = f32_to_bf16(p.y);
+        b[2] = f32_to_bf16(p.z);
+        b[3] = f32_to_bf16(p.w);
       }
     }
     done = packs * 4;
@@ -55,7 +55,7 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
     m[i] = mi;
     v[i] = vi;
     param[i] = p;
-    if (param_bf16) param_bf16[i] = __float2bfloat16_rn(p);
+    if (param_bf16) param_bf16[i] = f32_to_bf16(p);
   }
 }
 
