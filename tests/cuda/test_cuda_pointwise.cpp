@@ -3,6 +3,7 @@
 // (scalar path) sizes.
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "cuda/cuda_test_util.h"
 #include "kernels/cpu/cast.h"
@@ -100,7 +101,10 @@ TYPED_TEST(CudaOps, NormsForwardBackward) {
   using T = TypeParam;
   for (bool rms : {false, true})
     for (bool fused : {false, true})
-      for (auto [N, C] : {std::pair<int64_t, int64_t>{41, 256}, {23, 2056}, {17, 99}}) {
+      // 256, 128, 2048 and 64 take the row-group fast path (norm.cu), 2056 and 99 the general one; 20000 rows
+      // of 64 make each group of the fast backward walk several rows.
+      for (auto [N, C] : {std::pair<int64_t, int64_t>{41, 256}, {23, 2056}, {17, 99}, {300, 128}, {64, 2048},
+                          {20000, 64}}) {
         SCOPED_TRACE(::testing::Message() << (rms ? "rmsnorm" : "layernorm") << (fused ? "+residual" : "") << " N=" << N
                                           << " C=" << C);
         const auto inp = Act<T>::seen(this->rand(N * C, -2.0f, 3.0f)), res = Act<T>::seen(this->rand(N * C));
@@ -180,31 +184,117 @@ TYPED_TEST(CudaOps, RopeForwardBackward) {
   }
 }
 
+// The packed q|k|v path (qkv_norm_rope.cu) against rmsnorm then rope on the CPU, forward and backward.
+// 600 tokens x 8 head rows of 128 make the backward's groups walk several rows.
+TYPED_TEST(CudaOps, QkvNormRopeForwardBackward) {
+  using T = TypeParam;
+  for (auto [N, D] : {std::pair<int64_t, int64_t>{37, 64}, {600, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " D=" << D);
+    const int64_t H = 4, K = 2, R = H + 2 * K, P = 97;
+    const float eps = 1e-6f;
+    std::vector<float> cs(P * D / 2), sn(P * D / 2);
+    cpu::rope_tables(cs.data(), sn.data(), P, D, 10000.0);
+    std::vector<int32_t> pos(N);
+    const auto u = this->rand(N, 0.0f, static_cast<float>(P));
+    for (int64_t i = 0; i < N; ++i) pos[i] = std::min<int32_t>(P - 1, static_cast<int32_t>(u[i]));
+    const auto qkv = Act<T>::seen(this->rand(N * R * D, -2.0f, 2.0f));
+    const auto wq = this->rand(D, 0.5f, 1.5f), wk = this->rand(D, 0.5f, 1.5f);
+    // The CPU side: the three head kinds split out of each token's row.
+    std::vector<float> q_raw(N * H * D), k_raw(N * K * D), v(N * K * D);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < R; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const float x = qkv[(n * R + h) * D + d];
+          if (h < H) q_raw[(n * H + h) * D + d] = x;
+          else if (h < H + K) k_raw[(n * K + h - H) * D + d] = x;
+          else v[(n * K + h - H - K) * D + d] = x;
+        }
+    std::vector<float> qn(q_raw.size()), kn(k_raw.size()), q_ref(q_raw.size()), k_ref(k_raw.size());
+    std::vector<float> rq_ref(N * H), rk_ref(N * K);
+    cpu::rmsnorm_forward(qn.data(), rq_ref.data(), q_raw.data(), wq.data(), N * H, D, eps);
+    cpu::rmsnorm_forward(kn.data(), rk_ref.data(), k_raw.data(), wk.data(), N * K, D, eps);
+    cpu::rope_forward(q_ref.data(), qn.data(), pos.data(), cs.data(), sn.data(), N, H, D);
+    cpu::rope_forward(k_ref.data(), kn.data(), pos.data(), cs.data(), sn.data(), N, K, D);
+
+    auto d_qkv = Act<T>::up(qkv), dq = Act<T>::poison(N * H * D), dk = Act<T>::poison(N * K * D);
+    auto dv = Act<T>::poison(N * K * D);
+    auto rq = poisoned(N * H), rk = poisoned(N * K);
+    auto d_wq = to_device(wq), d_wk = to_device(wk), dcs = to_device(cs), dsn = to_device(sn);
+    auto dpos = to_device(pos);
+    cuda::qkv_norm_rope_forward(dq.get(), dk.get(), dv.get(), rq.get(), rk.get(), d_qkv.get(), d_wq.get(), d_wk.get(),
+                                dpos.get(), dcs.get(), dsn.get(), N, H, K, D, eps);
+    EXPECT_LT(rel_err(Act<T>::down(dq), q_ref), Act<T>::tol());
+    EXPECT_LT(rel_err(Act<T>::down(dk), k_ref), Act<T>::tol());
+    EXPECT_EQ(Act<T>::down(dv), v) << "v is a copy";
+    EXPECT_LT(rel_err(to_host(rq), rq_ref), 1e-5);
+    EXPECT_LT(rel_err(to_host(rk), rk_ref), 1e-5);
+
+    // Backward: rope's inverse, then RMSNorm's backward (weights accumulate onto random values).
+    const auto gq = Act<T>::seen(this->rand(N * H * D)), gk = Act<T>::seen(this->rand(N * K * D));
+    const auto gv = Act<T>::seen(this->rand(N * K * D));
+    const auto dwq0 = this->rand(D), dwk0 = this->rand(D);
+    std::vector<float> zq(gq.size()), zk(gk.size()), xq(gq.size()), xk(gk.size()), ref_dwq = dwq0, ref_dwk = dwk0;
+    cpu::rope_backward(zq.data(), gq.data(), pos.data(), cs.data(), sn.data(), N, H, D);
+    cpu::rope_backward(zk.data(), gk.data(), pos.data(), cs.data(), sn.data(), N, K, D);
+    cpu::rmsnorm_backward(xq.data(), ref_dwq.data(), zq.data(), q_raw.data(), wq.data(), rq_ref.data(), N * H, D);
+    cpu::rmsnorm_backward(xk.data(), ref_dwk.data(), zk.data(), k_raw.data(), wk.data(), rk_ref.data(), N * K, D);
+    std::vector<float> ref_dqkv(N * R * D);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < R; ++h)
+        for (int64_t d = 0; d < D; ++d)
+          ref_dqkv[(n * R + h) * D + d] = h < H       ? xq[(n * H + h) * D + d]
+                                          : h < H + K ? xk[(n * K + h - H) * D + d]
+                                                      : gv[(n * K + h - H - K) * D + d];
+    auto d_gq = Act<T>::up(gq), d_gk = Act<T>::up(gk), d_gv = Act<T>::up(gv), dqkv = Act<T>::poison(N * R * D);
+    auto d_dwq = to_device(dwq0), d_dwk = to_device(dwk0);
+    cuda::qkv_norm_rope_backward(dqkv.get(), d_dwq.get(), d_dwk.get(), d_gq.get(), d_gk.get(), d_gv.get(), d_qkv.get(),
+                                 d_wq.get(), d_wk.get(), rq.get(), rk.get(), dpos.get(), dcs.get(), dsn.get(), N, H,
+                                 K, D);
+    EXPECT_LT(rel_err(Act<T>::down(dqkv), ref_dqkv), 4 * Act<T>::tol());
+    const double tol_w = std::is_same_v<T, float> ? 1e-5 : 1e-3;
+    EXPECT_LT(rel_err(to_host(d_dwq), ref_dwq), tol_w);
+    EXPECT_LT(rel_err(to_host(d_dwk), ref_dwk), tol_w);
+  }
+  // A head dim the lane groups cannot cover is refused by name.
+  auto buf = Act<T>::poison(64 * 10);
+  auto r = poisoned(64);
+  EXPECT_NE(test::error_of([&] {
+              cuda::qkv_norm_rope_forward(buf.get(), buf.get(), buf.get(), r.get(), r.get(), buf.get(), r.get(),
+                                          r.get(), nullptr, r.get(), r.get(), 1, 1, 1, 40, 1e-6f);
+            }).find("head dim 40"),
+            std::string::npos);
+}
+
 TYPED_TEST(CudaOps, EmbeddingForwardBackward) {
   using T = TypeParam;
-  const int64_t N = 77, C = 132, V = 50, vocab_start = 20, P = 64;
-  std::vector<int32_t> tok(N), pos(N);
-  const auto u = this->rand(2 * N, 0.0f, 1.0f);
-  for (int64_t i = 0; i < N; ++i) {
-    tok[i] = static_cast<int32_t>(u[i] * (vocab_start + V + 10));  // some outside this shard
-    pos[i] = static_cast<int32_t>(u[N + i] * (P - 1));
+  // The second shape spans three blocks of the token-table backward (1024 rows each) and two tiles of
+  // 4096 tokens, with repeated tokens.
+  for (auto [N, C, V] : {std::tuple<int64_t, int64_t, int64_t>{77, 132, 50}, {5000, 96, 2500}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " V=" << V);
+    const int64_t vocab_start = 20, P = 64;
+    std::vector<int32_t> tok(N), pos(N);
+    const auto u = this->rand(2 * N, 0.0f, 1.0f);
+    for (int64_t i = 0; i < N; ++i) {
+      tok[i] = static_cast<int32_t>(u[i] * (vocab_start + V + 10));  // some outside this shard
+      pos[i] = static_cast<int32_t>(u[N + i] * (P - 1));
+    }
+    const auto wte = this->rand(V * C), wpe = this->rand(P * C), dout = Act<T>::seen(this->rand(N * C));
+    auto dtok = to_device(tok), dpos = to_device(pos);
+    auto dwte_t = to_device(wte), dwpe_t = to_device(wpe);
+    auto out = Act<T>::poison(N * C);
+    std::vector<float> ref(N * C);
+    cuda::embedding_forward(out.get(), dtok.get(), dwte_t.get(), vocab_start, V, dpos.get(), dwpe_t.get(), N, C);
+    cpu::embedding_forward(ref.data(), tok.data(), wte.data(), vocab_start, V, pos.data(), wpe.data(), N, C);
+    EXPECT_LT(rel_err(Act<T>::down(out), ref), Act<T>::tol());
+    const auto g0 = this->rand(V * C), gp0 = this->rand(P * C);
+    auto dg = to_device(g0), dgp = to_device(gp0);
+    auto ddout = Act<T>::up(dout);
+    std::vector<float> ref_g = g0, ref_gp = gp0;
+    cuda::embedding_backward(dg.get(), dgp.get(), ddout.get(), dtok.get(), vocab_start, V, dpos.get(), N, C);
+    cpu::embedding_backward(ref_g.data(), ref_gp.data(), dout.data(), tok.data(), vocab_start, V, pos.data(), N, C);
+    EXPECT_LT(rel_err(to_host(dg), ref_g), 1e-5);
+    EXPECT_LT(rel_err(to_host(dgp), ref_gp), 1e-5);
   }
-  const auto wte = this->rand(V * C), wpe = this->rand(P * C), dout = Act<T>::seen(this->rand(N * C));
-  auto dtok = to_device(tok), dpos = to_device(pos);
-  auto dwte_t = to_device(wte), dwpe_t = to_device(wpe);
-  auto out = Act<T>::poison(N * C);
-  std::vector<float> ref(N * C);
-  cuda::embedding_forward(out.get(), dtok.get(), dwte_t.get(), vocab_start, V, dpos.get(), dwpe_t.get(), N, C);
-  cpu::embedding_forward(ref.data(), tok.data(), wte.data(), vocab_start, V, pos.data(), wpe.data(), N, C);
-  EXPECT_LT(rel_err(Act<T>::down(out), ref), Act<T>::tol());
-  const auto g0 = this->rand(V * C), gp0 = this->rand(P * C);
-  auto dg = to_device(g0), dgp = to_device(gp0);
-  auto ddout = Act<T>::up(dout);
-  std::vector<float> ref_g = g0, ref_gp = gp0;
-  cuda::embedding_backward(dg.get(), dgp.get(), ddout.get(), dtok.get(), vocab_start, V, dpos.get(), N, C);
-  cpu::embedding_backward(ref_g.data(), ref_gp.data(), dout.data(), tok.data(), vocab_start, V, pos.data(), N, C);
-  EXPECT_LT(rel_err(to_host(dg), ref_g), 1e-5);
-  EXPECT_LT(rel_err(to_host(dgp), ref_gp), 1e-5);
 }
 
 TYPED_TEST(CudaOps, CrossEntropyForwardBackward) {

@@ -162,6 +162,23 @@ template <typename T>
 void rope_backward(T* dinp, const T* dout, const int32_t* positions, const float* cos, const float* sin, int64_t N,
                    int64_t H, int64_t D, cudaStream_t stream = 0);
 
+// ---- attention inputs from a packed q|k|v projection (qkv_norm_rope.cu) ------------------------------
+// qkv [N, (H + 2K) * D] (per token: H query heads, K key heads, K value heads) ->
+//   q [N, H, D] = rope(rmsnorm(q heads, q_norm_weight [D])), k [N, K, D] likewise, v [N, K, D] = the v heads;
+//   rstd_q [N*H], rstd_k [N*K] saved. As rmsnorm_forward then rope_forward without the rounding between.
+// D: 64, 128 or 256 in bf16; 32, 64 or 128 in fp32 (anything else throws); tensors 16-byte aligned.
+template <typename T>
+void qkv_norm_rope_forward(T* q, T* k, T* v, float* rstd_q, float* rstd_k, const T* qkv, const float* q_norm_weight,
+                           const float* k_norm_weight, const int32_t* positions, const float* cos, const float* sin,
+                           int64_t N, int64_t H, int64_t K, int64_t D, float eps, cudaStream_t stream = 0);
+// dq [N,H,D], dk, dv [N,K,D] (gradients w.r.t. q, k, v above) -> dqkv [N, (H + 2K) * D] written;
+// dq_norm_weight, dk_norm_weight [D] accumulated. qkv is the forward's input.
+template <typename T>
+void qkv_norm_rope_backward(T* dqkv, float* dq_norm_weight, float* dk_norm_weight, const T* dq, const T* dk,
+                            const T* dv, const T* qkv, const float* q_norm_weight, const float* k_norm_weight,
+                            const float* rstd_q, const float* rstd_k, const int32_t* positions, const float* cos,
+                            const float* sin, int64_t N, int64_t H, int64_t K, int64_t D, cudaStream_t stream = 0);
+
 // ---- embeddings (embedding.cu) ---------------------------------------------------------------------
 // As cpu::embedding_forward: out [N,C] = wte[tokens - vocab_start] (0 outside the shard) (+ wpe[positions]).
 template <typename T>
