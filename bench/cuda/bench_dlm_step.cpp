@@ -3,6 +3,11 @@
 // bf16 with fp32 master weights, fp32 gradients and AdamW over one flat buffer. Everything runs on the
 // device through kernels/cuda/ops.h; the host only draws the masking and launches work.
 //
+// Per layer: one packed q|k|v product and one pass for QK-norm + RoPE (qkv_norm_rope_*), cuDNN attention,
+// the two output projections adding the residual stream in their epilogues (GemmArgs::D), RMSNorm,
+// SwiGLU. The weight-gradient products write the gradients (beta 0), so the gradient buffer is never
+// cleared as a whole; only the norm weights' spans, whose backward accumulates.
+//
 // It prints the bf16 cuBLASLt GEMM rate measured in the same process (the MFU denominator), the step
 // time split into forward / backward / optimizer, tokens/s, model TFLOP/s and MFU, and the time of one
 // layer's attention forward + backward through each implementation (cuDNN when compiled in, cuBLASLt,
@@ -10,10 +15,18 @@
 //
 //   bench_dlm_step [--layers 28] [--hidden 2048] [--heads 16] [--kv-heads 8] [--head-dim 128] [--ffn 6144]
 //                  [--vocab 151936] [--seq 2048] [--batch 4] [--steps 5] [--warmup 2] [--gemm-size 8192]
+//                  [--profile 1]   (one more step after the timed ones, each op timed by events, summed by name)
+//                  [--head-all-rows 1]
+//
+// The output layer runs on the rows with a loss (the masked tokens, about half), as the framework's does
+// (nn/lm_head.cpp): the other rows' logits have no gradient, so the loss and every gradient are the same.
+// --head-all-rows 1 runs it on every token instead, as the PyTorch peer does. MFU counts the products
+// that run: the head's share for the rows it runs on.
 //
 // Legend: B batch, T sequence, C hidden, H heads, K kv heads, D head dim, F ffn, V vocab, N = B*T.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +50,8 @@ namespace {
 struct Config {
   int64_t L = 28, C = 2048, H = 16, K = 8, D = 128, F = 6144, V = 151936, T = 2048, B = 4;
   int steps = 5, warmup = 2;
+  bool profile = false;
+  bool head_all_rows = false;  // --head-all-rows 1: the output layer on every token, as the PyTorch peer does
   int64_t gemm_size = 8192;
 };
 
@@ -46,7 +61,7 @@ Config parse(int argc, char** argv) {
     const std::string a = argv[i];
     MDLM_CHECK(i + 1 < argc, "bench_dlm_step: flag ", a, " needs a value");
     const int64_t v = std::atoll(argv[++i]);
-    MDLM_CHECK(v > 0, "bench_dlm_step: ", a, " must be positive, got ", argv[i]);
+    MDLM_CHECK(v > 0 || a == "--profile" || a == "--head-all-rows", "bench_dlm_step: ", a, " must be positive, got ", argv[i]);
     if (a == "--layers") c.L = v;
     else if (a == "--hidden") c.C = v;
     else if (a == "--heads") c.H = v;
@@ -59,6 +74,8 @@ Config parse(int argc, char** argv) {
     else if (a == "--steps") c.steps = static_cast<int>(v);
     else if (a == "--warmup") c.warmup = static_cast<int>(v);
     else if (a == "--gemm-size") c.gemm_size = v;
+    else if (a == "--profile") c.profile = v != 0;
+    else if (a == "--head-all-rows") c.head_all_rows = v != 0;
     else megadlm::fail("bench_dlm_step: unknown flag ", a);
   }
   MDLM_CHECK(c.H % c.K == 0, "bench_dlm_step: --heads ", c.H, " not divisible by --kv-heads ", c.K);
@@ -90,30 +107,83 @@ struct Timer {
   }
 };
 
+// ---- per-op profile (--profile 1): one extra step with events around every op, summed by name ----------
+struct OpProfile {
+  struct Mark {
+    const char* name;
+    double flops;
+    cudaEvent_t a, b;
+  };
+  bool on = false;
+  std::vector<Mark> marks;
+  template <typename F> void run(const char* name, double flops, F&& f) {
+    if (!on) return f();
+    Mark m{name, flops, nullptr, nullptr};
+    check(cudaEventCreate(&m.a), "cudaEventCreate"), check(cudaEventCreate(&m.b), "cudaEventCreate");
+    check(cudaEventRecord(m.a), "cudaEventRecord");
+    f();
+    check(cudaEventRecord(m.b), "cudaEventRecord");
+    marks.push_back(m);
+  }
+  // Sorted by total time: calls, ms per step, share of the profiled step, TFLOP/s where FLOPs are known.
+  void report() {
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    struct Row {
+      std::string name;
+      int calls = 0;
+      double ms = 0, flops = 0;
+    };
+    std::vector<Row> rows;
+    double total = 0;
+    for (const Mark& m : marks) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, m.a, m.b), "cudaEventElapsedTime");
+      cudaEventDestroy(m.a), cudaEventDestroy(m.b);
+      auto r = std::find_if(rows.begin(), rows.end(), [&](const Row& x) { return x.name == m.name; });
+      if (r == rows.end()) r = rows.insert(rows.end(), Row{m.name});
+      r->calls += 1, r->ms += ms, r->flops += m.flops, total += ms;
+    }
+    marks.clear();
+    std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.ms > y.ms; });
+    std::printf("profile of one step (events around each op, summed by name; all ops: %.1f ms):\n", total);
+    for (const Row& r : rows) {
+      std::printf("  %-26s %4d calls %8.2f ms %5.1f%%", r.name.c_str(), r.calls, r.ms, 100.0 * r.ms / total);
+      if (r.flops > 0) std::printf("  %6.1f TFLOP/s", r.flops / (r.ms * 1e-3) / 1e12);
+      std::printf("\n");
+    }
+  }
+};
+OpProfile prof;
+#define OP(name, ...) prof.run(name, 0.0, [&] { __VA_ARGS__; })
+
 // ---- GEMM helpers: row-major Linear layers on bf16 activations --------------------------------------------
-// y [M,N] (bf16) = x [M,K] @ W^T, W [N,K] bf16.
-void linear_fwd(bf16_t* y, const bf16_t* x, const bf16_t* W, int64_t M, int64_t N, int64_t K) {
+// y [M,N] (bf16) = x [M,K] @ W^T (+ residual [M,N], added in the product's epilogue), W [N,K] bf16.
+void linear_fwd(const char* name, bf16_t* y, const bf16_t* x, const bf16_t* W, int64_t M, int64_t N, int64_t K,
+                const bf16_t* residual = nullptr) {
   mc::GemmArgs g;
   g.trans_b = true, g.M = M, g.N = N, g.K = K;
   g.a_type = g.b_type = g.c_type = DType::BF16;
   g.A = x, g.lda = K, g.B = W, g.ldb = K, g.C = y, g.ldc = N;
-  mc::gemm(g);
+  if (residual) g.C = const_cast<bf16_t*>(residual), g.D = y, g.beta = 1.0f;  // C is only read
+  prof.run(name, 2.0 * M * N * K, [&] { mc::gemm(g); });
 }
 // dx [M,K] (bf16) (+)= dy [M,N] @ W [N,K]
-void linear_dx(bf16_t* dx, const bf16_t* dy, const bf16_t* W, int64_t M, int64_t N, int64_t K, bool accumulate) {
+void linear_dx(const char* name, bf16_t* dx, const bf16_t* dy, const bf16_t* W, int64_t M, int64_t N, int64_t K,
+               bool accumulate) {
   mc::GemmArgs g;
   g.M = M, g.N = K, g.K = N, g.beta = accumulate ? 1.0f : 0.0f;
   g.a_type = g.b_type = g.c_type = DType::BF16;
   g.A = dy, g.lda = N, g.B = W, g.ldb = K, g.C = dx, g.ldc = K;
-  mc::gemm(g);
+  prof.run(name, 2.0 * M * N * K, [&] { mc::gemm(g); });
 }
-// dW [N,K] (fp32) += dy^T [N,M] @ x [M,K]
-void linear_dw(float* dW, const bf16_t* dy, const bf16_t* x, int64_t M, int64_t N, int64_t K) {
+// dW [N,K] (fp32) = dy^T [N,M] @ x [M,K]: written, not accumulated (beta 0, nothing read), since each
+// weight's gradient is made once per step (one micro-batch); that is what zeroes the gradient buffer.
+void linear_dw(const char* name, float* dW, const bf16_t* dy, const bf16_t* x, int64_t M, int64_t N, int64_t K) {
   mc::GemmArgs g;
-  g.trans_a = true, g.M = N, g.N = K, g.K = M, g.beta = 1.0f;
+  g.trans_a = true, g.M = N, g.N = K, g.K = M, g.beta = 0.0f;
   g.a_type = g.b_type = DType::BF16, g.c_type = DType::F32;
   g.A = dy, g.lda = N, g.B = x, g.ldb = K, g.C = dW, g.ldc = K;
-  mc::gemm(g);
+  prof.run(name, 2.0 * M * N * K, [&] { mc::gemm(g); });
 }
 
 // Parameters live in one flat fp32 buffer (master), its bf16 mirror and one flat fp32 gradient buffer;
@@ -122,7 +192,8 @@ struct Param {
   int64_t off = 0, n = 0;
 };
 struct Layer {
-  Param ln1, wq, wk, wv, qn, kn, wo, ln2, w1, w2;
+  Param norms, ln1, ln2, qn, kn;  // the norm weights side by side (`norms`), then the matrices
+  Param wq, wk, wv, wqkv, wo, w1, w2;  // wqkv: wq, wk, wv back to back, one [H*D + 2*K*D, C] matrix
 };
 
 struct Model {
@@ -139,9 +210,11 @@ struct Model {
     wte = add(c.V * c.C);
     for (int64_t l = 0; l < c.L; ++l) {
       Layer y;
-      y.ln1 = add(c.C), y.wq = add(c.H * c.D * c.C), y.wk = add(c.K * c.D * c.C), y.wv = add(c.K * c.D * c.C);
-      y.qn = add(c.D), y.kn = add(c.D), y.wo = add(c.C * c.H * c.D), y.ln2 = add(c.C);
-      y.w1 = add(2 * c.F * c.C), y.w2 = add(c.C * c.F);
+      y.ln1 = add(c.C), y.ln2 = add(c.C), y.qn = add(c.D), y.kn = add(c.D);
+      y.norms = Param{y.ln1.off, total - y.ln1.off};
+      y.wq = add(c.H * c.D * c.C), y.wk = add(c.K * c.D * c.C), y.wv = add(c.K * c.D * c.C);
+      y.wqkv = Param{y.wq.off, total - y.wq.off};  // sizes are multiples of 8: no padding between them
+      y.wo = add(c.C * c.H * c.D), y.w1 = add(2 * c.F * c.C), y.w2 = add(c.C * c.F);
       layers.push_back(y);
     }
     lnf = add(c.C);
@@ -150,12 +223,12 @@ struct Model {
 
 // Saved activations of one layer (bf16 unless noted).
 struct Acts {
-  mc::DeviceBuffer<bf16_t> s, h1, q_raw, k_raw, v, q, k, o, s_mid, h2, gu, a;
+  mc::DeviceBuffer<bf16_t> s, h1, qkv, v, q, k, o, s_mid, h2, gu, a;
   mc::DeviceBuffer<float> rstd1, rstd_q, rstd_k, lse, rstd2;
   Acts(const Config& c) {
     const int64_t N = c.B * c.T;
     s = mc::DeviceBuffer<bf16_t>(N * c.C), h1 = mc::DeviceBuffer<bf16_t>(N * c.C);
-    q_raw = mc::DeviceBuffer<bf16_t>(N * c.H * c.D), k_raw = mc::DeviceBuffer<bf16_t>(N * c.K * c.D);
+    qkv = mc::DeviceBuffer<bf16_t>(N * (c.H + 2 * c.K) * c.D);
     v = mc::DeviceBuffer<bf16_t>(N * c.K * c.D), q = mc::DeviceBuffer<bf16_t>(N * c.H * c.D);
     k = mc::DeviceBuffer<bf16_t>(N * c.K * c.D), o = mc::DeviceBuffer<bf16_t>(N * c.H * c.D);
     s_mid = mc::DeviceBuffer<bf16_t>(N * c.C), h2 = mc::DeviceBuffer<bf16_t>(N * c.C);
@@ -245,18 +318,19 @@ int main(int argc, char** argv) try {
   init_params(master.get(), w.get(), m);
   mc::memset_device(adam_m.get(), 0, m.total * 4);
   mc::memset_device(adam_v.get(), 0, m.total * 4);
+  mc::memset_device(grad.get(), 0, m.total * 4);  // once: the padding between tensors is never written
   auto W = [&](const Param& p) { return w.get() + p.off; };
   auto P = [&](const Param& p) { return master.get() + p.off; };
   auto G = [&](const Param& p) { return grad.get() + p.off; };
 
   std::vector<Acts> acts;
   for (int64_t l = 0; l < c.L; ++l) acts.emplace_back(c);
-  mc::DeviceBuffer<bf16_t> s_final(N * c.C), hf(N * c.C), logits(N * c.V);
+  mc::DeviceBuffer<bf16_t> s_final(N * c.C), s_sel(N * c.C), hf(N * c.C), logits(N * c.V), ds_sel(N * c.C);
   mc::DeviceBuffer<float> rstd_f(N), losses(N);
   mc::DeviceBuffer<double> loss_sum(1);
   // Backward scratch (bf16): gradients of the residual stream and of the layer's intermediates.
   mc::DeviceBuffer<bf16_t> ds(N * c.C), ds_mid(N * c.C), dh(N * c.C), dgu(N * 2 * c.F), da(N * c.F);
-  mc::DeviceBuffer<bf16_t> dq(N * HD), dk(N * KD), dv(N * KD), d_o(N * HD);
+  mc::DeviceBuffer<bf16_t> dq(N * HD), dk(N * KD), dv(N * KD), d_o(N * HD), dqkv(N * (HD + 2 * KD));
   // RoPE tables and positions 0..T-1 per row.
   std::vector<float> cs(c.T * c.D / 2), sn(c.T * c.D / 2);
   megadlm::cpu::rope_tables(cs.data(), sn.data(), c.T, c.D, 1e6);
@@ -266,6 +340,11 @@ int main(int argc, char** argv) try {
   for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(i % c.T);
   mc::DeviceBuffer<int32_t> dpos(N), tokens(N), targets(N);
   mc::DeviceBuffer<float> weights(N);
+  // The output layer's rows (the tokens with a loss): their indices, targets, weights, and the inverse
+  // (CSR: token n's row, if any) that puts their gradients back.
+  mc::DeviceBuffer<int32_t> sel(N), sel_targets(N), inv_offsets(N + 1), inv_rows(N);
+  mc::DeviceBuffer<float> sel_weights(N);
+  int64_t M = N;  // rows the output layer runs on this step
   dpos.upload(pos.data());
 
   megadlm::cpu::AttentionMask bidir;
@@ -275,8 +354,9 @@ int main(int argc, char** argv) try {
   const int32_t mask_id = static_cast<int32_t>(c.V - 1);
 
   std::mt19937_64 rng(42);
-  std::vector<int32_t> h_tok(N), h_tgt(N);
-  std::vector<float> h_w(N);
+  std::vector<int32_t> h_tok(N), h_tgt(N), h_sel, h_sel_tgt, h_off(N + 1), h_rows;
+  std::vector<float> h_w(N), h_sel_w;
+  int64_t head_rows_total = 0;  // over the timed steps, for the FLOP count
 
   // One masked-diffusion batch: per sequence a ratio t ~ U(0.05, 1); each token masked with probability t;
   // loss on the masked tokens weighted 1/t, normalised by the number of tokens.
@@ -295,81 +375,105 @@ int main(int argc, char** argv) try {
       }
     }
     tokens.upload(h_tok.data()), targets.upload(h_tgt.data()), weights.upload(h_w.data());
+    h_sel.clear(), h_sel_tgt.clear(), h_sel_w.clear(), h_rows.clear();
+    for (int64_t n = 0; n < N; ++n) {
+      h_off[n] = static_cast<int32_t>(h_sel.size());
+      if (c.head_all_rows || h_tgt[n] != -100) {
+        h_rows.push_back(static_cast<int32_t>(h_sel.size()));
+        h_sel.push_back(static_cast<int32_t>(n)), h_sel_tgt.push_back(h_tgt[n]), h_sel_w.push_back(h_w[n]);
+      }
+    }
+    h_off[N] = static_cast<int32_t>(h_sel.size());
+    M = static_cast<int64_t>(h_sel.size());
+    mc::copy_to_device(sel.get(), h_sel.data(), M * 4), mc::copy_to_device(sel_targets.get(), h_sel_tgt.data(), M * 4);
+    mc::copy_to_device(sel_weights.get(), h_sel_w.data(), M * 4), mc::copy_to_device(inv_rows.get(), h_rows.data(), M * 4);
+    inv_offsets.upload(h_off.data());
   };
 
   auto forward = [&]() {
-    mc::embedding_forward(acts[0].s.get(), tokens.get(), P(m.wte), 0, c.V, nullptr, nullptr, N, c.C);
+    OP("embedding fwd", mc::embedding_forward(acts[0].s.get(), tokens.get(), P(m.wte), 0, c.V, nullptr, nullptr, N, c.C));
     for (int64_t l = 0; l < c.L; ++l) {
       const Layer& y = m.layers[l];
       Acts& A = acts[l];
-      mc::rmsnorm_forward(A.h1.get(), A.rstd1.get(), A.s.get(), P(y.ln1), N, c.C, eps);
-      linear_fwd(A.q_raw.get(), A.h1.get(), W(y.wq), N, HD, c.C);
-      linear_fwd(A.k_raw.get(), A.h1.get(), W(y.wk), N, KD, c.C);
-      linear_fwd(A.v.get(), A.h1.get(), W(y.wv), N, KD, c.C);
-      // QK-norm (per head RMSNorm over D), then RoPE, into q / k.
-      mc::rmsnorm_forward(A.q.get(), A.rstd_q.get(), A.q_raw.get(), P(y.qn), N * c.H, c.D, eps);
-      mc::rmsnorm_forward(A.k.get(), A.rstd_k.get(), A.k_raw.get(), P(y.kn), N * c.K, c.D, eps);
-      mc::rope_forward(A.q.get(), A.q.get(), dpos.get(), dcos.get(), dsin.get(), N, c.H, c.D);
-      mc::rope_forward(A.k.get(), A.k.get(), dpos.get(), dcos.get(), dsin.get(), N, c.K, c.D);
-      mc::attention_forward(A.o.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), c.B, c.T, c.H, c.K, c.D, bidir, scale);
-      // attention projection into dh (scratch), then norm 2 fused with the residual add: s_mid = s + proj.
-      linear_fwd(dh.get(), A.o.get(), W(y.wo), N, c.C, HD);
-      mc::rmsnorm_forward(A.h2.get(), A.rstd2.get(), dh.get(), P(y.ln2), N, c.C, eps, A.s.get(), A.s_mid.get());
-      linear_fwd(A.gu.get(), A.h2.get(), W(y.w1), N, 2 * c.F, c.C);
-      mc::swiglu_forward(A.a.get(), A.gu.get(), N, c.F);
-      linear_fwd(dh.get(), A.a.get(), W(y.w2), N, c.C, c.F);
-      // The next stream: s_{l+1} = s_mid + mlp, written by the next norm's fused residual.
+      OP("rmsnorm fwd", mc::rmsnorm_forward(A.h1.get(), A.rstd1.get(), A.s.get(), P(y.ln1), N, c.C, eps));
+      // One packed q|k|v product, then QK-norm (per head RMSNorm over D) and RoPE into q / k, v copied out.
+      linear_fwd("gemm fwd qkv", A.qkv.get(), A.h1.get(), W(y.wqkv), N, HD + 2 * KD, c.C);
+      OP("qk-norm+rope fwd", mc::qkv_norm_rope_forward(A.q.get(), A.k.get(), A.v.get(), A.rstd_q.get(), A.rstd_k.get(),
+                                                         A.qkv.get(), P(y.qn), P(y.kn), dpos.get(), dcos.get(),
+                                                         dsin.get(), N, c.H, c.K, c.D, eps));
+      prof.run("attention fwd", 4.0 * c.B * c.T * c.T * c.H * c.D, [&] {
+        mc::attention_forward(A.o.get(), A.lse.get(), A.q.get(), A.k.get(), A.v.get(), c.B, c.T, c.H, c.K, c.D, bidir,
+                              scale);
+      });
+      // The projections add the residual stream in their epilogues: s_mid = s + o Wo^T, s_{l+1} = s_mid + a W2^T.
+      linear_fwd("gemm fwd o (+s)", A.s_mid.get(), A.o.get(), W(y.wo), N, c.C, HD, A.s.get());
+      OP("rmsnorm fwd", mc::rmsnorm_forward(A.h2.get(), A.rstd2.get(), A.s_mid.get(), P(y.ln2), N, c.C, eps));
+      linear_fwd("gemm fwd fc1", A.gu.get(), A.h2.get(), W(y.w1), N, 2 * c.F, c.C);
+      OP("swiglu fwd", mc::swiglu_forward(A.a.get(), A.gu.get(), N, c.F));
       bf16_t* next = l + 1 < c.L ? acts[l + 1].s.get() : s_final.get();
-      mc::residual_add(next, A.s_mid.get(), dh.get(), N * c.C);
+      linear_fwd("gemm fwd fc2 (+s)", next, A.a.get(), W(y.w2), N, c.C, c.F, A.s_mid.get());
     }
-    mc::rmsnorm_forward(hf.get(), rstd_f.get(), s_final.get(), P(m.lnf), N, c.C, eps);
-    linear_fwd(logits.get(), hf.get(), W(m.wte), N, c.V, c.C);  // tied LM head
+    // The output layer on the rows with a loss: gathered, final norm, tied LM head.
+    OP("gather head rows", mc::moe_permute(s_sel.get(), s_final.get(), sel.get(), nullptr, M, c.C));
+    OP("rmsnorm fwd", mc::rmsnorm_forward(hf.get(), rstd_f.get(), s_sel.get(), P(m.lnf), M, c.C, eps));
+    linear_fwd("gemm fwd lm head", logits.get(), hf.get(), W(m.wte), M, c.V, c.C);
   };
 
   auto backward = [&]() {
+    // The gradient buffer is not cleared as a whole: every matrix's gradient is written by its dW product
+    // (the tied embedding's first, by the LM head, then the embedding backward adds to it); only the norm
+    // weights, whose backward accumulates, are zeroed: one span per layer.
+    OP("zero norm grads", {
+      for (const Layer& y : m.layers) mc::memset_device(G(y.norms), 0, y.norms.n * 4);
+      mc::memset_device(G(m.lnf), 0, m.lnf.n * 4);
+    });
     // Loss and dlogits in place (bf16), normalised by the token count.
-    mc::cross_entropy_forward_backward(losses.get(), logits.get(), logits.get(), targets.get(), weights.get(), -100,
-                                       1.0f / static_cast<float>(N), N, c.V);
-    mc::sum(loss_sum.get(), losses.get(), N);
-    linear_dw(G(m.wte), logits.get(), hf.get(), N, c.V, c.C);
-    linear_dx(dh.get(), logits.get(), W(m.wte), N, c.V, c.C, false);
-    mc::rmsnorm_backward(ds.get(), G(m.lnf), dh.get(), s_final.get(), P(m.lnf), rstd_f.get(), N, c.C);
+    OP("cross-entropy fwd+bwd",
+       mc::cross_entropy_forward_backward(losses.get(), logits.get(), logits.get(), sel_targets.get(),
+                                          sel_weights.get(), -100, 1.0f / static_cast<float>(N), M, c.V));
+    OP("loss sum", mc::sum(loss_sum.get(), losses.get(), M));
+    linear_dw("gemm dw lm head", G(m.wte), logits.get(), hf.get(), M, c.V, c.C);
+    linear_dx("gemm dx lm head", dh.get(), logits.get(), W(m.wte), M, c.V, c.C, false);
+    OP("rmsnorm bwd", mc::rmsnorm_backward(ds_sel.get(), G(m.lnf), dh.get(), s_sel.get(), P(m.lnf), rstd_f.get(), M, c.C));
+    // Back to every token: the head's rows' gradients, zero elsewhere.
+    OP("scatter head rows",
+       mc::moe_unpermute(ds.get(), ds_sel.get(), inv_offsets.get(), inv_rows.get(), nullptr, N, c.C));
     for (int64_t l = c.L - 1; l >= 0; --l) {
       const Layer& y = m.layers[l];
       Acts& A = acts[l];
       // ds: gradient w.r.t. s_{l+1} = s_mid + mlp.
-      linear_dw(G(y.w2), ds.get(), A.a.get(), N, c.C, c.F);
-      linear_dx(da.get(), ds.get(), W(y.w2), N, c.C, c.F, false);
-      mc::swiglu_backward(dgu.get(), A.gu.get(), da.get(), N, c.F);
-      linear_dw(G(y.w1), dgu.get(), A.h2.get(), N, 2 * c.F, c.C);
-      linear_dx(dh.get(), dgu.get(), W(y.w1), N, 2 * c.F, c.C, false);
+      linear_dw("gemm dw fc2", G(y.w2), ds.get(), A.a.get(), N, c.C, c.F);
+      linear_dx("gemm dx fc2", da.get(), ds.get(), W(y.w2), N, c.C, c.F, false);
+      OP("swiglu bwd", mc::swiglu_backward(dgu.get(), A.gu.get(), da.get(), N, c.F));
+      linear_dw("gemm dw fc1", G(y.w1), dgu.get(), A.h2.get(), N, 2 * c.F, c.C);
+      linear_dx("gemm dx fc1", dh.get(), dgu.get(), W(y.w1), N, 2 * c.F, c.C, false);
       // Norm 2 backward plus the residual path: ds_mid = d(s_mid).
-      mc::rmsnorm_backward(ds_mid.get(), G(y.ln2), dh.get(), A.s_mid.get(), P(y.ln2), A.rstd2.get(), N, c.C, ds.get());
-      linear_dw(G(y.wo), ds_mid.get(), A.o.get(), N, c.C, HD);
-      linear_dx(d_o.get(), ds_mid.get(), W(y.wo), N, c.C, HD, false);
-      mc::attention_backward(dq.get(), dk.get(), dv.get(), d_o.get(), A.q.get(), A.k.get(), A.v.get(), A.o.get(),
-                             A.lse.get(), c.B, c.T, c.H, c.K, c.D, bidir, scale);
-      mc::rope_backward(dq.get(), dq.get(), dpos.get(), dcos.get(), dsin.get(), N, c.H, c.D);
-      mc::rope_backward(dk.get(), dk.get(), dpos.get(), dcos.get(), dsin.get(), N, c.K, c.D);
-      mc::rmsnorm_backward(dq.get(), G(y.qn), dq.get(), A.q_raw.get(), P(y.qn), A.rstd_q.get(), N * c.H, c.D);
-      mc::rmsnorm_backward(dk.get(), G(y.kn), dk.get(), A.k_raw.get(), P(y.kn), A.rstd_k.get(), N * c.K, c.D);
-      linear_dw(G(y.wq), dq.get(), A.h1.get(), N, HD, c.C);
-      linear_dw(G(y.wk), dk.get(), A.h1.get(), N, KD, c.C);
-      linear_dw(G(y.wv), dv.get(), A.h1.get(), N, KD, c.C);
-      linear_dx(dh.get(), dq.get(), W(y.wq), N, HD, c.C, false);
-      linear_dx(dh.get(), dk.get(), W(y.wk), N, KD, c.C, true);
-      linear_dx(dh.get(), dv.get(), W(y.wv), N, KD, c.C, true);
+      OP("rmsnorm+residual bwd", mc::rmsnorm_backward(ds_mid.get(), G(y.ln2), dh.get(), A.s_mid.get(), P(y.ln2),
+                                                       A.rstd2.get(), N, c.C, ds.get()));
+      linear_dw("gemm dw o", G(y.wo), ds_mid.get(), A.o.get(), N, c.C, HD);
+      linear_dx("gemm dx o", d_o.get(), ds_mid.get(), W(y.wo), N, c.C, HD, false);
+      prof.run("attention bwd", 10.0 * c.B * c.T * c.T * c.H * c.D, [&] {
+        mc::attention_backward(dq.get(), dk.get(), dv.get(), d_o.get(), A.q.get(), A.k.get(), A.v.get(), A.o.get(),
+                               A.lse.get(), c.B, c.T, c.H, c.K, c.D, bidir, scale);
+      });
+      OP("qk-norm+rope bwd",
+         mc::qkv_norm_rope_backward(dqkv.get(), G(y.qn), G(y.kn), dq.get(), dk.get(), dv.get(), A.qkv.get(), P(y.qn),
+                                    P(y.kn), A.rstd_q.get(), A.rstd_k.get(), dpos.get(), dcos.get(), dsin.get(), N,
+                                    c.H, c.K, c.D));
+      linear_dw("gemm dw qkv", G(y.wqkv), dqkv.get(), A.h1.get(), N, HD + 2 * KD, c.C);
+      linear_dx("gemm dx qkv", dh.get(), dqkv.get(), W(y.wqkv), N, HD + 2 * KD, c.C, false);
       // Norm 1 backward plus the residual path from s_mid: the gradient w.r.t. s_l.
-      mc::rmsnorm_backward(ds.get(), G(y.ln1), dh.get(), A.s.get(), P(y.ln1), A.rstd1.get(), N, c.C, ds_mid.get());
+      OP("rmsnorm+residual bwd", mc::rmsnorm_backward(ds.get(), G(y.ln1), dh.get(), A.s.get(), P(y.ln1),
+                                                       A.rstd1.get(), N, c.C, ds_mid.get()));
     }
-    mc::embedding_backward(G(m.wte), nullptr, ds.get(), tokens.get(), 0, c.V, nullptr, N, c.C);
+    OP("embedding bwd", mc::embedding_backward(G(m.wte), nullptr, ds.get(), tokens.get(), 0, c.V, nullptr, N, c.C));
   };
 
   megadlm::cpu::AdamWParams hp;
   hp.lr = 3e-4f, hp.beta2 = 0.95f, hp.weight_decay = 0.1f;
   auto optimizer = [&](int64_t step) {
     hp.step = step;
-    mc::adamw_step(master.get(), grad.get(), adam_m.get(), adam_v.get(), m.total, hp, w.get());
+    OP("adamw", mc::adamw_step(master.get(), grad.get(), adam_m.get(), adam_v.get(), m.total, hp, w.get()));
   };
 
   Timer tf, tb, to;
@@ -377,7 +481,6 @@ int main(int argc, char** argv) try {
   const auto wall0 = std::chrono::steady_clock::now();
   for (int step = 1; step <= c.warmup + c.steps; ++step) {
     draw_batch();
-    mc::memset_device(grad.get(), 0, m.total * 4);
     tf.start();
     forward();
     const double f = tf.stop_ms();
@@ -392,20 +495,31 @@ int main(int argc, char** argv) try {
     MDLM_CHECK(std::isfinite(loss), "bench_dlm_step: the loss is not finite at step ", step);
     std::printf("step %d: loss %.4f  forward %.1f ms  backward %.1f ms  adamw %.1f ms%s\n", step, loss / N, f, b, o,
                 step <= c.warmup ? "  (warm-up)" : "");
-    if (step > c.warmup) f_ms += f, b_ms += b, o_ms += o;
+    if (step > c.warmup) f_ms += f, b_ms += b, o_ms += o, head_rows_total += M;
   }
   mc::synchronize();
   (void)wall0;
   const double step_ms = (f_ms + b_ms + o_ms) / c.steps;
   const double tok_s = N / (step_ms * 1e-3);
-  // Model FLOPs per token: 6 x (dense non-embedding parameters + the LM head) + attention
-  // (QK^T and PV: 4 T H D per layer forward, x3 with the backward; bidirectional, nothing skipped).
-  const double dense = static_cast<double>(m.total - embed) + static_cast<double>(embed);
-  const double flops_tok = 6.0 * dense + 12.0 * c.L * c.T * c.H * c.D;
-  const double tflops = flops_tok * tok_s / 1e12;
+  // FLOPs of a step as run: 6 x non-embedding parameters per token, 6 x the LM head per row it runs on,
+  // and attention (QK^T and PV: 4 T H D per layer forward, x3 with the backward; bidirectional).
+  const double head_rows = static_cast<double>(head_rows_total) / c.steps;
+  const double step_flops = 6.0 * static_cast<double>(m.total - embed) * N + 6.0 * static_cast<double>(embed) * head_rows +
+                            12.0 * c.L * c.T * c.H * c.D * N;
+  const double tflops = step_flops / (step_ms * 1e-3) / 1e12;
+  std::printf("output layer on %.0f of %lld rows a step (%s)\n", head_rows, (long long)N,
+              c.head_all_rows ? "every token: --head-all-rows" : "the tokens with a loss");
   std::printf("RESULT megadlm_cuda: %.1f ms/step (forward %.1f, backward %.1f, adamw %.1f), %.0f tokens/s, "
-              "%.1f model TFLOP/s, MFU %.1f%% of the measured bf16 GEMM rate (%.1f TFLOP/s)\n",
+              "%.1f TFLOP/s run, MFU %.1f%% of the measured bf16 GEMM rate (%.1f TFLOP/s)\n",
               step_ms, f_ms / c.steps, b_ms / c.steps, o_ms / c.steps, tok_s, tflops, 100.0 * tflops / peak, peak);
+
+  if (c.profile) {  // one more step, every op between events (they add small gaps)
+    draw_batch();
+    prof.on = true;
+    forward(), backward(), optimizer(c.warmup + c.steps + 1);
+    prof.on = false;
+    prof.report();
+  }
 
   // Diagnosis: one layer's attention forward and backward alone, through each implementation.
   std::vector<mc::AttentionImpl> impls = {mc::AttentionImpl::Gemm, mc::AttentionImpl::Flash};
