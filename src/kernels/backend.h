@@ -95,6 +95,17 @@ class Backend {
                                   int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
                                   float scale) const = 0;
 
+  // The same on bf16 q, k, v (and the backward's bf16 forward output), fp32 out, lse and gradients: a
+  // --bf16 run's attention (kernels/cpu/attention_bf16.h on the CPU; on a device the bf16 kernels,
+  // cuDNN's fused attention where it applies). dout is rounded to bf16 as an operand.
+  virtual void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                      int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+                                      const cpu::AttentionMask& mask, float scale) const = 0;
+  virtual void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
+                                       const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse,
+                                       int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+                                       const cpu::AttentionMask& mask, float scale) const = 0;
+
   // ---- casts (kernels/cpu/cast.h) ----
   virtual void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const = 0;
   virtual void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const = 0;

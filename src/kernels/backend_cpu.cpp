@@ -3,6 +3,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
@@ -14,6 +15,9 @@
 
 namespace megadlm {
 namespace {
+
+// The Backend's raw bf16 bits as the kernels' type (the same 2-byte layout).
+const bf16_t* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16_t*>(p); }
 
 class CpuBackend final : public Backend {
  public:
@@ -127,6 +131,18 @@ class CpuBackend final : public Backend {
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
                           int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
     cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
+  }
+  void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                              float scale) const override {
+    cpu::attention_forward_bf16(out, lse, as_bf16(q), as_bf16(k), as_bf16(v), B, T, H, K, D, mask, scale);
+  }
+  void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
+                               const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse, int64_t B,
+                               int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                               float scale) const override {
+    cpu::attention_backward_bf16(dq, dk, dv, dout, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, B, T, H, K,
+                                 D, mask, scale);
   }
 
   void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {

@@ -1,7 +1,6 @@
 #include "nn/attention.h"
 
 #include "kernels/backend.h"
-#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/rope.h"
 #include "parallel/tp_mappings.h"
@@ -10,6 +9,11 @@
 #include <cmath>
 
 namespace megadlm {
+
+namespace {
+// A bf16 tensor's raw bits, as the Backend takes them.
+const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw()); }
+}  // namespace
 
 SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                              const TransformerConfig& cfg, float output_init_std)
@@ -142,11 +146,12 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   // With bf16 products the attention's own products take the bf16 copies too (bf16 tile products, fp32
   // softmax and accumulation, as flash-attention on GPUs); bf16 storage only, fp16 and fp8 keep fp32.
-  // That kernel is the CPU's (kernels/cpu/attention_bf16.h); on a GPU the attention takes fp32 q, k, v.
-  bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm() && be.device() == Device::CPU;
+  // The CPU's kernel is kernels/cpu/attention_bf16.h; a device's, its bf16 attention (cuDNN's where it
+  // applies).
+  bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm();
   if (bf16_attention_) {
-    cpu::attention_forward_bf16(o.data<float>(), lse_.data<float>(), q_.data<bf16_t>(), k_.data<bf16_t>(),
-                                v_.data<bf16_t>(), batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+    be.attention_forward_bf16(o.data<float>(), lse_.data<float>(), bits(q_), bits(k_), bits(v_), batch_.B, batch_.T,
+                              H_, K_, D_, mask(), scale);
   } else {
     be.attention_forward(o.data<float>(), lse_.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
                          batch_.B, batch_.T, H_, K_, D_, mask(), scale);
@@ -212,9 +217,9 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor dv = arena.tensor({N, K_ * D_});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   if (bf16_attention_) {
-    cpu::attention_backward_bf16(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
-                                 q_.data<bf16_t>(), k_.data<bf16_t>(), v_.data<bf16_t>(), attn_out_.data<bf16_t>(),
-                                 lse_.data<float>(), batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+    be.attention_backward_bf16(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(), bits(q_),
+                               bits(k_), bits(v_), bits(attn_out_), lse_.data<float>(), batch_.B, batch_.T, H_, K_, D_,
+                               mask(), scale);
   } else {
     // Under a precision policy the saved q, k, v and output are narrow: back to fp32 in temporaries.
     Tensor q = q_, k = k_, v = v_, o = attn_out_;

@@ -245,6 +245,20 @@ class EmulatedCudaBackend final : public Backend {
     on_cpu({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward",
            [&] { return cpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale); });
   }
+  void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                              float scale) const override {
+    on_cpu({out, lse, q, k, v, mask.segment_ids}, "attention_forward_bf16",
+           [&] { return cpu().attention_forward_bf16(out, lse, q, k, v, B, T, H, K, D, mask, scale); });
+  }
+  void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
+                               const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse, int64_t B,
+                               int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                               float scale) const override {
+    on_cpu({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward_bf16", [&] {
+      return cpu().attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
+    });
+  }
   void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {
     on_cpu({out, inp}, "cast_f32_to_bf16", [&] { return cpu().cast_f32_to_bf16(out, inp, n); });
   }

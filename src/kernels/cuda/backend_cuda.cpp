@@ -150,6 +150,32 @@ class CudaBackend final : public Backend {
                           int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
     cuda::attention_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale, kStream);
   }
+  // The bf16 kernels (cuDNN's where Auto picks it) between casts: the output, dout and the gradients go
+  // through stream-ordered bf16 scratch.
+  void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                              float scale) const override {
+    const int64_t n = B * T * H * D;
+    bf16_t* o = scratch_bf16(n);
+    cuda::attention_forward<bf16_t>(o, lse, bf(q), bf(k), bf(v), B, T, H, K, D, mask, scale, kStream);
+    cuda::cast_bf16_to_f32(out, o, n, kStream);
+    cuda::device_free_async(o, kStream);
+  }
+  void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
+                               const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse, int64_t B,
+                               int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                               float scale) const override {
+    const int64_t nq = B * T * H * D, nk = B * T * K * D;
+    bf16_t* s = scratch_bf16(2 * nq + 2 * nk);  // dout, dq, dk, dv
+    bf16_t *d_o = s, *gq = s + nq, *gk = s + 2 * nq, *gv = s + 2 * nq + nk;
+    cuda::cast_f32_to_bf16(d_o, dout, nq, kStream);
+    cuda::attention_backward<bf16_t>(gq, gk, gv, d_o, bf(q), bf(k), bf(v), bf(out), lse, B, T, H, K, D, mask, scale,
+                                     kStream);
+    cuda::cast_bf16_to_f32(dq, gq, nq, kStream);
+    cuda::cast_bf16_to_f32(dk, gk, nk, kStream);
+    cuda::cast_bf16_to_f32(dv, gv, nk, kStream);
+    cuda::device_free_async(s, kStream);
+  }
 
   void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {
     cuda::cast_f32_to_bf16(bf(out), inp, n, kStream);
@@ -170,6 +196,9 @@ class CudaBackend final : public Backend {
  private:
   double* scalar_ = nullptr;  // [1] device double: the target of the reductions that come back to the host
 
+  static bf16_t* scratch_bf16(int64_t n) {
+    return static_cast<bf16_t*>(cuda::device_alloc_async(static_cast<size_t>(n) * sizeof(bf16_t), kStream));
+  }
   double download_scalar() const {
     double h = 0;
     cuda::copy_to_host(&h, scalar_, sizeof(double));  // waits for the reduction (legacy default stream)

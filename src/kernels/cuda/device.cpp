@@ -86,6 +86,17 @@ void retain_pool_memory() {
   (void)done;
 }
 
+void* device_alloc_async(size_t bytes, cudaStream_t stream) {
+  retain_pool_memory();
+  void* p = nullptr;
+  if (bytes) check(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync", bytes);
+  return p;
+}
+
+void device_free_async(void* p, cudaStream_t stream) {
+  if (p) check(cudaFreeAsync(p, stream), "cudaFreeAsync");
+}
+
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (a kernel faulted)"); }
 
 }  // namespace megadlm::cuda

@@ -31,6 +31,9 @@ int compute_capability();           // major * 10 + minor of the current device,
 std::string device_name();
 void* device_alloc(size_t bytes);   // throws Error naming the size on failure
 void device_free(void* p);
+// Stream-ordered scratch from the device's pool (kept between steps, see device.cpp).
+void* device_alloc_async(size_t bytes, cudaStream_t stream);
+void device_free_async(void* p, cudaStream_t stream);
 void copy_to_device(void* dst, const void* host_src, size_t bytes);
 void copy_to_host(void* host_dst, const void* src, size_t bytes);
 void memset_device(void* dst, int value, size_t bytes);
