@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # One command for a lent GPU machine (H200; CUDA 13, CMake, ninja, g++ and Python with PyTorch, no
-# package registry): builds the CUDA backend stand-alone (bench/cuda/CMakeLists.txt: no oneDNN, MPI,
-# json or zlib needed), runs test_cuda, then the DLM training-step benchmark and its PyTorch peer side by
-# side, and the model-level checks of the nn/ modules on CUDA from a prebuilt bundle
-# (scripts/gpu_dispatch_bundle.sh). Budget: about 8 minutes.
+# package registry): test_cuda (every suite, one process each), the DLM training-step benchmark and its
+# PyTorch peer side by side, and a few pretrain_difflm --device cuda runs; meanwhile it builds the CUDA
+# backend stand-alone there (bench/cuda/CMakeLists.txt: no oneDNN, MPI, json or zlib needed) and reports
+# that build. 75 s on the H200 (2026-11-30); the timeouts cap it near 9 minutes.
 #
-# When the carried bundle's binaries run there (test_cuda with every suite, bench_dlm_step, built here
-# for x86-64-v4 and sm_90), they are used at once and the stand-alone build runs in the background only
-# to show that it builds; otherwise the steps wait for that build. Logs go to $OUT when it is set (the
-# device tool brings that folder back), else to $BUILD/logs.
+# The binaries come from the carried bundle (scripts/gpu_dispatch_bundle.sh: test_cuda, bench_dlm_step,
+# pretrain_difflm, built here for x86-64-v4 and sm_90) when they start there, else from the stand-alone
+# build, which is then waited for. Logs go to $OUT when it is set (the device tool brings that folder
+# back), else to $BUILD/logs.
 #
-#   scripts/gpu_check.sh --pack    on a machine WITH GoogleTest sources (/usr/src/googletest) and PyPI or the
-#                                  cuDNN frontend headers: copies GoogleTest to build-gpu-deps/googletest
-#                                  and the frontend headers to build-gpu-deps/cudnn_frontend/include
-#                                  (scripts/get_cudnn_frontend.sh; ~7 MB in all), to be carried with the tree
+#   scripts/gpu_check.sh --pack    here, on a machine with nvcc, GoogleTest sources (/usr/src/googletest) and
+#                                  PyPI or the cuDNN frontend headers: copies GoogleTest and the frontend
+#                                  headers (scripts/get_cudnn_frontend.sh) to build-gpu-deps/, builds
+#                                  build-cuda-port and packs the bundle there (~25 MB in all), to be carried
 #   scripts/gpu_check.sh           on the GPU machine
 #
 # cuDNN's fused attention is built when the carried frontend headers are there; cuDNN itself comes from

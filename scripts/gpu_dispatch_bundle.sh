@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The model-level GPU checks (the nn/ modules on the CUDA backend, pretrain_difflm --device cuda) need the
 # whole library, whose CPU side links oneDNN, MPI, zlib and SentencePiece: absent from the lent GPU
-# machine, which has only the CUDA toolkit, a compiler and PyTorch. So they are built HERE, by
-# scripts/build_cuda.sh (sm_80 + sm_90), and carried there as a bundle: the two binaries, the non-CUDA
-# shared libraries they load (libc itself excepted) and a tiny packed dataset.
+# machine, which has only the CUDA toolkit, a compiler and PyTorch. So they are built HERE and carried
+# there as a bundle: test_cuda (every suite), pretrain_difflm and bench_dlm_step, the non-CUDA shared
+# libraries they load (libc itself excepted) and a tiny packed dataset.
 #
-#   scripts/gpu_dispatch_bundle.sh pack [BUILD_CUDA]   here: writes build-gpu-deps/dispatch.tar.xz (~25 MB)
+#   scripts/gpu_dispatch_bundle.sh pack [BUILD_CUDA]   here: writes build-gpu-deps/dispatch.tar.xz (~17 MB)
 #                                                      from BUILD_CUDA (default build-cuda; gpu_check.sh
 #                                                      --pack builds build-cuda-port: x86-64-v4, sm_90)
 #   scripts/gpu_dispatch_bundle.sh unpack              on the GPU machine: unpacks it into
