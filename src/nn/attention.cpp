@@ -10,11 +10,6 @@
 
 namespace megadlm {
 
-namespace {
-// A bf16 tensor's raw bits, as the Backend takes them.
-const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw()); }
-}  // namespace
-
 SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                              const TransformerConfig& cfg, float output_init_std)
     : store_(&store), ctx_(&ctx), cfg_(cfg), H_(cfg.num_attention_heads), K_(cfg.num_query_groups),
@@ -150,8 +145,8 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   // applies).
   bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm();
   if (bf16_attention_) {
-    be.attention_forward_bf16(o.data<float>(), lse_.data<float>(), bits(q_), bits(k_), bits(v_), batch_.B, batch_.T,
-                              H_, K_, D_, mask(), scale);
+    be.attention_forward_bf16(o.data<float>(), lse_.data<float>(), q_.data<uint16_t>(), k_.data<uint16_t>(),
+                              v_.data<uint16_t>(), batch_.B, batch_.T, H_, K_, D_, mask(), scale);
   } else {
     be.attention_forward(o.data<float>(), lse_.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
                          batch_.B, batch_.T, H_, K_, D_, mask(), scale);
@@ -217,9 +212,10 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor dv = arena.tensor({N, K_ * D_});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   if (bf16_attention_) {
-    be.attention_backward_bf16(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(), bits(q_),
-                               bits(k_), bits(v_), bits(attn_out_), lse_.data<float>(), batch_.B, batch_.T, H_, K_, D_,
-                               mask(), scale);
+    be.attention_backward_bf16(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
+                               q_.data<uint16_t>(), k_.data<uint16_t>(), v_.data<uint16_t>(),
+                               attn_out_.data<uint16_t>(), lse_.data<float>(), batch_.B, batch_.T, H_, K_, D_, mask(),
+                               scale);
   } else {
     // Under a precision policy the saved q, k, v and output are narrow: back to fp32 in temporaries.
     Tensor q = q_, k = k_, v = v_, o = attn_out_;

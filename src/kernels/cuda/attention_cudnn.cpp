@@ -46,8 +46,6 @@
 
 namespace megadlm::cuda {
 
-void retain_pool_memory();  // device.cpp
-
 namespace {
 
 namespace fe = cudnn_frontend;
@@ -266,11 +264,7 @@ bool run(bool backward, const Shape& s, bool causal, float scale, std::unordered
   }
   const cudnnStatus_t rc = cudnnSetStream(handle, stream);
   MDLM_CHECK(rc == CUDNN_STATUS_SUCCESS, who, ": cudnnSetStream failed: ", cudnnGetErrorString(rc));
-  void* workspace = nullptr;
-  if (p.workspace > 0) {
-    retain_pool_memory();
-    cuda_check(cudaMallocAsync(&workspace, static_cast<size_t>(p.workspace), stream), who, "workspace cudaMallocAsync");
-  }
+  void* workspace = p.workspace > 0 ? device_alloc_async(static_cast<size_t>(p.workspace), stream) : nullptr;
   fe::error_t e = p.graph->execute(handle, pack, workspace);
   if (workspace) cuda_check(cudaFreeAsync(workspace, stream), who, "workspace cudaFreeAsync");
   MDLM_CHECK(e.is_good(), who, ": execute failed for ", describe(s, causal), ": ", e.get_message());

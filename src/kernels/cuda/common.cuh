@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cuda/ops.h"
 
 // Throws megadlm::Error naming the call, the file and line and CUDA's message.
 #define MDLM_CUDA_CHECK(call)                                                                          \
@@ -113,16 +114,11 @@ __device__ __forceinline__ float block_max(float x, float* scratch) {
   return warp_max(t);
 }
 
-// device.cpp: once per process, keep freed stream-ordered memory in the pool (see there).
-void retain_pool_memory();
-
-// Stream-ordered scratch of n elements of T (freed with cudaFreeAsync on the same stream).
+// Stream-ordered scratch of n elements of T from the kept pool (device_alloc_async in ops.h; freed with
+// cudaFreeAsync on the same stream).
 template <typename T>
 T* stream_alloc(int64_t n, cudaStream_t stream) {
-  retain_pool_memory();
-  T* p = nullptr;
-  MDLM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<size_t>(n) * sizeof(T), stream));
-  return p;
+  return static_cast<T*>(device_alloc_async(static_cast<size_t>(n) * sizeof(T), stream));
 }
 
 inline unsigned grid_for(int64_t n, int threads) {

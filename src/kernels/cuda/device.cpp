@@ -21,6 +21,21 @@ void check(cudaError_t err, const char* what, size_t bytes = 0) {
   if (err != cudaSuccess) fail(what, bytes ? " of " : "", bytes ? std::to_string(bytes) + " bytes" : "", " failed: ",
                                cudaGetErrorString(err));
 }
+
+void retain_pool_memory() {
+  // Scratch comes from cudaMallocAsync (attention scores, partial sums). With the default release
+  // threshold of 0 the pool hands its memory back to the driver at every synchronisation and the next
+  // step maps it again; keep it instead (the high-water mark stays reserved, as PyTorch's caching
+  // allocator does).
+  static const bool done = [] {
+    int dev = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess) return false;
+    uint64_t threshold = UINT64_MAX;
+    return cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold) == cudaSuccess;
+  }();
+  (void)done;
+}
 }  // namespace
 
 int device_count() {
@@ -69,21 +84,6 @@ void copy_to_host(void* host_dst, const void* src, size_t bytes) {
 
 void memset_device(void* dst, int value, size_t bytes) {
   if (bytes) check(cudaMemset(dst, value, bytes), "cudaMemset", bytes);
-}
-
-void retain_pool_memory() {
-  // Scratch comes from cudaMallocAsync (attention scores, partial sums). With the default release
-  // threshold of 0 the pool hands its memory back to the driver at every synchronisation and the next
-  // step maps it again; keep it instead (the high-water mark stays reserved, as PyTorch's caching
-  // allocator does).
-  static const bool done = [] {
-    int dev = 0;
-    cudaMemPool_t pool;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess) return false;
-    uint64_t threshold = UINT64_MAX;
-    return cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold) == cudaSuccess;
-  }();
-  (void)done;
 }
 
 void* device_alloc_async(size_t bytes, cudaStream_t stream) {

@@ -12,11 +12,9 @@
 //
 // General path (any other row): one block per row, the row staged in shared memory as fp32; weight and
 // bias gradients are separate column sums (colreduce.cuh).
-#include <algorithm>
-#include <type_traits>
-
 #include "kernels/cuda/colreduce.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/row_groups.cuh"
 
 namespace megadlm::cuda {
 
@@ -142,15 +140,7 @@ struct ReadCol {
   __device__ float operator()(int64_t n, int64_t c) const { return to_f32(x[n * C + c]); }
 };
 
-// ---- fast path: L lanes per row, I packs of 16 bytes per lane -------------------------------------------------
-constexpr int kRowThreads = 256;
-constexpr int64_t kMaxRowBlocks = 512;  // backward: at most this many block partials per column
-
-// Column of element j of pack i for lane lg: consecutive lanes read consecutive 16-byte packs.
-template <typename T, int L>
-__device__ __forceinline__ int pack_col(int i, int lg) {
-  return (i * L + lg) * Pack<T>::kN;
-}
+// ---- fast path: L lanes per row, I packs of 16 bytes per lane (row_groups.cuh) ----------------------------
 
 template <typename T, int L, int I, bool kRms>
 __global__ void __launch_bounds__(kRowThreads)
@@ -273,46 +263,22 @@ __global__ void __launch_bounds__(kRowThreads, kRms ? 2 : 1)
       store_pack(dinp + at, o);
     }
   }
-  // The block's partial: group 0's sums, then group 1's added, ... (fixed order).
+  // The block's partial, its groups' sums added in group order.
   __shared__ float sw[kC], sb[kRms ? 1 : kC];
-  for (int gi = 0; gi < kGroups; ++gi) {
-    if (group == gi) {
+  add_groups_in_order(group, kGroups, [&](bool first) {
 #pragma unroll
-      for (int i = 0; i < I; ++i)
+    for (int i = 0; i < I; ++i)
 #pragma unroll
-        for (int j = 0; j < kV; ++j) {
-          const int c = pack_col<T, L>(i, lg) + j;
-          sw[c] = (gi == 0 ? 0.0f : sw[c]) + acc_w[i][j];
-          if (!kRms) sb[c] = (gi == 0 ? 0.0f : sb[c]) + acc_b[i][j];
-        }
-    }
-    __syncthreads();
-  }
+      for (int j = 0; j < kV; ++j) {
+        const int c = pack_col<T, L>(i, lg) + j;
+        sw[c] = (first ? 0.0f : sw[c]) + acc_w[i][j];
+        if (!kRms) sb[c] = (first ? 0.0f : sb[c]) + acc_b[i][j];
+      }
+  });
   for (int c = threadIdx.x; c < kC; c += kRowThreads) {
     partial_w[blockIdx.x * static_cast<int64_t>(kC) + c] = sw[c];
     if (!kRms && partial_b) partial_b[blockIdx.x * static_cast<int64_t>(kC) + c] = sb[c];
   }
-}
-
-// Calls f(std::integral_constant<int, L>, std::integral_constant<int, I>) for the shape that covers a row of C
-// elements of T exactly, and returns true; false when none does. Per lane at most 64 values (registers).
-template <typename T, typename F>
-bool with_row_shape(int64_t C, F&& f) {
-  constexpr int kV = Pack<T>::kN;
-  if (C % kV != 0) return false;
-  const int64_t packs = C / kV;
-  using std::integral_constant;
-  if (packs == 8) return f(integral_constant<int, 8>{}, integral_constant<int, 1>{}), true;
-  if (packs == 16) return f(integral_constant<int, 16>{}, integral_constant<int, 1>{}), true;
-  bool done = false;
-  auto try_i = [&](auto i) {
-    if constexpr (decltype(i)::value * kV <= 64)
-      if (!done && packs == 32 * decltype(i)::value) f(integral_constant<int, 32>{}, i), done = true;
-  };
-  try_i(integral_constant<int, 1>{}), try_i(integral_constant<int, 2>{}), try_i(integral_constant<int, 3>{});
-  try_i(integral_constant<int, 4>{}), try_i(integral_constant<int, 6>{}), try_i(integral_constant<int, 8>{});
-  try_i(integral_constant<int, 12>{}), try_i(integral_constant<int, 16>{});
-  return done;
 }
 
 template <typename T, bool kRms>
@@ -350,10 +316,8 @@ void norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T
   MDLM_CHECK(C > 0 && C <= kMaxC, "cuda norm backward: C = ", C, " outside the supported 1..", kMaxC);
   using D = Dev<T>;
   if (vec_ok<D>(C, {dinp, dout, inp, dresidual}) && vec_ok<float>(C, {weight}) && with_row_shape<D>(C, [&](auto l, auto i) {
-        constexpr int L = decltype(l)::value, I = decltype(i)::value, kGroups = kRowThreads / L;
-        // Rows per group: enough that the blocks stay within kMaxRowBlocks (a function of N and C alone).
-        const int64_t rows_per_group = std::max<int64_t>(1, (N + kGroups * kMaxRowBlocks - 1) / (kGroups * kMaxRowBlocks));
-        const int64_t blocks = (N + kGroups * rows_per_group - 1) / (kGroups * rows_per_group);
+        constexpr int L = decltype(l)::value, I = decltype(i)::value;
+        const auto [rows_per_group, blocks] = group_walk(N, kRowThreads / L);
         float* partial = stream_alloc<float>(blocks * C * (dbias ? 2 : 1), stream);
         float* partial_b = dbias ? partial + blocks * C : nullptr;
         // dinp may alias dout: each group reads a row in full before writing it, and no other group reads it.

@@ -5,24 +5,18 @@
 // the q and k heads (kernels/cpu/norm.h, kernels/cpu/rope.h) and a copy of the v heads, without the
 // rounding to T in between.
 //
-// A group of L lanes owns one head row of D = L * Pack::kN elements, one 16-byte pack per lane (L in 8,
-// 16, 32: D = 64, 128, 256 in bf16; 32, 64, 128 in fp32). RoPE pairs element i with i + D/2, which sits
+// A group of L lanes owns one head row of D = L * Pack::kN elements, one 16-byte pack per lane
+// (row_groups.cuh; L in 8, 16, 32: D = 64, 128, 256 in bf16; 32, 64, 128 in fp32). RoPE pairs element i with i + D/2, which sits
 // in lane lg ^ L/2 of the group. The backward sums the two norm weights' gradients as norm.cu's fast path
 // does: per lane over the rows its group walks, groups in order, then blocks in a fixed order (no atomics).
 // Legend: N tokens, H query heads, K kv heads, D head dim, R = H + 2K head rows per token.
-#include <algorithm>
-#include <type_traits>
-
 #include "kernels/cuda/colreduce.cuh"
-#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/row_groups.cuh"
 
 namespace megadlm::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 512;  // backward: at most this many block partials per norm weight
 
 // Which of q, k, v head row hr is, and its index among that kind's rows ([N, H] or [N, K] order).
 struct HeadRow {
@@ -54,13 +48,13 @@ __device__ __forceinline__ void rotate(float* out, const float* x, const float* 
 }
 
 template <typename T, int L>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     qkv_forward_kernel(T* q, T* k, T* v, float* rstd_q, float* rstd_k, const T* qkv, const float* wq, const float* wk,
                        const int32_t* positions, const float* cos_t, const float* sin_t, int64_t N, int64_t H,
                        int64_t K, float eps) {
   constexpr int kV = Pack<T>::kN, D = L * kV;
   const int lg = threadIdx.x % L;
-  const int64_t hr = blockIdx.x * static_cast<int64_t>(kThreads / L) + threadIdx.x / L;
+  const int64_t hr = blockIdx.x * static_cast<int64_t>(kRowThreads / L) + threadIdx.x / L;
   const bool valid = hr < N * (H + 2 * K);  // every lane still takes part in the shuffles
   const HeadRow r = valid ? head_row(hr, H, K) : HeadRow{2, 0, 0};
   Pack<T> a{};
@@ -89,12 +83,12 @@ __global__ void __launch_bounds__(kThreads)
 // Each group walks rows_per_group consecutive head rows. partial [gridDim.x, 2, D]: the q and k norm
 // weights' gradient sums of the block.
 template <typename T, int L>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     qkv_backward_kernel(T* dqkv, float* partial, const T* dq, const T* dk, const T* dv, const T* qkv, const float* wq,
                         const float* wk, const float* rstd_q, const float* rstd_k, const int32_t* positions,
                         const float* cos_t, const float* sin_t, int64_t N, int64_t H, int64_t K,
                         int64_t rows_per_group) {
-  constexpr int kV = Pack<T>::kN, D = L * kV, kGroups = kThreads / L;
+  constexpr int kV = Pack<T>::kN, D = L * kV, kGroups = kRowThreads / L;
   const int lg = threadIdx.x % L, group = threadIdx.x / L;
   float acc_q[kV] = {}, acc_k[kV] = {};
   const int64_t first = (blockIdx.x * static_cast<int64_t>(kGroups) + group) * rows_per_group;
@@ -137,29 +131,30 @@ __global__ void __launch_bounds__(kThreads)
     }
     store_pack(dqkv + hr * D + lg * kV, out);
   }
-  // The block's partial: group 0's sums, then group 1's added, ... (fixed order).
+  // The block's partial, its groups' sums added in group order.
   __shared__ float s[2][D];
-  for (int gi = 0; gi < kGroups; ++gi) {
-    if (group == gi)
+  add_groups_in_order(group, kGroups, [&](bool first) {
 #pragma unroll
-      for (int j = 0; j < kV; ++j) {
-        const int c = lg * kV + j;
-        s[0][c] = (gi == 0 ? 0.0f : s[0][c]) + acc_q[j];
-        s[1][c] = (gi == 0 ? 0.0f : s[1][c]) + acc_k[j];
-      }
-    __syncthreads();
-  }
-  for (int c = threadIdx.x; c < 2 * D; c += kThreads) partial[blockIdx.x * 2 * D + c] = s[c / D][c % D];
+    for (int j = 0; j < kV; ++j) {
+      const int c = lg * kV + j;
+      s[0][c] = (first ? 0.0f : s[0][c]) + acc_q[j];
+      s[1][c] = (first ? 0.0f : s[1][c]) + acc_k[j];
+    }
+  });
+  for (int c = threadIdx.x; c < 2 * D; c += kRowThreads) partial[blockIdx.x * 2 * D + c] = s[c / D][c % D];
 }
 
-// Calls f(std::integral_constant<int, L>) for the lane count whose packs cover a head of D elements of T.
+// Calls f(std::integral_constant<int, L>) for the lane count whose single packs cover a head of D elements
+// of T (row_groups.cuh's shapes with I = 1); throws naming `who` for any other D.
 template <typename T, typename F>
 void with_lanes(int64_t D, const char* who, F&& f) {
+  bool one_pack = false;
+  with_row_shape<T>(D, [&](auto l, auto i) {
+    if constexpr (decltype(i)::value == 1) f(l), one_pack = true;
+  });
   constexpr int kV = Pack<T>::kN;
-  if (D == 8 * kV) return f(std::integral_constant<int, 8>{});
-  if (D == 16 * kV) return f(std::integral_constant<int, 16>{});
-  if (D == 32 * kV) return f(std::integral_constant<int, 32>{});
-  fail(who, ": head dim ", D, " not supported for this type (want ", 8 * kV, ", ", 16 * kV, " or ", 32 * kV, ")");
+  MDLM_CHECK(one_pack, who, ": head dim ", D, " not supported for this type (want ", 8 * kV, ", ", 16 * kV, " or ",
+             32 * kV, ")");
 }
 
 }  // namespace
@@ -175,8 +170,8 @@ void qkv_norm_rope_forward(T* q, T* k, T* v, float* rstd_q, float* rstd_k, const
   MDLM_CHECK(N * (H + 2 * K) < (int64_t{1} << 31), "qkv_norm_rope_forward: ", N * (H + 2 * K), " head rows (max 2^31 - 1)");
   with_lanes<Dv>(D, "qkv_norm_rope_forward", [&](auto l) {
     constexpr int L = decltype(l)::value;
-    const int64_t rows = N * (H + 2 * K), per_block = kThreads / L;
-    qkv_forward_kernel<Dv, L><<<static_cast<unsigned>((rows + per_block - 1) / per_block), kThreads, 0, stream>>>(
+    const int64_t rows = N * (H + 2 * K), per_block = kRowThreads / L;
+    qkv_forward_kernel<Dv, L><<<static_cast<unsigned>((rows + per_block - 1) / per_block), kRowThreads, 0, stream>>>(
         dev(q), dev(k), dev(v), rstd_q, rstd_k, dev(qkv), q_norm_weight, k_norm_weight, positions, cos, sin, N, H, K,
         eps);
     MDLM_CUDA_LAUNCH_CHECK();
@@ -194,13 +189,10 @@ void qkv_norm_rope_backward(T* dqkv, float* dq_norm_weight, float* dk_norm_weigh
              "qkv_norm_rope_backward: tensors and tables must be 16-byte aligned");
   MDLM_CHECK(N * (H + 2 * K) < (int64_t{1} << 31), "qkv_norm_rope_backward: ", N * (H + 2 * K), " head rows (max 2^31 - 1)");
   with_lanes<Dv>(D, "qkv_norm_rope_backward", [&](auto l) {
-    constexpr int L = decltype(l)::value, kGroups = kThreads / L;
-    const int64_t rows = N * (H + 2 * K);
-    // Rows per group: enough that the blocks stay within kMaxBlocks (a function of the shape alone).
-    const int64_t rows_per_group = std::max<int64_t>(1, (rows + kGroups * kMaxBlocks - 1) / (kGroups * kMaxBlocks));
-    const int64_t blocks = (rows + kGroups * rows_per_group - 1) / (kGroups * rows_per_group);
+    constexpr int L = decltype(l)::value;
+    const auto [rows_per_group, blocks] = group_walk(N * (H + 2 * K), kRowThreads / L);
     float* partial = stream_alloc<float>(blocks * 2 * D, stream);
-    qkv_backward_kernel<Dv, L><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    qkv_backward_kernel<Dv, L><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
         dev(dqkv), partial, dev(dq), dev(dk), dev(dv), dev(qkv), q_norm_weight, k_norm_weight, rstd_q, rstd_k,
         positions, cos, sin, N, H, K, rows_per_group);
     MDLM_CUDA_LAUNCH_CHECK();
