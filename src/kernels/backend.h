@@ -119,7 +119,7 @@ class Backend {
 
   // ---- optimizer and reductions (kernels/cpu/optim.h) ----
   // param_bf16 [n] (or null): the updated param in bf16 as well, on the same pass.
-  virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  virtual void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                           uint16_t* param_bf16) const = 0;
   // The sum of x^2 in a fixed order, downloaded to the host (one synchronisation on a device).
   virtual double sum_squares(const float* x, int64_t n) const = 0;

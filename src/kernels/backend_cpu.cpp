@@ -152,7 +152,7 @@ class CpuBackend final : public Backend {
     cpu::cast_bf16_to_f32(out, inp, n);
   }
 
-  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                   uint16_t* param_bf16) const override {
     cpu::adamw_step(param, grad, m, v, n, h, param_bf16);
   }

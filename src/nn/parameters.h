@@ -73,7 +73,13 @@ class ParamStore {
   float* grads() { return grads_.data<float>(); }
   const float* values() const { return values_.data<float>(); }
   const float* grads() const { return grads_.data<float>(); }
-  void zero_grads() { grads_.zero_(); }
+  // Clears the gradients for the next accumulation, unless the last update left them zero
+  // (note_grads_zeroed, by AdamW::apply_and_zero_grads, whose caller writes no gradient before this).
+  void zero_grads() {
+    if (!grads_zeroed_) grads_.zero_();
+    grads_zeroed_ = false;
+  }
+  void note_grads_zeroed() { grads_zeroed_ = true; }
   // Whole flat buffers [numel()] between the device and the host (plain copies on the CPU).
   void copy_values_to_host(float* host) const;
   void copy_values_from_host(const float* host);
@@ -87,6 +93,7 @@ class ParamStore {
   bool finalized_ = false;
   Device device_ = Device::CPU;
   Tensor values_, grads_;
+  bool grads_zeroed_ = false;  // see zero_grads()
 };
 
 

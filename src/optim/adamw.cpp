@@ -40,8 +40,9 @@ double AdamW::step(double lr) {
 
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
                         int64_t begin, int64_t end, float* grads, float* m, float* v,
-                        const std::vector<uint16_t*>* bf16_copies) {
+                        const std::vector<uint16_t*>* bf16_copies, bool zero_grads) {
   cpu::AdamWParams h;
+  h.zero_grad = zero_grads;
   // Clipping scales the gradient inside the update's own pass (the gradient buffer is left as it is).
   if (cfg.clip_grad > 0 && norm > cfg.clip_grad) h.grad_scale = static_cast<float>(cfg.clip_grad / (norm + 1e-6));
   h.lr = static_cast<float>(lr);
@@ -71,6 +72,14 @@ void AdamW::apply(double lr, double norm, const std::vector<uint16_t*>& bf16_cop
   ++step_;
   adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
                      v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies);
+}
+
+void AdamW::apply_and_zero_grads(double lr, double norm, const std::vector<uint16_t*>& bf16_copies) {
+  MDLM_CHECK(has_state_, "AdamW::apply_and_zero_grads after release_state()");
+  ++step_;
+  adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
+                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, /*zero_grads=*/true);
+  params_.note_grads_zeroed();
 }
 
 }  // namespace megadlm

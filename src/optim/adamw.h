@@ -23,10 +23,11 @@ struct AdamWConfig {
 // range only: element i of them belongs to flat index begin + i. step counts updates from 1. Shared by
 // AdamW (the whole buffer) and the distributed optimizer (its shard).
 // bf16_copies (or null): per parameter id, where the updated values go in bf16 as well (null entries:
-// none), the whole parameter (the range must then cover it).
+// none), the whole parameter (the range must then cover it). zero_grads: each parameter's gradient is
+// set to zero on the update's pass once read (the padding between parameters is never written).
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
                         int64_t begin, int64_t end, float* grads, float* m, float* v,
-                        const std::vector<uint16_t*>* bf16_copies = nullptr);
+                        const std::vector<uint16_t*>* bf16_copies = nullptr, bool zero_grads = false);
 
 class AdamW {
  public:
@@ -45,6 +46,10 @@ class AdamW {
   // on the update's pass: the bf16 weight copies (MixedPrecision::bf16_copy_targets) are then current
   // without a cast over the weights (Megatron's optimizer writes its bf16 model params the same way).
   void apply(double lr, double grad_norm, const std::vector<uint16_t*>& bf16_copies);
+  // The same, leaving the gradients zero for the next step's accumulation (ParamStore::zero_grads then
+  // skips its pass over them): one pass over the gradients a step instead of two. The caller must not
+  // want the gradients after the update.
+  void apply_and_zero_grads(double lr, double grad_norm, const std::vector<uint16_t*>& bf16_copies);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

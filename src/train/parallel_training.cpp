@@ -96,7 +96,8 @@ bool ParallelTraining::apply(AdamW& opt, double lr, double norm, const std::vect
     opt.set_steps_taken(dist_->steps_taken());
     return false;
   }
-  opt.apply(lr, norm, bf16_copies);
+  // Nothing reads this step's gradients after the update: it clears them on its pass.
+  opt.apply_and_zero_grads(lr, norm, bf16_copies);
   return !bf16_copies.empty();
 }
 

@@ -54,7 +54,8 @@ class ParallelTraining {
   double grad_norm();
   // Clips by norm and updates (AdamW, or the sharded update then the all-gather). bf16_copies: per
   // parameter id, a bf16 copy AdamW writes on its pass (MixedPrecision::bf16_copy_targets); returns
-  // whether it did (not under the distributed optimizer, whose shards end mid-parameter).
+  // whether it did (not under the distributed optimizer, whose shards end mid-parameter). AdamW leaves
+  // the gradients zero on its pass (the next step's zero_grads then costs nothing).
   bool apply(AdamW& opt, double lr, double norm, const std::vector<uint16_t*>& bf16_copies = {});
   // Checkpoints: the distributed optimizer's moment shards gathered into / taken from `opt`'s
   // full-size buffers, so the files keep the single-process format. Collective.

@@ -265,7 +265,7 @@ class EmulatedCudaBackend final : public Backend {
   void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
     on_cpu({out, inp}, "cast_bf16_to_f32", [&] { return cpu().cast_bf16_to_f32(out, inp, n); });
   }
-  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                   uint16_t* param_bf16) const override {
     on_cpu({param, grad, m, v, param_bf16}, "adamw_step",
            [&] { return cpu().adamw_step(param, grad, m, v, n, h, param_bf16); });

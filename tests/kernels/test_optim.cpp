@@ -72,7 +72,7 @@ TEST(AdamW, MatchesDoubleReferenceOverSteps) {
 // grad_scale (clipping folded into the update) gives bit for bit the update on pre-scaled gradients.
 TEST(AdamW, GradScaleEqualsScaledGradients) {
   const int64_t n = 40961;
-  const auto g = random_vector(n, 7, -3.0f, 3.0f);
+  auto g = random_vector(n, 7, -3.0f, 3.0f);
   const float s = 0.3719f;
   std::vector<float> gs(g);
   for (float& x : gs) x *= s;
@@ -97,7 +97,7 @@ TEST(AdamW, GradScaleEqualsScaledGradients) {
 // With a bf16 target the update is the same bits and the target holds the updated values in bf16.
 TEST(AdamW, Bf16CopyWrittenOnThePass) {
   const int64_t n = 40961;  // threaded, with a tail
-  const auto g = random_vector(n, 17, -3.0f, 3.0f);
+  auto g = random_vector(n, 17, -3.0f, 3.0f);
   auto p1 = random_vector(n, 18), p2 = p1;
   std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
   std::vector<uint16_t> copy(n, 0x7FC0);
@@ -114,6 +114,36 @@ TEST(AdamW, Bf16CopyWrittenOnThePass) {
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(v1, v2);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[i], f32_to_bf16(p2[i])) << i;
+}
+
+// zero_grad: the same update bits (with and without the bf16 copy), and the gradient left zero.
+TEST(AdamW, ZeroGradOnThePass) {
+  const int64_t n = 40961;  // threaded, with a tail
+  const auto g = random_vector(n, 27, -3.0f, 3.0f);
+  for (bool with_copy : {false, true}) {
+    auto p1 = random_vector(n, 28), p2 = p1;
+    std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
+    std::vector<uint16_t> copy1(n, 0), copy2(n, 0);
+    cpu::AdamWParams h;
+    h.lr = 1e-2f;
+    h.weight_decay = 0.1f;
+    h.grad_scale = 0.7f;
+    for (int64_t step = 1; step <= 2; ++step) {
+      h.step = step;
+      std::vector<float> g1 = g, g2 = g;
+      h.zero_grad = false;
+      cpu::adamw_step(p1.data(), g1.data(), m1.data(), v1.data(), n, h, with_copy ? copy1.data() : nullptr);
+      h.zero_grad = true;
+      cpu::adamw_step(p2.data(), g2.data(), m2.data(), v2.data(), n, h, with_copy ? copy2.data() : nullptr);
+      EXPECT_EQ(g1, g) << "without zero_grad the gradient is left as it is";
+      EXPECT_EQ(g2, std::vector<float>(n, 0.0f)) << "with_copy " << with_copy;
+    }
+    EXPECT_EQ(p1, p2) << "with_copy " << with_copy;
+    EXPECT_EQ(m1, m2);
+    EXPECT_EQ(v1, v2);
+    EXPECT_EQ(copy1, copy2);
+    EXPECT_NE(p1, random_vector(n, 28));
+  }
 }
 
 // At step 1 the bias-corrected update is lr * g / (|g| + eps): a step of lr against the gradient's sign,

@@ -236,6 +236,39 @@ TEST(AdamW, TwoStepsMatchDoubleReferenceWithAndWithoutDecay) {
   EXPECT_EQ(m[15], 0.0f);  // padding untouched
 }
 
+// apply_and_zero_grads: apply's update, with every gradient zero afterwards, so that the next step's
+// zero_grads() may skip its pass; the skip is used once, a later zero_grads() clears again.
+TEST(AdamW, ApplyAndZeroGradsLeavesTheGradientsZero) {
+  TinyStore s1, s2;
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1f;
+  cfg.clip_grad = 1.0f;
+  AdamW o1(s1.ps, cfg), o2(s2.ps, cfg);
+  const auto all_grads = [](ParamStore& ps) { return std::vector<float>(ps.grads(), ps.grads() + ps.numel()); };
+  const std::vector<float> zeros(s2.ps.numel(), 0.0f);
+  for (int64_t step = 1; step <= 2; ++step) {
+    const std::vector<float> g = test::random_vector(22, 200 + step, -2.0f, 2.0f);
+    s1.ps.zero_grads();
+    s2.ps.zero_grads();
+    s1.set_grads(g);
+    s2.set_grads(g);
+    const double n1 = o1.grad_norm(), n2 = o2.grad_norm();
+    ASSERT_EQ(n1, n2);
+    ASSERT_GT(n1, 1.0);  // clipped: the scale is applied on the same pass as the clearing
+    o1.apply(0.01, n1, {});
+    o2.apply_and_zero_grads(0.01, n2, {});
+    EXPECT_NE(all_grads(s1.ps), zeros) << "apply leaves the gradients as they are";
+    EXPECT_EQ(all_grads(s2.ps), zeros) << "step " << step;
+    EXPECT_EQ(std::vector<float>(s1.ps.values(), s1.ps.values() + 22),
+              std::vector<float>(s2.ps.values(), s2.ps.values() + 22));
+  }
+  s2.ps.zero_grads();  // skips its pass, once
+  EXPECT_EQ(all_grads(s2.ps), zeros);
+  s2.set_grads(test::random_vector(22, 300, 0.5f, 1.0f));
+  s2.ps.zero_grads();  // nothing noted since: clears
+  EXPECT_EQ(all_grads(s2.ps), zeros);
+}
+
 TEST(AdamW, WeightDecaySkipsParametersThatOptOut) {
   // Zero gradients: the only change is the decay, p *= 1 - lr * wd, and only on the matrix.
   TinyStore s;

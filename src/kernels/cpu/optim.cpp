@@ -34,14 +34,16 @@ struct AdamWConstants {
   float b1, b2, one_b1, one_b2, eps, grad_scale, step_size, inv_sqrt_bc2, decay;
 };
 
-// The update of param, m, v [n]; with kCopy also param_bf16 [n] = the updated param in bf16. One
-// template rather than a run-time test inside the loop, which would keep it from vectorising.
-template <bool kCopy>
-void adamw_loop(float* param, const float* grad, float* m, float* v, uint16_t* param_bf16, int64_t n,
+// The update of param, m, v [n]; with kCopy also param_bf16 [n] = the updated param in bf16, with
+// kZero grad [n] = 0 once read. Templates rather than run-time tests inside the loop, which would keep
+// it from vectorising.
+template <bool kCopy, bool kZero>
+void adamw_loop(float* param, float* grad, float* m, float* v, uint16_t* param_bf16, int64_t n,
                 const AdamWConstants c) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] * c.grad_scale;
+    if constexpr (kZero) grad[i] = 0.0f;
     const float mi = c.b1 * m[i] + c.one_b1 * g;
     const float vi = c.b2 * v[i] + c.one_b2 * g * g;
     m[i] = mi;
@@ -57,7 +59,7 @@ void adamw_loop(float* param, const float* grad, float* m, float* v, uint16_t* p
 // The loop vectorises when the build has -fno-math-errno (otherwise GCC keeps a branch that sets errno
 // for sqrt of a negative, and v is never negative); the pass is bound by memory either way (28 bytes
 // moved per element).
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
+void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                 uint16_t* param_bf16) {
   MDLM_CHECK(n >= 0, "adamw_step: negative length ", n);
   MDLM_CHECK(h.step >= 1, "adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
@@ -74,9 +76,11 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   const float gs = h.grad_scale;
   const AdamWConstants c{b1, b2, one_b1, one_b2, eps, gs, step_size, inv_sqrt_bc2, decay};
   if (param_bf16) {
-    adamw_loop<true>(param, grad, m, v, param_bf16, n, c);
+    if (h.zero_grad) adamw_loop<true, true>(param, grad, m, v, param_bf16, n, c);
+    else adamw_loop<true, false>(param, grad, m, v, param_bf16, n, c);
   } else {
-    adamw_loop<false>(param, grad, m, v, nullptr, n, c);
+    if (h.zero_grad) adamw_loop<false, true>(param, grad, m, v, nullptr, n, c);
+    else adamw_loop<false, false>(param, grad, m, v, nullptr, n, c);
   }
 }
 

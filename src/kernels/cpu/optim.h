@@ -12,11 +12,13 @@ struct AdamWParams {
   float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
   int64_t step = 1;           // 1-based step number, for bias correction
   float grad_scale = 1.0f;    // the gradient used is grad * grad_scale (clipping, folded into the pass)
+  bool zero_grad = false;     // grad is set to zero once read (the next step's accumulation starts there)
 };
 
 // param, m, v [n] updated in place from grad [n]. m and v start at zero. param_bf16 [n] (or null)
-// receives the updated param in bf16 on the same pass (the copy bf16 products read next step).
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
+// receives the updated param in bf16 on the same pass (the copy bf16 products read next step). With
+// h.zero_grad, grad is zeroed on the same pass too (instead of a memset of the whole buffer later).
+void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                 uint16_t* param_bf16 = nullptr);
 
 // sum of squares of x [n], accumulated in double over fixed-size chunks combined in a fixed order, so the

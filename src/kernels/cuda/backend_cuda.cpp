@@ -184,7 +184,7 @@ class CudaBackend final : public Backend {
     cuda::cast_bf16_to_f32(out, bf(inp), n, kStream);
   }
 
-  void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                   uint16_t* param_bf16) const override {
     cuda::adamw_step(param, grad, m, v, n, h, reinterpret_cast<bf16_t*>(param_bf16), kStream);
   }

@@ -133,7 +133,7 @@ void reduce(Out* out, const float* x, int64_t n, cudaStream_t stream) {
 
 }  // namespace
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                 bf16_t* param_bf16, cudaStream_t stream) {
   MDLM_CHECK(n >= 0, "cuda adamw_step: negative length ", n);
   MDLM_CHECK(h.step >= 1, "cuda adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
@@ -148,6 +148,8 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   const bool vec = vec_ok<float>(4, {param, grad, m, v}) && reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
   adamw_kernel<<<grid_for(vec ? n / 4 : n, 256), 256, 0, stream>>>(param, grad, m, v, dev(param_bf16), n, vec, k);
   MDLM_CUDA_LAUNCH_CHECK();
+  // On a device the clearing stays a memset after the update (stream-ordered, at copy-engine speed).
+  if (h.zero_grad) MDLM_CUDA_CHECK(cudaMemsetAsync(grad, 0, static_cast<size_t>(n) * sizeof(float), stream));
 }
 
 void sum(double* out, const float* x, int64_t n, cudaStream_t stream) { reduce<Reduce::Sum>(out, x, n, stream); }
