@@ -39,6 +39,11 @@ Tensor Linear::forward_into(Arena& arena, const Tensor& x, Tensor& out) {
   return forward_impl(arena, x, nullptr, nullptr, &out);
 }
 
+Tensor Linear::forward_into_without_bias(Arena& arena, const Tensor& x, Tensor& out) {
+  MDLM_CHECK(mode_ == LinearParallel::Column, "Linear: only a column-parallel layer leaves its bias to the caller");
+  return forward_impl(arena, x, nullptr, nullptr, &out, /*add_bias=*/false);
+}
+
 Tensor Linear::forward_shared_input(Arena& arena, const Tensor& x, const Linear& first) {
   return forward_impl(arena, x, &first, nullptr, nullptr);
 }
@@ -55,9 +60,9 @@ Tensor Linear::forward_with_saved_input(Arena& arena, const Tensor& x, const Ten
 
 // Row-parallel: the partial products are summed over tp (all-reduce, or reduce-scatter to this rank's
 // rows under sequence parallelism) before the replicated bias is added, once.
-Tensor Linear::bias_and_reduce(Arena& arena, Tensor& y) {
+Tensor Linear::bias_and_reduce(Arena& arena, Tensor& y, bool add_bias) {
   Tensor out = mode_ == LinearParallel::Row ? reduce_rows(arena, *ctx_, y) : y;
-  if (b_ >= 0) backend_of(out).bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), out.numel() / out_, out_);
+  if (b_ >= 0 && add_bias) backend_of(out).bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), out.numel() / out_, out_);
   return out;
 }
 
@@ -69,7 +74,7 @@ void Linear::share_saved_input(const Tensor& saved) {
 }
 
 Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* first, const Tensor* saved,
-                            Tensor* out) {
+                            Tensor* out, bool add_bias) {
   // Column-parallel under sequence parallelism: all rows of the input (identity otherwise).
   const Tensor x = mode_ == LinearParallel::Column && !caller_maps_input_ ? gather_rows(arena, *ctx_, x_in) : x_in;
   const Backend& be = backend_of(x);
@@ -81,7 +86,7 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
     saved_x_ = x;
     const float* W = store_->value(w_).data<float>();
     be.gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, W, in_, 0.0f, y.data<float>(), out_);
-    return bias_and_reduce(arena, y);
+    return bias_and_reduce(arena, y, add_bias);
   }
   // The narrow copy of x, saved for the backward (shared by layers that read the same input).
   if (first) {
@@ -111,7 +116,7 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
     be.gemm(false, true, N, out_, in_, 1.0f, xr, in_, prec_->weight_rounded(w_), in_, 0.0f, y.data<float>(),
               out_);
   }
-  return bias_and_reduce(arena, y);
+  return bias_and_reduce(arena, y, add_bias);
 }
 
 // Where the backward's dx [N, I] goes. Column-parallel at tp > 1: dx is this rank's partial sum; it is

@@ -32,6 +32,9 @@ class Linear {
   Tensor forward(Arena& arena, const Tensor& x);
   // The same with y written to `out` [N, O] (a caller's scratch) instead of the arena.
   Tensor forward_into(Arena& arena, const Tensor& x, Tensor& out);
+  // forward_into without the bias, which the caller adds in its own next pass over y (bias_values());
+  // column-parallel only (a row-parallel layer adds its bias after the reduction).
+  Tensor forward_into_without_bias(Arena& arena, const Tensor& x, Tensor& out);
   // The same, for a layer whose input is the same tensor as `first`'s (q/k/v projections): the
   // narrow copy `first` saved is shared instead of made again (fp8: with `first`'s input scale).
   Tensor forward_shared_input(Arena& arena, const Tensor& x, const Linear& first);
@@ -57,7 +60,8 @@ class Linear {
   // sums to bias_grad() in that pass. The bits of backward() on the fp32 dy.
   bool takes_bf16_dy() const { return prec_ && prec_->bf16_gemm() && mode_ == LinearParallel::Column; }
   void backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx, bool accumulate_dx);
-  // The bias gradient [O] (this rank's shard), or null without a bias.
+  // The bias [O] and its gradient (this rank's shard), or null without a bias.
+  const float* bias_values() const { return b_ >= 0 ? store_->value(b_).data<float>() : nullptr; }
   float* bias_grad() const { return b_ >= 0 ? store_->grad(b_).data<float>() : nullptr; }
 
   // This rank's sizes (local shards under tensor parallelism).
@@ -90,9 +94,11 @@ class Linear {
   float saved_scale_ = 1.0f;  // fp8: the scale saved_x_ was quantised with
 
   bool low_precision() const { return prec_ && prec_->mode() != PrecisionMode::FP32; }
-  // first: share its saved input; saved: share this narrow copy; out: write y there (else the arena).
-  Tensor forward_impl(Arena& arena, const Tensor& x, const Linear* first, const Tensor* saved, Tensor* out);
-  Tensor bias_and_reduce(Arena& arena, Tensor& y);
+  // first: share its saved input; saved: share this narrow copy; out: write y there (else the arena);
+  // add_bias false: leave the bias to the caller.
+  Tensor forward_impl(Arena& arena, const Tensor& x, const Linear* first, const Tensor* saved, Tensor* out,
+                      bool add_bias = true);
+  Tensor bias_and_reduce(Arena& arena, Tensor& y, bool add_bias);
 };
 
 }  // namespace megadlm

@@ -28,12 +28,14 @@ void MLP::activation_forward(Tensor& a, const Tensor& h) const {
   else be.swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
 }
 
-void MLP::activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h) const {
+void MLP::activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h, const float* bias) const {
   MDLM_CHECK(h.device() == Device::CPU, "MLP: the one-pass bf16 activation is a CPU kernel");
+  MDLM_CHECK(bias == nullptr || act_ == Activation::Gelu, "MLP: SwiGLU's activation pass adds no bias");
   const int64_t N = h.size(0);
   auto* out = static_cast<uint16_t*>(a.raw());
   auto* hb = h_bf16 ? static_cast<uint16_t*>(h_bf16->raw()) : nullptr;
-  if (act_ == Activation::Gelu) cpu::gelu_forward_bf16(out, hb, h.data<float>(), N * F_);
+  if (bias) cpu::gelu_forward_bf16(out, hb, h.data<float>(), bias, N, F_);
+  else if (act_ == Activation::Gelu) cpu::gelu_forward_bf16(out, hb, h.data<float>(), N * F_);
   else cpu::swiglu_forward_bf16(out, hb, h.data<float>(), N, F_);
 }
 
@@ -55,8 +57,12 @@ Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
   Arena& tmp = prec_->transient();
   const size_t mark = tmp.mark();
   Tensor h = tmp.tensor({N, fc1_out});
-  fc1_.forward_into(arena, x, h);
   const DType narrow = activation_dtype(*prec_);
+  // The one-pass bf16 GELU adds fc1's bias itself (one pass over the fp32 [N, F] fewer).
+  const bool one_pass_bf16 = recompute_activation() && narrow == DType::BF16 && h.device() == Device::CPU;
+  const float* bias_in_activation = one_pass_bf16 && act_ == Activation::Gelu ? fc1_.bias_values() : nullptr;
+  if (bias_in_activation) fc1_.forward_into_without_bias(arena, x, h);
+  else fc1_.forward_into(arena, x, h);
   h_ = arena.tensor({N, fc1_out}, narrow);
   Tensor y;
   if (recompute_activation()) {
@@ -64,8 +70,8 @@ Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
     // is bit for bit the one multiplied here, the forward takes the activation of the narrow h too.
     Tensor a_narrow = tmp.tensor({N, F_}, narrow);
     Tensor a = a_narrow;  // bf16 products read only the narrow copy
-    if (narrow == DType::BF16 && h.device() == Device::CPU) {
-      activation_forward_bf16(a_narrow, &h_, h);  // h_, the activation and its copy in one pass
+    if (one_pass_bf16) {
+      activation_forward_bf16(a_narrow, &h_, h, bias_in_activation);  // h_, the activation and its copy
     } else {
       store_activation(*prec_, h_, h);
       load_activation(h, h_);

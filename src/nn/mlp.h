@@ -32,9 +32,9 @@ class MLP {
   Tensor forward_low_precision(Arena& arena, const Tensor& x);
   void activation_forward(Tensor& a, const Tensor& h) const;  // h [N, fc1 out] -> a [N, F]
   // h [N, fc1 out] fp32 -> a [N, F] bf16 and, when h_bf16 is not null, h_bf16 = h in bf16, one pass
-  // (kernels/cpu/elementwise.h: the bits of the cast / activation / cast sequence). CPU tensors only; a
-  // device takes that sequence.
-  void activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h) const;
+  // (kernels/cpu/elementwise.h: the bits of the cast / activation / cast sequence). With bias [F] (GELU
+  // only), of h + bias: fc1's bias added on the same pass. CPU tensors only; a device takes that sequence.
+  void activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h, const float* bias = nullptr) const;
   // a [N, F] bf16 = the activation of the kept bf16 h_ (the backward's remake; CPU tensors).
   void remake_activation_bf16(Tensor& a) const;
   // bf16 products and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an

@@ -222,7 +222,8 @@ TEST(Elementwise, BiasBackwardIsThreadCountIndependent) {
 }
 
 // The bf16 Linear backward's one pass over dout gives the bits of bias_backward and cast_f32_to_bf16,
-// and both give those of the plain loop (each column summed over rows 0..N-1 in double, then added),
+// and both give those of the plain loop (each column's rows summed in fp32 in groups of 16, in order,
+// the groups' sums in double, then added; N = 517 ends on a partial group),
 // for 1 and 2 threads, over whole column blocks with a tail (C = 300) and a single short one (C = 5).
 TEST(Elementwise, CastBf16AndBiasBackwardIsTheTwoOps) {
   for (const auto& [N, C] : {std::pair<int64_t, int64_t>{517, 300}, {9, 5}}) {
@@ -231,7 +232,11 @@ TEST(Elementwise, CastBf16AndBiasBackwardIsTheTwoOps) {
     std::vector<float> ref_bias(C, 0.5f);
     for (int64_t c = 0; c < C; ++c) {
       double acc = 0.0;
-      for (int64_t r = 0; r < N; ++r) acc += dout[r * C + c];
+      for (int64_t r0 = 0; r0 < N; r0 += 16) {
+        float group = 0.0f;
+        for (int64_t r = r0; r < std::min(N, r0 + 16); ++r) group += dout[r * C + c];
+        acc += group;
+      }
       ref_bias[c] += static_cast<float>(acc);
     }
     std::vector<uint16_t> ref_cast(N * C);
@@ -247,6 +252,30 @@ TEST(Elementwise, CastBf16AndBiasBackwardIsTheTwoOps) {
       EXPECT_EQ(0, std::memcmp(dbias_only.data(), ref_bias.data(), C * sizeof(float)));
       EXPECT_EQ(cast, ref_cast);
       EXPECT_TRUE(std::isnan(dbias[0]));
+    }
+  }
+}
+
+// fc1's bias added inside the one-pass bf16 GELU gives the bits of bias_add_forward followed by it, with
+// and without the kept copy, for 1 and 2 threads, at row widths with and without whole 64-column groups.
+TEST(Elementwise, Bf16GeluWithBiasEqualsBiasAddThenGelu) {
+  for (int threads : {1, 2}) {
+    ThreadCount t(threads);
+    for (int64_t F : {1, 37, 64, 600, 1536}) {
+      SCOPED_TRACE(::testing::Message() << "F = " << F << ", " << threads << " threads");
+      const int64_t N = 53;
+      const std::vector<float> h = random_vector(N * F, 1300 + F, -6.0f, 6.0f);
+      const std::vector<float> bias = random_vector(F, 1400 + F, -2.0f, 2.0f);
+      std::vector<float> hb = h;
+      cpu::bias_add_forward(hb.data(), bias.data(), N, F);
+      std::vector<uint16_t> ref(N * F, 0x7FC0), ref_kept(N * F, 0x7FC0);
+      cpu::gelu_forward_bf16(ref.data(), ref_kept.data(), hb.data(), N * F);
+      std::vector<uint16_t> out(N * F, 0x1234), kept(N * F, 0x1234), alone(N * F, 0x1234);
+      cpu::gelu_forward_bf16(out.data(), kept.data(), h.data(), bias.data(), N, F);
+      cpu::gelu_forward_bf16(alone.data(), nullptr, h.data(), bias.data(), N, F);
+      EXPECT_EQ(out, ref);
+      EXPECT_EQ(kept, ref_kept);
+      EXPECT_EQ(alone, ref);
     }
   }
 }

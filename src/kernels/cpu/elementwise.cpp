@@ -110,6 +110,26 @@ void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t 
 }
 void gelu_forward_bf16(uint16_t* out, const uint16_t* h, int64_t n) { gelu_forward_bf16_of(out, nullptr, h, n); }
 
+// out, h_bf16 (or null), h [N, F]; bias [F]. A row's whole chunks go four at a time, as in for_chunks16.
+void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, const float* bias, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
+  for (int64_t r = 0; r < N; ++r) {
+    const auto chunk = [&](int64_t i, int64_t m) {
+      const vec::vh16 hb = vec::round_bf16_fast(vec::load16n(h + r * F + i, m) + vec::load16n(bias + i, m));
+      if (h_bf16) vec::storeh16n(h_bf16 + r * F + i, hb, m);
+      vec::storeh16n(out + r * F + i, vec::round_bf16_fast(gelu16(vec::widen_bf16(hb))), m);
+    };
+    int64_t i = 0;
+    for (; i + 64 <= F; i += 64) {
+      chunk(i, 16);
+      chunk(i + 16, 16);
+      chunk(i + 32, 16);
+      chunk(i + 48, 16);
+    }
+    for (; i < F; i += 16) chunk(i, std::min<int64_t>(16, F - i));
+  }
+}
+
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) { gelu_backward_of(dinp, inp, dout, n); }
 void gelu_backward(float* dinp, const uint16_t* inp, const float* dout, int64_t n) {
   gelu_backward_of(dinp, inp, dout, n);
@@ -237,11 +257,17 @@ void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
 }
 
 namespace {
+// Rows summed in fp32 before their sum joins a column's double sum (column_sums).
+constexpr int64_t kRowGroup = 16;
+
 // dbias [C] (or null) += sum over rows of the values [N, C], and out [N, C] = bf16(values) unless out is
 // null; values(r, c, m) gives row r's columns c .. c + m - 1 (m <= 16) in the first m lanes. Threads own
-// blocks of kColBlock columns and sum their rows in order 0..N-1 in double, so the bits do not depend
-// on the thread count. A block's 64 double sums stay in eight vector registers (a plain array of them
-// is kept in memory by the compiler, which made this pass several times slower than its reads).
+// blocks of kColBlock columns; a column's rows are summed in groups of kRowGroup (rows 0..15, 16..31,
+// ...) in fp32, in row order, and the groups' sums in group order in double, so the bits do not depend
+// on the thread count. (A double add for every value cost a third of the GELU backward's pass: on this
+// machine's AVX-512 each is two conversions and two adds of 8 lanes.) A block's 64 fp32 and 64 double
+// sums stay in vector registers (a plain array of them is kept in memory by the compiler, which made
+// this pass several times slower than its reads).
 template <class Values>
 void column_sums(float* dbias, uint16_t* out, int64_t N, int64_t C, Values&& values) {
   static_assert(kColBlock == 64);
@@ -252,21 +278,31 @@ void column_sums(float* dbias, uint16_t* out, int64_t N, int64_t C, Values&& val
     const int64_t c0 = b * kColBlock;
     const int64_t w = C - c0 < kColBlock ? C - c0 : kColBlock;
     v8d acc[8] = {};
+    v16 group[4];
     // Columns c0 + j .. c0 + j + m - 1 of row r; lanes past m are not summed (their sums go unused).
     auto add = [&](int64_t r, int64_t j, int64_t m) {
       const v16 y = values(r, c0 + j, m);
-      acc[j / 8] += __builtin_convertvector(__builtin_shufflevector(y, y, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
-      acc[j / 8 + 1] += __builtin_convertvector(__builtin_shufflevector(y, y, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+      group[j / 16] += y;
       if (out) vec::storeh16n(out + r * C + c0 + j, vec::round_bf16(y), m);
     };
-    if (w == kColBlock) {
-      for (int64_t r = 0; r < N; ++r) {
+    for (int64_t r0 = 0; r0 < N; r0 += kRowGroup) {
+      const int64_t r1 = std::min(N, r0 + kRowGroup);
+      for (v16& g : group) g = vec::splat(0.0f);
+      if (w == kColBlock) {
+        for (int64_t r = r0; r < r1; ++r) {
 #pragma GCC unroll 4
-        for (int64_t j = 0; j < kColBlock; j += 16) add(r, j, 16);  // constant indices: acc stays in registers
+          for (int64_t j = 0; j < kColBlock; j += 16) add(r, j, 16);  // constant indices: sums stay in registers
+        }
+      } else {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t j = 0; j < w; j += 16) add(r, j, std::min<int64_t>(16, w - j));
       }
-    } else {
-      for (int64_t r = 0; r < N; ++r)
-        for (int64_t j = 0; j < w; j += 16) add(r, j, std::min<int64_t>(16, w - j));
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const v16 g = group[k];
+        acc[2 * k] += __builtin_convertvector(__builtin_shufflevector(g, g, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
+        acc[2 * k + 1] += __builtin_convertvector(__builtin_shufflevector(g, g, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+      }
     }
     if (dbias == nullptr) continue;
     for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += static_cast<float>(acc[c / 8][c % 8]);

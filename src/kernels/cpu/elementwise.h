@@ -23,7 +23,8 @@ void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, i
 
 // out [N, C] += bias [C]
 void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
-// dbias [C] += sum over rows of dout [N, C]; deterministic for any thread count.
+// dbias [C] += sum over rows of dout [N, C]: groups of 16 rows summed in fp32, the groups' sums in
+// double, in a fixed order, so the bits do not depend on the thread count.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 // The same sums, and out [N, C] = dout rounded to bf16 (f32_to_bf16) on the way: the bits of
 // bias_backward and cast_f32_to_bf16 (cast.h) from one read of dout.
@@ -37,6 +38,9 @@ void cast_bf16_and_bias_backward(uint16_t* out, float* dbias, const float* dout,
 // bf16-valued (the backward's remake from the kept copy) gives the same bits again.
 // out [n] bf16, h_bf16 [n] bf16 (or null), h [n] fp32
 void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t n);
+// The same of h + bias (fc1's bias added in this pass, not in one of its own): the bits of
+// bias_add_forward followed by the above. out, h_bf16 (or null), h [N, F]; bias [F]
+void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, const float* bias, int64_t N, int64_t F);
 // out [N, F] bf16, gate_up_bf16 [N, 2F] bf16 (or null), gate_up [N, 2F] fp32
 void swiglu_forward_bf16(uint16_t* out, uint16_t* gate_up_bf16, const float* gate_up, int64_t N, int64_t F);
 // The same from the kept bf16 copy (the backward's remake): out = bf16(activation(h)), h bf16.
