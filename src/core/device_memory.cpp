@@ -1,5 +1,7 @@
 #include "core/device_memory.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -7,9 +9,22 @@
 
 namespace megadlm {
 
+void* host_alloc_aligned(size_t bytes) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (bytes < 2 * kHugePage) {
+    const size_t n = (bytes + 63) / 64 * 64;
+    return std::aligned_alloc(64, n == 0 ? 64 : n);
+  }
+  const size_t n = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, n);
+#ifdef MADV_HUGEPAGE
+  if (p) ::madvise(p, n, MADV_HUGEPAGE);  // before the first touch, which is when pages are chosen
+#endif
+  return p;
+}
+
 static void* host_alloc(size_t bytes) {
-  const size_t n = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, n == 0 ? 64 : n);
+  void* p = host_alloc_aligned(bytes);
   MDLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes of host memory");
   return p;
 }

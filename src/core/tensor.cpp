@@ -51,7 +51,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   const size_t bytes = (t.nbytes() + 63) / 64 * 64;
   if (bytes > 0) {
     if (device == Device::CPU) {
-      void* p = std::aligned_alloc(64, bytes);
+      void* p = host_alloc_aligned(bytes);
       MDLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
                  shape.str());
       t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });

@@ -2,9 +2,16 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/device_memory.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -141,6 +148,55 @@ TEST(Tensor, ErrorsNameTheValueAtFault) {
   EXPECT_THROW(t.data<uint16_t>(), Error);
   EXPECT_THROW(Tensor::empty({2}, DType::F32, Device::CUDA), Error);
   EXPECT_THROW(dtype_from_name("float9"), Error);
+}
+
+// Host blocks: 64-byte aligned; from 4 MiB on, 2 MiB-aligned (whole huge pages) and usable throughout.
+TEST(HostMemory, BigBlocksAreHugePageAligned) {
+  for (size_t bytes : {size_t{0}, size_t{100}, size_t{4} << 20, (size_t{5} << 20) + 3}) {
+    void* p = host_alloc_aligned(bytes);
+    ASSERT_NE(p, nullptr) << bytes;
+    const size_t align = bytes >= (size_t{4} << 20) ? size_t{2} << 20 : 64;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << bytes;
+    if (bytes) std::memset(p, 0x5a, bytes);
+    std::free(p);
+  }
+}
+
+namespace {
+// The "THPeligible" line of the /proc/self/smaps mapping that holds address a, or -1.
+int thp_eligible(const void* a) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = x >= lo && x < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
+}
+}  // namespace
+
+// Where the kernel gives transparent huge pages on advice (THP "always" or "madvise"), a big block is
+// advised: its mapping is eligible, as an unadvised one is not under "madvise".
+TEST(HostMemory, BigBlocksAreAdvisedForHugePages) {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(f, mode);
+  if (mode.find("[always]") == std::string::npos && mode.find("[madvise]") == std::string::npos)
+    GTEST_SKIP() << "transparent huge pages are off or absent here ('" << mode << "')";
+  const size_t bytes = size_t{8} << 20;
+  void* p = host_alloc_aligned(bytes);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 1, bytes);
+  EXPECT_EQ(thp_eligible(p), 1);
+  std::free(p);
 }
 
 TEST(Arena, SteadyStateMakesNoHeapAllocation) {
