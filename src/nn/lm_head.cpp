@@ -189,6 +189,15 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
 
 bool LMHead::bf16_logits(const Backend& be) const { return prec_ != nullptr && be.device() == Device::CPU; }
 
+int64_t logits_slab_cols(int64_t Vl) { return std::min<int64_t>(Vl, 4096); }
+
+// The bf16 logits of a chunk of n rows, through fp32 vocabulary slabs in scratch [rows, slab]
+// (kernels/cpu/gemm.h: faster here than the product with a bf16 output).
+static void bf16_chunk_logits(uint16_t* lgb, const uint16_t* xb, const uint16_t* Wb, float* scratch, int64_t n,
+                              int64_t Vl, int64_t C) {
+  cpu::gemm_bf16_to_bf16(false, true, n, Vl, C, 1.0f, xb, C, Wb, C, lgb, Vl, scratch, logits_slab_cols(Vl));
+}
+
 int LMHead::bytes_per_logit(const Backend& be) const { return bf16_logits(be) ? 2 : prec_ ? 6 : 4; }
 
 void LMHead::chunk_logits(float* logits, const float* x, const uint16_t* xb, const uint16_t* Wb, int64_t n) {
@@ -216,6 +225,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
   const bool b16 = bf16_logits(be);
   const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, b16 ? 2 : 4, max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_}, b16 ? DType::BF16 : DType::F32);
+  Tensor slab = b16 ? arena.tensor({rows, logits_slab_cols(V_local_)}) : Tensor();
   Tensor losses = arena.tensor({N});
   const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
   const uint16_t* Wb = prec_ ? prec_->weight_bf16(w_) : nullptr;
@@ -226,7 +236,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
     const float* w = weights ? weights + r0 : nullptr;
     if (b16) {
       uint16_t* lgb = static_cast<uint16_t*>(lg.raw());
-      cpu::gemm_bf16_to_bf16(false, true, n, V_local_, C_, 1.0f, xb + r0 * C_, C_, Wb, C_, lgb, V_local_);
+      bf16_chunk_logits(lgb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
       total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lgb, t, w, -100, 1.0f, n,
                                             V_local_, vocab_start_, V_);
       continue;
@@ -260,6 +270,7 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const bool b16 = bf16_logits(be);
   const int64_t rows = logits_chunk_rows(N, V_local_, bytes_per_logit(be), max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_}, b16 ? DType::BF16 : DType::F32);
+  Tensor slab = b16 ? arena.tensor({rows, logits_slab_cols(V_local_)}) : Tensor();
   Tensor losses = arena.tensor({N});
   // dx [N, C] = dlogits [N, Vl] @ W [Vl, C]: this rank's share, summed over tp (all rows, or this
   // rank's rows under sequence parallelism).
@@ -282,7 +293,7 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     const int32_t* t = targets + r0;
     const float* w = weights ? weights + r0 : nullptr;
     if (b16) {
-      cpu::gemm_bf16_to_bf16(false, true, n, V_local_, C_, 1.0f, xb + r0 * C_, C_, Wb, C_, gb, V_local_);
+      bf16_chunk_logits(gb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
       total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, gb, gb, t, w, -100, grad_scale, n,
                                             V_local_, vocab_start_, V_);
     } else {

@@ -118,7 +118,9 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
   const double head = 4 * (d.C + d.stats) + 4 * 2 * d.C;
   // The output layer's temporaries are freed before the layers' backward makes its own: the larger
   // of the two counts (in the arena in fp32, in the transient arena under a precision policy).
-  const double head_temps = logit_bytes * d.V * chunk + 4 + (bf16_gemm ? 2 * d.C : 0);  // + bf16 x
+  // Under bf16 products: + the bf16 x and the logits' fp32 slab scratch.
+  const double head_temps = logit_bytes * d.V * chunk + 4 +
+                            (bf16_gemm ? 2 * d.C + 4.0 * static_cast<double>(logits_slab_cols(c.vocab_size)) * chunk : 0);
   return N * (kept + head + largest_group + std::max(temps, head_temps));
 }
 

@@ -183,7 +183,7 @@ TEST(Gemm, Bf16LargerShape) {
 
 // The bf16-output product (the output layer's logits under --bf16) is the fp32-output product rounded to
 // bf16, bit for bit, for every transpose, with alpha, a padded ldc (the padding untouched), K = 0 and
-// more rows than one slab.
+// more rows than one slab; so is the product through fp32 column slabs (whole and partial slabs).
 TEST(Gemm, Bf16ToBf16IsTheFp32ResultRounded) {
   uint64_t seed = 7000;
   for (bool ta : {false, true})
@@ -196,13 +196,20 @@ TEST(Gemm, Bf16ToBf16IsTheFp32ResultRounded) {
         const auto A16 = to_bf16(make_stored(sa, ++seed)), B16 = to_bf16(make_stored(sb, ++seed));
         std::vector<float> C32(M * N, NAN);
         cpu::gemm_bf16(ta, tb, M, N, K, 0.5f, A16.data(), sa.ld, B16.data(), sb.ld, 0.0f, C32.data(), N);
-        std::vector<uint16_t> C16(M * ldc, 0x7FC0);  // bf16 NaN, also in the padding
-        cpu::gemm_bf16_to_bf16(ta, tb, M, N, K, 0.5f, A16.data(), sa.ld, B16.data(), sb.ld, C16.data(), ldc);
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < ldc; ++j) {
-            const uint16_t want = j < N ? f32_to_bf16(C32[i * N + j]) : uint16_t{0x7FC0};
-            ASSERT_EQ(C16[i * ldc + j], want) << "row " << i << ", column " << j;
-          }
+        for (const int64_t slab : {int64_t{0}, int64_t{16}, int64_t{64}}) {  // 0: the direct product
+          std::vector<uint16_t> C16(M * ldc, 0x7FC0);  // bf16 NaN, also in the padding
+          std::vector<float> scratch(M * std::max<int64_t>(slab, 1), NAN);
+          if (slab == 0)
+            cpu::gemm_bf16_to_bf16(ta, tb, M, N, K, 0.5f, A16.data(), sa.ld, B16.data(), sb.ld, C16.data(), ldc);
+          else
+            cpu::gemm_bf16_to_bf16(ta, tb, M, N, K, 0.5f, A16.data(), sa.ld, B16.data(), sb.ld, C16.data(), ldc,
+                                   scratch.data(), slab);
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < ldc; ++j) {
+              const uint16_t want = j < N ? f32_to_bf16(C32[i * N + j]) : uint16_t{0x7FC0};
+              ASSERT_EQ(C16[i * ldc + j], want) << "slab " << slab << ", row " << i << ", column " << j;
+            }
+        }
       }
 }
 

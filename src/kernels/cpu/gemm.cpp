@@ -320,6 +320,20 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   for (int64_t i = 0; i < M; ++i) cast_f32_to_bf16(C + i * ldc, c32.data() + i * N, N);
 }
 
+void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc,
+                       float* scratch, int64_t slab) {
+  check_gemm_args("gemm_bf16_to_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  MDLM_CHECK(slab > 0 && scratch != nullptr, "gemm_bf16_to_bf16: a slab of ", slab, " columns needs a scratch");
+  for (int64_t c0 = 0; c0 < N; c0 += slab) {
+    const int64_t n = std::min(slab, N - c0);
+    // Columns c0 .. c0 + n - 1 of op(B): rows of B when transposed, columns otherwise.
+    const uint16_t* Bs = trans_b ? B + c0 * ldb : B + c0;
+    gemm_bf16(trans_a, trans_b, M, n, K, alpha, A, lda, Bs, ldb, 0.0f, scratch, n);
+    cast_f32_to_bf16_rows(C + c0, ldc, scratch, n, M, n);
+  }
+}
+
 // ---- batched fp32 ---------------------------------------------------------------------------------------
 
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
