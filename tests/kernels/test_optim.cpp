@@ -94,6 +94,15 @@ TEST(AdamW, GradScaleEqualsScaledGradients) {
   EXPECT_NE(p1, random_vector(n, 8));
 }
 
+// lr 1e-2 with weight decay 0.1 and the given gradient scale (the tests of the update's variants).
+static cpu::AdamWParams decayed_params(float grad_scale) {
+  cpu::AdamWParams h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  h.grad_scale = grad_scale;
+  return h;
+}
+
 // With a bf16 target the update is the same bits and the target holds the updated values in bf16.
 TEST(AdamW, Bf16CopyWrittenOnThePass) {
   const int64_t n = 40961;  // threaded, with a tail
@@ -101,10 +110,7 @@ TEST(AdamW, Bf16CopyWrittenOnThePass) {
   auto p1 = random_vector(n, 18), p2 = p1;
   std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
   std::vector<uint16_t> copy(n, 0x7FC0);
-  cpu::AdamWParams h;
-  h.lr = 1e-2f;
-  h.weight_decay = 0.1f;
-  h.grad_scale = 0.5f;
+  cpu::AdamWParams h = decayed_params(0.5f);
   for (int64_t step = 1; step <= 2; ++step) {
     h.step = step;
     cpu::adamw_step(p1.data(), g.data(), m1.data(), v1.data(), n, h);
@@ -124,10 +130,7 @@ TEST(AdamW, ZeroGradOnThePass) {
     auto p1 = random_vector(n, 28), p2 = p1;
     std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
     std::vector<uint16_t> copy1(n, 0), copy2(n, 0);
-    cpu::AdamWParams h;
-    h.lr = 1e-2f;
-    h.weight_decay = 0.1f;
-    h.grad_scale = 0.7f;
+    cpu::AdamWParams h = decayed_params(0.7f);
     for (int64_t step = 1; step <= 2; ++step) {
       h.step = step;
       std::vector<float> g1 = g, g2 = g;
