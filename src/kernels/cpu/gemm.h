@@ -19,7 +19,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                int64_t ldc);
 
 // bf16 inputs, fp32 accumulation, the result rounded to bf16: C [M,N] = bf16(alpha * op(A) @ op(B)) (no
-// beta: C is overwritten without being read). The output layer's logits under --bf16.
+// beta: C is overwritten without being read). The output layer's logits under --bf16 take the slab
+// form below.
 void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc);
 // The same bits through fp32 column slabs: each slab of `slab` columns is made by the fp32-output
