@@ -9,7 +9,8 @@ namespace megadlm {
 
 static size_t round_up64(size_t n) { return (n + 63) / 64 * 64; }
 
-// Host memory directly (the CPU path unchanged), other devices through their registered table.
+// Host blocks from host_alloc_aligned (null on failure: the callers name the arena's need), other devices
+// through their registered table.
 void* Arena::raw_alloc(size_t bytes) const {
   if (device_ == Device::CPU) return host_alloc_aligned(bytes);
   return device_memory(device_).alloc(bytes);

@@ -68,18 +68,19 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
 void AdamW::apply(double lr, double norm) { apply(lr, norm, {}); }
 
 void AdamW::apply(double lr, double norm, const std::vector<uint16_t*>& bf16_copies) {
-  MDLM_CHECK(has_state_, "AdamW::apply after release_state()");
-  ++step_;
-  adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
-                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies);
+  update(lr, norm, bf16_copies, /*zero_grads=*/false);
 }
 
 void AdamW::apply_and_zero_grads(double lr, double norm, const std::vector<uint16_t*>& bf16_copies) {
-  MDLM_CHECK(has_state_, "AdamW::apply_and_zero_grads after release_state()");
+  update(lr, norm, bf16_copies, /*zero_grads=*/true);
+  params_.note_grads_zeroed();
+}
+
+void AdamW::update(double lr, double norm, const std::vector<uint16_t*>& bf16_copies, bool zero_grads) {
+  MDLM_CHECK(has_state_, "AdamW: an update after release_state()");
   ++step_;
   adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
-                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, /*zero_grads=*/true);
-  params_.note_grads_zeroed();
+                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, zero_grads);
 }
 
 }  // namespace megadlm

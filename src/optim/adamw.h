@@ -63,6 +63,9 @@ class AdamW {
   Tensor& exp_avg_sq() { return v_; }
 
  private:
+  // The whole buffer's update behind apply and apply_and_zero_grads.
+  void update(double lr, double norm, const std::vector<uint16_t*>& bf16_copies, bool zero_grads);
+
   ParamStore& params_;
   AdamWConfig cfg_;
   Tensor m_, v_;  // flat, like the parameters

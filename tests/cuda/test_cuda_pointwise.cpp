@@ -349,6 +349,12 @@ TEST_F(CudaOptim, AdamWMatchesCpu) {
     // one bf16 step where the two fp32 results straddle a rounding boundary).
     const auto mirror = to_host(dbf);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(mirror[i].bits, f32_to_bf16(got[i])) << "bf16 mirror at " << i;
+    // With zero_grad the next update is the same and leaves the gradient zero (vector packs and tail).
+    h.step = 18, h.zero_grad = true;
+    cuda::adamw_step(dp.get(), dg.get(), dm.get(), dv.get(), n, h);
+    cpu::adamw_step(p.data(), g.data(), m.data(), v.data(), n, h);
+    EXPECT_LT(rel_err(to_host(dp), p), 1e-6) << "zero_grad, n=" << n;
+    EXPECT_EQ(to_host(dg), std::vector<float>(n, 0.0f)) << "zero_grad, n=" << n;
   }
 }
 

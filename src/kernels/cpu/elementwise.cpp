@@ -78,6 +78,23 @@ inline void for_chunks16(int64_t n, Body&& body) {
   }
   for (int64_t i = quads * 64; i < n; i += 16) body(i, std::min<int64_t>(16, n - i));
 }
+
+// Calls body(r, i, m) for the chunks [i, i + m) of [0, F) in every row r < N, m = 16 but for each row's
+// last, rows split across the threads; a row's whole chunks go four at a time, as in for_chunks16.
+template <class Body>
+inline void for_row_chunks16(int64_t N, int64_t F, Body&& body) {
+#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
+  for (int64_t r = 0; r < N; ++r) {
+    int64_t i = 0;
+    for (; i + 64 <= F; i += 64) {
+      body(r, i, 16);
+      body(r, i + 16, 16);
+      body(r, i + 32, 16);
+      body(r, i + 48, 16);
+    }
+    for (; i < F; i += 16) body(r, i, std::min<int64_t>(16, F - i));
+  }
+}
 }  // namespace
 
 // out [n], inp [n] (may alias)
@@ -86,13 +103,18 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 }
 
 namespace {
+// One chunk of the one-pass bf16 GELU: hb (the rounded input) kept at h_bf16 (or not: null), its
+// activation rounded to out. m lanes.
+inline void gelu_bf16_chunk(uint16_t* out, uint16_t* h_bf16, vec::vh16 hb, int64_t m) {
+  if (h_bf16) vec::storeh16n(h_bf16, hb, m);
+  vec::storeh16n(out, vec::round_bf16_fast(gelu16(vec::widen_bf16(hb))), m);
+}
+
 // out [n] bf16, h_bf16 [n] bf16 (or null), h [n] fp32 or bf16
 template <typename T>
 void gelu_forward_bf16_of(uint16_t* out, uint16_t* h_bf16, const T* h, int64_t n) {
   for_chunks16(n, [&](int64_t i, int64_t m) {
-    const vec::vh16 hb = bf16_bits16(h + i, m);
-    if (h_bf16) vec::storeh16n(h_bf16 + i, hb, m);
-    vec::storeh16n(out + i, vec::round_bf16_fast(gelu16(vec::widen_bf16(hb))), m);
+    gelu_bf16_chunk(out + i, h_bf16 ? h_bf16 + i : nullptr, bf16_bits16(h + i, m), m);
   });
 }
 
@@ -110,24 +132,13 @@ void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, int64_t 
 }
 void gelu_forward_bf16(uint16_t* out, const uint16_t* h, int64_t n) { gelu_forward_bf16_of(out, nullptr, h, n); }
 
-// out, h_bf16 (or null), h [N, F]; bias [F]. A row's whole chunks go four at a time, as in for_chunks16.
+// out, h_bf16 (or null), h [N, F]; bias [F]
 void gelu_forward_bf16(uint16_t* out, uint16_t* h_bf16, const float* h, const float* bias, int64_t N, int64_t F) {
-#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
-  for (int64_t r = 0; r < N; ++r) {
-    const auto chunk = [&](int64_t i, int64_t m) {
-      const vec::vh16 hb = vec::round_bf16_fast(vec::load16n(h + r * F + i, m) + vec::load16n(bias + i, m));
-      if (h_bf16) vec::storeh16n(h_bf16 + r * F + i, hb, m);
-      vec::storeh16n(out + r * F + i, vec::round_bf16_fast(gelu16(vec::widen_bf16(hb))), m);
-    };
-    int64_t i = 0;
-    for (; i + 64 <= F; i += 64) {
-      chunk(i, 16);
-      chunk(i + 16, 16);
-      chunk(i + 32, 16);
-      chunk(i + 48, 16);
-    }
-    for (; i < F; i += 16) chunk(i, std::min<int64_t>(16, F - i));
-  }
+  for_row_chunks16(N, F, [&](int64_t r, int64_t i, int64_t m) {
+    const int64_t at = r * F + i;
+    const vec::vh16 hb = vec::round_bf16_fast(vec::load16n(h + at, m) + vec::load16n(bias + i, m));
+    gelu_bf16_chunk(out + at, h_bf16 ? h_bf16 + at : nullptr, hb, m);
+  });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) { gelu_backward_of(dinp, inp, dout, n); }
@@ -168,14 +179,6 @@ inline v16 sigmoid16(v16 g, v16& e) {
   return 1.0f / (1.0f + e);
 }
 
-// Calls body(r, i, m) for the chunks [i, i + m) of [0, F) in every row r < N, m = 16 but for each row's
-// last, rows split across the threads.
-template <class Body>
-inline void for_row_chunks16(int64_t N, int64_t F, Body&& body) {
-#pragma omp parallel for schedule(static) if (N * F >= kParallelMin)
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t i = 0; i < F; i += 16) body(r, i, std::min<int64_t>(16, F - i));
-}
 }  // namespace
 
 // out [N, F], gate_up [N, 2F]

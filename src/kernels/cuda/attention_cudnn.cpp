@@ -266,7 +266,7 @@ bool run(bool backward, const Shape& s, bool causal, float scale, std::unordered
   MDLM_CHECK(rc == CUDNN_STATUS_SUCCESS, who, ": cudnnSetStream failed: ", cudnnGetErrorString(rc));
   void* workspace = p.workspace > 0 ? device_alloc_async(static_cast<size_t>(p.workspace), stream) : nullptr;
   fe::error_t e = p.graph->execute(handle, pack, workspace);
-  if (workspace) cuda_check(cudaFreeAsync(workspace, stream), who, "workspace cudaFreeAsync");
+  device_free_async(workspace, stream);
   MDLM_CHECK(e.is_good(), who, ": execute failed for ", describe(s, causal), ": ", e.get_message());
   return true;
 }

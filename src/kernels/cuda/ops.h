@@ -204,7 +204,7 @@ void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits, 
 // ---- optimizer and reductions (optim.cu) -----------------------------------------------------------
 // As cpu::adamw_step on flat fp32 buffers [n]; when param_bf16 is not null it also receives the updated
 // parameters rounded to bf16 (the compute copy of a bf16 run), saving a cast pass; with h.zero_grad
-// grad [n] is zeroed after the update.
+// grad [n] is zeroed on the same pass.
 void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                 bf16_t* param_bf16 = nullptr, cudaStream_t stream = 0);
 // out[0] (device double) = sum of x [n] / sum of x^2 / max |x| (NaN if any NaN), in a fixed order.

@@ -20,8 +20,9 @@ __device__ __forceinline__ float adamw_one(float p, float g, float& m, float& v,
   return p * k.decay - k.step_size * m / (sqrtf(v) * k.inv_sqrt_bc2 + k.eps);
 }
 
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, __nv_bfloat16* param_bf16,
-                             int64_t n, bool vec, AdamWConsts k) {
+// zero_grad: each gradient is set to 0 once read (the next step accumulates from there).
+__global__ void adamw_kernel(float* param, float* grad, float* m, float* v, __nv_bfloat16* param_bf16, int64_t n,
+                             bool vec, bool zero_grad, AdamWConsts k) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   int64_t done = 0;
@@ -30,6 +31,7 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
     for (int64_t q = tid; q < packs; q += stride) {
       float4 p = reinterpret_cast<float4*>(param)[q];
       const float4 g = reinterpret_cast<const float4*>(grad)[q];
+      if (zero_grad) reinterpret_cast<float4*>(grad)[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       float4 mm = reinterpret_cast<float4*>(m)[q];
       float4 vv = reinterpret_cast<float4*>(v)[q];
       p.x = adamw_one(p.x, g.x, mm.x, vv.x, k);
@@ -51,7 +53,9 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   }
   for (int64_t i = done + tid; i < n; i += stride) {
     float mi = m[i], vi = v[i];
-    const float p = adamw_one(param[i], grad[i], mi, vi, k);
+    const float gi = grad[i];
+    if (zero_grad) grad[i] = 0.0f;
+    const float p = adamw_one(param[i], gi, mi, vi, k);
     m[i] = mi;
     v[i] = vi;
     param[i] = p;
@@ -146,10 +150,9 @@ void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const 
   const AdamWConsts k{h.beta1, h.beta2, 1.0f - h.beta1, 1.0f - h.beta2, h.eps, static_cast<float>(h.lr / bc1),
                       static_cast<float>(1.0 / std::sqrt(bc2)), 1.0f - h.lr * h.weight_decay, h.grad_scale};
   const bool vec = vec_ok<float>(4, {param, grad, m, v}) && reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
-  adamw_kernel<<<grid_for(vec ? n / 4 : n, 256), 256, 0, stream>>>(param, grad, m, v, dev(param_bf16), n, vec, k);
+  adamw_kernel<<<grid_for(vec ? n / 4 : n, 256), 256, 0, stream>>>(param, grad, m, v, dev(param_bf16), n, vec,
+                                                                    h.zero_grad, k);
   MDLM_CUDA_LAUNCH_CHECK();
-  // On a device the clearing stays a memset after the update (stream-ordered, at copy-engine speed).
-  if (h.zero_grad) MDLM_CUDA_CHECK(cudaMemsetAsync(grad, 0, static_cast<size_t>(n) * sizeof(float), stream));
 }
 
 void sum(double* out, const float* x, int64_t n, cudaStream_t stream) { reduce<Reduce::Sum>(out, x, n, stream); }
