@@ -62,6 +62,7 @@ void ParamStore::finalize() {
   MDLM_CHECK(!finalized_, "ParamStore finalised twice");
   values_ = Tensor::zeros({numel_}, DType::F32, device_);
   grads_ = Tensor::zeros({numel_}, DType::F32, device_);
+  grad_unwritten_.assign(infos_.size(), uint8_t{1});
   finalized_ = true;
 }
 

@@ -12,6 +12,7 @@
 // pointers, init() draws on the host and uploads (the same values as on the CPU for the same seed), and
 // copy_values_to_host / copy_values_from_host / copy_grads_to_host move whole buffers for checkpoints
 // and tests.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -75,11 +76,25 @@ class ParamStore {
   const float* grads() const { return grads_.data<float>(); }
   // Clears the gradients for the next accumulation, unless the last update left them zero
   // (note_grads_zeroed, by AdamW::apply_and_zero_grads, whose caller writes no gradient before this).
+  // Every gradient is then unwritten (claim_unwritten_grad).
   void zero_grads() {
     if (!grads_zeroed_) grads_.zero_();
     grads_zeroed_ = false;
+    std::fill(grad_unwritten_.begin(), grad_unwritten_.end(), uint8_t{1});
   }
   void note_grads_zeroed() { grads_zeroed_ = true; }
+  // True, once, when parameter id's gradient still holds the zeros that zero_grads (or finalize) left:
+  // the caller then writes its first contribution over it instead of adding it (a weight gradient's
+  // product with beta = 0 does not read the old values, a whole pass over them saved). A layer that adds
+  // to a gradient another layer may claim later in the same step marks it first (mark_grad_written), as
+  // the tied word embedding does.
+  bool claim_unwritten_grad(int id) {
+    uint8_t& u = grad_unwritten_.at(static_cast<size_t>(id));
+    const bool was = u != 0;
+    u = 0;
+    return was;
+  }
+  void mark_grad_written(int id) { grad_unwritten_.at(static_cast<size_t>(id)) = 0; }
   // Whole flat buffers [numel()] between the device and the host (plain copies on the CPU).
   void copy_values_to_host(float* host) const;
   void copy_values_from_host(const float* host);
@@ -94,6 +109,7 @@ class ParamStore {
   Device device_ = Device::CPU;
   Tensor values_, grads_;
   bool grads_zeroed_ = false;  // see zero_grads()
+  std::vector<uint8_t> grad_unwritten_;  // [count()], see claim_unwritten_grad()
 };
 
 

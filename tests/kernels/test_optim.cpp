@@ -103,23 +103,30 @@ static cpu::AdamWParams decayed_params(float grad_scale) {
   return h;
 }
 
-// With a bf16 target the update is the same bits and the target holds the updated values in bf16.
+// With a bf16 target the update is the same bits and the target holds the updated values in bf16, at
+// any alignment of the target (the aligned middle takes streaming stores, the ends plain ones), and
+// nothing around it is written.
 TEST(AdamW, Bf16CopyWrittenOnThePass) {
   const int64_t n = 40961;  // threaded, with a tail
   auto g = random_vector(n, 17, -3.0f, 3.0f);
-  auto p1 = random_vector(n, 18), p2 = p1;
-  std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
-  std::vector<uint16_t> copy(n, 0x7FC0);
-  cpu::AdamWParams h = decayed_params(0.5f);
-  for (int64_t step = 1; step <= 2; ++step) {
-    h.step = step;
-    cpu::adamw_step(p1.data(), g.data(), m1.data(), v1.data(), n, h);
-    cpu::adamw_step(p2.data(), g.data(), m2.data(), v2.data(), n, h, copy.data());
+  for (const int64_t offset : {0, 1, 7, 16}) {
+    SCOPED_TRACE(testing::Message() << "copy offset " << offset);
+    auto p1 = random_vector(n, 18), p2 = p1;
+    std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
+    std::vector<uint16_t> copy(n + 32, 0x7FC0);
+    cpu::AdamWParams h = decayed_params(0.5f);
+    for (int64_t step = 1; step <= 2; ++step) {
+      h.step = step;
+      cpu::adamw_step(p1.data(), g.data(), m1.data(), v1.data(), n, h);
+      cpu::adamw_step(p2.data(), g.data(), m2.data(), v2.data(), n, h, copy.data() + offset);
+    }
+    EXPECT_EQ(p1, p2);
+    EXPECT_EQ(m1, m2);
+    EXPECT_EQ(v1, v2);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[offset + i], f32_to_bf16(p2[i])) << i;
+    for (int64_t i = 0; i < offset; ++i) ASSERT_EQ(copy[i], 0x7FC0) << "before the copy, at " << i;
+    for (int64_t i = offset + n; i < n + 32; ++i) ASSERT_EQ(copy[i], 0x7FC0) << "after the copy, at " << i;
   }
-  EXPECT_EQ(p1, p2);
-  EXPECT_EQ(m1, m2);
-  EXPECT_EQ(v1, v2);
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy[i], f32_to_bf16(p2[i])) << i;
 }
 
 // zero_grad: the same update bits (with and without the bf16 copy), and the gradient left zero.

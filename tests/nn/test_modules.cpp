@@ -279,6 +279,58 @@ TEST(LinearGrad, AccumulateDxAddsAndParameterGradientsAccumulate) {
     ASSERT_NEAR(store.grads()[i], 2.0f * once[i], 1e-5f * (1.0f + std::fabs(once[i]))) << "grad[" << i << "]";
 }
 
+// The step's first weight gradient is written over the zeroed buffer without reading it (beta = 0):
+// with the weight's gradient NaN after zero_grads, the first backward still gives the gradient of a
+// plain run, and a second one adds to it.
+TEST(LinearGrad, FirstWeightGradientOfAStepDoesNotReadTheBuffer) {
+  const int64_t N = 9, I = 13, O = 11;
+  ParamStore store;
+  Linear lin(store, kSingle, "lin", I, O, true, 0.02f);
+  store.finalize();
+  randomize(store, 4);
+  const int w = store.find("lin.weight");
+  ASSERT_GE(w, 0);
+  Arena arena;
+  Tensor x = Tensor::empty({N, I}, DType::F32), dy = Tensor::empty({N, O}, DType::F32), dx = Tensor::empty({N, I}, DType::F32);
+  const std::vector<float> xv = random_vector(N * I, 5), dyv = random_vector(N * O, 6);
+  std::copy(xv.begin(), xv.end(), x.data<float>());
+  std::copy(dyv.begin(), dyv.end(), dy.data<float>());
+  lin.forward(arena, x);
+  store.zero_grads();
+  lin.backward(dy, dx, false);
+  const std::vector<float> once(store.grad(w).data<float>(), store.grad(w).data<float>() + O * I);
+  double norm = 0;
+  for (float g : once) norm += std::fabs(g);
+  ASSERT_GT(norm, 0.0);
+
+  store.zero_grads();
+  store.grad(w).fill_(std::numeric_limits<float>::quiet_NaN());
+  lin.backward(dy, dx, false);
+  for (int64_t i = 0; i < O * I; ++i) ASSERT_EQ(store.grad(w).data<float>()[i], once[i]) << "first write, " << i;
+  lin.backward(dy, dx, false);
+  for (int64_t i = 0; i < O * I; ++i)
+    ASSERT_NEAR(store.grad(w).data<float>()[i], 2.0f * once[i], 1e-6f * (1.0f + std::fabs(once[i]))) << i;
+}
+
+// ParamStore hands out the first write of each gradient once after zero_grads (also when the optimizer
+// left the gradients zero and zero_grads skips its clear); a gradient marked written is not handed out.
+TEST(ParamStoreGrads, FirstWriteIsClaimedOnceAfterZeroGrads) {
+  ParamStore store;
+  const int a = store.add("a", {3}, Init::Zeros), b = store.add("b", {4}, Init::Zeros);
+  store.finalize();
+  EXPECT_TRUE(store.claim_unwritten_grad(a));  // finalize leaves the gradients zero
+  EXPECT_FALSE(store.claim_unwritten_grad(a));
+  store.mark_grad_written(b);
+  EXPECT_FALSE(store.claim_unwritten_grad(b));
+  store.zero_grads();
+  EXPECT_TRUE(store.claim_unwritten_grad(a));
+  EXPECT_TRUE(store.claim_unwritten_grad(b));
+  store.note_grads_zeroed();
+  store.zero_grads();
+  EXPECT_TRUE(store.claim_unwritten_grad(b));
+  EXPECT_FALSE(store.claim_unwritten_grad(b));
+}
+
 // ---- Norm --------------------------------------------------------------------------------------------
 
 struct NormCase {
@@ -549,6 +601,53 @@ TEST(LMHeadChunks, ChunkedEqualsWhole) {
     double dw_norm = 0;
     for (float g : dw1) dw_norm += std::fabs(g);
     EXPECT_GT(dw_norm, 0.0) << what;
+  }
+}
+
+// The tied output layer writes its first chunk's weight gradient over the zeros (not read: NaN there
+// changes nothing) unless another module wrote that gradient first in the step and marked it (the word
+// embedding of a model whose backward reaches it first): then the head adds to what is there. fp32 and
+// bf16 products, in chunks of 4 rows.
+TEST(LMHeadGrad, TiedWeightGradientIsWrittenFirstOrAddedToWhenMarked) {
+  const TransformerConfig cfg = tiny_config();
+  const int64_t N = kB * kT, C = cfg.hidden_size;
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+    ParamStore store;
+    const int tied = store.add("embed_tokens.weight", {cfg.vocab_size, C}, Init::Normal, 0.02f);
+    LMHead head(store, cfg, tied);
+    store.finalize();
+    randomize(store, 81);
+    PrecisionConfig pc;
+    pc.mode = PrecisionMode::BF16;
+    MixedPrecision prec(store, pc);
+    if (bf16) head.set_precision(&prec);
+    head.limit_chunk_rows(4);
+    const std::vector<int32_t> targets = {5, -100, 0, 36, 12, 12, 7, -100, 30, 2, 2, 19, 33, 1};
+    const std::vector<float> xv = random_vector(N * C, 82, -2.0f, 2.0f);
+    const int64_t G = cfg.vocab_size * C;
+    Arena arena;
+    auto backward = [&] {
+      Tensor x = arena.tensor({N, C}), dx = arena.tensor({N, C});
+      std::copy(xv.begin(), xv.end(), x.data<float>());
+      head.loss_and_backward(arena, x, targets.data(), nullptr, 1.0f, dx, nullptr);
+      arena.reset();
+      return std::vector<float>(store.grad(tied).data<float>(), store.grad(tied).data<float>() + G);
+    };
+    store.zero_grads();
+    const std::vector<float> plain = backward();
+
+    store.zero_grads();
+    store.grad(tied).fill_(std::numeric_limits<float>::quiet_NaN());
+    EXPECT_EQ(backward(), plain) << "the first write reads nothing";
+
+    store.zero_grads();
+    const std::vector<float> before = random_vector(G, 83);
+    std::copy(before.begin(), before.end(), store.grad(tied).data<float>());
+    store.mark_grad_written(tied);
+    const std::vector<float> added = backward();
+    for (int64_t i = 0; i < G; ++i)
+      ASSERT_NEAR(added[i], before[i] + plain[i], 1e-6f * (1.0f + std::fabs(before[i]) + std::fabs(plain[i]))) << i;
   }
 }
 

@@ -2,12 +2,15 @@
 // scaling need. Each is one pass over memory.
 #include "kernels/cpu/optim.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/vec16.h"
 
 namespace megadlm::cpu {
 
@@ -34,23 +37,60 @@ struct AdamWConstants {
   float b1, b2, one_b1, one_b2, eps, grad_scale, step_size, inv_sqrt_bc2, decay;
 };
 
-// The update of param, m, v [n]; with kCopy also param_bf16 [n] = the updated param in bf16, with
-// kZero grad [n] = 0 once read. Templates rather than run-time tests inside the loop, which would keep
-// it from vectorising.
-template <bool kCopy, bool kZero>
-void adamw_loop(float* param, float* grad, float* m, float* v, uint16_t* param_bf16, int64_t n,
-                const AdamWConstants c) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+// The update of param, m, v [i0, i1); with kZero grad = 0 once read. A template rather than a run-time
+// test inside the loop, which would keep it from vectorising.
+template <bool kZero>
+inline void adamw_span(float* param, float* grad, float* m, float* v, int64_t i0, int64_t i1,
+                       const AdamWConstants& c) {
+#pragma omp simd
+  for (int64_t i = i0; i < i1; ++i) {
     const float g = grad[i] * c.grad_scale;
     if constexpr (kZero) grad[i] = 0.0f;
     const float mi = c.b1 * m[i] + c.one_b1 * g;
     const float vi = c.b2 * v[i] + c.one_b2 * g * g;
     m[i] = mi;
     v[i] = vi;
-    const float p = param[i] * c.decay - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
-    param[i] = p;
-    if constexpr (kCopy) param_bf16[i] = f32_to_bf16(p);
+    param[i] = param[i] * c.decay - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
+  }
+}
+
+// out [n] = bf16(x [n]), bit for bit as f32_to_bf16, with streaming stores where out is aligned for
+// them: the copy is written whole and read only by the next step's products, so fetching its old
+// lines first (what a plain store does) would double its traffic.
+inline void copy_bf16_streaming(uint16_t* out, const float* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i < n && reinterpret_cast<uintptr_t>(out + i) % 32 != 0; ++i) out[i] = f32_to_bf16(x[i]);
+  for (; i + 16 <= n; i += 16)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)vec::round_bf16(vec::load16(x + i)));
+#endif
+  for (; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+}
+
+// Elements per block of the update: with a bf16 copy, the block's params are still in L1 when copied.
+constexpr int64_t kCopyBlock = 2048;
+
+// The update of param, m, v [n]; with kCopy also param_bf16 [n] = the updated param in bf16, with
+// kZero grad [n] = 0 once read. Each element's arithmetic is the same either way.
+template <bool kCopy, bool kZero>
+void adamw_loop(float* param, float* grad, float* m, float* v, uint16_t* param_bf16, int64_t n,
+                const AdamWConstants c) {
+  if constexpr (!kCopy) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t b = 0; b < n; b += kCopyBlock) adamw_span<kZero>(param, grad, m, v, b, std::min(n, b + kCopyBlock), c);
+  } else {
+#pragma omp parallel if (n > kParallelMin)
+    {
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < n; b += kCopyBlock) {
+        const int64_t e = std::min(n, b + kCopyBlock);
+        adamw_span<kZero>(param, grad, m, v, b, e, c);
+        copy_bf16_streaming(param_bf16 + b, param + b, e - b);
+      }
+#if defined(__AVX512F__)
+      _mm_sfence();  // streaming stores are weakly ordered: visible before the region's barrier
+#endif
+    }
   }
 }
 
