@@ -213,6 +213,26 @@ TEST(Gemm, Bf16ToBf16IsTheFp32ResultRounded) {
       }
 }
 
+// Results below fp32's normal range: the slab form rounds them exactly, or, where the CPU converts with
+// AVX512-BF16, makes them zero (that instruction flushes denormals, as the bf16 products' inputs do).
+TEST(Gemm, Bf16ToBf16SlabsFlushOrRoundDenormalResults) {
+  const int64_t M = 21, N = 40, K = 16;
+  const auto A16 = to_bf16(random_vector(M * K, 7101)), B16 = to_bf16(random_vector(K * N, 7102));
+  const float alpha = 1e-40f;  // every result a denormal (or zero)
+  std::vector<float> C32(M * N, NAN), scratch(M * 16, NAN);
+  std::vector<uint16_t> C16(M * N, 0x7FC0);
+  cpu::gemm_bf16(false, false, M, N, K, alpha, A16.data(), K, B16.data(), N, 0.0f, C32.data(), N);
+  cpu::gemm_bf16_to_bf16(false, false, M, N, K, alpha, A16.data(), K, B16.data(), N, C16.data(), N, scratch.data(),
+                         16);
+  int denormals = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    denormals += C32[i] != 0.0f && std::fabs(C32[i]) < 1.17549435e-38f;
+    const uint16_t exact = f32_to_bf16(C32[i]);
+    ASSERT_TRUE(C16[i] == exact || (C16[i] & 0x7FFF) == 0) << "element " << i << ": " << C16[i] << " vs " << exact;
+  }
+  EXPECT_GT(denormals, M * N / 2) << "the case must exercise denormal results";
+}
+
 // Repeated calls at one shape reuse the cached primitive (the cache does not grow) and give bitwise
 // identical results; alpha is a run-time argument, so a new alpha reuses the primitive and is applied.
 TEST(Gemm, PrimitiveCacheIsReusedAndExact) {

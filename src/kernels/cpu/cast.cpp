@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/vec16.h"
 
 namespace megadlm::cpu {
 
@@ -37,6 +38,18 @@ void cast_f32_to_bf16_rows(uint16_t* out, int64_t ldo, const float* inp, int64_t
     const float* x = inp + r * ldi;
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_bf16(x[c]);
+  }
+}
+
+void cast_f32_to_bf16_rows_ftz(uint16_t* out, int64_t ldo, const float* inp, int64_t ldi, int64_t rows,
+                               int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* o = out + r * ldo;
+    const float* x = inp + r * ldi;
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16) vec::storeh16n(o + c, vec::round_bf16_fast(vec::load16(x + c)), 16);
+    if (c < cols) vec::storeh16n(o + c, vec::round_bf16_fast(vec::load16n(x + c, cols - c)), cols - c);
   }
 }
 

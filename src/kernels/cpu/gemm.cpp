@@ -330,7 +330,7 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
     // Columns c0 .. c0 + n - 1 of op(B): rows of B when transposed, columns otherwise.
     const uint16_t* Bs = trans_b ? B + c0 * ldb : B + c0;
     gemm_bf16(trans_a, trans_b, M, n, K, alpha, A, lda, Bs, ldb, 0.0f, scratch, n);
-    cast_f32_to_bf16_rows(C + c0, ldc, scratch, n, M, n);
+    cast_f32_to_bf16_rows_ftz(C + c0, ldc, scratch, n, M, n);
   }
 }
 

@@ -24,7 +24,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc);
 // The same bits through fp32 column slabs: each slab of `slab` columns is made by the fp32-output
-// product in scratch [M, slab] (the caller's memory, M * slab floats) and rounded into C. For a wide N
+// product in scratch [M, slab] (the caller's memory, M * slab floats) and rounded into C, fp32 denormal
+// results to zero where the CPU has AVX512-BF16 (its conversion instruction: kernels/cpu/cast.h). For a wide N
 // (the vocabulary) this is the faster way here: oneDNN's gemm-based matmul with an fp32 output runs at
 // 930-980 GFLOP/s on 530 x 4096 x 384 slabs, its bf16-output brgemm at 710-830 on the whole 530 x 50304
 // (2 threads, AVX512-BF16 without AMX), and rounding a slab that is still in cache costs far less.
