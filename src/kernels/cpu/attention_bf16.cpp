@@ -274,10 +274,8 @@ void round_dout_and_delta(bf16_t* do16, float* delta, const float* dout, const b
       dot = _mm512_fmadd_ps(widen16(a16), widen16(_mm256_maskz_loadu_epi16(m, o + d)), dot);
     }
     const int64_t h = r % s.H, bt = r / s.H;  // r = (b*T + t)*H + h
-    const v16 lanes = (v16)dot;
-    float sum = 0.0f;
-    for (int l = 0; l < 16; ++l) sum += lanes[l];
-    delta[(bt / s.T * s.H + h) * s.T + bt % s.T] = sum;
+    // The lanes added as a tree: a chain of 16 dependent scalar adds per row was a third of this pass.
+    delta[(bt / s.T * s.H + h) * s.T + bt % s.T] = _mm512_reduce_add_ps(dot);
   }
 }
 
