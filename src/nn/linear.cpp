@@ -133,11 +133,13 @@ float Linear::weight_grad_beta() { return store_->claim_unwritten_grad(w_) ? 0.0
 
 // The two bf16 products of the backward, from dy [N, O] in bf16: dx [N, I] = dy @ W (see dx_target) and
 // dW [O, I] += dy^T @ x.
-void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx) {
+void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx,
+                              const std::function<void()>& before_weight_grad) {
   DxTarget t = dx_target(N, dx_in, accumulate_dx);
   be.gemm_bf16(false, false, N, in_, out_, 1.0f, dyb, out_, prec_->weight_bf16(w_), in_, t.beta, t.dx.data<float>(),
                in_);
   if (t.reduce) reduce_rows(*ctx_, t.dx, dx_in, accumulate_dx);
+  if (before_weight_grad) before_weight_grad();
   const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
   be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, weight_grad_beta(), store_->grad(w_).data<float>(),
                in_);
@@ -148,7 +150,8 @@ void Linear::backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx_in,
   products_bf16_dy(backend_of(dx_in), dy_bf16, N, dx_in, accumulate_dx);
 }
 
-void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
+void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx,
+                      const std::function<void()>& before_weight_grad) {
   // Row-parallel under sequence parallelism: the output gradient of all rows (identity otherwise).
   const Tensor dy = mode_ == LinearParallel::Row ? gather_rows_scratch(*ctx_, dy_in, 0) : dy_in;
   const Backend& be = backend_of(dy);
@@ -157,31 +160,33 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx) {
     uint16_t* dyb = prec_->scratch_u16(0, N * out_);
     if (b_ >= 0) be.cast_bf16_and_bias_backward(dyb, store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
     else be.cast_f32_to_bf16(dyb, dy.data<float>(), N * out_);
-    products_bf16_dy(be, dyb, N, dx_in, accumulate_dx);
+    products_bf16_dy(be, dyb, N, dx_in, accumulate_dx, before_weight_grad);
     return;
   }
   if (b_ >= 0) be.bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
   const float* g = dy.data<float>();
   const float* W = store_->value(w_).data<float>();
-  const float* x = low_precision() ? nullptr : saved_x_.data<float>();
-  if (low_precision()) {
-    // The saved input back in fp32; the emulated modes also round the gradient and use the rounded
-    // weight copy, so both backward products see what the narrow format would hold.
-    float* xr = prec_->scratch_f32(0, N * in_);
-    prec_->load_input(xr, saved_x_.raw(), N * in_, saved_scale_);
-    x = xr;
-    if (prec_->mode() != PrecisionMode::BF16) {
-      float* gr = prec_->scratch_f32(1, N * out_);
-      Fp8TensorScaling* s = prec_->mode() == PrecisionMode::FP8 ? &prec_->fp8_scaling(w_).grad : nullptr;
-      prec_->round_grad(gr, g, N * out_, s);
-      g = gr;
-      W = prec_->weight_rounded(w_);
-    }
+  // The emulated modes round the gradient and use the rounded weight copy, so both backward products
+  // see what the narrow format would hold.
+  if (low_precision() && prec_->mode() != PrecisionMode::BF16) {
+    float* gr = prec_->scratch_f32(1, N * out_);
+    Fp8TensorScaling* s = prec_->mode() == PrecisionMode::FP8 ? &prec_->fp8_scaling(w_).grad : nullptr;
+    prec_->round_grad(gr, g, N * out_, s);
+    g = gr;
+    W = prec_->weight_rounded(w_);
   }
   // dx [N, I] = dy [N, O] @ W [O, I]
   DxTarget t = dx_target(N, dx_in, accumulate_dx);
   be.gemm(false, false, N, in_, out_, 1.0f, g, out_, W, in_, t.beta, t.dx.data<float>(), in_);
   if (t.reduce) reduce_rows(*ctx_, t.dx, dx_in, accumulate_dx);
+  if (before_weight_grad) before_weight_grad();
+  // The saved input (back in fp32 under a precision policy).
+  const float* x = low_precision() ? nullptr : saved_x_.data<float>();
+  if (low_precision()) {
+    float* xr = prec_->scratch_f32(0, N * in_);
+    prec_->load_input(xr, saved_x_.raw(), N * in_, saved_scale_);
+    x = xr;
+  }
   // dW [O, I] += dy^T [O, N] @ x [N, I]
   be.gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, weight_grad_beta(), store_->grad(w_).data<float>(), in_);
 }

@@ -3,6 +3,7 @@
 // ranks, RowParallel splits the input features and all-reduces its output. With tp = 1 both are the
 // plain y = x W^T + b; the split and the reductions live here, not in the model code.
 // Legend: N tokens (B*T), I input features, O output features. Weight stored [O, I] (PyTorch's layout).
+#include <functional>
 #include <string>
 
 #include "core/arena.h"
@@ -54,7 +55,11 @@ class Linear {
     return low_precision() && prec_->mode() != PrecisionMode::FP8 && prec_->saved_dtype() == dtype;
   }
   // dy [N, O] -> dx [N, I] written (or added to, when accumulate_dx). dW, db accumulated.
-  void backward(const Tensor& dy, Tensor& dx, bool accumulate_dx);
+  // before_weight_grad (or empty) runs once dx is made and before dW's product reads the saved input:
+  // a caller that remakes that input can do it there, in a pass that also needs dx (the MLP's remade
+  // activation and the activation's gradient, from one read of fc1's output).
+  void backward(const Tensor& dy, Tensor& dx, bool accumulate_dx,
+                const std::function<void()>& before_weight_grad = nullptr);
   // The same from dy already rounded to bf16 (the caller made it so, in the pass that computed it), when
   // takes_bf16_dy(): bf16 products, column-parallel. With a bias, the caller has also added dy's column
   // sums to bias_grad() in that pass. The bits of backward() on the fp32 dy.
@@ -89,7 +94,8 @@ class Linear {
     float beta;    // 1 when the product adds to dx_in
   };
   DxTarget dx_target(int64_t N, Tensor& dx_in, bool accumulate_dx) const;
-  void products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx);
+  void products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx,
+                        const std::function<void()>& before_weight_grad = nullptr);
   // beta of the weight gradient's product: 0 for the step's first write (ParamStore::claim_unwritten_grad).
   float weight_grad_beta();
   Tensor saved_x_;           // [N, I]: fp32 view, or bf16 / fp16 bits, or e4m3 bytes

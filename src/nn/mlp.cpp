@@ -120,6 +120,23 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     load_activation(dh, h_);
     h = dh;
   }
+  const auto* hb = static_cast<const uint16_t*>(h_.raw());  // the kept bf16 copy, with bf16_kernels
+  if (recompute_activation() && bf16_dh && act_ == Activation::Gelu) {
+    // One pass between fc2's two products (it needs fc2's dx): fc2's saved input remade, and the
+    // activation's gradient in bf16 with fc1's bias gradient, from one read of h_ and one exponential
+    // per element (the bits of the remake and the backward apart).
+    Tensor a_narrow = arena.tensor({N, F_}, DType::BF16);
+    auto* dhb = static_cast<uint16_t*>(dh.raw());
+    fc2_.backward(dy, da, false, [&] {
+      cpu::gelu_remake_and_backward_bf16(static_cast<uint16_t*>(a_narrow.raw()), dhb, fc1_.bias_grad(), hb,
+                                         da.data<float>(), N, F_);
+      fc2_.share_saved_input(a_narrow);
+    });
+    fc2_.share_saved_input(Tensor());
+    fc1_.backward_bf16_dy(dhb, N, dx, false);
+    arena.release(mark);
+    return;
+  }
   if (recompute_activation()) {
     // fc2's saved input remade as the forward made it (under fp16 through da, which fc2's backward
     // then overwrites).
@@ -136,7 +153,6 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   } else {
     fc2_.backward(dy, da, false);
   }
-  const auto* hb = static_cast<const uint16_t*>(h_.raw());  // the kept bf16 copy, with bf16_kernels
   if (bf16_dh) {
     auto* dhb = static_cast<uint16_t*>(dh.raw());
     if (act_ == Activation::Gelu) cpu::gelu_backward_bf16_and_bias(dhb, fc1_.bias_grad(), hb, da.data<float>(), N, F_);

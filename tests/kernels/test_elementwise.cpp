@@ -350,7 +350,7 @@ TEST(Elementwise, Bf16ActivationsEqualTheCastSequence) {
 }
 
 // fc1's GELU gradient for its bf16 products in one pass: the bits of gelu_backward on the kept bf16 h
-// followed by cast_bf16_and_bias_backward, for 1 and 2 threads, over whole column blocks with a tail
+// followed by cast_bf16_and_bias_backward (and, with the remake, of gelu_forward_bf16), for 1 and 2 threads, over whole column blocks with a tail
 // (F = 300), a single short block (F = 5) and without a bias; saturated and NaN inputs included.
 TEST(Elementwise, GeluBackwardBf16AndBiasIsTheTwoOps) {
   for (const auto& [N, F] : {std::pair<int64_t, int64_t>{517, 300}, {9, 5}, {64, 128}}) {
@@ -377,6 +377,14 @@ TEST(Elementwise, GeluBackwardBf16AndBiasIsTheTwoOps) {
       EXPECT_EQ(no_bias, ref_cast);
       EXPECT_EQ(0, std::memcmp(dbias.data(), ref_bias.data(), F * sizeof(float)));
       EXPECT_TRUE(std::isnan(dbias[3]));
+      // With the activation remade in the same pass: the remake's bits too (gelu_forward_bf16 on h).
+      std::vector<uint16_t> remade(N * F, 0x1234), ref_remade(N * F), d_fused(N * F, 0x1234);
+      std::vector<float> bias_fused(F, 0.25f);
+      cpu::gelu_forward_bf16(ref_remade.data(), h.data(), N * F);
+      cpu::gelu_remake_and_backward_bf16(remade.data(), d_fused.data(), bias_fused.data(), h.data(), dout.data(), N, F);
+      EXPECT_EQ(remade, ref_remade);
+      EXPECT_EQ(d_fused, ref_cast);
+      EXPECT_EQ(0, std::memcmp(bias_fused.data(), ref_bias.data(), F * sizeof(float)));
     }
   }
 }

@@ -19,6 +19,7 @@
 
 #include "core/arena.h"
 #include "core/tensor.h"
+#include "kernels/cpu/cast.h"
 #include "models/language_model.h"
 #include "models/layer_specs.h"
 #include "nn/attention.h"
@@ -310,6 +311,53 @@ TEST(LinearGrad, FirstWeightGradientOfAStepDoesNotReadTheBuffer) {
   lin.backward(dy, dx, false);
   for (int64_t i = 0; i < O * I; ++i)
     ASSERT_NEAR(store.grad(w).data<float>()[i], 2.0f * once[i], 1e-6f * (1.0f + std::fabs(once[i]))) << i;
+}
+
+// backward's before_weight_grad runs after dx is made and before dW's product reads the saved input,
+// which it may replace (the MLP remakes fc2's input there; in fp32 the saved input is a view of x, here
+// overwritten): dW then comes from the replacement, dx is the same, in fp32 and with bf16 products.
+TEST(LinearGrad, BeforeWeightGradRunsBetweenTheProducts) {
+  const int64_t N = 9, I = 13, O = 11;
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+    ParamStore store;
+    Linear lin(store, kSingle, "lin", I, O, false, 0.02f);
+    store.finalize();
+    randomize(store, 14);
+    PrecisionConfig pc;
+    pc.mode = PrecisionMode::BF16;
+    MixedPrecision prec(store, pc);
+    if (bf16) lin.set_precision(&prec);
+    const int w = store.find("lin.weight");
+    Arena arena;
+    const std::vector<float> xv = random_vector(N * I, 15), x2v = random_vector(N * I, 16), dyv = random_vector(N * O, 17);
+    Tensor x = arena.tensor({N, I}), x2 = arena.tensor({N, I}), dy = arena.tensor({N, O});
+    std::copy(xv.begin(), xv.end(), x.data<float>());
+    std::copy(x2v.begin(), x2v.end(), x2.data<float>());
+    std::copy(dyv.begin(), dyv.end(), dy.data<float>());
+    // The reference: a plain backward after a forward on x2.
+    lin.forward(arena, x2);
+    Tensor dx_ref = arena.tensor({N, I});
+    store.zero_grads();
+    lin.backward(dy, dx_ref, false);
+    const std::vector<float> dw_ref(store.grad(w).data<float>(), store.grad(w).data<float>() + O * I);
+    // The forward on x, its saved input replaced by x2's in the callback.
+    Tensor saved2 = arena.tensor({N, I}, DType::BF16);
+    cpu::cast_f32_to_bf16(static_cast<uint16_t*>(saved2.raw()), x2.data<float>(), N * I);
+    lin.forward(arena, x);
+    Tensor dx = arena.tensor({N, I});
+    dx.fill_(std::numeric_limits<float>::quiet_NaN());
+    store.zero_grads();
+    bool dx_made = false;
+    lin.backward(dy, dx, false, [&] {
+      dx_made = !std::isnan(dx.data<float>()[0]);
+      if (bf16) lin.share_saved_input(saved2);
+      else std::copy(x2v.begin(), x2v.end(), x.data<float>());
+    });
+    EXPECT_TRUE(dx_made) << "the callback runs after the dx product";
+    for (int64_t i = 0; i < N * I; ++i) ASSERT_EQ(dx.data<float>()[i], dx_ref.data<float>()[i]) << i;
+    for (int64_t i = 0; i < O * I; ++i) ASSERT_EQ(store.grad(w).data<float>()[i], dw_ref[i]) << i;
+  }
 }
 
 // ParamStore hands out the first write of each gradient once after zero_grads (also when the optimizer

@@ -47,16 +47,17 @@ inline v16 gelu_exp(v16 x) {
   constexpr float c1 = -2.0f * kSqrt2OverPi * 1.4426950408889634f, c3 = c1 * kGeluCubic;
   return vec::exp2v(x * (x * x * c3 + c1));
 }
-// x * sigmoid(2u); a NaN x stays NaN (through x itself).
-inline v16 gelu16(v16 x) { return x / (gelu_exp(x) + 1.0f); }
+// x * sigmoid(2u), given e = gelu_exp(x); a NaN x stays NaN (through x itself).
+inline v16 gelu16_of(v16 x, v16 e) { return x / (e + 1.0f); }
+inline v16 gelu16(v16 x) { return gelu16_of(x, gelu_exp(x)); }
 // d/dx [x s] = s + x * 2 s (1 - s) * du/dx with du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2), and
-// 1 - s = e s (full relative precision where s is close to 1).
-inline v16 gelu_grad16(v16 x) {
-  const v16 e = gelu_exp(x);
+// 1 - s = e s (full relative precision where s is close to 1); given e = gelu_exp(x).
+inline v16 gelu_grad16_of(v16 x, v16 e) {
   const v16 s = 1.0f / (1.0f + e);
   const v16 du = (x * x * (3.0f * kGeluCubic) + 1.0f) * kSqrt2OverPi;
   return s + 2.0f * x * s * (e * s) * du;
 }
+inline v16 gelu_grad16(v16 x) { return gelu_grad16_of(x, gelu_exp(x)); }
 
 // 16 input elements as fp32 (bf16 widened, exactly) and as bf16 bits (fp32 rounded).
 inline v16 values16(const float* x, int64_t m) { return vec::load16n(x, m); }
@@ -332,6 +333,15 @@ void gelu_backward_bf16_and_bias(uint16_t* dinp, float* dbias, const uint16_t* i
                                  int64_t F) {
   column_sums(dbias, dinp, N, F, [&](int64_t r, int64_t c, int64_t m) {
     return vec::load16n(dout + r * F + c, m) * gelu_grad16(values16(inp + r * F + c, m));
+  });
+}
+
+void gelu_remake_and_backward_bf16(uint16_t* a, uint16_t* dinp, float* dbias, const uint16_t* inp,
+                                   const float* dout, int64_t N, int64_t F) {
+  column_sums(dbias, dinp, N, F, [&](int64_t r, int64_t c, int64_t m) {
+    const v16 x = values16(inp + r * F + c, m), e = gelu_exp(x);
+    vec::storeh16n(a + r * F + c, vec::round_bf16_fast(gelu16_of(x, e)), m);
+    return vec::load16n(dout + r * F + c, m) * gelu_grad16_of(x, e);
   });
 }
 

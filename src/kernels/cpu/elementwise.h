@@ -58,6 +58,11 @@ void swiglu_backward_bf16(uint16_t* dgate_up, const uint16_t* gate_up, const flo
 // gelu_backward followed by cast_bf16_and_bias_backward, without the fp32 [N, F] in between.
 void gelu_backward_bf16_and_bias(uint16_t* dinp, float* dbias, const uint16_t* inp, const float* dout, int64_t N,
                                  int64_t F);
+// Both at once where the activation is remade in the backward (not kept): a [N, F] = the bits of
+// gelu_forward_bf16(a, inp) (fc2's saved input), and dinp, dbias as gelu_backward_bf16_and_bias, from
+// one exponential per element and one read of inp instead of two each.
+void gelu_remake_and_backward_bf16(uint16_t* a, uint16_t* dinp, float* dbias, const uint16_t* inp,
+                                   const float* dout, int64_t N, int64_t F);
 
 // out = a + b (out may alias a or b); a += b.
 void residual_add(float* out, const float* a, const float* b, int64_t n);
