@@ -56,10 +56,8 @@ void Embedding::backward(const Tensor& dx_local) {
   // same gradient on every rank.
   const Tensor dx = gather_rows_scratch(*ctx_, dx_local, 0);
   const Backend& be = backend_of(dx);
-  // Rows are added to, never written whole; the output layer that shares the word embedding must not
-  // overwrite them later in the step.
+  // Rows are added to, never written whole; a tied output layer later in the step must add to them too.
   store_->mark_grad_written(wte_);
-  if (wpe_ >= 0) store_->mark_grad_written(wpe_);
   be.embedding_backward(store_->grad(wte_).data<float>(), wpe_ >= 0 ? store_->grad(wpe_).data<float>() : nullptr,
                           dx.data<float>(), tokens_, vocab_start_, V_local_, wpe_ >= 0 ? batch_.positions : nullptr, N,
                           C_);

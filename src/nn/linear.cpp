@@ -128,9 +128,6 @@ Linear::DxTarget Linear::dx_target(int64_t N, Tensor& dx_in, bool accumulate_dx)
           accumulate_dx && !reduce ? 1.0f : 0.0f};
 }
 
-// 0 for the step's first weight gradient (written over the zeros without reading them), else 1.
-float Linear::weight_grad_beta() { return store_->claim_unwritten_grad(w_) ? 0.0f : 1.0f; }
-
 // The two bf16 products of the backward, from dy [N, O] in bf16: dx [N, I] = dy @ W (see dx_target) and
 // dW [O, I] += dy^T @ x.
 void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx,
@@ -141,7 +138,7 @@ void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N,
   if (t.reduce) reduce_rows(*ctx_, t.dx, dx_in, accumulate_dx);
   if (before_weight_grad) before_weight_grad();
   const uint16_t* xb = static_cast<const uint16_t*>(saved_x_.raw());
-  be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, weight_grad_beta(), store_->grad(w_).data<float>(),
+  be.gemm_bf16(true, false, out_, in_, N, 1.0f, dyb, out_, xb, in_, store_->grad_beta(w_), store_->grad(w_).data<float>(),
                in_);
 }
 
@@ -188,7 +185,7 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx,
     x = xr;
   }
   // dW [O, I] += dy^T [O, N] @ x [N, I]
-  be.gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, weight_grad_beta(), store_->grad(w_).data<float>(), in_);
+  be.gemm(true, false, out_, in_, N, 1.0f, g, out_, x, in_, store_->grad_beta(w_), store_->grad(w_).data<float>(), in_);
 }
 
 }  // namespace megadlm

@@ -96,8 +96,6 @@ class Linear {
   DxTarget dx_target(int64_t N, Tensor& dx_in, bool accumulate_dx) const;
   void products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx,
                         const std::function<void()>& before_weight_grad = nullptr);
-  // beta of the weight gradient's product: 0 for the step's first write (ParamStore::claim_unwritten_grad).
-  float weight_grad_beta();
   Tensor saved_x_;           // [N, I]: fp32 view, or bf16 / fp16 bits, or e4m3 bytes
   float saved_scale_ = 1.0f;  // fp8: the scale saved_x_ was quantised with
 

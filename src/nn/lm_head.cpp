@@ -277,10 +277,9 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const bool reduce = ctx_->tp.size > 1;
   Tensor dxp = reduce ? arena.tensor({N_all, C_}) : dx;
   Tensor dxk = compact ? arena.tensor({N, C_}) : dxp;
+  // The first chunk of the step's first micro-batch writes dW over its zeros, the others add to it
+  // (ParamStore::grad_beta): 77 MB not read at gpt2's vocabulary and C 384.
   float* dW = store_->grad(w_).data<float>();
-  // The first chunk of the step's first micro-batch writes dW over its zeros: 77 MB not read at gpt2's
-  // vocabulary and C 384 (ParamStore::claim_unwritten_grad); the others add to it.
-  auto dW_beta = [&] { return store_->claim_unwritten_grad(w_) ? 0.0f : 1.0f; };
   const uint16_t* xb = bf16_rows(arena, x, prec_ != nullptr);
   const uint16_t* Wb = prec_ ? prec_->weight_bf16(w_) : nullptr;
   // Under the bf16 policy on the CPU the logits are bf16 and dlogits replace them in place (2 bytes a
@@ -309,12 +308,12 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)
       be.gemm_bf16(false, false, n, C_, V_local_, 1.0f, gb, V_local_, Wb, C_, 0.0f, dxr, C_);
-      be.gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, dW_beta(), dW, C_);
+      be.gemm_bf16(true, false, V_local_, C_, n, 1.0f, gb, V_local_, xb + r0 * C_, C_, store_->grad_beta(w_), dW, C_);
     } else {
       const float* W = store_->value(w_).data<float>();
       const float* dlogits = lg.data<float>();
       be.gemm(false, false, n, C_, V_local_, 1.0f, dlogits, V_local_, W, C_, 0.0f, dxr, C_);
-      be.gemm(true, false, V_local_, C_, n, 1.0f, dlogits, V_local_, xr, C_, dW_beta(), dW, C_);
+      be.gemm(true, false, V_local_, C_, n, 1.0f, dlogits, V_local_, xr, C_, store_->grad_beta(w_), dW, C_);
     }
   }
   if (per_token_loss && !compact) {

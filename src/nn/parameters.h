@@ -95,6 +95,8 @@ class ParamStore {
     return was;
   }
   void mark_grad_written(int id) { grad_unwritten_.at(static_cast<size_t>(id)) = 0; }
+  // beta of a product that writes parameter id's gradient: 0 when it takes the claim above, else 1.
+  float grad_beta(int id) { return claim_unwritten_grad(id) ? 0.0f : 1.0f; }
   // Whole flat buffers [numel()] between the device and the host (plain copies on the CPU).
   void copy_values_to_host(float* host) const;
   void copy_values_from_host(const float* host);

@@ -39,6 +39,13 @@ namespace {
 
 const ParallelContext kSingle = ParallelContext::single();
 
+// The --bf16 policy (bf16 products), for the tests that run a module with and without it.
+PrecisionConfig bf16_products() {
+  PrecisionConfig pc;
+  pc.mode = PrecisionMode::BF16;
+  return pc;
+}
+
 constexpr double kStep = 1e-2;  // finite-difference step, in fp32
 constexpr double kTol = 2e-2;   // relative to the largest |gradient| of the tensor
 
@@ -295,9 +302,7 @@ TEST(LinearGrad, BeforeWeightGradRunsBetweenTheProducts) {
     Linear lin(store, kSingle, "lin", I, O, false, 0.02f);
     store.finalize();
     randomize(store, 14);
-    PrecisionConfig pc;
-    pc.mode = PrecisionMode::BF16;
-    MixedPrecision prec(store, pc);
+    MixedPrecision prec(store, bf16_products());
     if (bf16) lin.set_precision(&prec);
     const int w = store.find("lin.weight");
     Arena arena;
@@ -588,9 +593,7 @@ TEST(LMHeadChunks, ChunkedEqualsWhole) {
     LMHead head(store, cfg, -1);
     store.finalize();
     randomize(store, 71);
-    PrecisionConfig pc;
-    pc.mode = PrecisionMode::BF16;
-    MixedPrecision prec(store, pc);
+    MixedPrecision prec(store, bf16_products());
     if (bf16) head.set_precision(&prec);
     std::vector<int32_t> targets = {5, -100, 0, 36, 12, 12, 7, -100, 30, 2, 2, 19, 33, 1};
     const std::vector<float> weights = random_vector(N, 72, 0.2f, 1.5f);
@@ -637,9 +640,7 @@ TEST(LMHeadGrad, TiedWeightGradientIsWrittenFirstOrAddedToWhenMarked) {
     LMHead head(store, cfg, tied);
     store.finalize();
     randomize(store, 81);
-    PrecisionConfig pc;
-    pc.mode = PrecisionMode::BF16;
-    MixedPrecision prec(store, pc);
+    MixedPrecision prec(store, bf16_products());
     if (bf16) head.set_precision(&prec);
     head.limit_chunk_rows(4);
     const std::vector<int32_t> targets = {5, -100, 0, 36, 12, 12, 7, -100, 30, 2, 2, 19, 33, 1};

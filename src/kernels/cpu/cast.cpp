@@ -31,16 +31,6 @@ void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(inp[i]);
 }
 
-void cast_f32_to_bf16_rows(uint16_t* out, int64_t ldo, const float* inp, int64_t ldi, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    uint16_t* o = out + r * ldo;
-    const float* x = inp + r * ldi;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_bf16(x[c]);
-  }
-}
-
 void cast_f32_to_bf16_rows_ftz(uint16_t* out, int64_t ldo, const float* inp, int64_t ldi, int64_t rows,
                                int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)

@@ -6,12 +6,10 @@
 namespace megadlm::cpu {
 
 void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n);
-// The same over a block of rows: out [rows, cols] (row stride ldo) from inp [rows, cols] (row stride ldi),
-// threads over rows.
-void cast_f32_to_bf16_rows(uint16_t* out, int64_t ldo, const float* inp, int64_t ldi, int64_t rows, int64_t cols);
-// The same, but fp32 denormals (below 2^-126 in magnitude) become zero where the CPU has AVX512-BF16:
-// its one conversion instruction, as oneDNN's bf16 outputs and the bf16 products' inputs treat them.
-// For the output layer's bf16 logits, made through fp32 slabs (kernels/cpu/gemm.h).
+// The same over a block of rows, out [rows, cols] (row stride ldo) from inp [rows, cols] (row stride
+// ldi), threads over rows, except that fp32 denormals (below 2^-126 in magnitude) become zero where the
+// CPU has AVX512-BF16: its one conversion instruction, as oneDNN's bf16 outputs and the bf16 products'
+// inputs treat them. For the output layer's bf16 logits, made through fp32 slabs (kernels/cpu/gemm.h).
 void cast_f32_to_bf16_rows_ftz(uint16_t* out, int64_t ldo, const float* inp, int64_t ldi, int64_t rows,
                                int64_t cols);
 void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n);

@@ -75,22 +75,17 @@ constexpr int64_t kCopyBlock = 2048;
 template <bool kCopy, bool kZero>
 void adamw_loop(float* param, float* grad, float* m, float* v, uint16_t* param_bf16, int64_t n,
                 const AdamWConstants c) {
-  if constexpr (!kCopy) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t b = 0; b < n; b += kCopyBlock) adamw_span<kZero>(param, grad, m, v, b, std::min(n, b + kCopyBlock), c);
-  } else {
 #pragma omp parallel if (n > kParallelMin)
-    {
+  {
 #pragma omp for schedule(static)
-      for (int64_t b = 0; b < n; b += kCopyBlock) {
-        const int64_t e = std::min(n, b + kCopyBlock);
-        adamw_span<kZero>(param, grad, m, v, b, e, c);
-        copy_bf16_streaming(param_bf16 + b, param + b, e - b);
-      }
-#if defined(__AVX512F__)
-      _mm_sfence();  // streaming stores are weakly ordered: visible before the region's barrier
-#endif
+    for (int64_t b = 0; b < n; b += kCopyBlock) {
+      const int64_t e = std::min(n, b + kCopyBlock);
+      adamw_span<kZero>(param, grad, m, v, b, e, c);
+      if constexpr (kCopy) copy_bf16_streaming(param_bf16 + b, param + b, e - b);
     }
+#if defined(__AVX512F__)
+    if constexpr (kCopy) _mm_sfence();  // streaming stores are weakly ordered: visible before the barrier
+#endif
   }
 }
 
