@@ -192,7 +192,10 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
 double LanguageModel::loss_stage(const MicroBatch& host_mb, const Tensor& out, float* per_token_loss) {
   const MicroBatch& mb = staged(host_mb);
   MDLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
+  // As in backward_stage: on a device the host labels select the rows with a loss, the same rows.
+  if (device() != Device::CPU) head_.set_host_labels(host_mb.targets, host_mb.weights);
   const double loss = head_.loss(work_arena(), out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
+  head_.set_host_labels(nullptr, nullptr);
   arena_.reset();
   staged_from_ = nullptr;
   return loss;

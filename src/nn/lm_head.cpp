@@ -79,8 +79,8 @@ LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t*
   for (int64_t i = 0; i < N; ++i)
     if (carries_loss(targets, weights, i)) r.index[r.n++] = static_cast<int32_t>(i);
   if (r.n == 0 || r.n == N) return r;
-  r.targets = static_cast<int32_t*>(arena.allocate(sizeof(int32_t) * static_cast<size_t>(r.n)));
-  r.weights = static_cast<float*>(arena.allocate(sizeof(float) * static_cast<size_t>(r.n)));
+  int32_t* kept_targets = static_cast<int32_t*>(arena.allocate(sizeof(int32_t) * static_cast<size_t>(r.n)));
+  float* kept_weights = static_cast<float*>(arena.allocate(sizeof(float) * static_cast<size_t>(r.n)));
   r.x = arena.tensor({r.n, C_});
   const float* src = x.data<float>();
   float* dst = r.x.data<float>();
@@ -88,9 +88,11 @@ LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t*
   for (int64_t k = 0; k < r.n; ++k) {
     const int64_t i = r.index[k];
     std::copy(src + i * C_, src + (i + 1) * C_, dst + k * C_);
-    r.targets[k] = targets[i];
-    r.weights[k] = weights ? weights[i] : 1.0f;
+    kept_targets[k] = targets[i];
+    kept_weights[k] = weights ? weights[i] : 1.0f;
   }
+  r.targets = kept_targets;
+  r.weights = kept_weights;
   return r;
 }
 
@@ -217,13 +219,52 @@ static const uint16_t* bf16_rows(Arena& arena, const Tensor& x, bool bf16) {
   return static_cast<const uint16_t*>(xb.raw());
 }
 
-double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets, const float* weights,
+// The rows the output layer runs on. Rows without a loss (target -100 or weight 0: the unmasked tokens
+// of a diffusion batch, about half of them) have zero loss and zero gradient, so both the forward-only
+// loss and the training loss run on the other rows only: the [N,V] products and the cross-entropy
+// shrink by that share, and the two paths multiply the same rows in the same shapes, so they give the
+// same bits (a GEMM's summation order may depend on its shape). Every tp rank holds the same targets,
+// so every rank keeps the same rows. On a device the selection is made from the host copies of the
+// labels (set_host_labels); without them every row goes through.
+LMHead::LossRows LMHead::select_loss_rows(Arena& arena, const Backend& be, const Tensor& x_all, const int32_t* targets,
+                                          const float* weights) const {
+  LossRows kept =
+      be.device() == Device::CPU ? loss_rows(arena, x_all, targets, weights) : device_loss_rows(arena, be, x_all);
+  kept.N_all = x_all.numel() / C_;
+  kept.compact = kept.n > 0 && kept.n < kept.N_all;
+  if (kept.compact) return kept;
+  kept.n = kept.N_all;  // every row (or none carries a loss: all go through, and give zeros)
+  kept.x = x_all;
+  kept.targets = targets;
+  kept.weights = weights;
+  return kept;
+}
+
+// per_token_loss [N_all] (host) from the kept rows' losses [n] (on the device of `be`): zero on the rows
+// that carry no loss.
+void LMHead::write_per_token_losses(const Backend& be, const LossRows& kept, const float* losses,
+                                    float* per_token_loss) {
+  if (!kept.compact) {
+    losses_to_host(be, per_token_loss, losses, kept.n);
+  } else if (be.device() == Device::CPU) {
+    scatter_rows(per_token_loss, losses, kept.index, kept.n, kept.N_all, 1);
+  } else {
+    std::vector<float> kept_losses(static_cast<size_t>(kept.n));
+    losses_to_host(be, kept_losses.data(), losses, kept.n);
+    scatter_rows(per_token_loss, kept_losses.data(), kept.host_index.data(), kept.n, kept.N_all, 1);
+  }
+}
+
+double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets_all, const float* weights_all,
                     float* per_token_loss) {
   const size_t mark = arena.mark();
-  const Tensor x = gather_rows(arena, *ctx_, x_local);
-  const Backend& be = backend_of(x);
+  const Tensor x_all = gather_rows(arena, *ctx_, x_local);
+  const Backend& be = backend_of(x_all);
+  const LossRows kept = select_loss_rows(arena, be, x_all, targets_all, weights_all);
+  const Tensor& x = kept.x;
+  const int64_t N = kept.n;
   const bool b16 = bf16_logits(be);
-  const int64_t N = x.numel() / C_, rows = logits_chunk_rows(N, V_local_, b16 ? 2 : 4, max_chunk_rows_);
+  const int64_t rows = logits_chunk_rows(N, V_local_, bytes_per_logit(be), max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_}, b16 ? DType::BF16 : DType::F32);
   Tensor slab = b16 ? arena.tensor({rows, logits_slab_cols(V_local_)}) : Tensor();
   Tensor losses = arena.tensor({N});
@@ -232,8 +273,8 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    const int32_t* t = targets + r0;
-    const float* w = weights ? weights + r0 : nullptr;
+    const int32_t* t = kept.targets + r0;
+    const float* w = kept.weights ? kept.weights + r0 : nullptr;
     if (b16) {
       uint16_t* lgb = static_cast<uint16_t*>(lg.raw());
       bf16_chunk_logits(lgb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
@@ -245,7 +286,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets,
     total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), t, w, -100, 1.0f,
                                  n, V_local_, vocab_start_, V_);
   }
-  if (per_token_loss) losses_to_host(be, per_token_loss, losses.data<float>(), N);
+  if (per_token_loss) write_per_token_losses(be, kept, losses.data<float>(), per_token_loss);
   arena.release(mark);
   return total;
 }
@@ -256,17 +297,11 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
   const Tensor x_all = gather_rows(arena, *ctx_, x_local);  // all N rows
   const int64_t N_all = x_all.numel() / C_;
   const Backend& be = backend_of(x_all);
-  // Rows without a loss (target -100 or weight 0: the unmasked tokens of a diffusion batch, about half
-  // of them) have zero loss and zero gradient, so the output layer runs on the other rows only: the
-  // [N,V] products and the cross-entropy shrink by that share. Every tp rank holds the same targets,
-  // so every rank keeps the same rows.
-  // On a device the selection is made from the host copies of the labels (set_host_labels).
-  const LossRows kept =
-      be.device() == Device::CPU ? loss_rows(arena, x_all, targets, weights) : device_loss_rows(arena, be, x_all);
-  const bool compact = kept.n > 0 && kept.n < N_all;
-  const Tensor& x = compact ? kept.x : x_all;
-  const int64_t N = compact ? kept.n : N_all;
-  if (compact) targets = kept.targets, weights = kept.weights;
+  const LossRows kept = select_loss_rows(arena, be, x_all, targets, weights);
+  const bool compact = kept.compact;
+  const Tensor& x = kept.x;
+  const int64_t N = kept.n;
+  targets = kept.targets, weights = kept.weights;
   const bool b16 = bf16_logits(be);
   const int64_t rows = logits_chunk_rows(N, V_local_, bytes_per_logit(be), max_chunk_rows_);
   Tensor lg = arena.tensor({rows, V_local_}, b16 ? DType::BF16 : DType::F32);
@@ -316,15 +351,7 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
       be.gemm(true, false, V_local_, C_, n, 1.0f, dlogits, V_local_, xr, C_, store_->grad_beta(w_), dW, C_);
     }
   }
-  if (per_token_loss && !compact) {
-    losses_to_host(be, per_token_loss, losses.data<float>(), N);
-  } else if (per_token_loss && be.device() == Device::CPU) {
-    scatter_rows(per_token_loss, losses.data<float>(), kept.index, N, N_all, 1);
-  } else if (per_token_loss) {
-    std::vector<float> kept_losses(static_cast<size_t>(N));
-    losses_to_host(be, kept_losses.data(), losses.data<float>(), N);
-    scatter_rows(per_token_loss, kept_losses.data(), kept.host_index.data(), N, N_all, 1);
-  }
+  if (per_token_loss) write_per_token_losses(be, kept, losses.data<float>(), per_token_loss);
   if (compact && be.device() == Device::CPU) scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.index, N, N_all, C_);
   else if (compact) be.scatter_rows(dxp.data<float>(), dxk.data<float>(), kept.offsets, kept.order, N_all, C_);
   if (reduce) reduce_rows(*ctx_, dxp, dx, false);

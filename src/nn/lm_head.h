@@ -71,19 +71,24 @@ class LMHead {
   Tensor shard_logits(Arena& arena, const Tensor& x_all);  // x [N, C] all rows -> [N, Vl]
   // The rows that carry a loss, gathered (see lm_head.cpp); n == 0 or n == N: nothing is copied.
   struct LossRows {
-    int64_t n = 0;
+    int64_t n = 0, N_all = 0;
+    bool compact = false;      // n < N_all rows gathered; else x, targets, weights are the inputs
     int32_t* index = nullptr;  // [n] row of x
     Tensor x;                  // [n, C]
-    int32_t* targets = nullptr;
-    float* weights = nullptr;
+    const int32_t* targets = nullptr;
+    const float* weights = nullptr;
     // On a device (index, targets, weights then device arrays): the inverse map as CSR for the scatter
     // of dx (offsets [N+1], order [n], device) and the index on the host for the per-token losses.
     int32_t* offsets = nullptr;
     int32_t* order = nullptr;
     std::vector<int32_t> host_index;
   };
+  LossRows select_loss_rows(Arena& arena, const Backend& be, const Tensor& x_all, const int32_t* targets,
+                            const float* weights) const;
   LossRows loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const;
   LossRows device_loss_rows(Arena& arena, const Backend& be, const Tensor& x) const;
+  static void write_per_token_losses(const Backend& be, const LossRows& kept, const float* losses,
+                                     float* per_token_loss);
   static void scatter_rows(float* out, const float* rows, const int32_t* index, int64_t n, int64_t N_all,
                            int64_t width);
   // logits [n, Vl] of rows x [n, C]; under the bf16 policy from xb, the same rows in bf16, and Wb, the
