@@ -106,6 +106,9 @@ double bench_gemms(bool quick) {
     std::fflush(stdout);
   }
   std::printf("best fp32 GEMM: %.1f GFLOP/s\n", best_fp32);
+  if (!has_bf16_matmul())
+    std::printf("bf16: oneDNN has no bf16 matmul on this CPU; the bf16 column is gemm_bf16's fallback (inputs "
+                "widened to fp32, then the fp32 product)\n");
   return best_fp32;
 }
 

@@ -294,7 +294,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.exit_signal_handler = f.get_bool("exit-signal-handler");
   a.exit_signal = parse_signal_name(f.get_string("exit-signal"));
   read_parallel_flags(f, a.parallel);
-  read_precision_flags(f, a.precision);
+  read_precision_flags(f, a.precision, a.device);
   a.max_skipped_steps = f.get_int("max-skipped-steps");
   MDLM_CHECK(a.max_skipped_steps >= 0, "--max-skipped-steps ", a.max_skipped_steps, " must be 0 (no limit) or positive");
   return true;

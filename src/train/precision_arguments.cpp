@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm.h"
 
 namespace megadlm {
 
@@ -11,6 +12,9 @@ void declare_precision_flags(CliFlags& f) {
   f.add_bool("bf16-storage-only",
              "with --bf16: keep fp32 products, store only the saved Linear inputs in bf16 (for CPUs where bf16 "
              "products are slower than fp32)");
+  f.add_bool("bf16-products",
+             "with --bf16: bf16 matrix products even on a CPU without a bf16 matmul in oneDNN, where they run "
+             "widened to fp32 (by default --bf16 keeps fp32 products there)");
   f.add_bool("fp16", "fp16 mixed precision (products emulated in fp32 on fp16 values) with loss scaling");
   f.add_double("loss-scale", 0, "--fp16: static loss scale (default: dynamic)");
   f.add_double("initial-loss-scale", 4294967296.0, "--fp16: initial dynamic loss scale (2^32)");
@@ -26,15 +30,38 @@ void declare_precision_flags(CliFlags& f) {
   f.add_int("recompute-num-layers", 1, "full recomputation: layers per group (uniform) or layers recomputed (block)");
 }
 
-void read_precision_flags(const CliFlags& f, PrecisionArgs& a) {
+Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, bool cpu_bf16_matmul) {
+  MDLM_CHECK(!(storage_only_flag && products_flag), "--bf16-storage-only and --bf16-products cannot be given together");
+  Bf16Path path;
+  if (storage_only_flag || products_flag) {
+    path.products = products_flag;
+    return path;
+  }
+  if (device != Device::CPU || cpu_bf16_matmul) return path;
+  path.products = false;
+  path.note =
+      "fp32 products: oneDNN has no bf16 matmul on this CPU (it needs AVX-512), where bf16 products would run "
+      "widened to fp32, slower than fp32 products (--bf16-products forces them)";
+  return path;
+}
+
+void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
   const bool bf16 = f.get_bool("bf16"), fp16 = f.get_bool("fp16");
   const std::string fp8 = f.get_string("fp8-format");
   MDLM_CHECK(!(bf16 && fp16), "--bf16 and --fp16 cannot be given together");
   MDLM_CHECK(!f.get_bool("bf16-storage-only") || bf16, "--bf16-storage-only needs --bf16");
+  MDLM_CHECK(!f.get_bool("bf16-products") || bf16, "--bf16-products needs --bf16");
   PrecisionConfig& p = a.precision;
   if (bf16) p.mode = PrecisionMode::BF16;
   if (fp16) p.mode = PrecisionMode::FP16;
-  p.bf16_products = !f.get_bool("bf16-storage-only");
+  if (bf16 && fp8.empty()) {
+    const bool storage = f.get_bool("bf16-storage-only"), products = f.get_bool("bf16-products");
+    // The probe asks oneDNN only when the choice is the CPU's to make.
+    const bool ask = !storage && !products && device == Device::CPU;
+    const Bf16Path path = choose_bf16_path(storage, products, device, ask ? cpu::has_bf16_matmul() : true);
+    p.bf16_products = path.products;
+    a.bf16_path_note = path.note;
+  }
   if (!fp8.empty()) {
     // Megatron runs fp8 inside a bf16 or fp16 model; here the fp8 emulation replaces the products'
     // precision, and everything else is fp32 either way.

@@ -38,6 +38,7 @@ void PrecisionRuntime::after_step(bool bf16_copies_written) {
 
 std::string PrecisionRuntime::describe() const {
   std::string s = describe_precision(args_.precision);
+  if (!args_.bf16_path_note.empty()) s += "; " + args_.bf16_path_note;
   if (scaler_) {
     char buf[160];
     if (args_.loss_scale.dynamic)

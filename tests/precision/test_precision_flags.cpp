@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm.h"
 #include "train/precision_arguments.h"
 
 namespace megadlm {
@@ -64,7 +65,36 @@ TEST(PrecisionFlags, ValuesAreRead) {
   EXPECT_EQ(e.precision.fp8.amax_algo, Fp8AmaxAlgo::Max);
 }
 
+// --bf16's product path: bf16 products where the CPU has a bf16 matmul (or on a device), fp32 products
+// with bf16 storage where it has none, with a note for the log; the flags force either.
+TEST(PrecisionFlags, Bf16PathFollowsTheCpuUnlessAFlagForcesIt) {
+  const Bf16Path fast = choose_bf16_path(false, false, Device::CPU, true);
+  EXPECT_TRUE(fast.products);
+  EXPECT_TRUE(fast.note.empty());
+  const Bf16Path slow = choose_bf16_path(false, false, Device::CPU, false);
+  EXPECT_FALSE(slow.products);
+  EXPECT_NE(slow.note.find("--bf16-products"), std::string::npos) << slow.note;
+  EXPECT_TRUE(choose_bf16_path(false, false, Device::CUDA, false).products) << "a device multiplies bf16 itself";
+  for (const bool cpu_bf16 : {false, true}) {
+    const Bf16Path storage = choose_bf16_path(true, false, Device::CPU, cpu_bf16);
+    EXPECT_FALSE(storage.products);
+    EXPECT_TRUE(storage.note.empty());
+    const Bf16Path products = choose_bf16_path(false, true, Device::CPU, cpu_bf16);
+    EXPECT_TRUE(products.products);
+    EXPECT_TRUE(products.note.empty());
+  }
+  // Through the flags, on this CPU: --bf16 alone takes the path has_bf16_matmul() says; --bf16-products
+  // forces products anywhere.
+  const PrecisionArgs plain = parse({"--bf16"});
+  EXPECT_EQ(plain.precision.bf16_products, cpu::has_bf16_matmul());
+  EXPECT_EQ(plain.bf16_path_note.empty(), cpu::has_bf16_matmul());
+  EXPECT_TRUE(parse({"--bf16", "--bf16-products"}).precision.bf16_products);
+}
+
 TEST(PrecisionFlags, ErrorsNameTheFlag) {
+  EXPECT_NE(error_of({"--bf16-products"}).find("--bf16-products needs --bf16"), std::string::npos);
+  EXPECT_NE(error_of({"--bf16", "--bf16-products", "--bf16-storage-only"}).find("cannot be given together"),
+            std::string::npos);
   EXPECT_NE(error_of({"--bf16", "--fp16"}).find("--bf16 and --fp16"), std::string::npos);
   EXPECT_NE(error_of({"--bf16-storage-only"}).find("--bf16-storage-only"), std::string::npos);
   EXPECT_NE(error_of({"--fp8-format", "e5m2"}).find("--fp8-format"), std::string::npos);

@@ -369,6 +369,21 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
          beta == 0.0f ? 0.0f : 1.0f, C + b * stride_c, ldc);
 }
 
+bool has_bf16_matmul() {
+  static const bool has = [] {
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc a({64, 64}, dt::bf16, {64, 1}), c({64, 64}, dt::f32, {64, 1});
+    try {
+      const dnnl::matmul::desc desc(a, a, c);
+      const dnnl::matmul::primitive_desc pd(desc, cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 int64_t gemm_cache_size() {
   std::lock_guard<std::mutex> lock(g_cache_mutex);
   return static_cast<int64_t>(g_cache.size());

@@ -38,6 +38,12 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
                   const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                   float beta, float* C, int64_t ldc, int64_t stride_c);
 
+// Whether oneDNN has a bf16 matmul on this CPU (AVX512 with or without BF16, or AMX): probed once. Where
+// it has none (AVX2 only, e.g. AMD Zen 3), gemm_bf16 widens its inputs and runs the fp32 product, which
+// is slower than multiplying the fp32 values directly; --bf16 then keeps fp32 products
+// (train/precision_arguments.cpp).
+bool has_bf16_matmul();
+
 // Number of oneDNN matmul primitives held in the cache (bf16 and batched products keep one per shape,
 // strides, alpha == 1 or not and beta == 0 or not; alpha's value is passed at run time). For tests.
 int64_t gemm_cache_size();
