@@ -38,10 +38,20 @@ using vec::vmax;
 using vec::vmin;
 
 // ---- register blocking of a tile product -----------------------------------------------------------
-// Walks C[rows, W] (W a multiple of 16) in register blocks: column chunks of 64 (4 vectors) outside,
-// groups of 6 rows inside, so a 64-wide panel of the right operand stays in L1 while every row group
-// streams past it. `block.template operator()<R, NV>(r0, c0)` computes the R x 16*NV block at (r0, c0)
-// (a generic lambda, so each kernel brings its own micro-kernel).
+// Walks C[rows, W] (W a multiple of 16) in register blocks: column panels of 16 * kMaxNV outside,
+// groups of 6 rows inside, so a panel of the right operand stays in L1 while every row group streams
+// past it. `block.template operator()<R, NV>(r0, c0)` computes the R x 16*NV block at (r0, c0) (a
+// generic lambda, so each kernel brings its own micro-kernel). The block's R*NV accumulators must fit
+// the register file with NV operand vectors and a broadcast: with AVX-512 (32 registers of 16 floats)
+// 6 x 4 vectors; with AVX2 a 16-float vector takes two of its 16 registers, so 6 x 1 (12 registers of
+// accumulators; 6 x 4 spilled them to memory on every multiply-add and ran the attention at 7% of the
+// GEMM rate on a Zen 3). Each output element is one accumulator over k in order either way, so the
+// blocking does not change a bit of the result.
+#if defined(__AVX512F__)
+constexpr int64_t kMaxNV = 4;
+#else
+constexpr int64_t kMaxNV = 1;
+#endif
 template <int NV, class Block>
 inline void dispatch_rows(int rr, int64_t r0, int64_t c0, Block& block) {
   switch (rr) {
@@ -56,8 +66,8 @@ inline void dispatch_rows(int rr, int64_t r0, int64_t c0, Block& block) {
 
 template <class Block>
 inline void for_each_register_block(int64_t rows, int64_t W, Block&& block) {
-  for (int64_t c0 = 0; c0 < W; c0 += 64) {
-    const int64_t nv = std::min<int64_t>(4, (W - c0) / 16);
+  for (int64_t c0 = 0; c0 < W; c0 += 16 * kMaxNV) {
+    const int64_t nv = std::min<int64_t>(kMaxNV, (W - c0) / 16);
     for (int64_t r0 = 0; r0 < rows; r0 += 6) {
       const int rr = static_cast<int>(std::min<int64_t>(6, rows - r0));
       switch (nv) {
@@ -251,7 +261,7 @@ inline void online_softmax_max(const float* st, int64_t nk, float* m, float* msu
     for (int64_t j = 0; j < nk; ++j) mt = vmax(mt, load16(st + j * TQ + i));
     const v16 m_old = load16(m + i);
     const v16 m_new = vmax(m_old, mt);
-    const v16 m_sub = m_new == kNegInf ? v16{} : m_new;
+    const v16 m_sub = vec::select(m_new == kNegInf, v16{}, m_new);
     store16(alpha + i, exp2v(m_old - m_sub));
     store16(m + i, m_new);
     store16(msub + i, m_sub);

@@ -80,11 +80,11 @@ inline float max_of_row(const T* x, int64_t V) {
   for (; v + 64 <= V; v += 64)
     for (int j = 0; j < 4; ++j) {
       const v16 y = logits16(x + v + 16 * j, 16);
-      m[j] = y > m[j] ? y : m[j];
+      m[j] = vec::vmax(y, m[j]);
     }
   for (; v < V; v += 16) {
     const v16 y = logits16(x + v, std::min<int64_t>(16, V - v));  // lanes past V are -inf
-    m[0] = y > m[0] ? y : m[0];
+    m[0] = vec::vmax(y, m[0]);
   }
   float mx = -INFINITY;
   for (int j = 0; j < 4; ++j)

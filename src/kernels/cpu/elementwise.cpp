@@ -304,8 +304,8 @@ void column_sums(float* dbias, uint16_t* out, int64_t N, int64_t C, Values&& val
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const v16 g = group[k];
-        acc[2 * k] += __builtin_convertvector(__builtin_shufflevector(g, g, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
-        acc[2 * k + 1] += __builtin_convertvector(__builtin_shufflevector(g, g, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+        acc[2 * k] += __builtin_convertvector(vec::lo8(g), v8d);
+        acc[2 * k + 1] += __builtin_convertvector(vec::hi8(g), v8d);
       }
     }
     if (dbias == nullptr) continue;
