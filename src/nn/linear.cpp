@@ -52,6 +52,12 @@ Tensor Linear::forward_shared_input_into(Arena& arena, const Tensor& x, const Li
   return forward_impl(arena, x, &first, nullptr, &out);
 }
 
+Tensor Linear::forward_unsaved(Arena& arena, const Tensor& x, Tensor& out) {
+  MDLM_CHECK(prec_ && prec_->mode() == PrecisionMode::BF16 && !prec_->bf16_gemm(),
+             "Linear::forward_unsaved: only under bf16 storage (whose product reads the fp32 input)");
+  return forward_impl(arena, x, nullptr, nullptr, &out, /*add_bias=*/true, /*keep_input=*/false);
+}
+
 Tensor Linear::forward_with_saved_input(Arena& arena, const Tensor& x, const Tensor& saved, Tensor& out) {
   MDLM_CHECK(can_share_saved_input(saved.dtype()), "Linear: a shared saved input of dtype ", dtype_name(saved.dtype()),
              " does not match this layer's precision policy");
@@ -74,7 +80,7 @@ void Linear::share_saved_input(const Tensor& saved) {
 }
 
 Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* first, const Tensor* saved,
-                            Tensor* out, bool add_bias) {
+                            Tensor* out, bool add_bias, bool keep_input) {
   // Column-parallel under sequence parallelism: all rows of the input (identity otherwise).
   const Tensor x = mode_ == LinearParallel::Column && !caller_maps_input_ ? gather_rows(arena, *ctx_, x_in) : x_in;
   const Backend& be = backend_of(x);
@@ -89,7 +95,10 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
     return bias_and_reduce(arena, y, add_bias);
   }
   // The narrow copy of x, saved for the backward (shared by layers that read the same input).
-  if (first) {
+  if (!keep_input) {
+    saved_x_ = Tensor();
+    saved_scale_ = 1.0f;
+  } else if (first) {
     saved_x_ = first->saved_x_;
     saved_scale_ = first->saved_scale_;
   } else if (saved) {

@@ -46,6 +46,9 @@ class Linear {
   // needs (the attention output, kept for the attention's own backward), so it is shared, not made
   // again. x is still read by the products of the storage-only and emulated paths. y -> out [N, O].
   Tensor forward_with_saved_input(Arena& arena, const Tensor& x, const Tensor& saved, Tensor& out);
+  // Under bf16 storage only (fp32 products): y -> out [N, O] from the fp32 x, keeping no copy of x; the
+  // caller hands the backward its saved input with share_saved_input (the MLP remakes fc2's input).
+  Tensor forward_unsaved(Arena& arena, const Tensor& x, Tensor& out);
   // Replaces the saved input by `saved` (same contract as forward_with_saved_input) or forgets it
   // (an undefined tensor): for a caller that frees the copy after the forward and remakes it for the
   // backward (the MLP's activation, recomputed from its input).
@@ -101,9 +104,9 @@ class Linear {
 
   bool low_precision() const { return prec_ && prec_->mode() != PrecisionMode::FP32; }
   // first: share its saved input; saved: share this narrow copy; out: write y there (else the arena);
-  // add_bias false: leave the bias to the caller.
+  // add_bias false: leave the bias to the caller; keep_input false: save no copy (forward_unsaved).
   Tensor forward_impl(Arena& arena, const Tensor& x, const Linear* first, const Tensor* saved, Tensor* out,
-                      bool add_bias = true);
+                      bool add_bias = true, bool keep_input = true);
   Tensor bias_and_reduce(Arena& arena, Tensor& y, bool add_bias);
 };
 

@@ -59,13 +59,22 @@ Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
   Tensor h = tmp.tensor({N, fc1_out});
   const DType narrow = activation_dtype(*prec_);
   // The one-pass bf16 GELU adds fc1's bias itself (one pass over the fp32 [N, F] fewer).
-  const bool one_pass_bf16 = recompute_activation() && narrow == DType::BF16 && h.device() == Device::CPU;
+  const bool one_pass_bf16 = recompute_activation() && !exact_forward() && narrow == DType::BF16 &&
+                             h.device() == Device::CPU;
   const float* bias_in_activation = one_pass_bf16 && act_ == Activation::Gelu ? fc1_.bias_values() : nullptr;
   if (bias_in_activation) fc1_.forward_into_without_bias(arena, x, h);
   else fc1_.forward_into(arena, x, h);
   h_ = arena.tensor({N, fc1_out}, narrow);
   Tensor y;
-  if (recompute_activation()) {
+  if (exact_forward()) {
+    // bf16 storage only: fc2 multiplies the fp32 activation of the fp32 h and keeps no copy of it (the
+    // backward remakes one from h_).
+    store_activation(*prec_, h_, h);
+    Tensor a = tmp.tensor({N, F_});
+    activation_forward(a, h);
+    Tensor out = (sequence_parallel(*ctx_) ? tmp : arena).tensor({N, fc2_.out_features()});
+    y = fc2_.forward_unsaved(arena, a, out);
+  } else if (recompute_activation()) {
     // The activation is not kept: the backward remakes fc2's input from h_. So that the remade copy
     // is bit for bit the one multiplied here, the forward takes the activation of the narrow h too.
     Tensor a_narrow = tmp.tensor({N, F_}, narrow);

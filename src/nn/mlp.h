@@ -37,10 +37,14 @@ class MLP {
   void activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h, const float* bias = nullptr) const;
   // a [N, F] bf16 = the activation of the kept bf16 h_ (the backward's remake; CPU tensors).
   void remake_activation_bf16(Tensor& a) const;
-  // bf16 products and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an
-  // elementwise pass instead of N*F saved values). Not with bf16 storage only (its forward multiplies
-  // the exact fp32 activation) nor fp8 (fc2's input copy carries its own scale).
+  // bf16 and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an elementwise
+  // pass instead of N*F saved values). With bf16 products and fp16 the forward multiplies the activation
+  // of the narrow h_ too, so the remade copy is bit for bit the one multiplied; bf16 storage only keeps
+  // its exact fp32 forward (the activation of the fp32 h), so its backward's copy is the activation of
+  // the bf16 h, rounded: within bf16's rounding of the one the forward would have kept. Not fp8 (fc2's
+  // input copy carries its own scale).
   bool recompute_activation() const { return prec_ && remakes_mlp_activation(prec_->config()); }
+  bool exact_forward() const { return prec_ && prec_->mode() == PrecisionMode::BF16 && !prec_->bf16_gemm(); }
   Activation act_ = Activation::Gelu;
   int64_t F_ = 0;  // this rank's hidden features: ffn_hidden / tp
   const ParallelContext* ctx_ = nullptr;

@@ -43,10 +43,10 @@ struct PrecisionConfig {
 
 // Whether the Linear and output-layer products run in oneDNN bf16 (--bf16 without --bf16-storage-only).
 inline bool bf16_products_on(const PrecisionConfig& c) { return c.mode == PrecisionMode::BF16 && c.bf16_products; }
-// Whether the MLP remakes its activation (fc2's input) in the backward instead of keeping it: with bf16
-// products and fp16, whose fc2 input copy has the activation dtype (nn/mlp.h).
+// Whether the MLP remakes its activation (fc2's input) in the backward instead of keeping it: under
+// bf16 (products or storage only) and fp16, whose fc2 input copy has the activation dtype (nn/mlp.h).
 inline bool remakes_mlp_activation(const PrecisionConfig& c) {
-  return bf16_products_on(c) || c.mode == PrecisionMode::FP16;
+  return c.mode == PrecisionMode::BF16 || c.mode == PrecisionMode::FP16;
 }
 
 // One line for the log: which path the products take.
