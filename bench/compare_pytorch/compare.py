@@ -69,15 +69,19 @@ def gemm_peaks(build, env, workdir):
 
 
 def torch_mm_peaks(threads):
+    # Up to 6 products of each dtype, within about 3 s (on a CPU without bf16 arithmetic PyTorch's bf16
+    # product runs at well under 1 GFLOP/s: one alone takes a minute at 2048^3, so bf16 probes 512^3).
     code = (
         "import torch,time,json\n"
         f"torch.set_num_threads({threads})\n"
         "r={}\n"
         "for dt in (torch.float32, torch.bfloat16):\n"
-        "  a=torch.randn(2048,2048).to(dt); b=torch.randn(2048,2048).to(dt); best=0\n"
+        "  n=2048 if dt==torch.float32 else 512\n"
+        "  a=torch.randn(n,n).to(dt); b=torch.randn(n,n).to(dt); best=0; t0=time.perf_counter()\n"
         "  for i in range(6):\n"
         "    t=time.perf_counter(); torch.mm(a,b); s=time.perf_counter()-t\n"
-        "    best=max(best,2*2048**3/s)\n"
+        "    best=max(best,2*n**3/s)\n"
+        "    if time.perf_counter()-t0>3: break\n"
         "  r[str(dt)]=best\n"
         "print(json.dumps(r))\n"
     )
@@ -184,6 +188,9 @@ def main():
     ap.add_argument("--precisions", default="fp32",
                     help="comma list of fp32, bf16 (ours: --bf16, whose product path the trainer picks for the CPU), "
                          "bf16-products (ours only: --bf16 --bf16-products, bf16 products even where they are slow)")
+    ap.add_argument("--torch-precisions", default="",
+                    help="the PyTorch runs' precisions (default: those of --precisions but bf16-products); e.g. fp32 "
+                         "where PyTorch's bf16 has no fast path (on an AVX2 CPU its autocast bf16 runs ~40x slower)")
     ap.add_argument("--impls", default="ours,eager,compile", help="comma list of ours, eager, compile")
     # Two: every trainer's second step still first-touches memory (our activation arenas grow to fit
     # after the first step, PyTorch's caching allocator fills), which is start-up, not steady state.
@@ -205,6 +212,8 @@ def main():
         if c not in CONFIGS:
             sys.exit(f"--configs: unknown configuration '{c}' (expected {', '.join(CONFIGS)})")
     impls = args.impls.split(",")
+    torch_precisions = ([p for p in args.torch_precisions.split(",") if p] if args.torch_precisions else
+                        [p for p in args.precisions.split(",") if p != "bf16-products"])
 
     workdir = os.path.join(args.build_dir, "compare_pytorch")
     os.makedirs(workdir, exist_ok=True)
@@ -216,7 +225,7 @@ def main():
     peak = {"fp32": fp32_peak, "bf16": bf16_peak, "bf16-products": bf16_peak, "widened": bf16_widened}
     tpeak = dict(zip(("fp32", "bf16"), torch_mm_peaks(args.threads)))
     print(f"GEMM peak (bench_kernels gemm --quick, best shape, {args.threads} threads): fp32 {peak['fp32']/1e9:.1f} GFLOP/s, "
-          f"bf16 {peak['bf16']/1e9:.1f} GFLOP/s; torch.mm 2048^3 probe: fp32 {tpeak['fp32']/1e9:.1f}, "
+          f"bf16 {peak['bf16']/1e9:.1f} GFLOP/s; torch.mm probe (fp32 2048^3, bf16 512^3): fp32 {tpeak['fp32']/1e9:.1f}, "
           f"bf16 {tpeak['bf16']/1e9:.1f} GFLOP/s", flush=True)
 
     rows = []
@@ -230,7 +239,7 @@ def main():
             # the machine's speed drifts by a few percent over the minutes PyTorch's runs take.
             order = [(p, "ours") for p in precisions if "ours" in impls]
             # bf16-products is ours only: PyTorch's bf16 rows are the peers of both bf16 rows.
-            order += [(p, impl) for p in precisions for impl in impls if impl != "ours" and p != "bf16-products"]
+            order += [(p, impl) for p in torch_precisions for impl in impls if impl != "ours"]
             runs = {}  # (precision, impl) -> result
             for precision, impl in order:
                 log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}.log")
@@ -282,8 +291,11 @@ def goal_lines(results):
             if prec == "fp32" and o and "na" not in o:
                 x = r["tokens_per_s"] / o["tokens_per_s"]
                 lines.append(f"- {what}: ours/{other} {x:.2f}x (goal >= {goal}x: {ok(x >= goal)})")
+            peer = ""
+            if not o or "na" in o:  # no PyTorch run of this precision: its fp32 run is the memory peer
+                o, peer = results.get((name, obj, "fp32", other)), " fp32"
             if o and "na" not in o:
-                lines.append(f"- {what}: peak RSS ours {r['rss_kib']/1048576:.2f} GiB vs {other} "
+                lines.append(f"- {what}: peak RSS ours {r['rss_kib']/1048576:.2f} GiB vs {other}{peer} "
                              f"{o['rss_kib']/1048576:.2f} GiB ({ok(r['rss_kib'] <= o['rss_kib'])})")
         if prec == "fp32" and name == "gpt2-124m":
             lines.append(f"- {what}: MFU {100*r['mfu']:.1f}% of the fp32 GEMM peak (goal >= 60%: {ok(r['mfu'] >= 0.6)})")
@@ -320,7 +332,7 @@ def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final
         f"- GEMM peak measured in this run (bench_kernels gemm --quick, best shape): fp32 {peak['fp32']/1e9:.1f} GFLOP/s, "
         f"bf16 {peak['bf16']/1e9:.1f} GFLOP/s" + (" (no oneDNN bf16 matmul on this CPU: gemm_bf16 widens its inputs to fp32)"
                                                   if peak["widened"] else "")
-        + f" (torch.mm 2048^3 probe: fp32 {tpeak['fp32']/1e9:.1f}, bf16 {tpeak['bf16']/1e9:.1f})",
+        + f" (torch.mm probe, fp32 2048^3 and bf16 512^3: fp32 {tpeak['fp32']/1e9:.1f}, bf16 {tpeak['bf16']/1e9:.1f})",
         "- a bf16 row marked (fp32 products) ran --bf16 with fp32 products and bf16 storage (the trainer's choice on a "
         "CPU without a bf16 matmul); its MFU is against the fp32 peak",
         "- model FLOPs/token = 6 * (layer matrix params + V*C output layer) + 12 * L * C * T (attention counted in full)",
