@@ -15,7 +15,8 @@
 // dP (7 tile products instead of 5), the price of determinism without atomics or per-tile dq buffers.
 //
 // All tile products go through one register-blocked micro-kernel written with GCC vector extensions
-// (16 floats per vector: AVX-512 FMAs under -march=native, split into narrower vectors on other CPUs).
+// (16 floats per vector: one AVX-512 register under -march=native, a pair of AVX2 registers on CPUs
+// without AVX-512; vec16.h).
 // Every product is arranged so that its vectorised operand is either a row of the inputs (read in place)
 // or a tile transposed once per task (Q^T per query tile, K^T and V^T per key tile), never once per
 // (query tile, key tile) pair.
@@ -37,7 +38,6 @@ using namespace attn;
 // C[r, 0:16*NV] (+)= sum_k A[r*ars + k*aks] * Bm[k*ldb + 0:16*NV] for r < R, k < kd.
 // A is read one scalar at a time (broadcast), so it may be any strided view, transposed or not; Bm's
 // rows are vectors. R*NV accumulators stay in registers for the whole k loop.
-#if defined(__AVX512F__)
 template <int R, int NV>
 inline void micro_kernel(float* C, int64_t ldc, const float* A, int64_t ars, int64_t aks, const float* Bm,
                          int64_t ldb, int64_t kd, bool accumulate) {
@@ -63,44 +63,6 @@ inline void micro_kernel(float* C, int64_t ldc, const float* A, int64_t ars, int
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) store16(C + r * ldc + 16 * v, c[r][v]);
 }
-#else
-// Without AVX-512 the same kernel on 8-float vectors: GCC keeps 16-float vectors in memory where the
-// CPU has no register of that width (on AVX2 every multiply-add went through the stack and the
-// attention ran at 7% of the GEMM rate). Each lane is the same fused multiply-add over k in order, so
-// the bits are those of the 16-lane kernel.
-using v8 = float __attribute__((vector_size(32)));
-using v8u = float __attribute__((vector_size(32), aligned(4), may_alias));
-inline v8 load8(const float* p) { return *reinterpret_cast<const v8u*>(p); }
-inline void store8(float* p, v8 x) { *reinterpret_cast<v8u*>(p) = x; }
-
-template <int R, int NV>
-inline void micro_kernel(float* C, int64_t ldc, const float* A, int64_t ars, int64_t aks, const float* Bm,
-                         int64_t ldb, int64_t kd, bool accumulate) {
-  constexpr int NH = 2 * NV;  // 8-float halves of the 16*NV columns
-  v8 c[R][NH];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int h = 0; h < NH; ++h) c[r][h] = accumulate ? load8(C + r * ldc + 8 * h) : v8{};
-  for (int64_t k = 0; k < kd; ++k) {
-    v8 b[NH];
-#pragma GCC unroll 8
-    for (int h = 0; h < NH; ++h) b[h] = load8(Bm + k * ldb + 8 * h);
-    const float* a = A + k * aks;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const float s = a[r * ars];
-      const v8 ar = {s, s, s, s, s, s, s, s};
-#pragma GCC unroll 8
-      for (int h = 0; h < NH; ++h) c[r][h] += ar * b[h];
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int h = 0; h < NH; ++h) store8(C + r * ldc + 8 * h, c[r][h]);
-}
-#endif
 
 // C[rows, W] (+)= A[rows, kd] @ Bm[kd, W], W a multiple of 16; A element (r, k) at A[r*ars + k*aks].
 // Register blocks as for_each_register_block walks them (a 64-wide panel of Bm stays in L1).

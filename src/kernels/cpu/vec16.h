@@ -271,24 +271,13 @@ inline v8 exp2_lanes(v8 x) {
 // vexp's steps (vmath.h) on 8 lanes: the clamp as selects (a NaN stays NaN and propagates), k by the
 // shifter, the Cody-Waite reduction, the degree-7 polynomial, 2^k in the exponent bits; 0 below -87.3.
 inline v8 exp_lanes(v8 x) {
-  constexpr float kHi = 88.3f, kLo = -87.3f;
-  v8 xc = x > kHi ? v8{} + kHi : x;
-  xc = xc < kLo ? v8{} + kLo : xc;
-  constexpr float kShift = 12582912.0f;
-  const v8 k = (xc * 1.44269504088896341f + kShift) - kShift;
-  v8 r = xc - k * 0.693359375f;
-  r = r - k * -2.12194440054690583e-4f;
-  v8 p = v8{} + 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  v8 xc = x > kExpHi ? v8{} + kExpHi : x;
+  xc = xc < kExpLo ? v8{} + kExpLo : xc;
+  v8 k;
+  const v8 p = exp_reduced(xc, k);
   const v8 scale = (v8)((__builtin_convertvector(k, vi8) + 127) << 23);
   const v8 y = p * scale;
-  return x < kLo ? v8{} : y;
+  return x < kExpLo ? v8{} : y;
 }
 #endif
 
