@@ -43,10 +43,9 @@ using vec::vmin;
 // past it. `block.template operator()<R, NV>(r0, c0)` computes the R x 16*NV block at (r0, c0) (a
 // generic lambda, so each kernel brings its own micro-kernel). The block's R*NV accumulators must fit
 // the register file with NV operand vectors and a broadcast: with AVX-512 (32 registers of 16 floats)
-// 6 x 4 vectors; with AVX2 a 16-float vector takes two of its 16 registers, so 6 x 1 (12 registers of
-// accumulators; 6 x 4 spilled them to memory on every multiply-add and ran the attention at 7% of the
-// GEMM rate on a Zen 3). Each output element is one accumulator over k in order either way, so the
-// blocking does not change a bit of the result.
+// 6 x 4 vectors; with AVX2 a 16-float vector is two of its 16 registers (vec16.h), so 6 x 1: 12
+// registers of accumulators, where 6 x 4 would need 48. Each output element is one accumulator over k
+// in order either way, so the blocking does not change a bit of the result.
 #if defined(__AVX512F__)
 constexpr int64_t kMaxNV = 4;
 #else
