@@ -25,13 +25,17 @@ namespace megadlm {
 // a 50k vocabulary the full [N, V] block would be the largest activation of the step. A chunk holds
 // 64 MiB of logits (env MEGADLM_LOGITS_CHUNK_MB overrides; each chunk reads the output matrix and its
 // gradient once more) and at least 64 rows, which keeps the products efficient; at most N; the N rows
-// are then split evenly over the chunks that takes (no short last chunk). A logit
+// are then split evenly over the chunks that takes (no short last chunk), in fewer chunks of up to
+// twice the budget where an even split would fall under kMinChunkRows rows. A logit
 // takes 4 bytes in fp32, 2 under the bf16 policy on the CPU (bf16 logits, dlogits in place) and 6 on a
 // device under it (fp32 logits and a bf16 copy of dlogits). The CPU's bf16 logits are made through an
 // fp32 scratch of logits_slab_cols(Vl) columns for the chunk's rows (4096 floats a row at most).
 int64_t logits_chunk_bytes();
 int64_t logits_slab_cols(int64_t Vl);
-// max_rows > 0 lowers the cap on a chunk's rows (tests split small batches with it).
+// max_rows > 0 lowers the cap on a chunk's rows (tests split small batches with it); the
+// kMinChunkRows rule does not apply under a cap. (Below that many rows the products run slower:
+// lm_head.cpp.)
+constexpr int64_t kMinChunkRows = 288;
 int64_t logits_chunk_rows(int64_t N, int64_t Vl, int bytes_per_logit, int64_t max_rows = 0);
 
 class LMHead {

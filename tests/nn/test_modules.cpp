@@ -673,10 +673,13 @@ TEST(LMHeadGrad, TiedWeightGradientIsWrittenFirstOrAddedToWhenMarked) {
 
 // The chunk size: within the 64 MiB budget (and the cap), the rows split evenly, never a short last
 // chunk; no rows at all (a diffusion step with nothing masked) gives one empty chunk of a positive size.
+// A split below kMinChunkRows takes fewer chunks, each within twice the budget.
 TEST(LMHeadChunks, RowsSplitEvenly) {
   const int64_t V = 50304;
   EXPECT_EQ(logits_chunk_rows(2048, V, 2), 512);  // 667 fit: 4 chunks of 512, not 667 x 3 + 47
   EXPECT_EQ(logits_chunk_rows(2048, V, 4), 293);  // 333 fit: 7 chunks, the last 290
+  EXPECT_EQ(logits_chunk_rows(1024, V, 4), 342);  // 333 fit: 3 chunks of 342, not 4 of 256
+  EXPECT_EQ(logits_chunk_rows(1024, V, 6), 342);  // 222 fit: 3 chunks of 342 (1.5x the budget), not 5 of 205
   EXPECT_EQ(logits_chunk_rows(1000, V, 2), 500);
   EXPECT_EQ(logits_chunk_rows(600, V, 2), 600);  // one chunk
   EXPECT_EQ(logits_chunk_rows(12, 50, 4, 5), 4);  // the cap: 3 chunks of 4, not 5 + 5 + 2
@@ -685,8 +688,11 @@ TEST(LMHeadChunks, RowsSplitEvenly) {
     for (int bytes : {2, 4, 6}) {
       const int64_t rows = logits_chunk_rows(N, V, bytes), chunks = (N + rows - 1) / rows;
       const int64_t budget = std::max<int64_t>(64, logits_chunk_bytes() / (bytes * V));
-      EXPECT_LE(rows, std::max<int64_t>(1, std::min(N, budget))) << N << " " << bytes;
+      EXPECT_LE(rows, std::max<int64_t>(1, std::min(N, 2 * budget))) << N << " " << bytes;
       EXPECT_GE(N - (chunks - 1) * rows, rows - chunks + 1) << N << " " << bytes;  // the last is not short
+      // Over the budget only to keep kMinChunkRows rows; below them only where more would pass 2x.
+      if (rows > budget) EXPECT_LT((N + chunks) / (chunks + 1), kMinChunkRows) << N << " " << bytes;
+      if (rows < kMinChunkRows && chunks > 1) EXPECT_GT((N + chunks - 2) / (chunks - 1), 2 * budget) << N << " " << bytes;
     }
 }
 
