@@ -13,6 +13,8 @@
 //                                                    over the H/K heads sharing the kv head and the query tiles
 // with P = exp(S - lse), delta_i = dout_i . out_i, dS = P * (dO V^T - delta). Both passes recompute S and
 // dP (7 tile products instead of 5), the price of determinism without atomics or per-tile dq buffers.
+// On the tiles the position mask cuts (a causal mask's diagonal), every product leaves out the
+// register blocks the mask hides and the zero terms of its sums (TileCut, attention_common.h).
 //
 // All tile products go through one register-blocked micro-kernel written with GCC vector extensions
 // (16 floats per vector: one AVX-512 register under -march=native, a pair of AVX2 registers on CPUs
@@ -64,12 +66,45 @@ inline void micro_kernel(float* C, int64_t ldc, const float* A, int64_t ars, int
     for (int v = 0; v < NV; ++v) store16(C + r * ldc + 16 * v, c[r][v]);
 }
 
+// What a product over a tile that the position mask cuts may leave out (TileCut, attention_common.h):
+// the hidden register blocks of a score tile with keys as rows (S^T, dP^T) or with queries as rows
+// (S, dP), or the zero terms of a sum over keys (P V, dS K) or over queries (P^T dO, dS^T Q).
+enum class Cut { None, KeysByQueries, QueriesByKeys, SumOverKeys, SumOverQueries };
+
+// R x 16*NV entries of C (row stride ldc) = v.
+template <int R, int NV>
+inline void fill_block(float* C, int64_t ldc, float v) {
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) store16(C + r * ldc + 16 * n, splat(v));
+}
+
 // C[rows, W] (+)= A[rows, kd] @ Bm[kd, W], W a multiple of 16; A element (r, k) at A[r*ars + k*aks].
-// Register blocks as for_each_register_block walks them (a 64-wide panel of Bm stays in L1).
+// Register blocks as for_each_register_block walks them (a 64-wide panel of Bm stays in L1). With a cut
+// (`cut` non-null, on a tile the position mask cuts), the parts `kind` names are left out, hidden score
+// blocks written with `fill`.
 void tile_product(float* C, int64_t ldc, const float* A, int64_t ars, int64_t aks, const float* Bm, int64_t ldb,
-                  int64_t rows, int64_t kd, int64_t W, bool accumulate) {
+                  int64_t rows, int64_t kd, int64_t W, bool accumulate, const TileCut* cut = nullptr,
+                  Cut kind = Cut::None, float fill = 0.0f) {
   for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
-    micro_kernel<R, NV>(C + r0 * ldc + c0, ldc, A + r0 * ars, ars, aks, Bm + c0, ldb, kd, accumulate);
+    float* Cb = C + r0 * ldc + c0;
+    int64_t kb = 0, ke = kd;
+    if (cut != nullptr) {
+      const int64_t r1 = r0 + R - 1, c1 = c0 + 16 * NV - 1;  // the block's last row and column
+      switch (kind) {
+        case Cut::KeysByQueries:  // rows are keys: the first key hidden from the last query
+          if (cut->hides(r0, c1)) return fill_block<R, NV>(Cb, ldc, fill);
+          break;
+        case Cut::QueriesByKeys:  // rows are queries
+          if (cut->hides(c0, r1)) return fill_block<R, NV>(Cb, ldc, fill);
+          break;
+        case Cut::SumOverKeys: ke = cut->keys_end(r1, kd); break;
+        case Cut::SumOverQueries: kb = cut->queries_begin(r0, kd); break;
+        case Cut::None: break;
+      }
+    }
+    // kb >= ke: no term, so C keeps (accumulate) or gets zeros.
+    micro_kernel<R, NV>(Cb, ldc, A + r0 * ars + kb * aks, ars, aks, Bm + kb * ldb + c0, ldb, std::max<int64_t>(ke - kb, 0),
+                        accumulate);
   });
 }
 
@@ -157,8 +192,11 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         const float* kb = k + (b * T + k0) * s.ks + g * D;  // [nk, D] rows, stride K*D
         const float* vb = v + (b * T + k0) * s.ks + g * D;
 
+        const TileCut tc{&vis, q0, k0};
+        const TileCut* cut = tm.by_position ? &tc : nullptr;
+
         // S^T[j, i] = c * k_j . q_i, the score in base 2.
-        tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false);
+        tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false, cut, Cut::KeysByQueries, kNegInf);
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
 
         online_softmax_step(st, nk, m, l, alpha, acc, nq, Dp);
@@ -166,7 +204,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         // O[i, :] += sum_j P^T[j, i] v_j
         int64_t ldv;
         const float* vop = row_operand(vb, s.ks, nk, D, Dp, vpad, &ldv);
-        tile_product(acc, Dp, st, 1, TQ, vop, ldv, nq, nk, Dp, true);
+        tile_product(acc, Dp, st, 1, TQ, vop, ldv, nq, nk, Dp, true, cut, Cut::SumOverKeys);
       }
 
       finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, Dp, m, l, nq, D);
@@ -216,8 +254,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         const float* kb = k + (b * T + k0) * s.ks + g * D;
         const float* vb = v + (b * T + k0) * s.ks + g * D;
 
-        tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false);    // S^T  = c K Q^T
-        tile_product(dpt, TQ, vb, s.ks, 1, dot, TQ, nk, D, TQ, false);  // dP^T = V dO^T
+        const TileCut tc{&vis, q0, k0};
+        const TileCut* cut = tm.by_position ? &tc : nullptr;
+
+        tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false, cut, Cut::KeysByQueries, kNegInf);  // S^T = c K Q^T
+        tile_product(dpt, TQ, vb, s.ks, 1, dot, TQ, nk, D, TQ, false, cut, Cut::KeysByQueries);  // dP^T = V dO^T
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
         for (int64_t j = 0; j < nk; ++j)
           for (int64_t i = 0; i < TQ; i += 16) {
@@ -227,7 +268,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         // dQ[i, :] += sum_j dS^T[j, i] k_j
         int64_t ldk;
         const float* kop = row_operand(kb, s.ks, nk, D, Dp, kpad, &ldk);
-        tile_product(acc, Dp, st, 1, TQ, kop, ldk, nq, nk, Dp, true);
+        tile_product(acc, Dp, st, 1, TQ, kop, ldk, nq, nk, Dp, true, cut, Cut::SumOverKeys);
       }
       for (int64_t i = 0; i < nq; ++i) {
         float* o = dq + row0 + i * s.qs;
@@ -274,8 +315,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
           lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
           row_dots(delta, dob, out + row0, s.qs, nq, D, TQ);
-          tile_product(sm, TK, qb, s.qs, 1, kt, TK, nq, D, TK, false);   // S  = c Q K^T
-          tile_product(dp, TK, dob, s.qs, 1, vt, TK, nq, D, TK, false);  // dP = dO V^T
+          const TileCut tc{&vis, q0, k0};
+          const TileCut* cut = tm.by_position ? &tc : nullptr;
+          tile_product(sm, TK, qb, s.qs, 1, kt, TK, nq, D, TK, false, cut, Cut::QueriesByKeys, kNegInf);  // S = c Q K^T
+          tile_product(dp, TK, dob, s.qs, 1, vt, TK, nq, D, TK, false, cut, Cut::QueriesByKeys);  // dP = dO V^T
           if (tm.partial()) mask_tile(sm, TK, false, vis, tm, q0, nq, k0, nk);
           for (int64_t i = 0; i < nq; ++i) {
             const float li = lse2[i], di = delta[i];
@@ -289,8 +332,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
           int64_t ldo, ldq;
           const float* doop = row_operand(dob, s.qs, nq, D, Dp, dopad, &ldo);
           const float* qop = row_operand(qb, s.qs, nq, D, Dp, qpad, &ldq);
-          tile_product(dv_acc, Dp, sm, 1, TK, doop, ldo, nk, nq, Dp, true);
-          tile_product(dk_acc, Dp, dp, 1, TK, qop, ldq, nk, nq, Dp, true);
+          tile_product(dv_acc, Dp, sm, 1, TK, doop, ldo, nk, nq, Dp, true, cut, Cut::SumOverQueries);
+          tile_product(dk_acc, Dp, dp, 1, TK, qop, ldq, nk, nq, Dp, true, cut, Cut::SumOverQueries);
         }
       }
       for (int64_t j = 0; j < nk; ++j) {

@@ -154,6 +154,26 @@ inline void mask_tile(float* st, int64_t ld, bool keys_by_queries, const Visibil
   }
 }
 
+// ---- the position mask inside a cut tile --------------------------------------------------------------
+// Where the position rule cuts a tile pair (TileMask::by_position, the diagonal tiles of a causal mask),
+// whole register blocks of its score tiles are hidden and whole runs of a product's summed index carry
+// exact zeros (P and dS are 0 there). The fp32 kernel's products leave both out: a hidden block is
+// written with a fill value instead (-inf for scores, which mask_tile writes again; 0 for dP), and a row
+// block of P V, dS K, P^T dO or dS^T Q sums over the index range that can be non-zero only. The sums
+// keep their order and drop only terms 0 * x, so for finite inputs the results are bitwise those of the
+// full products; at T = 256 with 64-row tiles the cut pairs are 4 of the 10 a causal head computes.
+struct TileCut {
+  const Visibility* vis;  // the batch row's mask
+  int64_t q0, k0;         // the tile's first query and key (positions in the sequence)
+
+  // Key row j of the tile is hidden from query column i and from every query before it.
+  bool hides(int64_t j, int64_t i) const { return k0 + j > vis->last_key(q0 + i); }
+  // Rows of queries up to i (local) sum over keys [0, keys_end): the later keys are hidden from them.
+  int64_t keys_end(int64_t i, int64_t nk) const { return std::clamp<int64_t>(vis->last_key(q0 + i) - k0 + 1, 0, nk); }
+  // Rows of keys from j (local) sum over queries [queries_begin, nq): the earlier queries see none of them.
+  int64_t queries_begin(int64_t j, int64_t nq) const { return std::clamp<int64_t>(vis->first_query(k0 + j) - q0, 0, nq); }
+};
+
 // A block of T or more keys is one block for the whole sequence; clamping keeps last_key from overflowing.
 inline Visibility visibility(const AttentionMask& mask, int64_t b, int64_t T) {
   return Visibility{mask.type, std::min(mask.block_size, T), mask.segment_ids ? mask.segment_ids + b * T : nullptr};
