@@ -196,6 +196,10 @@ def main():
     # after the first step, PyTorch's caching allocator fills), which is start-up, not steady state.
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps (torch.compile gets one more)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run each configuration's trainers this many times, interleaved (ours, eager, compile, ours, "
+                         "...), and take each one's median tokens/s: on a machine whose speed drifts by several "
+                         "per cent over minutes, the ratios then compare runs made close together")
     ap.add_argument("--threads", type=int, default=2, help="threads of every trainer (OMP_NUM_THREADS)")
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"), help="../shared (Brown, GPT-2 tokenizer)")
     ap.add_argument("--torch-masked-logits", action="store_true",
@@ -212,6 +216,8 @@ def main():
         if c not in CONFIGS:
             sys.exit(f"--configs: unknown configuration '{c}' (expected {', '.join(CONFIGS)})")
     impls = args.impls.split(",")
+    if args.rounds < 1:
+        sys.exit(f"--rounds: expected a positive number of rounds, got {args.rounds}")
     torch_precisions = ([p for p in args.torch_precisions.split(",") if p] if args.torch_precisions else
                         [p for p in args.precisions.split(",") if p != "bf16-products"])
 
@@ -240,17 +246,22 @@ def main():
             order = [(p, "ours") for p in precisions if "ours" in impls]
             # bf16-products is ours only: PyTorch's bf16 rows are the peers of both bf16 rows.
             order += [(p, impl) for p in torch_precisions for impl in impls if impl != "ours"]
-            runs = {}  # (precision, impl) -> result
-            for precision, impl in order:
-                log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}.log")
-                if impl == "ours":
-                    r = run_ours(args, c, objective, precision, data, env, log)
-                else:
-                    r = run_torch(args, c, objective, precision, impl, data, env, log)
-                runs[(precision, impl)] = r
-                print(f"  {name} {objective} {precision} {impl}: " +
-                      (r["na"] if "na" in r else f"{r['tokens_per_s']:.0f} tokens/s, peak RSS {r['rss_kib']/1048576:.2f} GiB"),
-                      flush=True)
+            tries = {}  # (precision, impl) -> the results of every round
+            for rnd in range(args.rounds):
+                for precision, impl in order:
+                    if any("na" in r for r in tries.get((precision, impl), [])):
+                        continue  # failed or refused once: not run again
+                    suffix = f"-round{rnd + 1}" if args.rounds > 1 else ""
+                    log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}{suffix}.log")
+                    if impl == "ours":
+                        r = run_ours(args, c, objective, precision, data, env, log)
+                    else:
+                        r = run_torch(args, c, objective, precision, impl, data, env, log)
+                    tries.setdefault((precision, impl), []).append(r)
+                    print(f"  {name} {objective} {precision} {impl}{' round ' + str(rnd + 1) if args.rounds > 1 else ''}: " +
+                          (r["na"] if "na" in r else f"{r['tokens_per_s']:.0f} tokens/s, peak RSS {r['rss_kib']/1048576:.2f} GiB"),
+                          flush=True)
+            runs = {key: median_result(rs) for key, rs in tries.items()}  # (precision, impl) -> result
             for precision in precisions:
                 peer = "bf16" if precision == "bf16-products" else precision
                 res = {impl: runs.get((precision, impl), runs.get((peer, impl))) for impl in impls}
@@ -273,9 +284,29 @@ def main():
                                        f"{r['rss_kib']/1048576:.2f}", f"{r['act_mib']:.0f}" if "act_mib" in r else "",
                                        ratio("eager"), ratio("compile")])
                 write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=False,
-                             goals=goal_lines(results))
+                             goals=goal_lines(results), rounds=round_lines(results))
 
-    write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=True, goals=goal_lines(results))
+    write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final=True, goals=goal_lines(results),
+                 rounds=round_lines(results))
+
+
+def median_result(rs):
+    """One trainer's rounds as one result: the median round by tokens/s (the lower middle one of an even
+    count), with the highest peak RSS of all rounds and every round's tokens/s; a failure if any failed."""
+    failed = [r for r in rs if "na" in r]
+    if failed:
+        return failed[0]
+    ordered = sorted(rs, key=lambda r: r["tokens_per_s"])
+    r = dict(ordered[(len(ordered) - 1) // 2])
+    r["rss_kib"] = max(x["rss_kib"] for x in rs)
+    r["rounds"] = [x["tokens_per_s"] for x in rs]
+    return r
+
+
+def round_lines(results):
+    """Every round's tokens/s of each row, in the order they ran (only with --rounds > 1)."""
+    return [f"- {name} {obj.upper()} {prec} {impl}: " + ", ".join(f"{t:.0f}" for t in r["rounds"])
+            for (name, obj, prec, impl), r in results.items() if len(r.get("rounds", [])) > 1]
 
 
 def goal_lines(results):
@@ -312,7 +343,7 @@ def goal_lines(results):
     return lines
 
 
-def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final, goals=()):
+def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final, goals=(), rounds=()):
     """The table and the run's conditions; printed at the end, and written to --output after every
     group of rows so that an interrupted run keeps what it measured."""
     header = ["config", "objective", "precision", "impl", "tokens/s", "model TFLOP/s", "MFU", "peak RSS GiB",
@@ -328,7 +359,9 @@ def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final
         + ("in all" if final else "so far (run still in progress or interrupted)"),
         f"- machine: {cpu}, {os.cpu_count()} cores, {args.threads} threads per trainer; torch {torch.__version__}",
         f"- load average (1 min) at the start / now: {load_before[0]:.2f} / {load_now[0]:.2f}",
-        f"- data: {data_desc}; {args.warmup} warm-up step(s) (torch.compile: {args.warmup + 1}), then {args.steps} timed steps",
+        f"- data: {data_desc}; {args.warmup} warm-up step(s) (torch.compile: {args.warmup + 1}), then {args.steps} timed steps"
+        + (f"; {args.rounds} interleaved rounds, each trainer's median round shown (peak RSS: the highest round)"
+           if args.rounds > 1 else ""),
         f"- GEMM peak measured in this run (bench_kernels gemm --quick, best shape): fp32 {peak['fp32']/1e9:.1f} GFLOP/s, "
         f"bf16 {peak['bf16']/1e9:.1f} GFLOP/s" + (" (no oneDNN bf16 matmul on this CPU: gemm_bf16 widens its inputs to fp32)"
                                                   if peak["widened"] else "")
@@ -338,6 +371,8 @@ def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final
         "- model FLOPs/token = 6 * (layer matrix params + V*C output layer) + 12 * L * C * T (attention counted in full)",
     ]
     text = "\n".join(table) + "\n\n" + "\n".join(notes) + "\n"
+    if rounds:
+        text += "\nTokens/s of each round:\n\n" + "\n".join(rounds) + "\n"
     if goals:
         text += "\nIssue 9's goals in this run:\n\n" + "\n".join(goals) + "\n"
     if final:
