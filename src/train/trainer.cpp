@@ -241,7 +241,7 @@ void Trainer::print_header() const {
              args_.diffusion.loss == DiffusionLoss::LLaDA ? "llada" : args_.diffusion.loss == DiffusionLoss::MDLM ? "mdlm" : "megadlms",
              ", varilen prob ", args_.diffusion.varilen_prob, ", mode ", args_.model_running_mode);
   char buf[128];
-  std::snprintf(buf, sizeof buf, "%.1f GFLOP/s (fp32 oneDNN GEMM, 1024^3 and 2048 x 1536 x 384, %d threads, best of 10)",
+  std::snprintf(buf, sizeof buf, "%.1f GFLOP/s (fp32 oneDNN GEMM, 1024^3 and 1024 x 2304 x 768, %d threads, best of 10)",
                 peak_flops_ / 1e9, omp_get_max_threads());
   if (args_.device == Device::CPU) log_info("measured peak for MFU: ", buf);
   else log_info("device: ", device_name(args_.device), " (kernels/backend.h); no MFU reported on a GPU yet");
