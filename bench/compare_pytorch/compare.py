@@ -251,14 +251,15 @@ def main():
                 for precision, impl in order:
                     if any("na" in r for r in tries.get((precision, impl), [])):
                         continue  # failed or refused once: not run again
-                    suffix = f"-round{rnd + 1}" if args.rounds > 1 else ""
-                    log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}{suffix}.log")
+                    nth = rnd + 1 if args.rounds > 1 else None  # which round, when there are several
+                    log = os.path.join(workdir, f"{name}-{objective}-{precision}-{impl}" +
+                                       (f"-round{nth}" if nth else "") + ".log")
                     if impl == "ours":
                         r = run_ours(args, c, objective, precision, data, env, log)
                     else:
                         r = run_torch(args, c, objective, precision, impl, data, env, log)
                     tries.setdefault((precision, impl), []).append(r)
-                    print(f"  {name} {objective} {precision} {impl}{' round ' + str(rnd + 1) if args.rounds > 1 else ''}: " +
+                    print(f"  {name} {objective} {precision} {impl}" + (f" round {nth}" if nth else "") + ": " +
                           (r["na"] if "na" in r else f"{r['tokens_per_s']:.0f} tokens/s, peak RSS {r['rss_kib']/1048576:.2f} GiB"),
                           flush=True)
             runs = {key: median_result(rs) for key, rs in tries.items()}  # (precision, impl) -> result

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -31,28 +32,46 @@ double available_memory_bytes() {
   return 0;
 }
 
+namespace {
+
+// The best of several products: the machine's capability, not its momentary load (a median taken
+// while other processes run would understate the peak and overstate the MFU). Two shapes, because
+// which one runs fastest depends on the CPU: a square 1024^3 product, and GPT-2 124M's q|k|v product
+// at 1024 rows (a 2304 x 768 weight), which on an AVX2 Zen 3 runs faster than the square one (alone:
+// 131-144 against 103-111 GFLOP/s). There six trainer starts measured 124-145 GFLOP/s with it, and
+// 106-120 with the square one and 2048 x 1536 x 384 before, when the log showed gpt2-124m at MFU up
+// to 150%.
+struct PeakShape {
+  int64_t M, N, K;
+};
+constexpr PeakShape kPeakShapes[] = {{1024, 1024, 1024}, {1024, 2304, 768}};
+constexpr int kPeakReps = 6;  // calls per shape; the first warms caches and oneDNN's JIT and is not timed
+
+}  // namespace
+
 double measure_gemm_peak_flops() {
-  // The best of several products: the machine's capability, not its momentary load (a median taken
-  // while other processes run would understate the peak and overstate the MFU). Two shapes, because
-  // which one runs fastest depends on the CPU: a square 1024^3 product, and GPT-2 124M's q|k|v product
-  // at 1024 rows (a 2304 x 768 weight), which on an AVX2 Zen 3 runs faster than the square one (alone:
-  // 131-144 against 103-111 GFLOP/s). There six trainer starts measured 124-145 GFLOP/s with it, and
-  // 106-120 with the square one and 2048 x 1536 x 384 before, when the log showed gpt2-124m at MFU up
-  // to 150%.
-  struct Shape {
-    int64_t M, N, K;
-  };
   double best = 0;
-  for (const Shape s : {Shape{1024, 1024, 1024}, Shape{1024, 2304, 768}}) {
+  for (const PeakShape& s : kPeakShapes) {
     std::vector<float> a(s.M * s.K, 0.5f), b(s.K * s.N, 0.25f), c(s.M * s.N);
-    for (int rep = 0; rep < 6; ++rep) {
+    for (int rep = 0; rep < kPeakReps; ++rep) {
       Timer t;
       cpu::gemm(false, true, s.M, s.N, s.K, 1.0f, a.data(), s.K, b.data(), s.K, 0.0f, c.data(), s.N);
       const double secs = t.seconds();
-      if (rep > 0) best = std::max(best, 2.0 * s.M * s.N * s.K / secs);  // rep 0 warms caches and oneDNN's JIT
+      if (rep > 0) best = std::max(best, 2.0 * s.M * s.N * s.K / secs);
     }
   }
   return best;
+}
+
+std::string gemm_peak_description() {
+  std::string d;
+  for (const PeakShape& s : kPeakShapes) {
+    if (!d.empty()) d += " and ";
+    d += s.M == s.N && s.N == s.K ? std::to_string(s.M) + "^3"
+                                  : std::to_string(s.M) + " x " + std::to_string(s.N) + " x " + std::to_string(s.K);
+  }
+  const size_t n = sizeof kPeakShapes / sizeof kPeakShapes[0];
+  return d + ", best of " + std::to_string(n * (kPeakReps - 1));
 }
 
 double model_flops_per_token(const TransformerConfig& c, int64_t T) {

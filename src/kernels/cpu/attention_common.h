@@ -163,8 +163,8 @@ inline void mask_tile(float* st, int64_t ld, bool keys_by_queries, const Visibil
 // keep their order and drop only terms 0 * x, so for finite inputs the results are bitwise those of the
 // full products; at T = 256 with 64-row tiles the cut pairs are 4 of the 10 a causal head computes.
 struct TileCut {
-  const Visibility* vis;  // the batch row's mask
-  int64_t q0, k0;         // the tile's first query and key (positions in the sequence)
+  const Visibility* vis = nullptr;  // the batch row's mask; null: the tile is not cut
+  int64_t q0 = 0, k0 = 0;           // the tile's first query and key (positions in the sequence)
 
   // Key row j of the tile is hidden from query column i and from every query before it.
   bool hides(int64_t j, int64_t i) const { return k0 + j > vis->last_key(q0 + i); }
