@@ -1,10 +1,12 @@
 #include "train/metrics.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/gemm.h"
@@ -49,13 +51,18 @@ constexpr int kPeakReps = 6;  // calls per shape; the first warms caches and one
 
 }  // namespace
 
-double measure_gemm_peak_flops() {
+double measure_gemm_peak_flops(bool bf16) {
   double best = 0;
   for (const PeakShape& s : kPeakShapes) {
     std::vector<float> a(s.M * s.K, 0.5f), b(s.K * s.N, 0.25f), c(s.M * s.N);
+    // 0.5 and 0.25 in bf16 bits: exact, as in fp32.
+    std::vector<uint16_t> ab(bf16 ? a.size() : 0, f32_to_bf16(0.5f)), bb(bf16 ? b.size() : 0, f32_to_bf16(0.25f));
     for (int rep = 0; rep < kPeakReps; ++rep) {
       Timer t;
-      cpu::gemm(false, true, s.M, s.N, s.K, 1.0f, a.data(), s.K, b.data(), s.K, 0.0f, c.data(), s.N);
+      if (bf16)
+        cpu::gemm_bf16(false, true, s.M, s.N, s.K, 1.0f, ab.data(), s.K, bb.data(), s.K, 0.0f, c.data(), s.N);
+      else
+        cpu::gemm(false, true, s.M, s.N, s.K, 1.0f, a.data(), s.K, b.data(), s.K, 0.0f, c.data(), s.N);
       const double secs = t.seconds();
       if (rep > 0) best = std::max(best, 2.0 * s.M * s.N * s.K / secs);
     }

@@ -103,7 +103,9 @@ Trainer::Trainer(const TrainArgs& args)
     std::filesystem::create_directories(args_.save);
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
-  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops() : 0.0;  // the CPU's peak; no MFU on a GPU yet
+  // The CPU's peak of the products the run makes (bf16 ones under --bf16 with bf16 products); no MFU
+  // on a GPU yet.
+  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops(bf16_products_on(args_.precision.precision)) : 0.0;
 }
 
 Trainer::~Trainer() = default;
@@ -243,8 +245,8 @@ void Trainer::print_header() const {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", peak_flops_ / 1e9);
   if (args_.device == Device::CPU)
-    log_info("measured peak for MFU: ", buf, " (fp32 oneDNN GEMM, ", gemm_peak_description(), ", ", omp_get_max_threads(),
-             " threads)");
+    log_info("measured peak for MFU: ", buf, " (", bf16_products_on(args_.precision.precision) ? "bf16" : "fp32", " oneDNN GEMM, ",
+             gemm_peak_description(), ", ", omp_get_max_threads(), " threads)");
   else log_info("device: ", device_name(args_.device), " (kernels/backend.h); no MFU reported on a GPU yet");
   if (c.moe.enabled()) log_info(describe_moe(c));
 }
