@@ -66,35 +66,23 @@ inline void micro_kernel(float* C, int64_t ldc, const float* A, int64_t ars, int
     for (int v = 0; v < NV; ++v) store16(C + r * ldc + 16 * v, c[r][v]);
 }
 
-// What a product over a tile that the position mask cuts may leave out (TileCut, attention_common.h):
-// the hidden register blocks of a score tile with keys as rows (S^T, dP^T) or with queries as rows
-// (S, dP), or the zero terms of a sum over keys (P V, dS K) or over queries (P^T dO, dS^T Q).
-enum class Cut { None, KeysByQueries, QueriesByKeys, SumOverKeys, SumOverQueries };
-
 // C[rows, W] (+)= A[rows, kd] @ Bm[kd, W], W a multiple of 16; A element (r, k) at A[r*ars + k*aks].
 // Register blocks as for_each_register_block walks them (a 64-wide panel of Bm stays in L1). On a cut
-// tile (`cut.vis` set) the parts `kind` names are left out, hidden score blocks written with `fill`.
+// tile (`cut.vis` set) the parts `kind` names are left out (cut_block), hidden score blocks written with
+// `fill`.
 void tile_product(float* C, int64_t ldc, const float* A, int64_t ars, int64_t aks, const float* Bm, int64_t ldb,
                   int64_t rows, int64_t kd, int64_t W, bool accumulate, const TileCut& cut = {},
                   Cut kind = Cut::None, float fill = 0.0f) {
   for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
     float* Cb = C + r0 * ldc + c0;
-    int64_t kb = 0, ke = kd;
-    if (cut.vis != nullptr) {
-      const int64_t r1 = r0 + R - 1, c1 = c0 + 16 * NV - 1;  // the block's last row and column
-      // Score blocks: rows are keys (the first key hidden from the last query) or queries.
-      const bool hidden = (kind == Cut::KeysByQueries && cut.hides(r0, c1)) ||
-                          (kind == Cut::QueriesByKeys && cut.hides(c0, r1));
-      if (hidden) {
-        for (int r = 0; r < R; ++r) std::fill(Cb + r * ldc, Cb + r * ldc + 16 * NV, fill);
-        return;
-      }
-      if (kind == Cut::SumOverKeys) ke = cut.keys_end(r1, kd);
-      if (kind == Cut::SumOverQueries) kb = cut.queries_begin(r0, kd);
+    const BlockCut bc = cut_block(cut, kind, r0, r0 + R - 1, c0, c0 + 16 * NV - 1, kd);
+    if (bc.hidden) {
+      for (int r = 0; r < R; ++r) std::fill(Cb + r * ldc, Cb + r * ldc + 16 * NV, fill);
+      return;
     }
-    // kb >= ke: no term, so C keeps (accumulate) or gets zeros.
-    micro_kernel<R, NV>(Cb, ldc, A + r0 * ars + kb * aks, ars, aks, Bm + kb * ldb + c0, ldb, std::max<int64_t>(ke - kb, 0),
-                        accumulate);
+    // begin >= end: no term, so C keeps (accumulate) or gets zeros.
+    micro_kernel<R, NV>(Cb, ldc, A + r0 * ars + bc.begin * aks, ars, aks, Bm + bc.begin * ldb + c0, ldb,
+                        std::max<int64_t>(bc.end - bc.begin, 0), accumulate);
   });
 }
 
@@ -182,7 +170,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         const float* kb = k + (b * T + k0) * s.ks + g * D;  // [nk, D] rows, stride K*D
         const float* vb = v + (b * T + k0) * s.ks + g * D;
 
-        const TileCut cut{tm.by_position ? &vis : nullptr, q0, k0};
+        const TileCut cut = tile_cut(vis, tm, q0, k0);
 
         // S^T[j, i] = c * k_j . q_i, the score in base 2.
         tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false, cut, Cut::KeysByQueries, kNegInf);
@@ -243,7 +231,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         const float* kb = k + (b * T + k0) * s.ks + g * D;
         const float* vb = v + (b * T + k0) * s.ks + g * D;
 
-        const TileCut cut{tm.by_position ? &vis : nullptr, q0, k0};
+        const TileCut cut = tile_cut(vis, tm, q0, k0);
 
         tile_product(st, TQ, kb, s.ks, 1, qt, TQ, nk, D, TQ, false, cut, Cut::KeysByQueries, kNegInf);  // S^T = c K Q^T
         tile_product(dpt, TQ, vb, s.ks, 1, dot, TQ, nk, D, TQ, false, cut, Cut::KeysByQueries);  // dP^T = V dO^T
@@ -303,7 +291,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
           lse_to_log2(lse2, lse + (b * H + h) * T + q0, nq, TQ);
           row_dots(delta, dob, out + row0, s.qs, nq, D, TQ);
-          const TileCut cut{tm.by_position ? &vis : nullptr, q0, k0};
+          const TileCut cut = tile_cut(vis, tm, q0, k0);
           tile_product(sm, TK, qb, s.qs, 1, kt, TK, nq, D, TK, false, cut, Cut::QueriesByKeys, kNegInf);  // S = c Q K^T
           tile_product(dp, TK, dob, s.qs, 1, vt, TK, nq, D, TK, false, cut, Cut::QueriesByKeys);  // dP = dO V^T
           if (tm.partial()) mask_tile(sm, TK, false, vis, tm, q0, nq, k0, nk);

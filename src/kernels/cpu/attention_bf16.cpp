@@ -1,7 +1,9 @@
 // Memory-efficient attention with bf16 operands (AVX512-BF16). Same tasks, tiles, masks, online softmax
 // and two-pass deterministic backward as attention.cpp (read its header comment first), with the tile
 // products in bf16; the backward also has a fused schedule (backward_fused) that gives the same bits
-// with fewer products when there are enough (b, kv head) tasks.
+// with fewer products when there are enough (b, kv head) tasks. On the tiles the position mask cuts (a
+// causal mask's diagonal), every product leaves out the register blocks the mask hides and the pairs of
+// its sums that carry only zeros (TileCut, attention_common.h), as the fp32 kernel does.
 // Legend: B batch, T sequence, H query heads, K key/value heads, D head dim; TQ/TK query/key tile rows,
 // De = D rounded up to even (whole pairs), Dp = D rounded up to a multiple of 16; a "word" is 32 bits
 // holding two bf16, the lower-indexed one in the low half.
@@ -116,11 +118,22 @@ inline void micro_kernel_bf16(float* C, int64_t ldc, const bf16_t* A, int64_t ar
 }
 
 // C[rows, W] = mul * A Bm, or C += A Bm when accumulating; A [rows, 2*kp] as pairs (see micro_kernel_bf16),
-// Bm [kp, W] words in VNNI order, W a multiple of 16.
+// Bm [kp, W] words in VNNI order, W a multiple of 16. On a tile the position mask cuts (`cut.vis` set),
+// the parts `kind` names are left out as in the fp32 kernel (cut_block, over pairs): hidden score blocks
+// are written with `fill`, and a sum leaves out the pairs of keys or queries that carry only zeros.
 void tile_product_bf16(float* C, int64_t ldc, const bf16_t* A, int64_t ars, int64_t aks, const word* Bm,
-                       int64_t ldb, int64_t rows, int64_t kp, int64_t W, bool accumulate, float mul = 1.0f) {
+                       int64_t ldb, int64_t rows, int64_t kp, int64_t W, bool accumulate, float mul = 1.0f,
+                       const TileCut& cut = {}, Cut kind = Cut::None, float fill = 0.0f) {
   for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
-    micro_kernel_bf16<R, NV>(C + r0 * ldc + c0, ldc, A + r0 * ars, ars, aks, Bm + c0, ldb, kp, accumulate, mul);
+    float* Cb = C + r0 * ldc + c0;
+    const BlockCut bc = cut_block(cut, kind, r0, r0 + R - 1, c0, c0 + 16 * NV - 1, kp, 2);
+    if (bc.hidden) {
+      for (int r = 0; r < R; ++r) std::fill(Cb + r * ldc, Cb + r * ldc + 16 * NV, fill);
+      return;
+    }
+    // begin >= end: no term, so C keeps (accumulate) or gets zeros.
+    micro_kernel_bf16<R, NV>(Cb, ldc, A + r0 * ars + bc.begin * aks, ars, aks, Bm + bc.begin * ldb + c0, ldb,
+                             std::max<int64_t>(bc.end - bc.begin, 0), accumulate, mul);
   });
 }
 
@@ -321,9 +334,10 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
         const TileMask tm = vis.classify(q0, nq, k0, nk);
         if (tm.skip) continue;
         const bf16_t* kb = ke + (b * T + k0) * e.kse + g * De;  // [nk, De] rows, read in place
+        const TileCut cut = tile_cut(vis, tm, q0, k0);
 
         // S^T[j, i] = c * k_j . q_i, the score in base 2.
-        tile_product_bf16(st, TQ, kb, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c);
+        tile_product_bf16(st, TQ, kb, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c, cut, Cut::KeysByQueries, kNegInf);
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
         // Online softmax (attention_common.h), P^T rounded into pairs of keys as it is computed; the
         // running sum l takes the fp32 P, as flash-attention's does.
@@ -343,7 +357,7 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
 
         // O[i, :] += sum_j bf16(P^T[j, i]) v_j
         tile_product_bf16(acc, Dp, as_pairs(pt), 2, 2 * TQ, vp + ((b * K + g) * s.nkt + ktile) * e.tile_words,
-                          Dp, nq, (nk + 1) / 2, Dp, true);
+                          Dp, nq, (nk + 1) / 2, Dp, true, 1.0f, cut, Cut::SumOverKeys);
       }
       finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, Dp, m, l, nq, D);
     }
@@ -386,8 +400,11 @@ void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibilit
                  const word* qt, const word* dot, const float* lse2, const float* delta, int64_t q0, int64_t nq,
                  int64_t krow0, int64_t k0, int64_t nk) {
   const int64_t De = o.e.De;
-  tile_product_bf16(t.st, TQ, o.ke + krow0, o.e.kse, 2, qt, TQ, nk, De / 2, TQ, false, o.c);    // S^T = c K Q^T
-  tile_product_bf16(t.dpt, TQ, o.ve + krow0, o.e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1);  // dP^T = V dO^T
+  const TileCut cut = tile_cut(vis, tm, q0, k0);
+  tile_product_bf16(t.st, TQ, o.ke + krow0, o.e.kse, 2, qt, TQ, nk, De / 2, TQ, false, o.c, cut, Cut::KeysByQueries,
+                    kNegInf);  // S^T = c K Q^T
+  tile_product_bf16(t.dpt, TQ, o.ve + krow0, o.e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1, cut,
+                    Cut::KeysByQueries);  // dP^T = V dO^T
   if (tm.partial()) mask_tile(t.st, TQ, true, vis, tm, q0, nq, k0, nk);
   for (int64_t j = 0; j < nk; j += 2) {
     const bool has_hi = j + 1 < nk;
@@ -409,11 +426,11 @@ void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibilit
 }
 
 // dQ[i, :] += sum_j dS^T[j, i] k_j over the key tile ktile of kv head g: acc [TQ, Dp] (dQ / scale).
-void add_dq(float* acc, const ScoreTiles& t, const BackwardOperands& o, int64_t b, int64_t g, int64_t ktile,
-            int64_t nq, int64_t nk) {
+void add_dq(float* acc, const ScoreTiles& t, const BackwardOperands& o, const TileCut& cut, int64_t b, int64_t g,
+            int64_t ktile, int64_t nq, int64_t nk) {
   const Shape& s = o.s;
   tile_product_bf16(acc, s.Dp, as_pairs(t.ds_keys), 2, 2 * TQ, o.kp + ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words,
-                    s.Dp, nq, (nk + 1) / 2, s.Dp, true);
+                    s.Dp, nq, (nk + 1) / 2, s.Dp, true, 1.0f, cut, Cut::SumOverKeys);
 }
 
 // A query tile's setup in the passes that walk key tiles for it: Q^T and dO^T paired along D, lse in
@@ -481,8 +498,8 @@ struct QueryTileScratch {
 };
 
 // The query tile [q0, q0 + nq) of head h (kv head g) against every key tile it sees, in order: the score
-// tiles and dQ (written to dq at the end), and after each key tile more(ktile, k0, nk), which may use
-// the tiles in w.t.
+// tiles and dQ (written to dq at the end), and after each key tile more(ktile, k0, nk, cut), which may
+// use the tiles in w.t (cut: the pair's TileCut).
 template <class More>
 void walk_query_tile(QueryTileScratch& w, const BackwardOperands& o, const Visibility& vis, int64_t b, int64_t h,
                      int64_t g, int64_t q0, int64_t nq, More&& more) {
@@ -495,8 +512,9 @@ void walk_query_tile(QueryTileScratch& w, const BackwardOperands& o, const Visib
     if (tm.skip) continue;
     score_tiles(w.t, o, vis, tm, w.qt, w.dot, w.lse2, w.delta, q0, nq, (b * s.T + k0) * o.e.kse + g * o.e.De, k0,
                 nk);
-    add_dq(w.dq_acc, w.t, o, b, g, ktile, nq, nk);
-    more(ktile, k0, nk);
+    const TileCut cut = tile_cut(vis, tm, q0, k0);
+    add_dq(w.dq_acc, w.t, o, cut, b, g, ktile, nq, nk);
+    more(ktile, k0, nk, cut);
   }
   store_dq(o, w.dq_acc, b, h, q0, nq);
 }
@@ -527,12 +545,12 @@ void backward_fused(const BackwardOperands& o) {
         for (int64_t qtile = 0; qtile < s.nqt; ++qtile) {
           const int64_t q0 = qtile * TQ, nq = std::min(TQ, s.T - q0);
           const int64_t qtile_words = ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words;
-          walk_query_tile(w, o, vis, b, h, g, q0, nq, [&](int64_t, int64_t k0, int64_t nk) {
+          walk_query_tile(w, o, vis, b, h, g, q0, nq, [&](int64_t, int64_t k0, int64_t nk, const TileCut& cut) {
             // dV[j, :] += sum_i P^T[j, i] dO_i;  dK[j, :] += sum_i dS^T[j, i] q_i
             tile_product_bf16(dv_acc + k0 * Dp, Dp, w.t.p_rows, TQ, 2, o.dop + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
-                              true);
+                              true, 1.0f, cut, Cut::SumOverQueries);
             tile_product_bf16(dk_acc + k0 * Dp, Dp, w.t.ds_rows, TQ, 2, o.qp + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
-                              true);
+                              true, 1.0f, cut, Cut::SumOverQueries);
           });
         }
       }
@@ -556,7 +574,7 @@ void backward_dq_pass(const BackwardOperands& o) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
       const auto [b, h, g, q0, nq, vis] = query_task(s, o.mask, task);  // order: see query_task
-      walk_query_tile(w, o, vis, b, h, g, q0, nq, [](int64_t, int64_t, int64_t) {});
+      walk_query_tile(w, o, vis, b, h, g, q0, nq, [](int64_t, int64_t, int64_t, const TileCut&) {});
     }
   }
 }
@@ -599,8 +617,11 @@ void backward_dk_dv_pass(const BackwardOperands& o) {
           const float* delta = o.delta_all + (b * s.H + h) * s.T + q0;
 
           lse_to_log2(lse2, o.lse + (b * s.H + h) * s.T + q0, nq, TQ);
-          tile_product_bf16(sm, TK, o.qe + row0, o.e.qse, 2, kt, TK, nq, De / 2, TK, false, o.c);  // S = c Q K^T
-          tile_product_bf16(dp, TK, o.do16 + row0, o.e.qse, 2, vt, TK, nq, De / 2, TK, false, 1);  // dP = dO V^T
+          const TileCut cut = tile_cut(vis, tm, q0, k0);
+          tile_product_bf16(sm, TK, o.qe + row0, o.e.qse, 2, kt, TK, nq, De / 2, TK, false, o.c, cut, Cut::QueriesByKeys,
+                            kNegInf);  // S = c Q K^T
+          tile_product_bf16(dp, TK, o.do16 + row0, o.e.qse, 2, vt, TK, nq, De / 2, TK, false, 1, cut,
+                            Cut::QueriesByKeys);  // dP = dO V^T
           if (tm.partial()) mask_tile(sm, TK, false, vis, tm, q0, nq, k0, nk);
           // P and dS = P (dP - delta), rounded in pairs of queries; an odd last query pairs with 0.
           for (int64_t i = 0; i < nq; i += 2) {
@@ -618,8 +639,10 @@ void backward_dk_dv_pass(const BackwardOperands& o) {
           }
           // dV[j, :] += sum_i P[i, j] dO_i;  dK[j, :] += sum_i dS[i, j] q_i
           const int64_t tile = ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words;
-          tile_product_bf16(dv_acc, Dp, as_pairs(pw), 2, 2 * TK, o.dop + tile, Dp, nk, (nq + 1) / 2, Dp, true);
-          tile_product_bf16(dk_acc, Dp, as_pairs(dsw), 2, 2 * TK, o.qp + tile, Dp, nk, (nq + 1) / 2, Dp, true);
+          tile_product_bf16(dv_acc, Dp, as_pairs(pw), 2, 2 * TK, o.dop + tile, Dp, nk, (nq + 1) / 2, Dp, true, 1.0f,
+                            cut, Cut::SumOverQueries);
+          tile_product_bf16(dk_acc, Dp, as_pairs(dsw), 2, 2 * TK, o.qp + tile, Dp, nk, (nq + 1) / 2, Dp, true, 1.0f,
+                            cut, Cut::SumOverQueries);
         }
       }
       store_dk_dv(o, dk_acc, dv_acc, b, g, k0, nk);

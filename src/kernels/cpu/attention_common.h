@@ -174,6 +174,36 @@ struct TileCut {
   int64_t queries_begin(int64_t j, int64_t nq) const { return std::clamp<int64_t>(vis->first_query(k0 + j) - q0, 0, nq); }
 };
 
+// The cut of a tile pair: set where the position rule cuts it (TileMask::by_position), else none.
+inline TileCut tile_cut(const Visibility& vis, const TileMask& tm, int64_t q0, int64_t k0) {
+  return TileCut{tm.by_position ? &vis : nullptr, q0, k0};
+}
+
+// What a product over a cut tile may leave out: the hidden register blocks of a score tile with keys as
+// rows (S^T, dP^T) or with queries as rows (S, dP), or the zero terms of a sum over keys (P V, dS K) or
+// over queries (P^T dO, dS^T Q).
+enum class Cut { None, KeysByQueries, QueriesByKeys, SumOverKeys, SumOverQueries };
+
+// What one register block of such a product computes, rows [r0, r1] and columns [c0, c1] of its tile
+// (local): nothing when `hidden` (the caller fills it), else its sum over the index range [begin, end)
+// of the n it has. The summed index runs over single keys or queries (`per` = 1: the fp32 kernel) or
+// over pairs of them (`per` = 2: the bf16 kernel's operands); a pair is left out only when both of its
+// members carry zeros.
+struct BlockCut {
+  bool hidden = false;
+  int64_t begin = 0, end = 0;
+};
+inline BlockCut cut_block(const TileCut& cut, Cut kind, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t n,
+                          int64_t per = 1) {
+  BlockCut b{false, 0, n};
+  if (cut.vis == nullptr) return b;
+  // Score blocks: the first key hidden from the last query.
+  b.hidden = (kind == Cut::KeysByQueries && cut.hides(r0, c1)) || (kind == Cut::QueriesByKeys && cut.hides(c0, r1));
+  if (kind == Cut::SumOverKeys) b.end = std::min(n, (cut.keys_end(r1, n * per) + per - 1) / per);
+  if (kind == Cut::SumOverQueries) b.begin = cut.queries_begin(r0, n * per) / per;
+  return b;
+}
+
 // A block of T or more keys is one block for the whole sequence; clamping keeps last_key from overflowing.
 inline Visibility visibility(const AttentionMask& mask, int64_t b, int64_t T) {
   return Visibility{mask.type, std::min(mask.block_size, T), mask.segment_ids ? mask.segment_ids + b * T : nullptr};
