@@ -114,25 +114,23 @@ int main(int argc, char** argv) {
     for (int turn = 0; turn < 2; ++turn) {
       const int id = (r + turn) % 2;  // old first on even repetitions, new first on odd ones
       const Kernels& kern = builds[id];
-      double t[5];
+      double t[6];  // the four phases between t[0..1], t[2..3], t[3..4], t[4..5]
       t[0] = seconds();
       kern.fwd_bf16(out.data(), lse.data(), qb.data(), kb.data(), vb.data(), B, T, H, H, D, mask, scale);
       t[1] = seconds();
-      for (int64_t i = 0; i < n; ++i) ob[i].bits = f32_to_bf16(out[i]);
-      const double t1b = seconds();
+      for (int64_t i = 0; i < n; ++i) ob[i].bits = f32_to_bf16(out[i]);  // the backward's bf16 output, untimed
+      t[2] = seconds();
       kern.bwd_bf16(dq.data(), dk.data(), dv.data(), dout.data(), qb.data(), kb.data(), vb.data(), ob.data(), lse.data(),
                     B, T, H, H, D, mask, scale, AttentionBackwardSchedule::Auto);
-      t[2] = seconds();
-      kern.fwd_f32(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D, mask, scale);
       t[3] = seconds();
+      kern.fwd_f32(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, H, D, mask, scale);
+      t[4] = seconds();
       kern.bwd_f32(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), B,
                    T, H, H, D, mask, scale);
-      t[4] = seconds();
+      t[5] = seconds();
       if (r == 0) continue;
       times[id][0].push_back(t[1] - t[0]);
-      times[id][1].push_back(t[2] - t1b);
-      times[id][2].push_back(t[3] - t[2]);
-      times[id][3].push_back(t[4] - t[3]);
+      for (int p = 1; p < 4; ++p) times[id][p].push_back(t[p + 2] - t[p + 1]);
     }
 
   std::printf("B=%ld T=%ld H=%ld D=%ld %s, %d repetitions\n", B, T, H, D, mask_name.c_str(), reps - 1);

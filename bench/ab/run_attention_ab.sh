@@ -27,7 +27,7 @@ kernels() {  # $1: source root, $2: output
 echo "building: $rev's kernels, the working tree's, the driver" >&2
 kernels "$work/old/src" "$work/old.so"
 kernels src "$work/new.so"
-g++ -O2 -std=gnu++20 -march=native -Isrc bench/ab/attention_ab.cpp src/core/dtype.cpp -ldl -o "$work/attention_ab"
+g++ -O2 -std=gnu++20 -march=native -Isrc bench/ab/attention_ab.cpp -ldl -o "$work/attention_ab"
 
 echo "old: $rev ($(git rev-parse --short "$rev")), new: the working tree; $OMP_NUM_THREADS threads"
 for shape in "8 256 6 64" "4 256 12 64"; do

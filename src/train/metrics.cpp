@@ -54,9 +54,10 @@ constexpr int kPeakReps = 6;  // calls per shape; the first warms caches and one
 double measure_gemm_peak_flops(bool bf16) {
   double best = 0;
   for (const PeakShape& s : kPeakShapes) {
-    std::vector<float> a(s.M * s.K, 0.5f), b(s.K * s.N, 0.25f), c(s.M * s.N);
-    // 0.5 and 0.25 in bf16 bits: exact, as in fp32.
-    std::vector<uint16_t> ab(bf16 ? a.size() : 0, f32_to_bf16(0.5f)), bb(bf16 ? b.size() : 0, f32_to_bf16(0.25f));
+    // Inputs 0.5 and 0.25 (exact in bf16 too), in the precision the product takes.
+    const size_t na = static_cast<size_t>(s.M * s.K), nb = static_cast<size_t>(s.K * s.N);
+    std::vector<float> a(bf16 ? 0 : na, 0.5f), b(bf16 ? 0 : nb, 0.25f), c(s.M * s.N);
+    std::vector<uint16_t> ab(bf16 ? na : 0, f32_to_bf16(0.5f)), bb(bf16 ? nb : 0, f32_to_bf16(0.25f));
     for (int rep = 0; rep < kPeakReps; ++rep) {
       Timer t;
       if (bf16)

@@ -68,22 +68,16 @@ inline void micro_kernel(float* C, int64_t ldc, const float* A, int64_t ars, int
 
 // C[rows, W] (+)= A[rows, kd] @ Bm[kd, W], W a multiple of 16; A element (r, k) at A[r*ars + k*aks].
 // Register blocks as for_each_register_block walks them (a 64-wide panel of Bm stays in L1). On a cut
-// tile (`cut.vis` set) the parts `kind` names are left out (cut_block), hidden score blocks written with
-// `fill`.
+// tile (`cut.vis` set) the parts `kind` names are left out (for_each_kept_block), hidden score blocks
+// written with `fill`.
 void tile_product(float* C, int64_t ldc, const float* A, int64_t ars, int64_t aks, const float* Bm, int64_t ldb,
                   int64_t rows, int64_t kd, int64_t W, bool accumulate, const TileCut& cut = {},
                   Cut kind = Cut::None, float fill = 0.0f) {
-  for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
-    float* Cb = C + r0 * ldc + c0;
-    const BlockCut bc = cut_block(cut, kind, r0, r0 + R - 1, c0, c0 + 16 * NV - 1, kd);
-    if (bc.hidden) {
-      for (int r = 0; r < R; ++r) std::fill(Cb + r * ldc, Cb + r * ldc + 16 * NV, fill);
-      return;
-    }
-    // begin >= end: no term, so C keeps (accumulate) or gets zeros.
-    micro_kernel<R, NV>(Cb, ldc, A + r0 * ars + bc.begin * aks, ars, aks, Bm + bc.begin * ldb + c0, ldb,
-                        std::max<int64_t>(bc.end - bc.begin, 0), accumulate);
-  });
+  for_each_kept_block(C, ldc, rows, W, kd, 1, cut, kind, fill,
+                      [&]<int R, int NV>(float* Cb, int64_t r0, int64_t c0, int64_t k0, int64_t nk) {
+                        micro_kernel<R, NV>(Cb, ldc, A + r0 * ars + k0 * aks, ars, aks, Bm + k0 * ldb + c0, ldb, nk,
+                                            accumulate);
+                      });
 }
 
 // dst[d*ldd + i] = mul * src[i*stride + d] for i < n, d < D; columns n..ldd zeroed (padding rows of the

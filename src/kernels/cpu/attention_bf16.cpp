@@ -119,22 +119,16 @@ inline void micro_kernel_bf16(float* C, int64_t ldc, const bf16_t* A, int64_t ar
 
 // C[rows, W] = mul * A Bm, or C += A Bm when accumulating; A [rows, 2*kp] as pairs (see micro_kernel_bf16),
 // Bm [kp, W] words in VNNI order, W a multiple of 16. On a tile the position mask cuts (`cut.vis` set),
-// the parts `kind` names are left out as in the fp32 kernel (cut_block, over pairs): hidden score blocks
+// the parts `kind` names are left out as in the fp32 kernel (for_each_kept_block, over pairs): hidden score blocks
 // are written with `fill`, and a sum leaves out the pairs of keys or queries that carry only zeros.
 void tile_product_bf16(float* C, int64_t ldc, const bf16_t* A, int64_t ars, int64_t aks, const word* Bm,
                        int64_t ldb, int64_t rows, int64_t kp, int64_t W, bool accumulate, float mul = 1.0f,
                        const TileCut& cut = {}, Cut kind = Cut::None, float fill = 0.0f) {
-  for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
-    float* Cb = C + r0 * ldc + c0;
-    const BlockCut bc = cut_block(cut, kind, r0, r0 + R - 1, c0, c0 + 16 * NV - 1, kp, 2);
-    if (bc.hidden) {
-      for (int r = 0; r < R; ++r) std::fill(Cb + r * ldc, Cb + r * ldc + 16 * NV, fill);
-      return;
-    }
-    // begin >= end: no term, so C keeps (accumulate) or gets zeros.
-    micro_kernel_bf16<R, NV>(Cb, ldc, A + r0 * ars + bc.begin * aks, ars, aks, Bm + bc.begin * ldb + c0, ldb,
-                             std::max<int64_t>(bc.end - bc.begin, 0), accumulate, mul);
-  });
+  for_each_kept_block(C, ldc, rows, W, kp, 2, cut, kind, fill,
+                      [&]<int R, int NV>(float* Cb, int64_t r0, int64_t c0, int64_t p0, int64_t np) {
+                        micro_kernel_bf16<R, NV>(Cb, ldc, A + r0 * ars + p0 * aks, ars, aks, Bm + p0 * ldb + c0, ldb,
+                                                 np, accumulate, mul);
+                      });
 }
 
 // A tile of words seen as the bf16 pairs of a broadcast operand: row r's pair p at 2*(p*ld + r).
@@ -397,10 +391,9 @@ struct ScoreTiles {
 };
 
 void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibility& vis, const TileMask& tm,
-                 const word* qt, const word* dot, const float* lse2, const float* delta, int64_t q0, int64_t nq,
-                 int64_t krow0, int64_t k0, int64_t nk) {
+                 const TileCut& cut, const word* qt, const word* dot, const float* lse2, const float* delta,
+                 int64_t q0, int64_t nq, int64_t krow0, int64_t k0, int64_t nk) {
   const int64_t De = o.e.De;
-  const TileCut cut = tile_cut(vis, tm, q0, k0);
   tile_product_bf16(t.st, TQ, o.ke + krow0, o.e.kse, 2, qt, TQ, nk, De / 2, TQ, false, o.c, cut, Cut::KeysByQueries,
                     kNegInf);  // S^T = c K Q^T
   tile_product_bf16(t.dpt, TQ, o.ve + krow0, o.e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1, cut,
@@ -510,9 +503,9 @@ void walk_query_tile(QueryTileScratch& w, const BackwardOperands& o, const Visib
     const int64_t k0 = ktile * TK, nk = std::min(TK, s.T - k0);
     const TileMask tm = vis.classify(q0, nq, k0, nk);
     if (tm.skip) continue;
-    score_tiles(w.t, o, vis, tm, w.qt, w.dot, w.lse2, w.delta, q0, nq, (b * s.T + k0) * o.e.kse + g * o.e.De, k0,
-                nk);
     const TileCut cut = tile_cut(vis, tm, q0, k0);
+    score_tiles(w.t, o, vis, tm, cut, w.qt, w.dot, w.lse2, w.delta, q0, nq, (b * s.T + k0) * o.e.kse + g * o.e.De,
+                k0, nk);
     add_dq(w.dq_acc, w.t, o, cut, b, g, ktile, nq, nk);
     more(ktile, k0, nk, cut);
   }

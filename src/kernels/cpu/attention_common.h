@@ -204,6 +204,25 @@ inline BlockCut cut_block(const TileCut& cut, Cut kind, int64_t r0, int64_t r1, 
   return b;
 }
 
+// The register blocks of a product C [rows, W] over a tile with this cut (none: cut.vis null), walked as
+// for_each_register_block does: a hidden block is filled with `fill`, every other one handed to
+// block.template operator()<R, NV>(Cb, r0, c0, begin, count): its corner in C, its first row and column,
+// and the run of the n summed indices (in units of `per`, see cut_block) it sums over; count 0: no term,
+// so an accumulated C keeps its values and a written one gets zeros.
+template <class Block>
+inline void for_each_kept_block(float* C, int64_t ldc, int64_t rows, int64_t W, int64_t n, int64_t per,
+                                const TileCut& cut, Cut kind, float fill, Block&& block) {
+  for_each_register_block(rows, W, [&]<int R, int NV>(int64_t r0, int64_t c0) {
+    float* Cb = C + r0 * ldc + c0;
+    const BlockCut bc = cut_block(cut, kind, r0, r0 + R - 1, c0, c0 + 16 * NV - 1, n, per);
+    if (bc.hidden) {
+      for (int r = 0; r < R; ++r) std::fill(Cb + r * ldc, Cb + r * ldc + 16 * NV, fill);
+      return;
+    }
+    block.template operator()<R, NV>(Cb, r0, c0, bc.begin, std::max<int64_t>(bc.end - bc.begin, 0));
+  });
+}
+
 // A block of T or more keys is one block for the whole sequence; clamping keeps last_key from overflowing.
 inline Visibility visibility(const AttentionMask& mask, int64_t b, int64_t T) {
   return Visibility{mask.type, std::min(mask.block_size, T), mask.segment_ids ? mask.segment_ids + b * T : nullptr};
