@@ -118,6 +118,9 @@ def prepare_data(build, workdir, shared):
     return prefix + "_text_document", "synthetic uniform token ids (../shared absent)"
 
 
+# Precisions of our trainer alone (its forced --bf16 paths), without a PyTorch run of their own.
+OURS_ONLY = ("bf16-products", "bf16-storage")
+
 def ours_cmd(build, c, objective, precision, data, iters):
     cmd = [os.path.join(build, "bin", "pretrain_difflm"), "--model-type", "gpt" if objective == "ar" else "difflm",
            "--num-layers", c["layers"], "--hidden-size", c["hidden"], "--num-attention-heads", c["heads"],
@@ -134,6 +137,8 @@ def ours_cmd(build, c, objective, precision, data, iters):
         cmd += ["--bf16"]  # the trainer's own choice of product path for this CPU (it logs which)
     if precision == "bf16-products":
         cmd += ["--bf16", "--bf16-products"]
+    if precision == "bf16-storage":
+        cmd += ["--bf16", "--bf16-storage-only"]
     return [str(x) for x in cmd]
 
 
@@ -187,9 +192,10 @@ def main():
     ap.add_argument("--objectives", default="ar,dlm", help="comma list of ar, dlm")
     ap.add_argument("--precisions", default="fp32",
                     help="comma list of fp32, bf16 (ours: --bf16, whose product path the trainer picks for the CPU), "
-                         "bf16-products (ours only: --bf16 --bf16-products, bf16 products even where they are slow)")
+                         "bf16-products (ours only: --bf16 --bf16-products, bf16 products even where they are slow), "
+                         "bf16-storage (ours only: --bf16 --bf16-storage-only, fp32 products with bf16 storage)")
     ap.add_argument("--torch-precisions", default="",
-                    help="the PyTorch runs' precisions (default: those of --precisions but bf16-products); e.g. fp32 "
+                    help="the PyTorch runs' precisions (default: those of --precisions but the ours-only ones); e.g. fp32 "
                          "where PyTorch's bf16 has no fast path (on an AVX2 CPU its autocast bf16 runs ~40x slower)")
     ap.add_argument("--impls", default="ours,eager,compile", help="comma list of ours, eager, compile")
     # Two: every trainer's second step still first-touches memory (our activation arenas grow to fit
@@ -219,7 +225,7 @@ def main():
     if args.rounds < 1:
         sys.exit(f"--rounds: expected a positive number of rounds, got {args.rounds}")
     torch_precisions = ([p for p in args.torch_precisions.split(",") if p] if args.torch_precisions else
-                        [p for p in args.precisions.split(",") if p != "bf16-products"])
+                        [p for p in args.precisions.split(",") if p not in OURS_ONLY])
 
     workdir = os.path.join(args.build_dir, "compare_pytorch")
     os.makedirs(workdir, exist_ok=True)
@@ -228,7 +234,8 @@ def main():
     t_start = time.time()
     data, data_desc = prepare_data(args.build_dir, workdir, args.shared)
     fp32_peak, bf16_peak, bf16_widened = gemm_peaks(args.build_dir, env, workdir)
-    peak = {"fp32": fp32_peak, "bf16": bf16_peak, "bf16-products": bf16_peak, "widened": bf16_widened}
+    peak = {"fp32": fp32_peak, "bf16": bf16_peak, "bf16-products": bf16_peak, "bf16-storage": fp32_peak,
+            "widened": bf16_widened}
     tpeak = dict(zip(("fp32", "bf16"), torch_mm_peaks(args.threads)))
     print(f"GEMM peak (bench_kernels gemm --quick, best shape, {args.threads} threads): fp32 {peak['fp32']/1e9:.1f} GFLOP/s, "
           f"bf16 {peak['bf16']/1e9:.1f} GFLOP/s; torch.mm probe (fp32 2048^3, bf16 512^3): fp32 {tpeak['fp32']/1e9:.1f}, "
@@ -244,7 +251,7 @@ def main():
             # Our trainer's runs of every precision first, back to back: the bf16 goal compares them, and
             # the machine's speed drifts by a few percent over the minutes PyTorch's runs take.
             order = [(p, "ours") for p in precisions if "ours" in impls]
-            # bf16-products is ours only: PyTorch's bf16 rows are the peers of both bf16 rows.
+            # bf16-products and bf16-storage are ours only: PyTorch's bf16 rows are the peers of every bf16 row.
             order += [(p, impl) for p in torch_precisions for impl in impls if impl != "ours"]
             tries = {}  # (precision, impl) -> the results of every round
             for rnd in range(args.rounds):
@@ -264,14 +271,14 @@ def main():
                           flush=True)
             runs = {key: median_result(rs) for key, rs in tries.items()}  # (precision, impl) -> result
             for precision in precisions:
-                peer = "bf16" if precision == "bf16-products" else precision
+                peer = "bf16" if precision in OURS_ONLY else precision
                 res = {impl: runs.get((precision, impl), runs.get((peer, impl))) for impl in impls}
-                for impl in impls if precision != "bf16-products" else ["ours"]:
+                for impl in impls if precision not in OURS_ONLY else ["ours"]:
                     r = res[impl]
                     if r is None:
                         continue
                     results[(name, objective, precision, impl)] = r
-                    label = precision + (" (fp32 products)" if r.get("fp32_products") else "")
+                    label = precision + (" (fp32 products)" if r.get("fp32_products") and precision == "bf16" else "")
                     row = [name, objective.upper(), label, impl]
                     if "na" in r:
                         rows.append(row + [r["na"], "", "", "", "", "", ""])

@@ -51,7 +51,7 @@ constexpr int kPeakReps = 6;  // calls per shape; the first warms caches and one
 
 }  // namespace
 
-double measure_gemm_peak_flops(bool bf16) {
+static double time_gemm_peak_flops(bool bf16) {
   double best = 0;
   for (const PeakShape& s : kPeakShapes) {
     // Inputs 0.5 and 0.25 (exact in bf16 too), in the precision the product takes.
@@ -69,6 +69,15 @@ double measure_gemm_peak_flops(bool bf16) {
     }
   }
   return best;
+}
+
+double measure_gemm_peak_flops(bool bf16) {
+  // Once per precision: --bf16's choice of path (train/precision_arguments.h) and the trainer's MFU then
+  // use the same measurement. Thread-safe by the static's initialisation.
+  static const double fp32 = time_gemm_peak_flops(false);
+  if (!bf16) return fp32;
+  static const double bf16_rate = time_gemm_peak_flops(true);
+  return bf16_rate;
 }
 
 std::string gemm_peak_description() {

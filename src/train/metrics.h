@@ -26,6 +26,7 @@ double available_memory_bytes();  // MemAvailable from /proc/meminfo (0 when unk
 // GEMM throughput of this machine with the current thread count, in FLOP/s: the fastest single oneDNN
 // product among a few timed calls of each of a few shapes (metrics.cpp says which and why); fp32, or
 // with bf16 inputs and fp32 accumulation (cpu::gemm_bf16), the products a run with bf16 products makes.
+// Measured on the first call for each precision and remembered for the process.
 double measure_gemm_peak_flops(bool bf16 = false);
 // Those shapes and calls, for the log: "1024^3 and 1024 x 2304 x 768, best of 10".
 std::string gemm_peak_description();

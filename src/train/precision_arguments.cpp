@@ -1,20 +1,25 @@
 #include "train/precision_arguments.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "kernels/cpu/gemm.h"
+#include "parallel/mpi_communicator.h"
+#include "train/metrics.h"
 
 namespace megadlm {
 
 void declare_precision_flags(CliFlags& f) {
-  f.add_bool("bf16", "bf16 mixed precision: bf16 matrix products with fp32 accumulation and master weights");
+  f.add_bool("bf16",
+             "bf16 mixed precision: bf16 matrix products with fp32 accumulation and master weights (on a CPU whose "
+             "bf16 products are not clearly faster than fp32 ones, fp32 products with bf16 storage; the log says which)");
   f.add_bool("bf16-storage-only",
-             "with --bf16: keep fp32 products, store only the saved Linear inputs in bf16 (for CPUs where bf16 "
-             "products are slower than fp32)");
+             "with --bf16: keep fp32 products, store only the saved Linear inputs in bf16 (the default on CPUs where bf16 "
+             "products are not clearly faster than fp32)");
   f.add_bool("bf16-products",
-             "with --bf16: bf16 matrix products even on a CPU without a bf16 matmul in oneDNN, where they run "
-             "widened to fp32 (by default --bf16 keeps fp32 products there)");
+             "with --bf16: bf16 matrix products even on a CPU where they are slower than fp32 ones, or run widened to "
+             "fp32 without a bf16 matmul in oneDNN (by default --bf16 keeps fp32 products there)");
   f.add_bool("fp16", "fp16 mixed precision (products emulated in fp32 on fp16 values) with loss scaling");
   f.add_double("loss-scale", 0, "--fp16: static loss scale (default: dynamic)");
   f.add_double("initial-loss-scale", 4294967296.0, "--fp16: initial dynamic loss scale (2^32)");
@@ -30,19 +35,36 @@ void declare_precision_flags(CliFlags& f) {
   f.add_int("recompute-num-layers", 1, "full recomputation: layers per group (uniform) or layers recomputed (block)");
 }
 
-Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, bool cpu_bf16_matmul) {
+Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, const CpuGemmRates& cpu) {
   MDLM_CHECK(!(storage_only_flag && products_flag), "--bf16-storage-only and --bf16-products cannot be given together");
   Bf16Path path;
   if (storage_only_flag || products_flag) {
     path.products = products_flag;
     return path;
   }
-  if (device != Device::CPU || cpu_bf16_matmul) return path;
+  if (device != Device::CPU || cpu.bf16 >= kBf16ProductsMinSpeedup * cpu.fp32) return path;
   path.products = false;
-  path.note =
-      "fp32 products: oneDNN has no bf16 matmul on this CPU (it needs AVX-512), where bf16 products would run "
-      "widened to fp32, slower than fp32 products (--bf16-products forces them)";
+  if (cpu.bf16 <= 0) {
+    path.note =
+        "fp32 products: oneDNN has no bf16 matmul on this CPU (it needs AVX-512), where bf16 products would run "
+        "widened to fp32, slower than fp32 products (--bf16-products forces them)";
+    return path;
+  }
+  char rates[160];
+  std::snprintf(rates, sizeof rates, "%.1f GFLOP/s against %.1f in fp32 (%.2fx; bf16 products need %.2gx)",
+                cpu.bf16 / 1e9, cpu.fp32 / 1e9, cpu.bf16 / cpu.fp32, kBf16ProductsMinSpeedup);
+  path.note = std::string("fp32 products: oneDNN's bf16 matmul on this CPU runs at ") + rates +
+              ", measured at start (--bf16-products forces them)";
   return path;
+}
+
+CpuGemmRates measure_cpu_gemm_rates() {
+  CpuGemmRates r;
+  r.fp32 = measure_gemm_peak_flops(false);
+  r.bf16 = cpu::has_bf16_matmul() ? measure_gemm_peak_flops(true) : 0.0;
+  double both[2] = {r.fp32, r.bf16};
+  world_communicator()->broadcast(both, sizeof both, 0);
+  return {both[0], both[1]};
 }
 
 void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
@@ -58,7 +80,7 @@ void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
     const bool storage = f.get_bool("bf16-storage-only"), products = f.get_bool("bf16-products");
     // The probe asks oneDNN only when the choice is the CPU's to make.
     const bool ask = !storage && !products && device == Device::CPU;
-    const Bf16Path path = choose_bf16_path(storage, products, device, ask ? cpu::has_bf16_matmul() : true);
+    const Bf16Path path = choose_bf16_path(storage, products, device, ask ? measure_cpu_gemm_rates() : CpuGemmRates{});
     p.bf16_products = path.products;
     a.bf16_path_note = path.note;
   }

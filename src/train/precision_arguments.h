@@ -20,16 +20,28 @@ struct PrecisionArgs {
   RecomputeConfig recompute;
 };
 
-// --bf16's product path. bf16 products where they are the fast path: on a device, and on a CPU where
-// oneDNN has a bf16 matmul (cpu_bf16_matmul: cpu::has_bf16_matmul()). Elsewhere (an AVX2-only CPU) they
-// would run as widened fp32 products, slower than the fp32 products themselves, so --bf16 keeps fp32
-// products with the saved activations in bf16, as the issue and Megatron's storage-only mode allow.
-// --bf16-storage-only and --bf16-products force one path.
+// --bf16's product path. bf16 products where they are the fast path: on a device, and on a CPU whose
+// oneDNN bf16 matmul runs clearly faster than its fp32 one (at least kBf16ProductsMinSpeedup times the
+// rate, both measured at start: train/metrics.h). Elsewhere --bf16 keeps fp32 products with the saved
+// activations in bf16, as the issue and Megatron's storage-only mode allow: on an AVX2-only CPU oneDNN
+// has no bf16 matmul (bf16 products would run widened to fp32), and on an AVX512-BF16 Xeon with no AMX
+// exposed its bf16 matmul runs at ~0.55x the fp32 one. --bf16-storage-only and --bf16-products force
+// one path.
 struct Bf16Path {
   bool products = true;
   std::string note;  // set when the path was chosen for the CPU rather than by a flag
 };
-Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, bool cpu_bf16_matmul);
+// The CPU's measured GEMM rates in FLOP/s (train/metrics.h); bf16 = 0 where oneDNN has no bf16 matmul.
+struct CpuGemmRates {
+  double fp32 = 0, bf16 = 0;
+};
+// The margin keeps the choice away from noise: the rates seen so far are 0 (AVX2), 0.55x (Xeon, no AMX)
+// and ~2x (Zen 4, an AVX-512 machine of stop 21), far on either side of it.
+constexpr double kBf16ProductsMinSpeedup = 1.2;
+Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, const CpuGemmRates& cpu);
+// The rates choose_bf16_path takes on this CPU: measured once per process (train/metrics.h); under MPI
+// rank 0's, broadcast, so that every rank takes the same path (they multiply the same bits).
+CpuGemmRates measure_cpu_gemm_rates();
 
 void declare_precision_flags(CliFlags& f);
 inline MemoryOptions memory_options(const PrecisionArgs& a) { return MemoryOptions{a.precision, a.recompute}; }

@@ -65,29 +65,39 @@ TEST(PrecisionFlags, ValuesAreRead) {
   EXPECT_EQ(e.precision.fp8.amax_algo, Fp8AmaxAlgo::Max);
 }
 
-// --bf16's product path: bf16 products where the CPU has a bf16 matmul (or on a device), fp32 products
-// with bf16 storage where it has none, with a note for the log; the flags force either.
+// --bf16's product path: bf16 products where the CPU's bf16 matmul is clearly faster than its fp32 one
+// (or on a device), fp32 products with bf16 storage where it is not or where there is none, with a note
+// for the log; the flags force either.
 TEST(PrecisionFlags, Bf16PathFollowsTheCpuUnlessAFlagForcesIt) {
-  const Bf16Path fast = choose_bf16_path(false, false, Device::CPU, true);
+  const CpuGemmRates zen4{200e9, 410e9}, xeon{285e9, 155e9}, avx2{140e9, 0}, even{200e9, 220e9};
+  const Bf16Path fast = choose_bf16_path(false, false, Device::CPU, zen4);
   EXPECT_TRUE(fast.products);
   EXPECT_TRUE(fast.note.empty());
-  const Bf16Path slow = choose_bf16_path(false, false, Device::CPU, false);
-  EXPECT_FALSE(slow.products);
-  EXPECT_NE(slow.note.find("--bf16-products"), std::string::npos) << slow.note;
-  EXPECT_TRUE(choose_bf16_path(false, false, Device::CUDA, false).products) << "a device multiplies bf16 itself";
-  for (const bool cpu_bf16 : {false, true}) {
-    const Bf16Path storage = choose_bf16_path(true, false, Device::CPU, cpu_bf16);
+  const Bf16Path slower = choose_bf16_path(false, false, Device::CPU, xeon);
+  EXPECT_FALSE(slower.products);
+  EXPECT_NE(slower.note.find("155.0 GFLOP/s against 285.0 in fp32 (0.54x"), std::string::npos) << slower.note;
+  EXPECT_NE(slower.note.find("--bf16-products"), std::string::npos) << slower.note;
+  EXPECT_FALSE(choose_bf16_path(false, false, Device::CPU, even).products) << "1.1x is within the margin";
+  const Bf16Path none = choose_bf16_path(false, false, Device::CPU, avx2);
+  EXPECT_FALSE(none.products);
+  EXPECT_NE(none.note.find("no bf16 matmul"), std::string::npos) << none.note;
+  EXPECT_TRUE(choose_bf16_path(false, false, Device::CUDA, avx2).products) << "a device multiplies bf16 itself";
+  for (const CpuGemmRates& cpu : {zen4, xeon, avx2}) {
+    const Bf16Path storage = choose_bf16_path(true, false, Device::CPU, cpu);
     EXPECT_FALSE(storage.products);
     EXPECT_TRUE(storage.note.empty());
-    const Bf16Path products = choose_bf16_path(false, true, Device::CPU, cpu_bf16);
+    const Bf16Path products = choose_bf16_path(false, true, Device::CPU, cpu);
     EXPECT_TRUE(products.products);
     EXPECT_TRUE(products.note.empty());
   }
-  // Through the flags, on this CPU: --bf16 alone takes the path has_bf16_matmul() says; --bf16-products
-  // forces products anywhere.
+  // Through the flags, on this CPU: --bf16 alone takes the path this process's measured rates say (they
+  // are measured once, so asking again gives the ones the flags used); --bf16-products forces products.
   const PrecisionArgs plain = parse({"--bf16"});
-  EXPECT_EQ(plain.precision.bf16_products, cpu::has_bf16_matmul());
-  EXPECT_EQ(plain.bf16_path_note.empty(), cpu::has_bf16_matmul());
+  const CpuGemmRates here = measure_cpu_gemm_rates();
+  EXPECT_GT(here.fp32, 0);
+  EXPECT_EQ(here.bf16 > 0, cpu::has_bf16_matmul());
+  EXPECT_EQ(plain.precision.bf16_products, here.bf16 >= kBf16ProductsMinSpeedup * here.fp32);
+  EXPECT_EQ(plain.bf16_path_note.empty(), plain.precision.bf16_products);
   EXPECT_TRUE(parse({"--bf16", "--bf16-products"}).precision.bf16_products);
 }
 
