@@ -375,7 +375,7 @@ def write_report(args, rows, peak, tpeak, data_desc, load_before, t_start, final
                                                   if peak["widened"] else "")
         + f" (torch.mm probe, fp32 2048^3 and bf16 512^3: fp32 {tpeak['fp32']/1e9:.1f}, bf16 {tpeak['bf16']/1e9:.1f})",
         "- a bf16 row marked (fp32 products) ran --bf16 with fp32 products and bf16 storage (the trainer's choice on a "
-        "CPU without a bf16 matmul); its MFU is against the fp32 peak",
+        "CPU whose bf16 matmul is missing or not 1.2x its fp32 rate); its MFU is against the fp32 peak",
         "- model FLOPs/token = 6 * (layer matrix params + V*C output layer) + 12 * L * C * T (attention counted in full)",
     ]
     text = "\n".join(table) + "\n\n" + "\n".join(notes) + "\n"
