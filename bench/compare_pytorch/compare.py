@@ -121,6 +121,7 @@ def prepare_data(build, workdir, shared):
 # Precisions of our trainer alone (its forced --bf16 paths), without a PyTorch run of their own.
 OURS_ONLY = ("bf16-products", "bf16-storage")
 
+
 def ours_cmd(build, c, objective, precision, data, iters):
     cmd = [os.path.join(build, "bin", "pretrain_difflm"), "--model-type", "gpt" if objective == "ar" else "difflm",
            "--num-layers", c["layers"], "--hidden-size", c["hidden"], "--num-attention-heads", c["heads"],

@@ -50,21 +50,19 @@ Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device dev
         "widened to fp32, slower than fp32 products (--bf16-products forces them)";
     return path;
   }
-  char rates[160];
-  std::snprintf(rates, sizeof rates, "%.1f GFLOP/s against %.1f in fp32 (%.2fx; bf16 products need %.2gx)",
+  char note[256];
+  std::snprintf(note, sizeof note,
+                "fp32 products: oneDNN's bf16 matmul on this CPU runs at %.1f GFLOP/s against %.1f in fp32 (%.2fx; "
+                "bf16 products need %.2gx), measured at start (--bf16-products forces them)",
                 cpu.bf16 / 1e9, cpu.fp32 / 1e9, cpu.bf16 / cpu.fp32, kBf16ProductsMinSpeedup);
-  path.note = std::string("fp32 products: oneDNN's bf16 matmul on this CPU runs at ") + rates +
-              ", measured at start (--bf16-products forces them)";
+  path.note = note;
   return path;
 }
 
 CpuGemmRates measure_cpu_gemm_rates() {
-  CpuGemmRates r;
-  r.fp32 = measure_gemm_peak_flops(false);
-  r.bf16 = cpu::has_bf16_matmul() ? measure_gemm_peak_flops(true) : 0.0;
-  double both[2] = {r.fp32, r.bf16};
-  world_communicator()->broadcast(both, sizeof both, 0);
-  return {both[0], both[1]};
+  double rates[2] = {measure_gemm_peak_flops(false), cpu::has_bf16_matmul() ? measure_gemm_peak_flops(true) : 0.0};
+  world_communicator()->broadcast(rates, sizeof rates, 0);
+  return {rates[0], rates[1]};
 }
 
 void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
