@@ -47,12 +47,26 @@ class Backend {
   virtual void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const = 0;  // out [N,C]
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const = 0;   // dbias [C] +=
   virtual void add_inplace(float* a, const float* b, int64_t n) const = 0;
-  // Row gather: dst [n, C] = src[index[k]] (index [n] of rows of src).
-  virtual void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const = 0;
-  // Row scatter: dst [N, C] row i = src row r when row r is listed for i (offsets [N+1] into rows [n],
-  // at most one row per i here), zero when none is.
-  virtual void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
-                            int64_t C) const = 0;
+  // ---- row permutations (kernels/cpu/moe_permute.h): MoE dispatch / combine, the output layer's rows ----
+  // rows [P, C] = x[token[p]] (* weight[p] unless weight is null); token[p] < 0 (padding) gives a zero row.
+  virtual void moe_permute(float* rows, const float* x, const int32_t* token, const float* weight, int64_t P,
+                           int64_t C) const = 0;
+  // out [N, C] written: out[n] = sum of (weight[p] or 1) * rows[p] over list[offsets[n] .. offsets[n+1]),
+  // in that order; 0 for a token with no rows.
+  virtual void moe_unpermute(float* out, const float* rows, const int32_t* offsets, const int32_t* list,
+                             const float* weight, int64_t N, int64_t C) const = 0;
+  // dweight [P] written: dot(dout[token[p]], rows[p]), 0 for padding.
+  virtual void moe_unpermute_weight_grad(float* dweight, const float* dout, const float* rows, const int32_t* token,
+                                         int64_t P, int64_t C) const = 0;
+  // Row gather dst [n, C] = src[index[k]], and its inverse: dst [N, C] row i = the sum of the src rows
+  // listed for i (offsets [N+1] into rows [n]), zero when none is. The unweighted permutations.
+  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const {
+    moe_permute(dst, src, index, nullptr, n, C);
+  }
+  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
+                    int64_t C) const {
+    moe_unpermute(dst, src, offsets, rows, nullptr, N, C);
+  }
   virtual void scale_inplace(float* a, float s, int64_t n) const = 0;
 
   // ---- norms (kernels/cpu/norm.h): out, inp [N,C]; mean, rstd [N]; weight, bias [C] ----

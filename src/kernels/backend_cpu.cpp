@@ -9,6 +9,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/rope.h"
@@ -65,17 +66,17 @@ class CpuBackend final : public Backend {
   void add_inplace(float* a, const float* b, int64_t n) const override { cpu::add_inplace(a, b, n); }
   // Plain loops: the CPU output layer gathers its own rows (nn/lm_head.cpp); these serve the tests'
   // emulated device.
-  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
-    for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * C, src + index[k] * C, sizeof(float) * C);
+  void moe_permute(float* rows, const float* x, const int32_t* token, const float* weight, int64_t P,
+                   int64_t C) const override {
+    cpu::moe_permute(rows, x, token, weight, P, C);
   }
-  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
-                    int64_t C) const override {
-    for (int64_t i = 0; i < N; ++i) {
-      float* d = dst + i * C;
-      std::memset(d, 0, sizeof(float) * C);
-      for (int32_t j = offsets[i]; j < offsets[i + 1]; ++j)
-        for (int64_t c = 0; c < C; ++c) d[c] += src[rows[j] * C + c];
-    }
+  void moe_unpermute(float* out, const float* rows, const int32_t* offsets, const int32_t* list, const float* weight,
+                     int64_t N, int64_t C) const override {
+    cpu::moe_unpermute(out, rows, offsets, list, weight, N, C);
+  }
+  void moe_unpermute_weight_grad(float* dweight, const float* dout, const float* rows, const int32_t* token, int64_t P,
+                                 int64_t C) const override {
+    cpu::moe_unpermute_weight_grad(dweight, dout, rows, token, P, C);
   }
   void scale_inplace(float* a, float s, int64_t n) const override { cpu::scale_inplace(a, s, n); }
 

@@ -94,7 +94,8 @@ inline std::atomic<int64_t>& emulated_pointer_checks() {
   return n;
 }
 
-// Rows gathered by gather_rows so far (the output layer's selection of the rows with a loss).
+// Rows gathered by moe_permute so far (in a dense model: the output layer's selection of the rows with a
+// loss, Backend::gather_rows).
 inline std::atomic<int64_t>& emulated_gathered_rows() {
   static std::atomic<int64_t> n{0};
   return n;
@@ -171,14 +172,20 @@ class EmulatedCudaBackend final : public Backend {
   void add_inplace(float* a, const float* b, int64_t n) const override {
     on_cpu({a, b}, "add_inplace", [&] { return cpu().add_inplace(a, b, n); });
   }
-  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
-    emulated_gathered_rows() += n;
-    on_cpu({dst, src, index}, "gather_rows", [&] { return cpu().gather_rows(dst, src, index, n, C); });
+  void moe_permute(float* rows, const float* x, const int32_t* token, const float* weight, int64_t P,
+                   int64_t C) const override {
+    emulated_gathered_rows() += P;
+    on_cpu({rows, x, token, weight}, "moe_permute", [&] { return cpu().moe_permute(rows, x, token, weight, P, C); });
   }
-  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
-                    int64_t C) const override {
-    on_cpu({dst, src, offsets, rows}, "scatter_rows",
-           [&] { return cpu().scatter_rows(dst, src, offsets, rows, N, C); });
+  void moe_unpermute(float* out, const float* rows, const int32_t* offsets, const int32_t* list, const float* weight,
+                     int64_t N, int64_t C) const override {
+    on_cpu({out, rows, offsets, list, weight}, "moe_unpermute",
+           [&] { return cpu().moe_unpermute(out, rows, offsets, list, weight, N, C); });
+  }
+  void moe_unpermute_weight_grad(float* dweight, const float* dout, const float* rows, const int32_t* token, int64_t P,
+                                 int64_t C) const override {
+    on_cpu({dweight, dout, rows, token}, "moe_unpermute_weight_grad",
+           [&] { return cpu().moe_unpermute_weight_grad(dweight, dout, rows, token, P, C); });
   }
   void scale_inplace(float* a, float s, int64_t n) const override {
     on_cpu({a}, "scale_inplace", [&] { return cpu().scale_inplace(a, s, n); });

@@ -85,13 +85,17 @@ class CudaBackend final : public Backend {
     cuda::bias_backward<float>(dbias, dout, N, C, kStream);
   }
   void add_inplace(float* a, const float* b, int64_t n) const override { cuda::add_inplace<float>(a, b, n, kStream); }
-  // The MoE permutation kernels, unweighted: a row gather, and its inverse as a CSR sum of rows.
-  void gather_rows(float* dst, const float* src, const int32_t* index, int64_t n, int64_t C) const override {
-    cuda::moe_permute<float>(dst, src, index, nullptr, n, C, kStream);
+  void moe_permute(float* rows, const float* x, const int32_t* token, const float* weight, int64_t P,
+                   int64_t C) const override {
+    cuda::moe_permute<float>(rows, x, token, weight, P, C, kStream);
   }
-  void scatter_rows(float* dst, const float* src, const int32_t* offsets, const int32_t* rows, int64_t N,
-                    int64_t C) const override {
-    cuda::moe_unpermute<float>(dst, src, offsets, rows, nullptr, N, C, kStream);
+  void moe_unpermute(float* out, const float* rows, const int32_t* offsets, const int32_t* list, const float* weight,
+                     int64_t N, int64_t C) const override {
+    cuda::moe_unpermute<float>(out, rows, offsets, list, weight, N, C, kStream);
+  }
+  void moe_unpermute_weight_grad(float* dweight, const float* dout, const float* rows, const int32_t* token, int64_t P,
+                                 int64_t C) const override {
+    cuda::moe_unpermute_weight_grad<float>(dweight, dout, rows, token, P, C, kStream);
   }
   void scale_inplace(float* a, float s, int64_t n) const override { cuda::scale_inplace<float>(a, s, n, kStream); }
 
