@@ -62,7 +62,6 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
     MDLM_CHECK(ctx.world_size == 1 && ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1 && ctx.ep.size == 1,
                "--device ", device_name(device), " runs one process on one GPU so far: no tensor, pipeline, context, ",
                "expert or data parallelism");
-    MDLM_CHECK(!cfg.moe.enabled(), "--device ", device_name(device), ": MoE layers (--num-experts) run on the CPU only so far");
     params_.set_device(device);
     arena_.set_device(device);
   }

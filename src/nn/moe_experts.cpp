@@ -1,7 +1,6 @@
 #include "nn/moe_experts.h"
 
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -22,26 +21,28 @@ MoEExperts::MoEExperts(ParamStore& store, const std::string& name, const Transfo
   }
 }
 
+const Backend& MoEExperts::be() const { return backend_for(store_->device()); }
+
 // h [rows, F1] = x [rows, C] @ W1_e^T + b1_e
 void MoEExperts::fc1_segment(int64_t e, int64_t rows, const float* x, float* h) const {
-  cpu::gemm(false, true, rows, F1_, C_, 1.0f, x, C_, store_->value(w1_[e]).data<float>(), C_, 0.0f, h, F1_);
-  if (b1_[e] >= 0) cpu::bias_add_forward(h, store_->value(b1_[e]).data<float>(), rows, F1_);
+  be().gemm(false, true, rows, F1_, C_, 1.0f, x, C_, store_->value(w1_[e]).data<float>(), C_, 0.0f, h, F1_);
+  if (b1_[e] >= 0) be().bias_add_forward(h, store_->value(b1_[e]).data<float>(), rows, F1_);
 }
 
 // y [rows, C] = a [rows, F] @ W2_e^T + b2_e
 void MoEExperts::fc2_segment(int64_t e, int64_t rows, const float* a, float* y) const {
-  cpu::gemm(false, true, rows, C_, F_, 1.0f, a, F_, store_->value(w2_[e]).data<float>(), F_, 0.0f, y, C_);
-  if (b2_[e] >= 0) cpu::bias_add_forward(y, store_->value(b2_[e]).data<float>(), rows, C_);
+  be().gemm(false, true, rows, C_, F_, 1.0f, a, F_, store_->value(w2_[e]).data<float>(), F_, 0.0f, y, C_);
+  if (b2_[e] >= 0) be().bias_add_forward(y, store_->value(b2_[e]).data<float>(), rows, C_);
 }
 
 void MoEExperts::act_forward(float* a, const float* h, int64_t rows) const {
-  if (act_ == Activation::Gelu) cpu::gelu_forward(a, h, rows * F_);
-  else cpu::swiglu_forward(a, h, rows, F_);
+  if (act_ == Activation::Gelu) be().gelu_forward(a, h, rows * F_);
+  else be().swiglu_forward(a, h, rows, F_);
 }
 
 void MoEExperts::act_backward(float* dh, const float* h, const float* da, int64_t rows) const {
-  if (act_ == Activation::Gelu) cpu::gelu_backward(dh, h, da, rows * F_);
-  else cpu::swiglu_backward(dh, h, da, rows, F_);
+  if (act_ == Activation::Gelu) be().gelu_backward(dh, h, da, rows * F_);
+  else be().swiglu_backward(dh, h, da, rows, F_);
 }
 
 Tensor MoEExperts::forward(Arena& arena, const Tensor& xp, const std::vector<int64_t>& offsets) {
@@ -86,14 +87,14 @@ Tensor MoEExperts::forward(Arena& arena, const Tensor& xp, const std::vector<int
 void MoEExperts::expert_backward(int64_t e, int64_t n, const float* x, const float* h, const float* a,
                                  const float* dy, float* dh, float* da, float* dx) const {
   // fc2: da [n, F] = dy [n, C] @ W2 [C, F];  dW2 [C, F] += dy^T @ a;  db2 += sum dy
-  cpu::gemm(false, false, n, F_, C_, 1.0f, dy, C_, store_->value(w2_[e]).data<float>(), F_, 0.0f, da, F_);
-  cpu::gemm(true, false, C_, F_, n, 1.0f, dy, C_, a, F_, 1.0f, store_->grad(w2_[e]).data<float>(), F_);
-  if (b2_[e] >= 0) cpu::bias_backward(store_->grad(b2_[e]).data<float>(), dy, n, C_);
+  be().gemm(false, false, n, F_, C_, 1.0f, dy, C_, store_->value(w2_[e]).data<float>(), F_, 0.0f, da, F_);
+  be().gemm(true, false, C_, F_, n, 1.0f, dy, C_, a, F_, 1.0f, store_->grad(w2_[e]).data<float>(), F_);
+  if (b2_[e] >= 0) be().bias_backward(store_->grad(b2_[e]).data<float>(), dy, n, C_);
   act_backward(dh, h, da, n);
   // fc1: dx [n, C] = dh [n, F1] @ W1 [F1, C];  dW1 [F1, C] += dh^T @ x;  db1 += sum dh
-  cpu::gemm(false, false, n, C_, F1_, 1.0f, dh, F1_, store_->value(w1_[e]).data<float>(), C_, 0.0f, dx, C_);
-  cpu::gemm(true, false, F1_, C_, n, 1.0f, dh, F1_, x, C_, 1.0f, store_->grad(w1_[e]).data<float>(), C_);
-  if (b1_[e] >= 0) cpu::bias_backward(store_->grad(b1_[e]).data<float>(), dh, n, F1_);
+  be().gemm(false, false, n, C_, F1_, 1.0f, dh, F1_, store_->value(w1_[e]).data<float>(), C_, 0.0f, dx, C_);
+  be().gemm(true, false, F1_, C_, n, 1.0f, dh, F1_, x, C_, 1.0f, store_->grad(w1_[e]).data<float>(), C_);
+  if (b1_[e] >= 0) be().bias_backward(store_->grad(b1_[e]).data<float>(), dh, n, F1_);
 }
 
 void MoEExperts::backward(Arena& arena, const Tensor& dout, Tensor& dxp) {
@@ -111,21 +112,21 @@ void MoEExperts::backward(Arena& arena, const Tensor& dout, Tensor& dxp) {
     for (int64_t e = 0; e < E_; ++e) {
       const int64_t r0 = offsets_[e], n = offsets_[e + 1] - r0;
       if (n == 0) continue;
-      cpu::gemm(false, false, n, F_, C_, 1.0f, dy + r0 * C_, C_, store_->value(w2_[e]).data<float>(), F_, 0.0f,
+      be().gemm(false, false, n, F_, C_, 1.0f, dy + r0 * C_, C_, store_->value(w2_[e]).data<float>(), F_, 0.0f,
                 dap + r0 * F_, F_);
-      cpu::gemm(true, false, C_, F_, n, 1.0f, dy + r0 * C_, C_, a_.data<float>() + r0 * F_, F_, 1.0f,
+      be().gemm(true, false, C_, F_, n, 1.0f, dy + r0 * C_, C_, a_.data<float>() + r0 * F_, F_, 1.0f,
                 store_->grad(w2_[e]).data<float>(), F_);
-      if (b2_[e] >= 0) cpu::bias_backward(store_->grad(b2_[e]).data<float>(), dy + r0 * C_, n, C_);
+      if (b2_[e] >= 0) be().bias_backward(store_->grad(b2_[e]).data<float>(), dy + r0 * C_, n, C_);
     }
     act_backward(dhp, h_.data<float>(), dap, P);
     for (int64_t e = 0; e < E_; ++e) {
       const int64_t r0 = offsets_[e], n = offsets_[e + 1] - r0;
       if (n == 0) continue;
-      cpu::gemm(false, false, n, C_, F1_, 1.0f, dhp + r0 * F1_, F1_, store_->value(w1_[e]).data<float>(), C_, 0.0f,
+      be().gemm(false, false, n, C_, F1_, 1.0f, dhp + r0 * F1_, F1_, store_->value(w1_[e]).data<float>(), C_, 0.0f,
                 dx + r0 * C_, C_);
-      cpu::gemm(true, false, F1_, C_, n, 1.0f, dhp + r0 * F1_, F1_, x + r0 * C_, C_, 1.0f,
+      be().gemm(true, false, F1_, C_, n, 1.0f, dhp + r0 * F1_, F1_, x + r0 * C_, C_, 1.0f,
                 store_->grad(w1_[e]).data<float>(), C_);
-      if (b1_[e] >= 0) cpu::bias_backward(store_->grad(b1_[e]).data<float>(), dhp + r0 * F1_, n, F1_);
+      if (b1_[e] >= 0) be().bias_backward(store_->grad(b1_[e]).data<float>(), dhp + r0 * F1_, n, F1_);
     }
   } else {
     for (int64_t e = 0; e < E_; ++e) {

@@ -16,6 +16,8 @@
 
 namespace megadlm {
 
+class Backend;
+
 class MoEExperts {
  public:
   MoEExperts() = default;
@@ -32,6 +34,7 @@ class MoEExperts {
   void set_grouped(bool grouped) { grouped_ = grouped; }
 
  private:
+  const Backend& be() const;  // the parameters' device's
   void fc1_segment(int64_t e, int64_t rows, const float* x, float* h) const;
   void fc2_segment(int64_t e, int64_t rows, const float* a, float* y) const;
   void act_forward(float* a, const float* h, int64_t rows) const;

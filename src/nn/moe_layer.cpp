@@ -1,6 +1,6 @@
 #include "nn/moe_layer.h"
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -37,7 +37,7 @@ Tensor MoELayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) 
   Tensor y = dispatcher_.combine(arena, out, routing_);
   if (shared_) {
     Tensor s = shared_->forward(arena, x);
-    cpu::add_inplace(y.data<float>(), s.data<float>(), y.numel());
+    backend_of(y).add_inplace(y.data<float>(), s.data<float>(), y.numel());
   }
   return y;
 }
@@ -58,7 +58,7 @@ void MoELayer::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   } else {
     experts_.backward(arena, dout, dxp);
   }
-  dispatcher_.dispatch_backward(dxp, routing_, dx, /*accumulate=*/shared_ != nullptr);
+  dispatcher_.dispatch_backward(arena, dxp, routing_, dx, /*accumulate=*/shared_ != nullptr);
   router_.backward(arena, routing_, dweight.data<float>(), aux_loss_scale_, dx);  // accumulates into dx
   arena.release(mark);
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -36,14 +36,25 @@ void MoERouter::forward(Arena& arena, const Tensor& x, int64_t B, int64_t T, MoE
   N_ = N, B_ = B, T_ = T;
   x_ = x;
   const int64_t E = E_;
-  logits_ = arena.tensor({N, E});
-  scores_ = arena.tensor({N, E});
-  lse_ = arena.tensor({N});
+  logits_.resize(static_cast<size_t>(N * E));
+  scores_.resize(static_cast<size_t>(N * E));
+  lse_.resize(static_cast<size_t>(N));
+  // The logits are made where x is; the routing is made from them on the host (on a device: one
+  // download of [N, E]).
+  const Backend& be = backend_of(x);
   const float* W = store_->value(w_).data<float>();
-  cpu::gemm(false, true, N, E, C_, 1.0f, x.data<float>(), C_, W, C_, 0.0f, logits_.data<float>(), E);
-  const float* lg = logits_.data<float>();
-  float* sc = scores_.data<float>();
-  float* lse = lse_.data<float>();
+  if (be.device() == Device::CPU) {
+    be.gemm(false, true, N, E, C_, 1.0f, x.data<float>(), C_, W, C_, 0.0f, logits_.data(), E);
+  } else {
+    const size_t mark = arena.mark();
+    Tensor lg = arena.tensor({N, E});
+    be.gemm(false, true, N, E, C_, 1.0f, x.data<float>(), C_, W, C_, 0.0f, lg.data<float>(), E);
+    be.copy_to_host(logits_.data(), lg.data<float>(), sizeof(float) * logits_.size());
+    arena.release(mark);
+  }
+  const float* lg = logits_.data();
+  float* sc = scores_.data();
+  float* lse = lse_.data();
   const bool sigmoid = cfg_.score_function == MoEScoreFunction::Sigmoid;
 #pragma omp parallel for schedule(static) if (N * E >= kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
@@ -70,8 +81,8 @@ void MoERouter::forward(Arena& arena, const Tensor& x, int64_t B, int64_t T, MoE
 
 void MoERouter::route_token_choice(MoERouting& r) {
   const int64_t N = N_, E = E_, k = k_;
-  const float* lg = logits_.data<float>();
-  const float* sc = scores_.data<float>();
+  const float* lg = logits_.data();
+  const float* sc = scores_.data();
   sel_.resize(static_cast<size_t>(N * k));
   probs_.resize(static_cast<size_t>(N * k));
   const bool sigmoid = cfg_.score_function == MoEScoreFunction::Sigmoid;
@@ -177,7 +188,7 @@ void MoERouter::route_expert_choice(MoERouting& r) {
   // the combine weight is the token's score for that expert. Loads are equal by construction, so no
   // load-balancing loss applies.
   const int64_t N = N_, E = E_;
-  const float* sc = scores_.data<float>();
+  const float* sc = scores_.data();
   const double factor = cfg_.capacity_factor > 0 ? cfg_.capacity_factor : 1.0;
   const int64_t cap = std::min(N, std::max<int64_t>(1, expert_capacity(N * k_, E, factor)));
   r.capacity = cap;
@@ -207,16 +218,22 @@ void MoERouter::route_expert_choice(MoERouting& r) {
   for (int64_t n = 0; n < N; ++n) r.dropped += counts_[n] == 0;
 }
 
-void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight, float loss_scale, Tensor& dx) {
+void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight_in, float loss_scale, Tensor& dx) {
   const int64_t N = N_, E = E_, k = k_;
-  const size_t mark = arena.mark();
-  Tensor dl_t = arena.zeros({N, E});  // d loss / d logits
-  float* dl = dl_t.data<float>();
-  const float* lg = logits_.data<float>();
-  const float* sc = scores_.data<float>();
-  const float* lse = lse_.data<float>();
-  const bool sigmoid = cfg_.score_function == MoEScoreFunction::Sigmoid;
+  const Backend& be = backend_of(dx);
   const int64_t P = r.rows();
+  const float* dweight = dweight_in;  // where the host reads it
+  if (be.device() != Device::CPU) {
+    dweight_.resize(static_cast<size_t>(P));
+    if (P > 0) be.copy_to_host(dweight_.data(), dweight_in, sizeof(float) * static_cast<size_t>(P));
+    dweight = dweight_.data();
+  }
+  dl_.assign(static_cast<size_t>(N * E), 0.0f);  // d loss / d logits, made on the host
+  float* dl = dl_.data();
+  const float* lg = logits_.data();
+  const float* sc = scores_.data();
+  const float* lse = lse_.data();
+  const bool sigmoid = cfg_.score_function == MoEScoreFunction::Sigmoid;
 
   if (cfg_.router_type == MoERouterType::ExpertChoice) {
     // dscore[n, e] = dweight of the row that took (n, e); through the score function.
@@ -235,8 +252,8 @@ void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight
       }
     }
   } else {
-    Tensor dp_t = arena.zeros({N * k});  // d loss / d probs_
-    float* dp = dp_t.data<float>();
+    dp_.assign(static_cast<size_t>(N * k), 0.0f);  // d loss / d probs_
+    float* dp = dp_.data();
     for (int64_t row = 0; row < P; ++row)
       if (r.source[row] >= 0) dp[r.source[row]] += dweight[row];
     const bool seq = cfg_.load_balancing == MoELoadBalancing::SeqAuxLoss;
@@ -296,9 +313,16 @@ void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight
     }
   }
   // dx [N, C] += dl [N, E] @ W [E, C];  dW [E, C] += dl^T [E, N] @ x [N, C]
+  const size_t mark = arena.mark();
+  const float* dl_be = dl;  // where the backend reads it
+  if (be.device() != Device::CPU) {
+    float* d = static_cast<float*>(arena.allocate(sizeof(float) * dl_.size()));
+    be.copy_to_device(d, dl, sizeof(float) * dl_.size());
+    dl_be = d;
+  }
   const float* W = store_->value(w_).data<float>();
-  cpu::gemm(false, false, N, C_, E, 1.0f, dl, E, W, C_, 1.0f, dx.data<float>(), C_);
-  cpu::gemm(true, false, E, C_, N, 1.0f, dl, E, x_.data<float>(), C_, 1.0f, store_->grad(w_).data<float>(), C_);
+  be.gemm(false, false, N, C_, E, 1.0f, dl_be, E, W, C_, 1.0f, dx.data<float>(), C_);
+  be.gemm(true, false, E, C_, N, 1.0f, dl_be, E, x_.data<float>(), C_, 1.0f, store_->grad(w_).data<float>(), C_);
   arena.release(mark);
 }
 

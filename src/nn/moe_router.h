@@ -38,8 +38,9 @@ class MoERouter {
 
   // x [N, C] with N = B*T (B, T only matter for the per-sequence aux loss). Saves what backward needs.
   void forward(Arena& arena, const Tensor& x, int64_t B, int64_t T, MoERouting& out);
-  // dweight [P]: gradient of the loss w.r.t. routing.weight. Adds the aux and z loss gradients, scaled
-  // by loss_scale (Megatron's MoEAuxLossAutoScaler scale). dx [N, C] accumulated; dW accumulated.
+  // dweight [P] (on the model's device): gradient of the loss w.r.t. routing.weight. Adds the aux and z
+  // loss gradients, scaled by loss_scale (Megatron's MoEAuxLossAutoScaler scale). dx [N, C] and dW
+  // accumulated.
   void backward(Arena& arena, const MoERouting& routing, const float* dweight, float loss_scale, Tensor& dx);
 
   int weight_id() const { return w_; }
@@ -52,10 +53,11 @@ class MoERouter {
   MoEConfig cfg_;
   int64_t C_ = 0, E_ = 0, k_ = 0, B_ = 0, T_ = 0, N_ = 0;
   int w_ = -1;
-  Tensor x_;       // [N, C] saved input
-  Tensor logits_;  // [N, E]
-  Tensor scores_;  // [N, E] softmax (softmax score) or sigmoid (sigmoid score) of the logits
-  Tensor lse_;     // [N] log-sum-exp of the logits (z loss)
+  Tensor x_;  // [N, C] saved input, on the model's device
+  // On the host whatever the device (the routing is host work): logits [N, E], their softmax (softmax
+  // score) or sigmoid (sigmoid score), their log-sum-exp [N] (z loss); the backward's d loss / d logits
+  // [N, E], d loss / d probs_ [N k], and on a device the downloaded router-weight gradient [P].
+  std::vector<float> logits_, scores_, lse_, dl_, dp_, dweight_;
   std::vector<int32_t> sel_;     // [N k] selected experts per token, best first (token choice)
   std::vector<float> probs_;     // [N k] their routing probabilities
   std::vector<int64_t> counts_;  // [E] or [B, E]: top-k counts for the aux loss (before dropping)

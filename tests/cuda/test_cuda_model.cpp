@@ -67,7 +67,27 @@ struct Case {
   bool diffusion = false;
   bool bf16 = false;
   bool recompute = false;  // full recomputation of every layer, on the device model only
+  int moe = 0;             // 0 dense; 1 every layer MoE (top-2 of 4, aux + z loss); 2 see with_moe()
 };
+
+// The MoE variants: 1 puts a softmax top-2-of-4 router with aux and z losses in every layer; 2 makes the
+// first layer MoE and the second dense, with a shared expert, a sigmoid router and a capacity of one
+// (tokens dropped by probability, the rest padded to capacity), so that the permute writes zero rows.
+void with_moe(TransformerConfig& c, int moe) {
+  if (moe == 0) return;
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn_hidden_size = 48;
+  c.moe.aux_loss_coeff = 1e-2f;
+  c.moe.z_loss_coeff = 1e-3f;
+  if (moe == 2) {
+    c.moe.layer_freq = 2;
+    c.moe.shared_expert_size = 40;
+    c.moe.score_function = MoEScoreFunction::Sigmoid;
+    c.moe.capacity_factor = 1.0;
+    c.moe.pad_to_capacity = true;
+  }
+}
 
 // A micro-batch whose arrays outlive the call: AR targets are the next tokens (-100 at each
 // sequence's end); DLM targets are the masked tokens weighted 1/t per sequence, the rest -100, and the
@@ -125,7 +145,8 @@ HostBatch make_batch(const Case& c, uint64_t seed) {
 
 std::unique_ptr<LanguageModel> build(const Case& c, Device device, uint64_t seed) {
   // Recomputation changes no value: the CPU reference keeps every activation.
-  const TransformerConfig cfg = tiny(c.llama);
+  TransformerConfig cfg = tiny(c.llama);
+  with_moe(cfg, c.moe);
   const LayerSpec spec = c.diffusion ? difflm_layer_spec(cfg, cpu::MaskType::None, 0) : gpt_layer_spec(cfg);
   auto m = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);
   m->params().init(seed);
@@ -169,7 +190,7 @@ double param_error(const std::vector<float>& a, const std::vector<float>& b, con
 }
 
 void compare_forward_backward(const Case& c) {
-  const uint64_t seed = 4242 + (c.llama ? 1 : 0) + (c.diffusion ? 2 : 0);
+  const uint64_t seed = 4242 + (c.llama ? 1 : 0) + (c.diffusion ? 2 : 0) + 4 * c.moe;
   auto cpu_model = build(c, Device::CPU, seed);
   auto gpu_model = build(c, Device::CUDA, seed);
   ASSERT_EQ(gpu_model->params().device(), Device::CUDA);
@@ -209,6 +230,20 @@ void compare_forward_backward(const Case& c) {
     ++checked;
   }
   EXPECT_EQ(checked, gpu_model->params().count());
+  // The routers chose alike: the same tokens per expert, drops and (to rounding) aux and z losses.
+  const std::vector<MoELayer*> moe_cpu = cpu_model->moe_layers(), moe_gpu = gpu_model->moe_layers();
+  ASSERT_EQ(moe_cpu.size(), moe_gpu.size());
+  EXPECT_EQ(moe_cpu.empty(), c.moe == 0);
+  for (size_t l = 0; l < moe_cpu.size(); ++l) {
+    const MoEStats &a = moe_cpu[l]->stats(), &b = moe_gpu[l]->stats();
+    EXPECT_EQ(b.tokens_per_expert, a.tokens_per_expert) << moe_cpu[l]->name();
+    EXPECT_EQ(b.dropped, a.dropped) << moe_cpu[l]->name();
+    if (c.moe == 2) {
+      EXPECT_GT(a.dropped, 0.0) << "a capacity of one is meant to drop tokens";
+    }
+    EXPECT_NEAR(b.aux_loss, a.aux_loss, tol * a.aux_loss) << moe_cpu[l]->name();
+    EXPECT_NEAR(b.z_loss, a.z_loss, tol * a.z_loss) << moe_cpu[l]->name();
+  }
 }
 
 
@@ -292,6 +327,28 @@ void trainer_follows_the_cpu_and_resumes() {
   EXPECT_EQ(resumed.back()["loss"].get<double>(), gpu[2]["loss"].get<double>()) << "the resumed step differs";
 }
 
+// --num-experts with --device cuda: the MoE trainer (aux and z losses, per-layer statistics) follows the
+// CPU run's losses and its logged MoE losses.
+void moe_trainer_follows_the_cpu() {
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 60);
+  const auto flags = test::plus(tiny_flags(data), {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size",
+                                                   "24", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3",
+                                                   "--train-iters", "3"});
+  test::run_training(flags, {"--save", tmp / "cpu"});
+  test::run_training(flags, {"--save", tmp / "gpu", "--device", "cuda"});
+  const auto cpu = test::training_lines(tmp / "cpu/metrics.jsonl");
+  const auto gpu = test::training_lines(tmp / "gpu/metrics.jsonl");
+  ASSERT_EQ(cpu.size(), 3u);
+  ASSERT_EQ(gpu.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    for (const char* key : {"loss", "grad_norm", "moe_aux_loss", "moe_z_loss"}) {
+      ASSERT_TRUE(cpu[i].contains(key)) << key;
+      const double a = cpu[i][key].get<double>(), b = gpu[i][key].get<double>();
+      EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << key << " at iteration " << i + 1;
+    }
+}
+
 // --load-hf with --device cuda: a HuggingFace checkpoint (Qwen3 layout, adapted to diffusion: its
 // vocabulary of 96 already holds the mask token) is loaded on the host and uploaded; the first loss is
 // the CPU run's (the same values, before any update) and the next steps follow it.
@@ -353,9 +410,15 @@ BOTH_DEVICES(Gpt2AutoregressiveBf16, compare_forward_backward({false, false, tru
 BOTH_DEVICES(LlamaDiffusionBf16, compare_forward_backward({true, true, true}))
 BOTH_DEVICES(LlamaDiffusionBf16FullRecompute, compare_forward_backward({true, true, true, true}))
 BOTH_DEVICES(Gpt2AutoregressiveFp32FullRecompute, compare_forward_backward({false, false, false, true}))
+// MoE layers: the router's gemm and top-k, the permutation to expert-major rows, the experts' gemms,
+// the weighted combine and their backward (router weights included) on the device.
+BOTH_DEVICES(Gpt2AutoregressiveMoEFp32, compare_forward_backward({false, false, false, false, 1}))
+BOTH_DEVICES(LlamaDiffusionMoESharedExpertCapacityFp32, compare_forward_backward({true, true, false, false, 2}))
+BOTH_DEVICES(LlamaDiffusionMoEBf16, compare_forward_backward({true, true, true, false, 1}))
 BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
 BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
 BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())
+BOTH_DEVICES(MoETrainerFollowsTheCpu, moe_trainer_follows_the_cpu())
 BOTH_DEVICES(LoadHfFollowsTheCpu, load_hf_follows_the_cpu())
 
 // The emulation itself: a device op given a host array throws, host code reading device memory faults.
