@@ -123,6 +123,17 @@ class Backend {
   // ---- casts (kernels/cpu/cast.h) ----
   virtual void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const = 0;
   virtual void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const = 0;
+  // fp16 (IEEE binary16 bits) and fp8 (e5m2 false: E4M3, true: E5M2; saturating, NaN stays NaN) with the
+  // recipes' scale: code = q(x * scale), x ~= dq(code) * inv_scale.
+  virtual void cast_f32_to_f16(uint16_t* out, const float* inp, int64_t n) const = 0;
+  virtual void cast_f16_to_f32(float* out, const uint16_t* inp, int64_t n) const = 0;
+  virtual void cast_f32_to_fp8(uint8_t* out, const float* inp, int64_t n, float scale, bool e5m2) const = 0;
+  virtual void cast_fp8_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale, bool e5m2) const = 0;
+  // In place, x [n] = the value the narrow format holds for it (the emulated recipes around fp32 products):
+  // bf16, fp16 (inf beyond 65504), fp8 dq(q(x * scale)) / scale.
+  virtual void round_to_bf16(float* x, int64_t n) const = 0;
+  virtual void round_to_f16(float* x, int64_t n) const = 0;
+  virtual void quantize_dequantize_fp8(float* x, int64_t n, float scale, bool e5m2) const = 0;
   // out [N, C] = dout rounded to bf16, dbias [C] += column sums of dout: a bf16 Linear's output gradient
   // and its bias gradient from one read of dout. By default the two ops, one after the other.
   virtual void cast_bf16_and_bias_backward(uint16_t* out, float* dbias, const float* dout, int64_t N,
@@ -137,6 +148,9 @@ class Backend {
                           uint16_t* param_bf16) const = 0;
   // The sum of x^2 in a fixed order, downloaded to the host (one synchronisation on a device).
   virtual double sum_squares(const float* x, int64_t n) const = 0;
+  // max |x| (NaN if any element is NaN) and whether every element is finite, downloaded likewise.
+  virtual float abs_max(const float* x, int64_t n) const = 0;
+  virtual bool all_finite(const float* x, int64_t n) const = 0;
 };
 
 // The backend of `device`. The CPU one always exists; asking for CUDA in a build without it, or where

@@ -64,8 +64,8 @@ class CpuBackend final : public Backend {
     cpu::cast_bf16_and_bias_backward(out, dbias, dout, N, C);
   }
   void add_inplace(float* a, const float* b, int64_t n) const override { cpu::add_inplace(a, b, n); }
-  // Plain loops: the CPU output layer gathers its own rows (nn/lm_head.cpp); these serve the tests'
-  // emulated device.
+  // The MoE dispatch and combine (nn/moe_dispatcher.cpp); the CPU output layer gathers its own rows
+  // (nn/lm_head.cpp).
   void moe_permute(float* rows, const float* x, const int32_t* token, const float* weight, int64_t P,
                    int64_t C) const override {
     cpu::moe_permute(rows, x, token, weight, P, C);
@@ -152,12 +152,30 @@ class CpuBackend final : public Backend {
   void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
     cpu::cast_bf16_to_f32(out, inp, n);
   }
+  void cast_f32_to_f16(uint16_t* out, const float* inp, int64_t n) const override { cpu::cast_f32_to_f16(out, inp, n); }
+  void cast_f16_to_f32(float* out, const uint16_t* inp, int64_t n) const override { cpu::cast_f16_to_f32(out, inp, n); }
+  void cast_f32_to_fp8(uint8_t* out, const float* inp, int64_t n, float scale, bool e5m2) const override {
+    if (e5m2) cpu::cast_f32_to_e5m2(out, inp, n, scale);
+    else cpu::cast_f32_to_e4m3(out, inp, n, scale);
+  }
+  void cast_fp8_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale, bool e5m2) const override {
+    if (e5m2) cpu::cast_e5m2_to_f32(out, inp, n, inv_scale);
+    else cpu::cast_e4m3_to_f32(out, inp, n, inv_scale);
+  }
+  void round_to_bf16(float* x, int64_t n) const override { cpu::round_to_bf16(x, n); }
+  void round_to_f16(float* x, int64_t n) const override { cpu::round_to_f16(x, n); }
+  void quantize_dequantize_fp8(float* x, int64_t n, float scale, bool e5m2) const override {
+    if (e5m2) cpu::quantize_dequantize_e5m2(x, n, scale);
+    else cpu::quantize_dequantize_e4m3(x, n, scale);
+  }
 
   void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                   uint16_t* param_bf16) const override {
     cpu::adamw_step(param, grad, m, v, n, h, param_bf16);
   }
   double sum_squares(const float* x, int64_t n) const override { return cpu::sum_squares(x, n); }
+  float abs_max(const float* x, int64_t n) const override { return cpu::abs_max(x, n); }
+  bool all_finite(const float* x, int64_t n) const override { return cpu::all_finite(x, n); }
 };
 
 }  // namespace

@@ -272,6 +272,27 @@ class EmulatedCudaBackend final : public Backend {
   void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
     on_cpu({out, inp}, "cast_bf16_to_f32", [&] { return cpu().cast_bf16_to_f32(out, inp, n); });
   }
+  void cast_f32_to_f16(uint16_t* out, const float* inp, int64_t n) const override {
+    on_cpu({out, inp}, "cast_f32_to_f16", [&] { return cpu().cast_f32_to_f16(out, inp, n); });
+  }
+  void cast_f16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
+    on_cpu({out, inp}, "cast_f16_to_f32", [&] { return cpu().cast_f16_to_f32(out, inp, n); });
+  }
+  void cast_f32_to_fp8(uint8_t* out, const float* inp, int64_t n, float scale, bool e5m2) const override {
+    on_cpu({out, inp}, "cast_f32_to_fp8", [&] { return cpu().cast_f32_to_fp8(out, inp, n, scale, e5m2); });
+  }
+  void cast_fp8_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale, bool e5m2) const override {
+    on_cpu({out, inp}, "cast_fp8_to_f32", [&] { return cpu().cast_fp8_to_f32(out, inp, n, inv_scale, e5m2); });
+  }
+  void round_to_bf16(float* x, int64_t n) const override {
+    on_cpu({x}, "round_to_bf16", [&] { return cpu().round_to_bf16(x, n); });
+  }
+  void round_to_f16(float* x, int64_t n) const override {
+    on_cpu({x}, "round_to_f16", [&] { return cpu().round_to_f16(x, n); });
+  }
+  void quantize_dequantize_fp8(float* x, int64_t n, float scale, bool e5m2) const override {
+    on_cpu({x}, "quantize_dequantize_fp8", [&] { return cpu().quantize_dequantize_fp8(x, n, scale, e5m2); });
+  }
   void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                   uint16_t* param_bf16) const override {
     on_cpu({param, grad, m, v, param_bf16}, "adamw_step",
@@ -279,6 +300,12 @@ class EmulatedCudaBackend final : public Backend {
   }
   double sum_squares(const float* x, int64_t n) const override {
     return on_cpu({x}, "sum_squares", [&] { return cpu().sum_squares(x, n); });
+  }
+  float abs_max(const float* x, int64_t n) const override {
+    return on_cpu({x}, "abs_max", [&] { return cpu().abs_max(x, n); });
+  }
+  bool all_finite(const float* x, int64_t n) const override {
+    return on_cpu({x}, "all_finite", [&] { return cpu().all_finite(x, n); });
   }
 
 };

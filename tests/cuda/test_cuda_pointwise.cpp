@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
@@ -378,6 +379,22 @@ TEST_F(CudaOptim, ReductionsMatchCpu) {
   dx = to_device(x);
   cuda::abs_max(am.get(), dx.get(), n);
   EXPECT_TRUE(std::isnan(to_host(am)[0]));
+  // Through the backend (the fp8 recipe's amax, the fp16 loss scaler's overflow check).
+  const Backend& be = backend_for(Device::CUDA);
+  EXPECT_TRUE(std::isnan(be.abs_max(dx.get(), n)));
+  EXPECT_FALSE(be.all_finite(dx.get(), n));
+  x[777] = 2.5f;
+  x[4242] = -3.5f;
+  dx = to_device(x);
+  EXPECT_EQ(be.abs_max(dx.get(), n), 3.5f);
+  EXPECT_TRUE(be.all_finite(dx.get(), n));
+  x[99] = std::numeric_limits<float>::infinity();
+  x[100] = std::numeric_limits<float>::max();  // finite: its square overflows fp32, not double
+  dx = to_device(x);
+  EXPECT_FALSE(be.all_finite(dx.get(), n));
+  x[99] = 0.0f;
+  dx = to_device(x);
+  EXPECT_TRUE(be.all_finite(dx.get(), n));
 }
 
 class CudaCast : public CudaTest {};
@@ -423,6 +440,44 @@ TEST_F(CudaCast, BitwiseEqualToCpu) {
       if (i != 60) {
         ASSERT_EQ(hback[i], rback[i]) << "dequantised at " << i;
       }
+  }
+}
+
+// fp16 bits and the in-place round trips of the emulated recipes, bit for bit the CPU's: fp16 normal,
+// subnormal and overflow (beyond 65504: inf), bf16, and fp8 dq(q(x * scale)) / scale in both formats.
+TEST_F(CudaCast, Fp16AndRoundTripsBitwiseEqualToCpu) {
+  const int64_t n = 6007;
+  auto x = rand(n, -70000.0f, 70000.0f);  // some beyond fp16's range
+  for (int64_t i = 0; i < 200; ++i) x[i] = x[i] * 1e-9f;  // fp16 subnormals (below 6.1e-5)
+  for (int64_t i = 200; i < 400; ++i) x[i] = x[i] * 1e-4f;  // fp16 normals near 1
+  auto dx = to_device(x);
+  cuda::DeviceBuffer<uint16_t> h(n);
+  cuda::cast_f32_to_f16(h.get(), dx.get(), n);
+  std::vector<uint16_t> rh(n);
+  cpu::cast_f32_to_f16(rh.data(), x.data(), n);
+  const auto hh = to_host(h);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hh[i], rh[i]) << "fp16 at " << i << " x=" << x[i];
+  auto back = poisoned(n);
+  cuda::cast_f16_to_f32(back.get(), h.get(), n);
+  std::vector<float> rback(n);
+  cpu::cast_f16_to_f32(rback.data(), rh.data(), n);
+  EXPECT_EQ(to_host(back), rback);
+  int overflowed = 0;
+  for (float v : rback) overflowed += std::isinf(v);
+  EXPECT_GT(overflowed, 0) << "meant to test fp16's overflow to inf";
+  // In place: each round trip against the CPU's on the same values.
+  for (int trip = 0; trip < 4; ++trip) {
+    const float scale = trip == 2 ? 1.0f / 256 : 1.0f / 4;  // brings x * scale into e4m3's / e5m2's range
+    auto d = to_device(x);
+    std::vector<float> ref = x;
+    switch (trip) {
+      case 0: cuda::round_to_bf16(d.get(), n); cpu::round_to_bf16(ref.data(), n); break;
+      case 1: cuda::round_to_f16(d.get(), n); cpu::round_to_f16(ref.data(), n); break;
+      case 2: cuda::quantize_dequantize_e4m3(d.get(), n, scale); cpu::quantize_dequantize_e4m3(ref.data(), n, scale); break;
+      default: cuda::quantize_dequantize_e5m2(d.get(), n, scale); cpu::quantize_dequantize_e5m2(ref.data(), n, scale);
+    }
+    const auto got = to_host(d);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], ref[i]) << "round trip " << trip << " at " << i << " x=" << x[i];
   }
 }
 

@@ -91,6 +91,16 @@ TEST(Cast, F16WithScale) {
     if (std::isnan(f[i])) continue;
     ASSERT_EQ(again[i], codes[i]) << "code " << i;
   }
+  // In place, round_to_f16 gives the value of the fp16 code (inf beyond 65504 in magnitude).
+  std::vector<float> r = x;
+  r[0] = 70000.0f;
+  r[1] = -65520.0f;  // the first value that rounds to -inf
+  r[2] = 65519.0f;   // still rounds to 65504
+  cpu::round_to_f16(r.data(), kN);
+  EXPECT_TRUE(std::isinf(r[0]) && r[0] > 0);
+  EXPECT_TRUE(std::isinf(r[1]) && r[1] < 0);
+  EXPECT_EQ(r[2], 65504.0f);
+  for (int64_t i = 3; i < kN; ++i) ASSERT_TRUE(same_bits(r[i], f16_to_f32(f32_to_f16(x[i])))) << "at " << i;
 }
 
 // fp8: codes match the scalar conversion of x * scale; decoding multiplies by inv_scale; values beyond

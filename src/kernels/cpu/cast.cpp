@@ -61,6 +61,11 @@ void cast_f32_to_f16(uint16_t* out, const float* inp, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(inp[i] * scale);
 }
 
+void round_to_f16(float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
 void cast_f16_to_f32(float* out, const uint16_t* inp, int64_t n, float inv_scale) {
   check_scale("cast_f16_to_f32", inv_scale);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)

@@ -23,5 +23,6 @@ void cast_e5m2_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale
 void quantize_dequantize_e4m3(float* x, int64_t n, float scale);
 void quantize_dequantize_e5m2(float* x, int64_t n, float scale);
 void round_to_bf16(float* x, int64_t n);
+void round_to_f16(float* x, int64_t n);  // beyond 65504 in magnitude: inf, as fp16 holds it
 
 }  // namespace megadlm::cpu

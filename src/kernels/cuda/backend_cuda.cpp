@@ -4,6 +4,8 @@
 // core/device_memory.h, through which Tensor and Arena allocate device memory.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
+
 #include "core/device_memory.h"
 #include "core/error.h"
 #include "kernels/backend.h"
@@ -187,6 +189,26 @@ class CudaBackend final : public Backend {
   void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
     cuda::cast_bf16_to_f32(out, bf(inp), n, kStream);
   }
+  void cast_f32_to_f16(uint16_t* out, const float* inp, int64_t n) const override {
+    cuda::cast_f32_to_f16(out, inp, n, kStream);
+  }
+  void cast_f16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
+    cuda::cast_f16_to_f32(out, inp, n, kStream);
+  }
+  void cast_f32_to_fp8(uint8_t* out, const float* inp, int64_t n, float scale, bool e5m2) const override {
+    if (e5m2) cuda::cast_f32_to_e5m2(out, inp, n, scale, kStream);
+    else cuda::cast_f32_to_e4m3(out, inp, n, scale, kStream);
+  }
+  void cast_fp8_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale, bool e5m2) const override {
+    if (e5m2) cuda::cast_e5m2_to_f32(out, inp, n, inv_scale, kStream);
+    else cuda::cast_e4m3_to_f32(out, inp, n, inv_scale, kStream);
+  }
+  void round_to_bf16(float* x, int64_t n) const override { cuda::round_to_bf16(x, n, kStream); }
+  void round_to_f16(float* x, int64_t n) const override { cuda::round_to_f16(x, n, kStream); }
+  void quantize_dequantize_fp8(float* x, int64_t n, float scale, bool e5m2) const override {
+    if (e5m2) cuda::quantize_dequantize_e5m2(x, n, scale, kStream);
+    else cuda::quantize_dequantize_e4m3(x, n, scale, kStream);
+  }
 
   void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
                   uint16_t* param_bf16) const override {
@@ -196,6 +218,17 @@ class CudaBackend final : public Backend {
     cuda::sum_squares(scalar_, x, n, kStream);
     return download_scalar();
   }
+  float abs_max(const float* x, int64_t n) const override {
+    if (n <= 0) return 0.0f;
+    float* out = reinterpret_cast<float*>(scalar_);
+    cuda::abs_max(out, x, n, kStream);
+    float h = 0;
+    cuda::copy_to_host(&h, out, sizeof(float));  // waits for the reduction (legacy default stream)
+    return h;
+  }
+  // The sum of squares in double of finite fp32 values is finite (at most n * 2^256), so an inf or a
+  // NaN among them, and only that, makes it non-finite.
+  bool all_finite(const float* x, int64_t n) const override { return std::isfinite(sum_squares(x, n)); }
 
  private:
   double* scalar_ = nullptr;  // [1] device double: the target of the reductions that come back to the host

@@ -219,6 +219,14 @@ void cast_f32_to_e4m3(uint8_t* out, const float* inp, int64_t n, float scale, cu
 void cast_e4m3_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale, cudaStream_t stream = 0);
 void cast_f32_to_e5m2(uint8_t* out, const float* inp, int64_t n, float scale, cudaStream_t stream = 0);
 void cast_e5m2_to_f32(float* out, const uint8_t* inp, int64_t n, float inv_scale, cudaStream_t stream = 0);
+// fp16 bits (IEEE binary16, round to nearest even, overflow to inf).
+void cast_f32_to_f16(uint16_t* out, const float* inp, int64_t n, cudaStream_t stream = 0);
+void cast_f16_to_f32(float* out, const uint16_t* inp, int64_t n, cudaStream_t stream = 0);
+// In place, x = the value the format holds for it (kernels/cpu/cast.h's round trips).
+void round_to_bf16(float* x, int64_t n, cudaStream_t stream = 0);
+void round_to_f16(float* x, int64_t n, cudaStream_t stream = 0);
+void quantize_dequantize_e4m3(float* x, int64_t n, float scale, cudaStream_t stream = 0);
+void quantize_dequantize_e5m2(float* x, int64_t n, float scale, cudaStream_t stream = 0);
 
 // ---- attention (attention.cu, attention_gemm.cu) ---------------------------------------------------
 // Same contract as kernels/cpu/attention.h; mask.segment_ids, when set, is a DEVICE pointer [B,T];
