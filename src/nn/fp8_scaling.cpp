@@ -5,8 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -60,12 +59,15 @@ std::vector<float> Fp8TensorScaling::history() const {
   return out;
 }
 
-float fp8_quantize_dequantize(float* x, int64_t n, Fp8TensorScaling& s) {
-  s.record(cpu::abs_max(x, n));
+float fp8_quantize_dequantize(const Backend& be, float* x, int64_t n, Fp8TensorScaling& s) {
+  s.record(be.abs_max(x, n));
   const float scale = s.scale();
-  if (s.kind() == Fp8Kind::E4M3) cpu::quantize_dequantize_e4m3(x, n, scale);
-  else cpu::quantize_dequantize_e5m2(x, n, scale);
+  be.quantize_dequantize_fp8(x, n, scale, /*e5m2=*/s.kind() == Fp8Kind::E5M2);
   return scale;
+}
+
+float fp8_quantize_dequantize(float* x, int64_t n, Fp8TensorScaling& s) {
+  return fp8_quantize_dequantize(cpu_backend(), x, n, s);
 }
 
 }  // namespace megadlm

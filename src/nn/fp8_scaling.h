@@ -1,8 +1,9 @@
 #pragma once
-// FP8 delayed scaling (Transformer Engine's recipe), emulated on CPU: a tensor that feeds a matrix
-// product is quantised to E4M3 (or, for gradients under the hybrid format, E5M2) with a per-tensor
-// scale computed from the history of its absolute maxima, then dequantised and multiplied in fp32.
-// So the recipe and its numerics run and are tested here; real fp8 products come with the CUDA backend.
+// FP8 delayed scaling (Transformer Engine's recipe), emulated: a tensor that feeds a matrix product is
+// quantised to E4M3 (or, for gradients under the hybrid format, E5M2) with a per-tensor scale computed
+// from the history of its absolute maxima, then dequantised and multiplied in fp32 (on the CPU, or on a
+// device through its backend). So the recipe and its numerics run and are tested everywhere; the
+// modules do not use fp8 matrix products yet.
 //
 // Delayed scaling: the scale used in step i comes from the amax history of steps before i:
 //   amax  = max(history)            (--fp8-amax-compute-algo max)
@@ -15,6 +16,8 @@
 #include <vector>
 
 namespace megadlm {
+
+class Backend;
 
 enum class Fp8Format : uint8_t { E4M3, Hybrid };      // hybrid: E4M3 forward, E5M2 gradients
 enum class Fp8AmaxAlgo : uint8_t { Max, MostRecent };
@@ -60,7 +63,9 @@ class Fp8TensorScaling {
 };
 
 // x [n] := dequantise(quantise(x * scale)) / scale in the given format (saturating), after recording
-// amax(x) in s. Returns the scale used.
+// amax(x) in s. Returns the scale used. x is on the backend's device (the CPU's by default); the amax
+// comes back to the host, where the scaling state lives.
+float fp8_quantize_dequantize(const Backend& be, float* x, int64_t n, Fp8TensorScaling& s);
 float fp8_quantize_dequantize(float* x, int64_t n, Fp8TensorScaling& s);
 
 }  // namespace megadlm

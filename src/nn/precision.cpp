@@ -1,13 +1,10 @@
 #include "nn/precision.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/optim.h"
 
 namespace megadlm {
 
@@ -30,10 +27,7 @@ std::string describe_precision(const PrecisionConfig& c) {
 
 MixedPrecision::MixedPrecision(ParamStore& store, const PrecisionConfig& cfg)
     : store_(store), cfg_(cfg), device_(store.device()) {
-  if (device_ == Device::CPU) return;
-  MDLM_CHECK(cfg.mode == PrecisionMode::FP32 || bf16_products_on(cfg), "--device ", device_name(device_),
-             " supports fp32 and --bf16 (bf16 products) so far, not --fp16, --fp8-format or --bf16-storage-only");
-  transient_.set_device(device_);
+  if (device_ != Device::CPU) transient_.set_device(device_);
 }
 
 DType MixedPrecision::saved_dtype() const {
@@ -83,21 +77,18 @@ std::vector<uint16_t*> MixedPrecision::bf16_copy_targets() {
 const float* MixedPrecision::weight_rounded(int id) {
   WeightCopy& w = copy_of(id);
   if (w.version != version_) {
+    const Backend& be = backend_for(device_);
     const Tensor v = store_.value(id);
     const int64_t n = v.numel();
-    w.values.assign(v.data<float>(), v.data<float>() + n);
-    if (cfg_.mode == PrecisionMode::FP16) {
-      uint16_t* bits = scratch_u16(1, n);
-      cpu::cast_f32_to_f16(bits, w.values.data(), n);
-      cpu::cast_f16_to_f32(w.values.data(), bits, n);
-    } else if (cfg_.mode == PrecisionMode::FP8) {
-      fp8_quantize_dequantize(w.values.data(), n, fp8_scaling(id).weight);
-    } else if (cfg_.mode == PrecisionMode::BF16) {
-      cpu::round_to_bf16(w.values.data(), n);
-    }
+    if (!w.rounded.raw() || w.rounded.numel() != n) w.rounded = Tensor::empty({n}, DType::F32, device_);
+    float* r = w.rounded.data<float>();
+    be.copy(r, v.data<float>(), static_cast<size_t>(n) * sizeof(float));
+    if (cfg_.mode == PrecisionMode::FP16) be.round_to_f16(r, n);
+    else if (cfg_.mode == PrecisionMode::FP8) fp8_quantize_dequantize(be, r, n, fp8_scaling(id).weight);
+    else if (cfg_.mode == PrecisionMode::BF16) be.round_to_bf16(r, n);
     w.version = version_;
   }
-  return w.values.data();
+  return w.rounded.data<float>();
 }
 
 Fp8LinearScaling& MixedPrecision::fp8_scaling(int weight_id) {
@@ -112,46 +103,44 @@ Fp8LinearScaling& MixedPrecision::fp8_scaling(int weight_id) {
 }
 
 float MixedPrecision::store_input(void* out, const float* x, int64_t n, Fp8TensorScaling* s) const {
+  const Backend& be = backend_for(device_);
   switch (cfg_.mode) {
-    case PrecisionMode::BF16:
-      backend_for(device_).cast_f32_to_bf16(static_cast<uint16_t*>(out), x, n);
-      return 1.0f;
-    case PrecisionMode::FP16: cpu::cast_f32_to_f16(static_cast<uint16_t*>(out), x, n); return 1.0f;
+    case PrecisionMode::BF16: be.cast_f32_to_bf16(static_cast<uint16_t*>(out), x, n); return 1.0f;
+    case PrecisionMode::FP16: be.cast_f32_to_f16(static_cast<uint16_t*>(out), x, n); return 1.0f;
     case PrecisionMode::FP8: {
       MDLM_CHECK(s != nullptr, "fp8: a Linear input was stored without its scaling state");
-      s->record(cpu::abs_max(x, n));
-      cpu::cast_f32_to_e4m3(static_cast<uint8_t*>(out), x, n, s->scale());
+      s->record(be.abs_max(x, n));  // on a device: one synchronising download of the amax
+      be.cast_f32_to_fp8(static_cast<uint8_t*>(out), x, n, s->scale(), /*e5m2=*/false);
       return s->scale();
     }
-    default: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); return 1.0f;
+    default: be.copy(out, x, static_cast<size_t>(n) * sizeof(float)); return 1.0f;
   }
 }
 
 void MixedPrecision::load_input(float* out, const void* stored, int64_t n, float scale) const {
+  const Backend& be = backend_for(device_);
   switch (cfg_.mode) {
-    case PrecisionMode::BF16: backend_for(device_).cast_bf16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
-    case PrecisionMode::FP16: cpu::cast_f16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
-    case PrecisionMode::FP8: cpu::cast_e4m3_to_f32(out, static_cast<const uint8_t*>(stored), n, 1.0f / scale); break;
-    default: std::memcpy(out, stored, static_cast<size_t>(n) * sizeof(float)); break;
+    case PrecisionMode::BF16: be.cast_bf16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
+    case PrecisionMode::FP16: be.cast_f16_to_f32(out, static_cast<const uint16_t*>(stored), n); break;
+    case PrecisionMode::FP8:
+      be.cast_fp8_to_f32(out, static_cast<const uint8_t*>(stored), n, 1.0f / scale, /*e5m2=*/false);
+      break;
+    default: be.copy(out, stored, static_cast<size_t>(n) * sizeof(float)); break;
   }
 }
 
 void MixedPrecision::round_grad(float* out, const float* dy, int64_t n, Fp8TensorScaling* s) {
-  if (out != dy) std::memcpy(out, dy, static_cast<size_t>(n) * sizeof(float));
+  const Backend& be = backend_for(device_);
+  if (out != dy) be.copy(out, dy, static_cast<size_t>(n) * sizeof(float));
   switch (cfg_.mode) {
-    case PrecisionMode::FP16: {
-      // Through fp16 bits: values beyond 65504 become inf, as they would in fp16 (loss scaling then
-      // sees the overflow and skips the step).
-      uint16_t* bits = scratch_u16(1, n);
-      cpu::cast_f32_to_f16(bits, out, n);
-      cpu::cast_f16_to_f32(out, bits, n);
-      break;
-    }
+    // fp16: values beyond 65504 become inf, as they would in fp16 (loss scaling then sees the overflow
+    // and skips the step).
+    case PrecisionMode::FP16: be.round_to_f16(out, n); break;
     case PrecisionMode::FP8:
       MDLM_CHECK(s != nullptr, "fp8: a gradient was quantised without its scaling state");
-      fp8_quantize_dequantize(out, n, *s);
+      fp8_quantize_dequantize(be, out, n, *s);
       break;
-    case PrecisionMode::BF16: cpu::round_to_bf16(out, n); break;
+    case PrecisionMode::BF16: be.round_to_bf16(out, n); break;
     default: break;
   }
 }
@@ -160,20 +149,20 @@ double MixedPrecision::buffer_bytes() const {
   double b = 0;
   // Tensors only once made (a default Tensor has no storage, though its empty shape counts 1).
   auto bytes_of = [](const Tensor& t) { return t.raw() ? static_cast<double>(t.nbytes()) : 0.0; };
-  for (const auto& [id, w] : weights_) b += bytes_of(w.bits) + 4.0 * w.values.capacity();
-  for (const auto& v : f32_) b += 4.0 * v.capacity();
+  for (const auto& [id, w] : weights_) b += bytes_of(w.bits) + bytes_of(w.rounded);
+  for (const auto& t : f32_) b += bytes_of(t);
   for (const auto& t : u16_) b += bytes_of(t);
   return b;
 }
 
 float* MixedPrecision::scratch_f32(int slot, int64_t n) {
-  auto& v = f32_[slot];
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
+  Tensor& t = f32_[slot];
+  if (!t.raw() || t.numel() < n) t = Tensor::empty({n}, DType::F32, device_);
+  return t.data<float>();
 }
 
 uint16_t* MixedPrecision::scratch_u16(int slot, int64_t n) {
-  Tensor& t = u16_[slot];  // 16-bit words (bf16 or fp16 bits)
+  Tensor& t = u16_[slot];  // 16-bit words (bf16 bits)
   if (!t.raw() || t.numel() < n) t = Tensor::empty({n}, DType::BF16, device_);
   return static_cast<uint16_t*>(t.raw());
 }
@@ -185,13 +174,13 @@ DType activation_dtype(const MixedPrecision& p) {
 void store_activation(const MixedPrecision& p, Tensor& out, const Tensor& x) {
   (void)p;
   uint16_t* bits = static_cast<uint16_t*>(out.raw());
-  if (out.dtype() == DType::F16) cpu::cast_f32_to_f16(bits, x.data<float>(), x.numel());
+  if (out.dtype() == DType::F16) backend_of(x).cast_f32_to_f16(bits, x.data<float>(), x.numel());
   else backend_of(x).cast_f32_to_bf16(bits, x.data<float>(), x.numel());
 }
 
 void load_activation(Tensor& out, const Tensor& stored) {
   const uint16_t* bits = static_cast<const uint16_t*>(stored.raw());
-  if (stored.dtype() == DType::F16) cpu::cast_f16_to_f32(out.data<float>(), bits, stored.numel());
+  if (stored.dtype() == DType::F16) backend_of(out).cast_f16_to_f32(out.data<float>(), bits, stored.numel());
   else backend_of(out).cast_bf16_to_f32(out.data<float>(), bits, stored.numel());
 }
 

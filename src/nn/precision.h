@@ -115,8 +115,8 @@ class MixedPrecision {
  private:
   struct WeightCopy {
     int64_t version = -1;
-    Tensor bits;                // bf16, on the policy's device (undefined until first made)
-    std::vector<float> values;  // host, the emulated modes' rounded weights
+    Tensor bits;     // bf16, on the policy's device (undefined until first made)
+    Tensor rounded;  // fp32, on the policy's device: the emulated modes' rounded weights
   };
   WeightCopy& copy_of(int id);
 
@@ -126,8 +126,8 @@ class MixedPrecision {
   int64_t bf16_casts_ = 0;
   std::unordered_map<int, WeightCopy> weights_;
   std::unordered_map<int, std::unique_ptr<Fp8LinearScaling>> fp8_;
-  std::vector<float> f32_[2];  // 0, 1: Linear input / gradient
-  Tensor u16_[2];              // on the policy's device; slot 0: Linear's bf16 gradient, slot 1: fp16 rounding
+  Tensor f32_[2];  // on the policy's device; 0, 1: Linear input / gradient
+  Tensor u16_[1];  // on the policy's device: Linear's bf16 gradient
   Device device_ = Device::CPU;
   Arena transient_;
 };

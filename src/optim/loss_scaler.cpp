@@ -3,8 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -23,10 +22,10 @@ LossScaler::LossScaler(const LossScalerConfig& cfg) : cfg_(cfg) {
   hysteresis_tracker_ = cfg.hysteresis;
 }
 
-bool LossScaler::unscale_and_check(float* grads, int64_t n) const {
+bool LossScaler::unscale_and_check(const Backend& be, float* grads, int64_t n) const {
   // One pass to check (a NaN or inf stays so after scaling), one to unscale only when it is needed.
-  if (!cpu::all_finite(grads, n)) return false;
-  cpu::scale_inplace(grads, static_cast<float>(1.0 / scale_), n);
+  if (!be.all_finite(grads, n)) return false;
+  be.scale_inplace(grads, static_cast<float>(1.0 / scale_), n);
   return true;
 }
 

@@ -24,15 +24,17 @@ struct LossScalerConfig {
   double growth_factor = 2.0, backoff_factor = 0.5;
 };
 
+class Backend;
+
 class LossScaler {
  public:
   LossScaler() = default;
   explicit LossScaler(const LossScalerConfig& cfg);
 
   double scale() const { return scale_; }
-  // Unscales the flat gradient buffer grads [n] in place and returns whether every value is finite.
-  // Then call update() with the answer.
-  bool unscale_and_check(float* grads, int64_t n) const;
+  // Unscales the flat gradient buffer grads [n] (on be's device) in place and returns whether every
+  // value is finite. Then call update() with the answer.
+  bool unscale_and_check(const Backend& be, float* grads, int64_t n) const;
   // Advances the state machine after a step; found_inf = some gradient overflowed (step skipped).
   void update(bool found_inf);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/log.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -19,7 +20,7 @@ float PrecisionRuntime::grad_scale() const { return scaler_ ? static_cast<float>
 bool PrecisionRuntime::overflowed() {
   if (!scaler_) return false;
   ParamStore& p = model_.params();
-  const bool finite = scaler_->unscale_and_check(p.grads(), p.numel());
+  const bool finite = scaler_->unscale_and_check(backend_for(p.device()), p.grads(), p.numel());
   if (!finite) {
     ++overflow_skips_;
     log_info("fp16: gradient overflow at loss scale ", scaler_->scale(), ", skipping the step");

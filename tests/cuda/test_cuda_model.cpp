@@ -62,12 +62,17 @@ TransformerConfig tiny(bool llama) {
   return c;
 }
 
+// The emulated recipes (nn/precision.h), each around fp32 products on either device.
+enum class Recipe { None, Fp16, Fp8E4m3, Fp8Hybrid, Bf16StorageOnly };
+
 struct Case {
   bool llama = false;
   bool diffusion = false;
   bool bf16 = false;
   bool recompute = false;  // full recomputation of every layer, on the device model only
   int moe = 0;             // 0 dense; 1 every layer MoE (top-2 of 4, aux + z loss); 2 see with_moe()
+  Recipe recipe = Recipe::None;  // instead of fp32 / bf16
+  bool low_precision() const { return bf16 || recipe != Recipe::None; }
 };
 
 // The MoE variants: 1 puts a softmax top-2-of-4 router with aux and z losses in every layer; 2 makes the
@@ -150,10 +155,17 @@ std::unique_ptr<LanguageModel> build(const Case& c, Device device, uint64_t seed
   const LayerSpec spec = c.diffusion ? difflm_layer_spec(cfg, cpu::MaskType::None, 0) : gpt_layer_spec(cfg);
   auto m = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);
   m->params().init(seed);
-  if (c.bf16) {
+  if (c.bf16 || c.recipe != Recipe::None) {
     PrecisionConfig p;
     p.mode = PrecisionMode::BF16;
-    p.bf16_products = true;
+    p.bf16_products = c.bf16;
+    if (c.recipe == Recipe::Fp16) p.mode = PrecisionMode::FP16;
+    if (c.recipe == Recipe::Fp8E4m3 || c.recipe == Recipe::Fp8Hybrid) {
+      p.mode = PrecisionMode::FP8;
+      p.fp8.format = c.recipe == Recipe::Fp8E4m3 ? Fp8Format::E4M3 : Fp8Format::Hybrid;
+      p.fp8.amax_history_len = 4;
+      p.fp8.amax_algo = Fp8AmaxAlgo::Max;
+    }
     m->set_precision(p);
   }
   if (c.recompute && device != Device::CPU) {
@@ -210,7 +222,7 @@ void compare_forward_backward(const Case& c) {
 
   // fp32: the products differ only in summation order (cuBLASLt vs oneDNN, exact fp32 on both);
   // bf16: the same roundings of inputs, different accumulation orders and rounding points.
-  const double tol = c.bf16 ? 3e-2 : 2e-4;
+  const double tol = c.low_precision() ? 3e-2 : 2e-4;
   ASSERT_TRUE(std::isfinite(loss_gpu));
   EXPECT_NEAR(loss_gpu, loss_cpu, tol * std::abs(loss_cpu)) << "loss";
   for (int64_t i = 0; i < N; ++i)
@@ -225,8 +237,8 @@ void compare_forward_backward(const Case& c) {
   for (float g : g_cpu) g_max = std::max(g_max, static_cast<double>(std::abs(g)));
   int checked = 0;
   for (const ParamInfo& p : cpu_model->params().infos()) {
-    const double e = param_error(g_gpu, g_cpu, p, (c.bf16 ? 5e-2 : 1e-2) * g_max);
-    EXPECT_LT(e, c.bf16 ? 6e-2 : 5e-4) << "gradient of " << p.name;
+    const double e = param_error(g_gpu, g_cpu, p, (c.low_precision() ? 5e-2 : 1e-2) * g_max);
+    EXPECT_LT(e, c.low_precision() ? 6e-2 : 5e-4) << "gradient of " << p.name;
     ++checked;
   }
   EXPECT_EQ(checked, gpu_model->params().count());
@@ -327,26 +339,61 @@ void trainer_follows_the_cpu_and_resumes() {
   EXPECT_EQ(resumed.back()["loss"].get<double>(), gpu[2]["loss"].get<double>()) << "the resumed step differs";
 }
 
-// --num-experts with --device cuda: the MoE trainer (aux and z losses, per-layer statistics) follows the
-// CPU run's losses and its logged MoE losses.
-void moe_trainer_follows_the_cpu() {
-  test::TempDir tmp;
-  const std::string data = test::make_counting_dataset(tmp.str(), 60);
-  const auto flags = test::plus(tiny_flags(data), {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size",
-                                                   "24", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3",
-                                                   "--train-iters", "3"});
+// Three steps of `flags` (which hold --train-iters 3) on the CPU and with --device cuda, saved under
+// tmp/cpu and tmp/gpu: their metrics lines, three each.
+void run_on_both(const std::vector<std::string>& flags, const test::TempDir& tmp, std::vector<nlohmann::json>& cpu,
+                 std::vector<nlohmann::json>& gpu) {
   test::run_training(flags, {"--save", tmp / "cpu"});
   test::run_training(flags, {"--save", tmp / "gpu", "--device", "cuda"});
-  const auto cpu = test::training_lines(tmp / "cpu/metrics.jsonl");
-  const auto gpu = test::training_lines(tmp / "gpu/metrics.jsonl");
+  cpu = test::training_lines(tmp / "cpu/metrics.jsonl");
+  gpu = test::training_lines(tmp / "gpu/metrics.jsonl");
   ASSERT_EQ(cpu.size(), 3u);
   ASSERT_EQ(gpu.size(), 3u);
+}
+
+// Three --device cuda steps with `extra` flags follow the CPU run's values of `keys` (1e-3; counts
+// exactly). The CPU run's metrics lines go to *cpu_lines when given.
+void trainer_follows_the_cpu_with(const std::vector<std::string>& extra, const std::vector<std::string>& keys,
+                                  std::vector<nlohmann::json>* cpu_lines = nullptr) {
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 60);
+  const auto flags = test::plus(test::plus(tiny_flags(data), extra), {"--train-iters", "3"});
+  std::vector<nlohmann::json> cpu, gpu;
+  ASSERT_NO_FATAL_FAILURE(run_on_both(flags, tmp, cpu, gpu));
   for (size_t i = 0; i < 3; ++i)
-    for (const char* key : {"loss", "grad_norm", "moe_aux_loss", "moe_z_loss"}) {
+    for (const std::string& key : keys) {
+      if (key == "overflow_skips") {  // counted, so exact
+        EXPECT_EQ(gpu[i][key].get<int64_t>(), cpu[i][key].get<int64_t>()) << key << " at iteration " << i + 1;
+        continue;
+      }
       ASSERT_TRUE(cpu[i].contains(key)) << key;
       const double a = cpu[i][key].get<double>(), b = gpu[i][key].get<double>();
       EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << key << " at iteration " << i + 1;
     }
+  if (cpu_lines) *cpu_lines = cpu;
+}
+
+// --num-experts: the MoE trainer (aux and z losses, per-layer statistics) and its logged MoE losses.
+void moe_trainer_follows_the_cpu() {
+  trainer_follows_the_cpu_with({"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "24",
+                                "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"},
+                               {"loss", "grad_norm", "moe_aux_loss", "moe_z_loss"});
+}
+
+// --fp16: dynamic loss scaling (the overflow check and the unscaling on the device); --fp8-format: the
+// delayed scaling's amax history over the steps.
+void fp16_trainer_follows_the_cpu() {
+  trainer_follows_the_cpu_with({"--fp16", "--initial-loss-scale", "1024", "--loss-scale-window", "2"},
+                               {"loss", "grad_norm", "loss_scale", "overflow_skips"});
+  // A scale so large that the fp16 gradients overflow: the device finds it, skips, and backs off alike.
+  std::vector<nlohmann::json> cpu;
+  trainer_follows_the_cpu_with({"--fp16", "--initial-loss-scale", "1073741824", "--hysteresis", "1"},
+                               {"loss", "loss_scale", "overflow_skips"}, &cpu);
+  ASSERT_FALSE(cpu.empty());
+  EXPECT_GT(cpu.back()["overflow_skips"].get<int64_t>(), 0) << "the scale was meant to overflow";
+}
+void fp8_trainer_follows_the_cpu() {
+  trainer_follows_the_cpu_with({"--fp8-format", "hybrid", "--fp8-amax-history-len", "2"}, {"loss", "grad_norm"});
 }
 
 // --load-hf with --device cuda: a HuggingFace checkpoint (Qwen3 layout, adapted to diffusion: its
@@ -361,12 +408,8 @@ void load_hf_follows_the_cpu() {
       "--global-batch-size", "4", "--data-path", data, "--tokenizer-type", "NullTokenizer", "--vocab-size", "64",
       "--mask-token", "62", "--lr", "3e-3", "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-interval",
       "1000", "--eval-iters", "1", "--seed", "5", "--data-cache-path", data + "_cache", "--train-iters", "3"};
-  test::run_training(flags, {"--save", tmp / "cpu"});
-  test::run_training(flags, {"--save", tmp / "gpu", "--device", "cuda"});
-  const auto cpu = test::training_lines(tmp / "cpu/metrics.jsonl");
-  const auto gpu = test::training_lines(tmp / "gpu/metrics.jsonl");
-  ASSERT_EQ(cpu.size(), 3u);
-  ASSERT_EQ(gpu.size(), 3u);
+  std::vector<nlohmann::json> cpu, gpu;
+  ASSERT_NO_FATAL_FAILURE(run_on_both(flags, tmp, cpu, gpu));
   for (size_t i = 0; i < 3; ++i) {
     const double a = cpu[i]["loss"].get<double>(), b = gpu[i]["loss"].get<double>();
     EXPECT_NEAR(b, a, (i == 0 ? 1e-5 : 1e-3) * std::abs(a)) << "iteration " << i + 1;
@@ -415,10 +458,20 @@ BOTH_DEVICES(Gpt2AutoregressiveFp32FullRecompute, compare_forward_backward({fals
 BOTH_DEVICES(Gpt2AutoregressiveMoEFp32, compare_forward_backward({false, false, false, false, 1}))
 BOTH_DEVICES(LlamaDiffusionMoESharedExpertCapacityFp32, compare_forward_backward({true, true, false, false, 2}))
 BOTH_DEVICES(LlamaDiffusionMoEBf16, compare_forward_backward({true, true, true, false, 1}))
+// The emulated recipes: rounding to fp16, fp8 quantisation with delayed scaling (amax on the device,
+// downloaded), bf16 storage with fp32 products.
+BOTH_DEVICES(Gpt2AutoregressiveFp16, compare_forward_backward({false, false, false, false, 0, Recipe::Fp16}))
+BOTH_DEVICES(LlamaDiffusionFp8Hybrid, compare_forward_backward({true, true, false, false, 0, Recipe::Fp8Hybrid}))
+BOTH_DEVICES(Gpt2DiffusionFp8E4m3, compare_forward_backward({false, true, false, false, 0, Recipe::Fp8E4m3}))
+BOTH_DEVICES(LlamaAutoregressiveBf16StorageOnly,
+             compare_forward_backward({true, false, false, false, 0, Recipe::Bf16StorageOnly}))
+BOTH_DEVICES(LlamaDiffusionFp16FullRecompute, compare_forward_backward({true, true, false, true, 0, Recipe::Fp16}))
 BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
 BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
 BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())
 BOTH_DEVICES(MoETrainerFollowsTheCpu, moe_trainer_follows_the_cpu())
+BOTH_DEVICES(Fp16TrainerFollowsTheCpu, fp16_trainer_follows_the_cpu())
+BOTH_DEVICES(Fp8TrainerFollowsTheCpu, fp8_trainer_follows_the_cpu())
 BOTH_DEVICES(LoadHfFollowsTheCpu, load_hf_follows_the_cpu())
 
 // The emulation itself: a device op given a host array throws, host code reading device memory faults.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "kernels/backend.h"
 #include "optim/loss_scaler.h"
 
 namespace megadlm {
@@ -93,7 +94,7 @@ TEST(LossScaler, StaticScaleNeverChanges) {
 TEST(LossScaler, UnscaleAndCheck) {
   LossScaler s(dynamic(64, 1, 10, 2));
   std::vector<float> g = {64.0f, -128.0f, 0.5f, 0.0f, 3.0f};
-  ASSERT_TRUE(s.unscale_and_check(g.data(), static_cast<int64_t>(g.size())));
+  ASSERT_TRUE(s.unscale_and_check(cpu_backend(), g.data(), static_cast<int64_t>(g.size())));
   EXPECT_EQ(g[0], 1.0f);
   EXPECT_EQ(g[1], -2.0f);
   EXPECT_EQ(g[2], 0.5f / 64.0f);
@@ -102,7 +103,7 @@ TEST(LossScaler, UnscaleAndCheck) {
                     std::numeric_limits<float>::quiet_NaN()}) {
     std::vector<float> h(1000, 1.0f);
     h[777] = bad;
-    EXPECT_FALSE(s.unscale_and_check(h.data(), static_cast<int64_t>(h.size()))) << bad;
+    EXPECT_FALSE(s.unscale_and_check(cpu_backend(), h.data(), static_cast<int64_t>(h.size()))) << bad;
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "model_fixture.h"
 #include "optim/adamw.h"
+#include "kernels/backend.h"
 #include "optim/loss_scaler.h"
 
 namespace megadlm {
@@ -210,7 +211,7 @@ double train(bool llama, const PrecisionConfig& p, int steps, double* first_loss
     if (s == 0) *first_loss = loss;
     bool ok = true;
     if (fp16) {
-      ok = scaler.unscale_and_check(m.params().grads(), m.params().numel());
+      ok = scaler.unscale_and_check(cpu_backend(), m.params().grads(), m.params().numel());
       scaler.update(!ok);
       skips += ok ? 0 : 1;
     }
