@@ -120,6 +120,13 @@ class Backend {
                                        int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
                                        const cpu::AttentionMask& mask, float scale) const = 0;
 
+  // ---- attention against a KV cache (kernels/cpu/decode_attention.h): inference only, no lse ----
+  // q, out [B, Tn, H, D]; k_cache, v_cache [B, S, K, D]; offsets [B] on the device (int64), checked by
+  // the caller to keep offsets[b] + Tn <= S.
+  virtual void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                        const int64_t* offsets, int64_t B, int64_t Tn, int64_t S, int64_t H,
+                                        int64_t K, int64_t D, bool causal, float scale) const = 0;
+
   // ---- casts (kernels/cpu/cast.h) ----
   virtual void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const = 0;
   virtual void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const = 0;

@@ -6,6 +6,7 @@
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
@@ -144,6 +145,12 @@ class CpuBackend final : public Backend {
                                float scale) const override {
     cpu::attention_backward_bf16(dq, dk, dv, dout, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, B, T, H, K,
                                  D, mask, scale);
+  }
+
+  void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                const int64_t* offsets, int64_t B, int64_t Tn, int64_t S, int64_t H, int64_t K,
+                                int64_t D, bool causal, float scale) const override {
+    cpu::decode_attention_forward(out, q, k_cache, v_cache, offsets, B, Tn, S, H, K, D, causal, scale);
   }
 
   void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {

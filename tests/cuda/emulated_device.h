@@ -272,6 +272,13 @@ class EmulatedCudaBackend final : public Backend {
   void cast_bf16_to_f32(float* out, const uint16_t* inp, int64_t n) const override {
     on_cpu({out, inp}, "cast_bf16_to_f32", [&] { return cpu().cast_bf16_to_f32(out, inp, n); });
   }
+  void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                const int64_t* offsets, int64_t B, int64_t Tn, int64_t S, int64_t H, int64_t K,
+                                int64_t D, bool causal, float scale) const override {
+    on_cpu({out, q, k_cache, v_cache, offsets}, "decode_attention_forward", [&] {
+      return cpu().decode_attention_forward(out, q, k_cache, v_cache, offsets, B, Tn, S, H, K, D, causal, scale);
+    });
+  }
   void cast_f32_to_f16(uint16_t* out, const float* inp, int64_t n) const override {
     on_cpu({out, inp}, "cast_f32_to_f16", [&] { return cpu().cast_f32_to_f16(out, inp, n); });
   }

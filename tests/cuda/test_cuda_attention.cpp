@@ -5,6 +5,7 @@
 
 #include "cuda/attention_reference.h"
 #include "cuda/cuda_test_util.h"
+#include "kernels/cpu/decode_attention.h"
 
 #ifndef MEGADLM_HAVE_CUDA
 MDLM_CUDA_NOT_BUILT_TEST(CudaAttention)
@@ -101,6 +102,37 @@ TYPED_TEST(CudaAttention, HeadDims) {
 // D = 48: only the cuBLASLt path takes it (the flash kernel supports 32 / 64 / 128).
 TYPED_TEST(CudaAttention, GemmPathAnyHeadDim) {
   this->check_impl(Shape{2, 40, 4, 1, 48}, mask_of(cpu::MaskType::Causal), true, cuda::AttentionImpl::Gemm);
+}
+
+// Attention against a KV cache (decode_attention.cu) against the CPU kernel: a prefill of several rows
+// and one-row decodes, causal and full, GQA, head dims 64 and 128 and an odd one, sequences at different
+// offsets in a cache with unused rows (poisoned: a read past a sequence's visible rows would show).
+class CudaDecodeAttention : public CudaTest {};
+
+TEST_F(CudaDecodeAttention, MatchesTheCpuKernel) {
+  struct Case { int64_t B, Tn, S, H, K, D; std::vector<int64_t> offsets; };
+  const Case cases[] = {{2, 1, 40, 4, 2, 64, {17, 39}}, {3, 5, 33, 6, 3, 128, {0, 9, 28}}, {1, 7, 20, 2, 1, 40, {4}}};
+  for (const Case& c : cases)
+    for (const bool causal : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "B=" << c.B << " Tn=" << c.Tn << " S=" << c.S << " H=" << c.H << " K="
+                                        << c.K << " D=" << c.D << " causal=" << causal);
+      const auto q = rand(c.B * c.Tn * c.H * c.D, -2.0f, 2.0f);
+      auto kc = rand(c.B * c.S * c.K * c.D, -2.0f, 2.0f), vc = rand(c.B * c.S * c.K * c.D);
+      for (int64_t b = 0; b < c.B; ++b)  // rows no query of b sees
+        for (int64_t s = c.offsets[b] + c.Tn; s < c.S; ++s)
+          for (int64_t e = 0; e < c.K * c.D; ++e) kc[(b * c.S + s) * c.K * c.D + e] = vc[(b * c.S + s) * c.K * c.D + e] = NAN;
+      auto dq = to_device(q), dk = to_device(kc), dv = to_device(vc), doff = to_device(c.offsets);
+      auto out = poisoned(q.size());
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+      cuda::decode_attention_forward(out.get(), dq.get(), dk.get(), dv.get(), doff.get(), c.B, c.Tn, c.S, c.H, c.K, c.D,
+                                     causal, scale);
+      std::vector<float> ref(q.size());
+      cpu::decode_attention_forward(ref.data(), q.data(), kc.data(), vc.data(), c.offsets.data(), c.B, c.Tn, c.S, c.H,
+                                    c.K, c.D, causal, scale);
+      EXPECT_LT(rel_err(to_host(out), ref), 2e-5);
+    }
+  EXPECT_THROW(cuda::decode_attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 4, 2, 2, 320, true, 1.0f),
+               Error);
 }
 
 TEST(CudaAttentionArgs, RejectsUnsupportedHeadDim) {

@@ -183,6 +183,12 @@ class CudaBackend final : public Backend {
     cuda::device_free_async(s, kStream);
   }
 
+  void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                const int64_t* offsets, int64_t B, int64_t Tn, int64_t S, int64_t H, int64_t K,
+                                int64_t D, bool causal, float scale) const override {
+    cuda::decode_attention_forward(out, q, k_cache, v_cache, offsets, B, Tn, S, H, K, D, causal, scale, kStream);
+  }
+
   void cast_f32_to_bf16(uint16_t* out, const float* inp, int64_t n) const override {
     cuda::cast_f32_to_bf16(bf(out), inp, n, kStream);
   }

@@ -228,6 +228,12 @@ void round_to_f16(float* x, int64_t n, cudaStream_t stream = 0);
 void quantize_dequantize_e4m3(float* x, int64_t n, float scale, cudaStream_t stream = 0);
 void quantize_dequantize_e5m2(float* x, int64_t n, float scale, cudaStream_t stream = 0);
 
+// ---- attention against a KV cache (decode_attention.cu): kernels/cpu/decode_attention.h's contract,
+// offsets [B] a DEVICE array (the caller checks offsets[b] + Tn <= S on the host); D <= 256.
+void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
+                              const int64_t* offsets, int64_t B, int64_t Tn, int64_t S, int64_t H, int64_t K,
+                              int64_t D, bool causal, float scale, cudaStream_t stream = 0);
+
 // ---- attention (attention.cu, attention_gemm.cu) ---------------------------------------------------
 // Same contract as kernels/cpu/attention.h; mask.segment_ids, when set, is a DEVICE pointer [B,T];
 // lse [B,H,T] fp32. Two implementations, every mask type in both:
