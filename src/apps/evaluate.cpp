@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   try {
     CliFlags f("evaluate", "Likelihood evaluation of a MegaDLMs checkpoint (diffusion or autoregressive).");
     f.add_string("load", "", "checkpoint directory (or the --save directory of a run)", true);
+    f.add_string("device", "cpu", "cpu or cuda (one GPU): where the model runs");
     f.add_string("data-path", "", "Megatron dataset prefix (<prefix>.bin/.idx) for perplexity");
     f.add_int("seq-length", 0, "tokens per evaluation window (default: the checkpoint's --seq-length)");
     f.add_int("eval-samples", 64, "number of windows");
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     Timer total;
-    LoadedModel lm = load_model(f.get_string("load"));
+    LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
     MDLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
     LanguageModel& model = *lm.model;

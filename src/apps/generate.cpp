@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   try {
     CliFlags f("generate", "Sample text from a MegaDLMs checkpoint (diffusion or autoregressive).");
     f.add_string("load", "", "checkpoint directory (or the --save directory of a run)", true);
+    f.add_string("device", "cpu", "cpu or cuda (one GPU): where the model runs");
     f.add_list("prompt", {}, "prompt text(s)");
     f.add_string("prompt-file", "", ".jsonl file with a \"prompt\" (or \"text\") key per line");
     f.add_string("output", "", ".jsonl output (default: print to stdout)");
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
       std::fputs(f.help().c_str(), stdout);
       return 0;
     }
-    LoadedModel lm = load_model(f.get_string("load"));
+    LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
     MDLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                ": a shifted (--model-running-mode vanilla) diffusion model is not supported by generate yet");
     MDLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");

@@ -1,13 +1,21 @@
 #include "checkpoint/model_loader.h"
 
 #include "core/error.h"
+#include "kernels/backend.h"
 #include "models/config_json.h"
 #include "models/layer_specs.h"
 
 namespace megadlm {
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, Device device) {
   LoadedModel m;
+  if (device != Device::CPU) {
+    try {
+      backend_for(device);  // a build without CUDA, or no GPU visible: say so before reading anything
+    } catch (const Error& e) {
+      fail("--device ", device_name(device), ": ", e.what());
+    }
+  }
   m.dir = resolve_checkpoint_dir(path);
   MDLM_CHECK(!m.dir.empty(), path, ": no checkpoint there (no state.json and no latest_checkpointed_iteration.txt)");
   m.state = read_checkpoint_state(m.dir);
@@ -23,6 +31,11 @@ LoadedModel load_model(const std::string& path) {
                                      : gpt_layer_spec(cfg);
   m.model = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
   load_checkpoint_tensors(m.dir, *m.model, nullptr);
+  if (device != Device::CPU) {
+    auto on_device = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);
+    on_device->params().copy_values_from_host(m.model->params().values());
+    m.model = std::move(on_device);
+  }
   return m;
 }
 

@@ -18,7 +18,8 @@ struct LoadedModel {
   int32_t eod = -1;
 };
 
-// `path` is a checkpoint directory or a --save directory (its latest checkpoint is used).
-LoadedModel load_model(const std::string& path);
+// `path` is a checkpoint directory or a --save directory (its latest checkpoint is used). On a device
+// the tensors are read into a host model of the same layout and uploaded (one copy of the flat values).
+LoadedModel load_model(const std::string& path, Device device = Device::CPU);
 
 }  // namespace megadlm

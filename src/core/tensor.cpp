@@ -11,6 +11,11 @@ namespace megadlm {
 
 const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
+Device device_from_name(const std::string& name, const char* flag) {
+  MDLM_CHECK(name == "cpu" || name == "cuda", flag, ": unknown value '", name, "' (expected cpu or cuda)");
+  return name == "cuda" ? Device::CUDA : Device::CPU;
+}
+
 Shape::Shape(std::initializer_list<int64_t> dims) {
   MDLM_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), "tensor rank ", dims.size(),
              " exceeds the maximum of ", kMaxDims);

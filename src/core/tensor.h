@@ -15,6 +15,8 @@ namespace megadlm {
 
 enum class Device : uint8_t { CPU, CUDA };
 const char* device_name(Device d);
+// "cpu" or "cuda"; anything else is an Error that names `flag` (e.g. "--device").
+Device device_from_name(const std::string& name, const char* flag);
 
 // A shape of up to kMaxDims dimensions, stored inline (no heap).
 struct Shape {

@@ -216,41 +216,50 @@ std::vector<MoELayer*> LanguageModel::moe_layers() {
   return out;
 }
 
+// On a device the logits come back to the host for the samplers and scorers (infer/): one download.
+Tensor LanguageModel::logits_on_host(const Tensor& logits) const {
+  if (logits.device() == Device::CPU) return logits;
+  Tensor host = Tensor::empty(logits.shape(), DType::F32);
+  host.copy_from(logits);
+  return host;
+}
+
 Tensor LanguageModel::forward_logits(const MicroBatch& mb) {
   Tensor h = forward_hidden(mb);
-  return head_.full_logits(arena_, h);  // gathered over the vocabulary at tp > 1
+  return logits_on_host(head_.full_logits(arena_, h));  // gathered over the vocabulary at tp > 1
 }
 
 void LanguageModel::allocate_cache(KVCache& cache, int64_t batch, int64_t capacity) const {
   MDLM_CHECK(capacity <= cfg_.max_position_embeddings, "KV cache of ", capacity,
              " rows is longer than the model's --max-position-embeddings ", cfg_.max_position_embeddings);
   // This rank's KV groups only under tensor parallelism.
-  cache.allocate(cfg_.num_layers, batch, capacity, cfg_.num_query_groups / ctx_.tp.size * cfg_.kv_channels);
+  cache.allocate(cfg_.num_layers, batch, capacity, cfg_.num_query_groups / ctx_.tp.size * cfg_.kv_channels, device());
 }
 
 Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq,
                                             const int64_t* offsets, bool causal, bool last_only) {
   MDLM_CHECK(pre_process_ && post_process_, "inference with a KV cache needs the whole model on one pipeline stage");
-  MDLM_CHECK(device() == Device::CPU, "inference with a KV cache runs on the CPU only so far");
   MDLM_CHECK(!sequence_parallel(ctx_), "inference with a KV cache: build the model without --sequence-parallel");
   MDLM_CHECK(first_seq >= 0 && first_seq + mb.B <= cache.B, "KV cache: sequences [", first_seq, ", ",
              first_seq + mb.B, ") exceed its batch ", cache.B);
-  MDLM_CHECK(static_cast<int64_t>(cache.k.size()) == cfg_.num_layers, "KV cache was not allocated for this model");
-  const BatchInfo info = mb.info();
-  Tensor x = embedding_.forward(arena_, mb.tokens, info);
+  MDLM_CHECK(static_cast<int64_t>(cache.k.size()) == cfg_.num_layers && cache.device == device(),
+             "KV cache was not allocated for this model");
+  const MicroBatch dmb = device_batch(mb);  // on a device: the tokens and positions uploaded
+  const BatchInfo info = dmb.info();
+  Tensor x = embedding_.forward(arena_, dmb.tokens, info);
   for (size_t l = 0; l < layers_.size(); ++l)
     x = layers_[l]->forward_cached(arena_, x, info, cache.k_at(static_cast<int64_t>(l), first_seq),
                                    cache.v_at(static_cast<int64_t>(l), first_seq), cache.S, offsets, causal);
   if (last_only && mb.T > 1) {
     // Only the last row of each sequence feeds the head: the [T, V] logits are not needed.
     const int64_t C = cfg_.hidden_size;
+    const Backend& be = backend_of(x);
     Tensor last = arena_.tensor({mb.B, C});
     for (int64_t b = 0; b < mb.B; ++b)
-      std::copy(x.data<float>() + ((b + 1) * mb.T - 1) * C, x.data<float>() + (b + 1) * mb.T * C,
-                last.data<float>() + b * C);
+      be.copy(last.data<float>() + b * C, x.data<float>() + ((b + 1) * mb.T - 1) * C, sizeof(float) * C);
     x = last;
   }
-  return head_.full_logits(arena_, final_norm_.forward(arena_, x));
+  return logits_on_host(head_.full_logits(arena_, final_norm_.forward(arena_, x)));
 }
 
 }  // namespace megadlm

@@ -71,15 +71,17 @@ class LanguageModel {
   double forward_backward(const MicroBatch& mb, float grad_scale, float* per_token_loss = nullptr);
   // Forward only: the same loss, no gradients.
   double forward_loss(const MicroBatch& mb, float* per_token_loss = nullptr);
-  // Forward to logits [B*T, V] in the arena (valid until arena().reset()).
+  // Forward to logits [B*T, V] on the host: in the arena on the CPU (valid until arena().reset()), a
+  // downloaded copy on a device.
   Tensor forward_logits(const MicroBatch& mb);
   // Inference with a KV cache (nn/kv_cache.h): the mb.T new tokens of each of the mb.B sequences go
   // to cache rows offsets[b] .. offsets[b]+T of cache sequences first_seq .. first_seq+B; their
   // queries attend causally or to every written row [0, offsets[b]+T). Returns logits [B*T, V], or
-  // [B, V] of each sequence's last new row when last_only (arena; valid until arena().reset()).
+  // [B, V] of each sequence's last new row when last_only, on the host as forward_logits. offsets [B]
+  // is a host array.
   Tensor forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq, const int64_t* offsets,
                                bool causal, bool last_only);
-  // Makes `cache` hold `batch` sequences of `capacity` rows for this model.
+  // Makes `cache` hold `batch` sequences of `capacity` rows for this model, on its device.
   void allocate_cache(KVCache& cache, int64_t batch, int64_t capacity) const;
   // The MoE blocks of the layers that have one, in layer order (empty for a dense model).
   std::vector<MoELayer*> moe_layers();
@@ -122,6 +124,7 @@ class LanguageModel {
   // mb itself on the CPU; on a device, its arrays checked on the host and uploaded into the arena
   // (kept in staged_ for the backward_stage / loss_stage of the same micro-batch).
   MicroBatch device_batch(const MicroBatch& mb);
+  Tensor logits_on_host(const Tensor& logits) const;  // itself on the CPU, a downloaded copy on a device
   const MicroBatch& staged(const MicroBatch& mb) const;
   MicroBatch staged_;
   const int32_t* staged_from_ = nullptr;  // the host tokens staged_ was made from

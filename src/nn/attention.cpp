@@ -1,7 +1,6 @@
 #include "nn/attention.h"
 
 #include "kernels/backend.h"
-#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/rope.h"
 #include "parallel/tp_mappings.h"
 
@@ -167,7 +166,6 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
 Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
                                      float* v_cache, int64_t S, const int64_t* offsets, bool causal) {
   const int64_t B = batch.B, Tn = batch.T, N = B * Tn;
-  MDLM_CHECK(x.device() == Device::CPU, "inference with a KV cache runs on the CPU only (the cache is host memory)");
   const Backend& be = backend_of(x);
   Tensor q = q_proj_.forward(arena, x);  // [N, H*D]
   Tensor k = k_proj_.forward(arena, x);  // [N, K*D]
@@ -188,16 +186,25 @@ Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchI
     be.rope_forward(k.data<float>(), k.data<float>(), batch.positions, rope_cos_.data<float>(),
                       rope_sin_.data<float>(), N, K_, D_);
   }
+  // The new rows' keys and values into the cache (on the cache's device, as the layers'); offsets are
+  // host values, checked here, and uploaded for a device's kernel.
   const int64_t KD = K_ * D_;
+  const size_t row_bytes = static_cast<size_t>(Tn * KD) * sizeof(float);
   for (int64_t b = 0; b < B; ++b) {
     MDLM_CHECK(offsets[b] >= 0 && offsets[b] + Tn <= S, "KV cache: rows [", offsets[b], ", ", offsets[b] + Tn,
                ") exceed its capacity ", S);
-    std::copy(k.data<float>() + b * Tn * KD, k.data<float>() + (b + 1) * Tn * KD, k_cache + (b * S + offsets[b]) * KD);
-    std::copy(v.data<float>() + b * Tn * KD, v.data<float>() + (b + 1) * Tn * KD, v_cache + (b * S + offsets[b]) * KD);
+    be.copy(k_cache + (b * S + offsets[b]) * KD, k.data<float>() + b * Tn * KD, row_bytes);
+    be.copy(v_cache + (b * S + offsets[b]) * KD, v.data<float>() + b * Tn * KD, row_bytes);
+  }
+  const int64_t* offs = offsets;
+  if (be.device() != Device::CPU) {
+    auto* d = static_cast<int64_t*>(arena.allocate(static_cast<size_t>(B) * sizeof(int64_t)));
+    be.copy_to_device(d, offsets, static_cast<size_t>(B) * sizeof(int64_t));
+    offs = d;
   }
   Tensor o = arena.tensor({N, H_ * D_});
-  cpu::decode_attention_forward(o.data<float>(), q.data<float>(), k_cache, v_cache, offsets, B, Tn, S, H_, K_, D_,
-                                causal, 1.0f / std::sqrt(static_cast<float>(D_)));
+  be.decode_attention_forward(o.data<float>(), q.data<float>(), k_cache, v_cache, offs, B, Tn, S, H_, K_, D_, causal,
+                              1.0f / std::sqrt(static_cast<float>(D_)));
   return o_proj_.forward(arena, o);
 }
 

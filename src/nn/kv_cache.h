@@ -14,18 +14,21 @@ namespace megadlm {
 
 struct KVCache {
   int64_t B = 0, S = 0, KD = 0;
-  std::vector<Tensor> k, v;  // per layer [B, S, K*D]
+  Device device = Device::CPU;  // the model's: the cache lives where its layers run
+  std::vector<Tensor> k, v;     // per layer [B, S, K*D]
 
-  void allocate(int64_t num_layers, int64_t batch, int64_t capacity, int64_t kv_width) {
-    if (B == batch && S == capacity && KD == kv_width && static_cast<int64_t>(k.size()) == num_layers) return;
+  void allocate(int64_t num_layers, int64_t batch, int64_t capacity, int64_t kv_width, Device on = Device::CPU) {
+    if (B == batch && S == capacity && KD == kv_width && device == on && static_cast<int64_t>(k.size()) == num_layers)
+      return;
     B = batch;
     S = capacity;
     KD = kv_width;
+    device = on;
     k.clear();
     v.clear();
     for (int64_t l = 0; l < num_layers; ++l) {
-      k.push_back(Tensor::zeros({B, S, KD}, DType::F32));
-      v.push_back(Tensor::zeros({B, S, KD}, DType::F32));
+      k.push_back(Tensor::zeros({B, S, KD}, DType::F32, device));
+      v.push_back(Tensor::zeros({B, S, KD}, DType::F32, device));
     }
   }
   // Where sequence `b` of layer `l` starts.

@@ -272,9 +272,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.adam.eps = static_cast<float>(f.get_double("adam-eps"));
   a.adam.clip_grad = static_cast<float>(f.get_double("clip-grad"));
   a.seed = static_cast<uint64_t>(f.get_int("seed"));
-  const std::string device = f.get_string("device");
-  MDLM_CHECK(device == "cpu" || device == "cuda", "--device: unknown value '", device, "' (expected cpu or cuda)");
-  a.device = device == "cuda" ? Device::CUDA : Device::CPU;
+  a.device = device_from_name(f.get_string("device"), "--device");
   a.diffusion.seed = a.seed;
   a.diffusion.global_batch_size = a.global_batch_size;
   a.diffusion.reset_position_ids = a.reset_position_ids;

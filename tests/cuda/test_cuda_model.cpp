@@ -15,8 +15,11 @@
 #include <numeric>
 #include <vector>
 
+#include "checkpoint/model_loader.h"
 #include "core/device_memory.h"
 #include "core/philox.h"
+#include "infer/likelihood.h"
+#include "infer/sampling.h"
 #include "kernels/dispatch.h"
 #include "models/language_model.h"
 #include "models/layer_specs.h"
@@ -429,6 +432,102 @@ void load_hf_follows_the_cpu() {
   EXPECT_GT(std::abs(init[0]["loss"].get<double>() - gpu[0]["loss"].get<double>()), 1e-3);
 }
 
+// Inference on the device (generate / evaluate --device cuda): the full forward's logits, a KV-cached
+// prefill and one-token decodes against the CPU's (the cache, the new rows' copies into it and the decode
+// attention on the device); greedy decoding with and without the cache gives the CPU's tokens, batched
+// prompts of different lengths included; the log-likelihood agrees.
+void kv_cache_inference_matches_the_cpu(bool llama) {
+  const Case c{llama, false, false};
+  auto cpu_model = build(c, Device::CPU, 61);
+  auto gpu_model = build(c, Device::CUDA, 61);
+  const std::vector<int32_t> seq = {3, 9, 1, 14, 0, 22, 7, 7, 12, 2, 19, 40, 66, 5};
+  const int64_t T = static_cast<int64_t>(seq.size());
+  std::vector<int32_t> pos(seq.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  auto logits = [&](LanguageModel& m, KVCache* cache, int64_t from, int64_t to) {
+    MicroBatch mb;
+    mb.B = 1;
+    mb.T = to - from;
+    mb.tokens = seq.data() + from;
+    mb.positions = pos.data() + from;
+    const Tensor lg = cache ? m.forward_logits_cached(mb, *cache, 0, &from, true, false) : m.forward_logits(mb);
+    EXPECT_EQ(lg.device(), Device::CPU) << "the logits come back to the host";
+    std::vector<float> out(lg.data<float>(), lg.data<float>() + lg.numel());
+    m.arena().reset();
+    return out;
+  };
+  auto expect_close = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / (1.0 + std::abs(b[i])));
+    EXPECT_LT(worst, 1e-4) << what;
+  };
+  expect_close(logits(*gpu_model, nullptr, 0, T), logits(*cpu_model, nullptr, 0, T), "full forward");
+  KVCache cc, gc;
+  cpu_model->allocate_cache(cc, 1, T);
+  gpu_model->allocate_cache(gc, 1, T);
+  ASSERT_EQ(gc.device, Device::CUDA);
+  expect_close(logits(*gpu_model, &gc, 0, 5), logits(*cpu_model, &cc, 0, 5), "prefill");
+  for (int64_t t = 5; t < T; ++t) expect_close(logits(*gpu_model, &gc, t, t + 1), logits(*cpu_model, &cc, t, t + 1), "decode");
+  const std::vector<std::vector<int32_t>> prompts = {{4, 11, 7}, {1}, {20, 3, 3, 8, 15, 2, 9}};
+  ARSampleOptions o;
+  o.max_new_tokens = 10;
+  const auto want = ar_generate_batch(*cpu_model, prompts, o);
+  EXPECT_EQ(ar_generate_batch(*gpu_model, prompts, o), want) << "greedy, KV cache";
+  o.kv_cache = false;
+  EXPECT_EQ(ar_generate_batch(*gpu_model, prompts, o), want) << "greedy, no cache";
+  const double ll_cpu = ar_log_likelihood(*cpu_model, seq, 1), ll_gpu = ar_log_likelihood(*gpu_model, seq, 1);
+  EXPECT_NEAR(ll_gpu, ll_cpu, 1e-4 * std::abs(ll_cpu));
+}
+
+// The diffusion samplers on the device: LLaDA's reverse process in blocks, with and without the
+// prefix cache, give the CPU's tokens (greedy); the Monte Carlo NLL estimate agrees.
+void diffusion_inference_matches_the_cpu() {
+  const Case c{true, true, false};
+  auto cpu_model = build(c, Device::CPU, 71);
+  auto gpu_model = build(c, Device::CUDA, 71);
+  const std::vector<std::vector<int32_t>> prompts = {{4, 11, 7, 30}, {1, 2, 60, 9}};
+  DiffusionSampleOptions o;
+  o.gen_length = 12;
+  o.steps = 6;
+  o.block_length = 4;
+  o.mask_token = 3;
+  for (const bool prefix_cache : {false, true}) {
+    o.prefix_cache = prefix_cache;
+    EXPECT_EQ(diffusion_generate_batch(*gpu_model, prompts, o), diffusion_generate_batch(*cpu_model, prompts, o))
+        << "prefix cache " << prefix_cache;
+  }
+  DiffusionLikelihoodOptions l;
+  l.mask_token = 3;
+  l.mc_samples = 8;
+  const std::vector<int32_t> seq = {4, 11, 7, 30, 1, 2, 60, 9, 14, 15};
+  const MCEstimate a = diffusion_nll(*cpu_model, seq, 4, l, 0), b = diffusion_nll(*gpu_model, seq, 4, l, 0);
+  EXPECT_NEAR(b.mean, a.mean, 1e-4 * std::abs(a.mean));
+}
+
+// generate / evaluate's loader: a checkpoint loaded onto the device holds the host load's values and
+// gives its logits.
+void load_model_onto_the_device() {
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 40);
+  test::run_training(tiny_flags(data), {"--train-iters", "2", "--save", tmp / "run"});
+  LoadedModel host = load_model(tmp / "run"), dev = load_model(tmp / "run", Device::CUDA);
+  ASSERT_EQ(dev.model->device(), Device::CUDA);
+  EXPECT_EQ(host_values(dev.model->params()), host_values(host.model->params()));
+  const std::vector<int32_t> seq = {5, 6, 7, 8, 9, 10, 11, 12};
+  std::vector<int32_t> pos(seq.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  MicroBatch mb;
+  mb.B = 1;
+  mb.T = static_cast<int64_t>(seq.size());
+  mb.tokens = seq.data();
+  mb.positions = pos.data();
+  const Tensor a = host.model->forward_logits(mb), b = dev.model->forward_logits(mb);
+  ASSERT_EQ(a.numel(), b.numel());
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], 1e-4 * (1 + std::abs(a.data<float>()[i]))) << i;
+}
+
 // Each check twice: on the GPU (skipped without one), and on the emulated device (skipped with a GPU).
 #define SKIP_WITH_GPU() \
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible: the CudaModel / CudaTrainer tests run on it instead"
@@ -466,6 +565,10 @@ BOTH_DEVICES(Gpt2DiffusionFp8E4m3, compare_forward_backward({false, true, false,
 BOTH_DEVICES(LlamaAutoregressiveBf16StorageOnly,
              compare_forward_backward({true, false, false, false, 0, Recipe::Bf16StorageOnly}))
 BOTH_DEVICES(LlamaDiffusionFp16FullRecompute, compare_forward_backward({true, true, false, true, 0, Recipe::Fp16}))
+BOTH_DEVICES(Gpt2KvCacheInferenceMatchesTheCpu, kv_cache_inference_matches_the_cpu(false))
+BOTH_DEVICES(LlamaKvCacheInferenceMatchesTheCpu, kv_cache_inference_matches_the_cpu(true))
+BOTH_DEVICES(DiffusionInferenceMatchesTheCpu, diffusion_inference_matches_the_cpu())
+BOTH_DEVICES(LoadModelOntoTheDevice, load_model_onto_the_device())
 BOTH_DEVICES(AdamWStepMatchesTheCpu, adamw_step_matches_the_cpu())
 BOTH_DEVICES(RepeatedStepsAreBitwiseEqual, repeated_steps_are_bitwise_equal())
 BOTH_DEVICES(TrainerFollowsTheCpuAndResumes, trainer_follows_the_cpu_and_resumes())

@@ -22,6 +22,7 @@
 #include "data/jsonl.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
+#include "kernels/dispatch.h"
 #include "test_util.h"
 #include "train_fixture.h"
 
@@ -462,5 +463,24 @@ TEST(BadInput, ImpossibleFlagsThroughThePrograms) {
                                     dir / "log.txt", {30, -1});
     EXPECT_CLEAN_ERROR_EXIT(r);
     EXPECT_NE(r.output.find(flag), std::string::npos) << r.output;
+  }
+}
+
+// generate and evaluate take --device: an unknown value names the flag; cuda where the build or the
+// machine has none says which, naming --device cuda, before any checkpoint is read.
+TEST(BadInput, InferenceDeviceFlagThroughThePrograms) {
+  MDLM_REQUIRE_BINARY("generate");
+  MDLM_REQUIRE_BINARY("evaluate");
+  test::TempDir dir;
+  for (const char* program : {"generate", "evaluate"}) {
+    SCOPED_TRACE(program);
+    auto r = test::run_binary(program, {"--load", dir / "absent", "--device", "tpu"}, dir / "log.txt", {30, -1});
+    EXPECT_CLEAN_ERROR_EXIT(r);
+    EXPECT_NE(r.output.find("--device: unknown value 'tpu'"), std::string::npos) << r.output;
+    if (cuda_available()) continue;  // a GPU is visible: --device cuda is allowed
+    r = test::run_binary(program, {"--load", dir / "absent", "--device", "cuda"}, dir / "log.txt", {30, -1});
+    EXPECT_CLEAN_ERROR_EXIT(r);
+    EXPECT_NE(r.output.find("--device cuda: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(cuda_compiled() ? "no GPU" : "no CUDA backend"), std::string::npos) << r.output;
   }
 }
