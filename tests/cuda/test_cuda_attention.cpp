@@ -121,7 +121,8 @@ TEST_F(CudaDecodeAttention, MatchesTheCpuKernel) {
       for (int64_t b = 0; b < c.B; ++b)  // rows no query of b sees
         for (int64_t s = c.offsets[b] + c.Tn; s < c.S; ++s)
           for (int64_t e = 0; e < c.K * c.D; ++e) kc[(b * c.S + s) * c.K * c.D + e] = vc[(b * c.S + s) * c.K * c.D + e] = NAN;
-      auto dq = to_device(q), dk = to_device(kc), dv = to_device(vc), doff = to_device(c.offsets);
+      auto dq = to_device(q), dk = to_device(kc), dv = to_device(vc);
+      auto doff = to_device(c.offsets);
       auto out = poisoned(q.size());
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
       cuda::decode_attention_forward(out.get(), dq.get(), dk.get(), dv.get(), doff.get(), c.B, c.Tn, c.S, c.H, c.K, c.D,
