@@ -23,6 +23,7 @@
 #include "kernels/dispatch.h"
 #include "models/language_model.h"
 #include "models/layer_specs.h"
+#include "model_util.h"
 #include "optim/adamw.h"
 #include "test_util.h"
 #include "train_fixture.h"
@@ -515,17 +516,9 @@ void load_model_onto_the_device() {
   ASSERT_EQ(dev.model->device(), Device::CUDA);
   EXPECT_EQ(host_values(dev.model->params()), host_values(host.model->params()));
   const std::vector<int32_t> seq = {5, 6, 7, 8, 9, 10, 11, 12};
-  std::vector<int32_t> pos(seq.size());
-  std::iota(pos.begin(), pos.end(), 0);
-  MicroBatch mb;
-  mb.B = 1;
-  mb.T = static_cast<int64_t>(seq.size());
-  mb.tokens = seq.data();
-  mb.positions = pos.data();
-  const Tensor a = host.model->forward_logits(mb), b = dev.model->forward_logits(mb);
-  ASSERT_EQ(a.numel(), b.numel());
-  for (int64_t i = 0; i < a.numel(); ++i)
-    ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], 1e-4 * (1 + std::abs(a.data<float>()[i]))) << i;
+  const std::vector<float> a = test::sequence_logits(*host.model, seq), b = test::sequence_logits(*dev.model, seq);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], a[i], 1e-4 * (1 + std::abs(a[i]))) << i;
 }
 
 // Each check twice: on the GPU (skipped without one), and on the emulated device (skipped with a GPU).
