@@ -1,7 +1,7 @@
 #include "parallel/grad_buckets.h"
 
 #include "core/error.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
@@ -40,7 +40,9 @@ void GradBuckets::arm() {
 
 void GradBuckets::launch(Bucket& b) {
   const ParallelGroup& g = group(b);
-  if (g.size > 1) b.req = g.communicator().all_reduce_sum_async(params_.grads() + b.begin, b.end - b.begin);
+  // The gradients' device picks the communicator: MPI for host buffers, NCCL for a GPU's.
+  if (g.size > 1)
+    b.req = g.communicator(params_.device()).all_reduce_sum_async(params_.grads() + b.begin, b.end - b.begin);
   b.launched = true;
 }
 
@@ -58,10 +60,11 @@ void GradBuckets::finish() {
   // divided by dp, for experts too: an expert's gradient already sums the tokens that all ep ranks
   // sent it, and the edp sum adds the other ep groups (ep x edp = dp; Megatron scales both by 1/dp).
   const float scale = 1.0f / static_cast<float>(ctx_.dp.size);
+  const Backend& be = backend_for(params_.device());
   for (Bucket& b : buckets_) {
     const ParallelGroup& g = group(b);
-    if (g.size > 1) g.communicator().wait(b.req);
-    if (ctx_.dp.size > 1) cpu::scale_inplace(params_.grads() + b.begin, scale, b.end - b.begin);
+    if (g.size > 1) g.communicator(params_.device()).wait(b.req);
+    if (ctx_.dp.size > 1) be.scale_inplace(params_.grads() + b.begin, scale, b.end - b.begin);
   }
   armed_ = false;
 }

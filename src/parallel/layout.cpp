@@ -48,12 +48,12 @@ ParallelContext make_parallel_context(const ParallelLayout& l) {
   ParallelContext ctx;
   ctx.world_size = world;
   ctx.world_rank = rank;
-  ctx.world = {world, rank, world_communicator()};
+  ctx.world = {world, rank, world_communicator(), nullptr};
   // Each split is collective over the world: every rank makes every split, in the same order. The
   // color names the group (the coordinates that stay fixed), the key orders ranks within it.
   const int dpn = c.dp_size;
   auto group = [&](int size, int coord, int color, const char* name) {
-    ParallelGroup g{size, coord, nullptr};
+    ParallelGroup g{size, coord, nullptr, nullptr};
     std::shared_ptr<Communicator> comm = split_world(color, coord, name);
     if (size > 1) g.comm = comm;
     MDLM_CHECK(comm->size() == size && comm->rank() == coord, "group ", name, ": MPI made a group of ",

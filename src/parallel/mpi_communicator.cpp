@@ -160,6 +160,20 @@ int world_rank() {
   return r;
 }
 
+int local_rank() {
+  if (!g_initialized) return 0;
+  static const int r = [] {
+    MPI_Comm node;
+    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node),
+              "Comm_split_type");
+    int rank = 0;
+    MPI_Comm_rank(node, &rank);
+    MPI_Comm_free(&node);
+    return rank;
+  }();
+  return r;
+}
+
 void abort_distributed(int code) {
   if (g_initialized && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);

@@ -20,6 +20,8 @@ int init_distributed(int* argc, char*** argv);
 bool distributed_initialized();
 int world_size();
 int world_rank();
+// This rank's index among the ranks on its node (MPI_COMM_TYPE_SHARED), for picking its GPU; 0 without MPI.
+int local_rank();
 // Aborts every rank (after a fatal error on one rank, the others would otherwise wait forever).
 [[noreturn]] void abort_distributed(int code);
 

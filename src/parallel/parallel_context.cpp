@@ -11,4 +11,11 @@ Communicator& ParallelGroup::communicator() const {
   return self;
 }
 
+Communicator& ParallelGroup::communicator(Device device) const {
+  if (device == Device::CPU || size == 1) return communicator();
+  MDLM_CHECK(device_comm != nullptr, "a parallel group of size ", size, " has no communicator for ", device_name(device),
+             " buffers");
+  return *device_comm;
+}
+
 }  // namespace megadlm

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/tensor.h"
 #include "parallel/communicator.h"
 
 namespace megadlm {
@@ -19,8 +20,13 @@ struct ParallelGroup {
   int size = 1;
   int rank = 0;
   std::shared_ptr<Communicator> comm;  // null = a group of one
+  // The same ranks over device buffers (NCCL; parallel/device_communicator.h), for a group whose
+  // tensors live on a GPU; null on the CPU and for a group of one.
+  std::shared_ptr<Communicator> device_comm;
   // The communicator; a SelfCommunicator when the group has one rank and none was set.
   Communicator& communicator() const;
+  // The communicator for buffers on `device`: communicator() for the host, device_comm otherwise.
+  Communicator& communicator(Device device) const;
 };
 
 struct ParallelContext {

@@ -113,7 +113,7 @@ double rel_diff(const Tensor& a, const Tensor& b) {
 
 ParallelContext fake_pipeline(int pp, int rank) {
   ParallelContext ctx;
-  ctx.pp = ParallelGroup{pp, rank, nullptr};  // construction only: no communication
+  ctx.pp = ParallelGroup{pp, rank, nullptr, nullptr};  // construction only: no communication
   return ctx;
 }
 
