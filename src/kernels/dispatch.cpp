@@ -4,12 +4,16 @@ namespace megadlm {
 
 #ifdef MEGADLM_HAVE_CUDA
 bool cuda_available_impl();       // kernels/cuda/device.cpp
+int cuda_select_device_impl(int local_rank);  // kernels/cuda/device.cpp
 const Backend& cuda_backend();    // kernels/cuda/backend_cuda.cpp (registers the CUDA memory table)
+int cuda_device_count_impl();      // kernels/cuda/device.cpp
 bool cuda_compiled() { return true; }
 bool cuda_available() { return cuda_available_impl(); }
+int cuda_device_count() { return cuda_device_count_impl(); }
 #else
 bool cuda_compiled() { return false; }
 bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
 #endif
 
 void require_backend(Device device, const char* op) {
@@ -19,6 +23,16 @@ void require_backend(Device device, const char* op) {
 }
 
 static const Backend* g_test_backend = nullptr;  // serves Device::CUDA when set
+
+int select_device(Device device, int local_rank) {
+  if (device == Device::CPU || g_test_backend) return 0;
+#ifdef MEGADLM_HAVE_CUDA
+  return cuda_select_device_impl(local_rank);
+#else
+  (void)local_rank;
+  return 0;
+#endif
+}
 
 void set_backend_for_testing(Device device, const Backend* backend) {
   MDLM_CHECK(device == Device::CUDA, "set_backend_for_testing: only the CUDA device can be emulated");

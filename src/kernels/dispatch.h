@@ -9,6 +9,12 @@ namespace megadlm {
 
 bool cuda_compiled();   // built with -DMEGADLM_CUDA=ON
 bool cuda_available();  // compiled and a device is visible
+int cuda_device_count();  // GPUs visible (0 without CUDA)
+
+// Before anything touches the device: the process of node-local rank `local_rank` takes GPU
+// local_rank % (GPUs visible), as torchrun's LOCAL_RANK convention does; returns that index (0 when the
+// device is the CPU, emulated, or has no GPU visible: backend_for then names the problem).
+int select_device(Device device, int local_rank);
 
 // Throws Error naming the op when the tensor's device has no backend in this build.
 void require_backend(Device device, const char* op);

@@ -1,7 +1,8 @@
 // The CUDA backend: the ops of kernels/backend.h forwarded to kernels/cuda/ops.h on one stream (the
 // legacy default stream, so that the synchronous copies of device.cpp order with the kernels without
 // events). Compiled only with -DMEGADLM_CUDA=ON. Creating it registers the CUDA memory table of
-// core/device_memory.h, through which Tensor and Arena allocate device memory.
+// core/device_memory.h, through which Tensor and Arena allocate device memory, and (with NCCL) the
+// device communicator factory of parallel/device_communicator.h.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -10,6 +11,10 @@
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/ops.h"
+#include "parallel/device_communicator.h"
+#ifdef MEGADLM_HAVE_NCCL
+#include "kernels/cuda/nccl_communicator.h"
+#endif
 
 namespace megadlm {
 namespace {
@@ -42,6 +47,9 @@ class CudaBackend final : public Backend {
     m.zero = memory_zero;
     m.copy = memory_copy;
     register_device_memory(m);
+#ifdef MEGADLM_HAVE_NCCL
+    register_device_communicator(Device::CUDA, cuda::make_nccl_communicator);  // the groups of a dp run
+#endif
     scalar_ = static_cast<double*>(cuda::device_alloc(sizeof(double)));
   }
   // The backend lives until exit; its scalar is left to the driver's teardown (freeing it from a static

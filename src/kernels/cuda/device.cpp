@@ -6,10 +6,27 @@
 
 namespace megadlm {
 
-// kernels/dispatch.cpp: true when a device is visible. Never throws (a missing driver is "no GPU").
+// kernels/dispatch.cpp's queries. Never throw (a missing driver is "no GPU").
 bool cuda_available_impl() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+int cuda_device_count_impl() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess) return n;
+  (void)cudaGetLastError();  // "no driver" is no GPU
+  return 0;
+}
+
+int cuda_select_device_impl(int local_rank) {
+  const int n = cuda_device_count_impl();
+  if (n == 0) return 0;
+  const int dev = local_rank % n;
+  const cudaError_t err = cudaSetDevice(dev);
+  if (err != cudaSuccess)
+    fail("cudaSetDevice(", dev, ") for node-local rank ", local_rank, " failed: ", cudaGetErrorString(err));
+  return dev;
 }
 
 }  // namespace megadlm

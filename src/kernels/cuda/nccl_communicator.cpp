@@ -31,10 +31,12 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int size, int rank, std::string name, const ncclUniqueId& id) : Communicator(size, rank, std::move(name)) {
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming), "cudaEventCreate");
     nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
   }
   ~NcclCommunicator() override {
     if (comm_) ncclCommDestroy(comm_);
+    if (inputs_ready_) cudaEventDestroy(inputs_ready_);
     if (barrier_buf_) cudaFree(barrier_buf_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -43,21 +45,25 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce_sum(float* data, int64_t n) override {
     CommTimer t(stats_, ring(4.0 * n, 2));
+    after_compute();
     nccl_check(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "AllReduce");
     sync();
   }
   void all_reduce_sum(double* data, int64_t n) override {
     CommTimer t(stats_, ring(8.0 * n, 2));
+    after_compute();
     nccl_check(ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_), "AllReduce");
     sync();
   }
   void all_reduce_max(float* data, int64_t n) override {
     CommTimer t(stats_, ring(4.0 * n, 2));
+    after_compute();
     nccl_check(ncclAllReduce(data, data, n, ncclFloat32, ncclMax, comm_, stream_), "AllReduce");
     sync();
   }
   CommRequest all_reduce_sum_async(float* data, int64_t n) override {
     CommTimer t(stats_, ring(4.0 * n, 2));
+    after_compute();
     nccl_check(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "AllReduce");
     auto ev = std::make_shared<PendingEvent>();
     cuda_check(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming), "cudaEventCreate");
@@ -74,26 +80,31 @@ class NcclCommunicator final : public Communicator {
   }
   void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
     CommTimer t(stats_, ring(4.0 * n * size_, 1));
+    after_compute();
     nccl_check(ncclReduceScatter(in, out, n, ncclFloat32, ncclSum, comm_, stream_), "ReduceScatter");
     sync();
   }
   void all_gather(const float* in, float* out, int64_t n) override {
     CommTimer t(stats_, ring(4.0 * n * size_, 1));
+    after_compute();
     nccl_check(ncclAllGather(in, out, n, ncclFloat32, comm_, stream_), "AllGather");
     sync();
   }
   void broadcast(void* data, int64_t bytes, int root) override {
     CommTimer t(stats_, rank_ == root ? static_cast<double>(bytes) : 0.0);
+    after_compute();
     nccl_check(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "Broadcast");
     sync();
   }
   void send(const void* data, int64_t bytes, int dst, int) override {
     CommTimer t(stats_, static_cast<double>(bytes));
+    after_compute();
     nccl_check(ncclSend(data, bytes, ncclUint8, dst, comm_, stream_), "Send");
     sync();
   }
   void recv(void* data, int64_t bytes, int src, int) override {
     CommTimer t(stats_, 0);
+    after_compute();
     nccl_check(ncclRecv(data, bytes, ncclUint8, src, comm_, stream_), "Recv");
     sync();
   }
@@ -102,6 +113,7 @@ class NcclCommunicator final : public Communicator {
     for (int r = 0; r < size_; ++r)
       if (r != rank_) sent += 4.0 * send_counts[r];
     CommTimer t(stats_, sent);
+    after_compute();
     // Grouped point-to-point: NCCL's all-to-all-v idiom.
     nccl_check(ncclGroupStart(), "GroupStart");
     int64_t so = 0, ro = 0;
@@ -124,10 +136,19 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void sync() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  // The backend's kernels run on the legacy default stream, which a non-blocking stream does not wait
+  // for: the collective's stream waits for everything queued there so far (the gradients the backward
+  // just wrote), without making later kernels wait for the collective (so a bucket's all-reduce
+  // overlaps the rest of the backward).
+  void after_compute() {
+    cuda_check(cudaEventRecord(inputs_ready_, cudaStreamLegacy), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(stream_, inputs_ready_, 0), "cudaStreamWaitEvent");
+  }
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   float* barrier_buf_ = nullptr;
+  cudaEvent_t inputs_ready_ = nullptr;
 };
 
 }  // namespace
