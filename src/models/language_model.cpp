@@ -59,9 +59,11 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
   validate_config(cfg);
   if (device != Device::CPU) {
     backend_for(device);  // throws when the build has no CUDA or no GPU is visible
-    MDLM_CHECK(ctx.world_size == 1 && ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1 && ctx.ep.size == 1,
-               "--device ", device_name(device), " runs one process on one GPU so far: no tensor, pipeline, context, ",
-               "expert or data parallelism");
+    // Data parallelism only (train/parallel_training.cpp gives its groups device communicators): the
+    // modules' tensor, pipeline, context and expert collectives still take host buffers.
+    MDLM_CHECK(ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1 && ctx.ep.size == 1,
+               "--device ", device_name(device), " runs one GPU per rank with data parallelism only so far: no tensor, ",
+               "pipeline, context or expert parallelism");
     params_.set_device(device);
     arena_.set_device(device);
   }

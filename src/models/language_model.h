@@ -13,8 +13,8 @@
 // so checkpoints map 1:1 to HF tensor names.
 //
 // Device: the parameters, gradients and activations live on `device` (kernels/backend.h picks the
-// kernels). On CUDA (stage 1) the model is one process on one GPU: no tensor, pipeline, context or
-// expert parallelism, no MoE layers, no KV-cache inference. The micro-batch arrays stay host memory in
+// kernels). On CUDA each process drives one GPU: data parallelism (the trainer's gradient buckets
+// over NCCL), no tensor, pipeline, context or expert parallelism. The micro-batch arrays stay host memory in
 // the API: forward_stage checks the ids on the host and uploads the arrays into the arena, and the
 // backward_stage / loss_stage that follow it use that copy.
 #include <functional>

@@ -6,6 +6,7 @@
 #include "checkpoint/reshard.h"
 #include "core/device_memory.h"
 #include "kernels/backend.h"
+#include "parallel/device_communicator.h"
 #include "parallel/grad_norm.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
@@ -26,11 +27,24 @@ constexpr int kGroups = 7;
 }  // namespace
 
 ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerConfig& model, int64_t micro,
-                                   int64_t global)
+                                   int64_t global, Device device)
     : args_(args) {
   validate_parallel_layout(args, world_size(), model, micro, global);
-  ctx_ = make_parallel_context(args.layout);
+  const ParallelLayout& l = args.layout;
+  MDLM_CHECK(device == Device::CPU || (l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1), "--device ",
+             device_name(device), " runs data parallelism only so far (one GPU per rank): --tensor-model-parallel-size, ",
+             "--pipeline-model-parallel-size, --context-parallel-size and --expert-model-parallel-size must be 1 (got ",
+             describe(l, world_size()), ")");
+  MDLM_CHECK(device == Device::CPU || !args.use_distributed_optimizer, "--device ", device_name(device),
+             ": --use-distributed-optimizer is not supported on the GPU yet");
+  ctx_ = make_parallel_context(l);
   ctx_.sequence_parallel = args.sequence_parallel;
+  if (device != Device::CPU) {
+    // The gradients' groups read device buffers: each gets NCCL beside its MPI communicator (which
+    // keeps the host's scalars: losses, counts, exit decisions).
+    if (ctx_.dp.size > 1) ctx_.dp.device_comm = make_device_communicator(device, ctx_.dp.communicator(), "dp");
+    if (ctx_.edp.size > 1) ctx_.edp.device_comm = make_device_communicator(device, ctx_.edp.communicator(), "edp");
+  }
 }
 
 ParallelTraining::~ParallelTraining() = default;
@@ -177,6 +191,8 @@ void ParallelTraining::load_checkpoint(const std::string& dir, AdamW* opt) {
 // A model on a device is written through a host copy of the same layout (the single-process model of
 // make_full_, on the CPU): the flat buffers are downloaded into it and it is saved as a CPU run would be.
 std::string ParallelTraining::save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {
+  // Every data-parallel rank holds the same model (only dp runs on a device): rank 0 writes it.
+  if (!writes_files()) return {};
   std::unique_ptr<LanguageModel> host = make_full_();
   MDLM_CHECK(host->params().numel() == model_->params().numel(), "save: the host copy's layout differs from the model's");
   model_->params().copy_values_to_host(host->params().values());
@@ -208,7 +224,12 @@ void ParallelTraining::take_comm_report(int64_t steps, std::string& line, nlohma
     const char* name = nullptr;
     const ParallelGroup* g = group_at(ctx_, i, &name);
     if (g->size <= 1 || !g->comm) continue;
-    const CommStats& s = g->comm->stats();
+    // Host and device traffic of the group together (a GPU run's gradients go through device_comm).
+    CommStats s = g->comm->stats();
+    if (g->device_comm) {
+      s.bytes_sent += g->device_comm->stats().bytes_sent;
+      s.seconds += g->device_comm->stats().seconds;
+    }
     const double bytes = (s.bytes_sent - last_bytes_[i]) * per, secs = (s.seconds - last_seconds_[i]) * per;
     last_bytes_[i] = s.bytes_sent;
     last_seconds_[i] = s.seconds;

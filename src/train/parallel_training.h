@@ -26,9 +26,10 @@ namespace megadlm {
 class ParallelTraining {
  public:
   // Builds the groups (collective over the world) after checking the layout against the world and
-  // the model (validate_parallel_layout).
+  // the model (validate_parallel_layout). On a GPU (`device` CUDA) the data-parallel groups also get a
+  // device communicator (NCCL) for the gradients; the other kinds of parallelism are refused there.
   ParallelTraining(const ParallelArgs& args, const TransformerConfig& model, int64_t micro_batch_size,
-                   int64_t global_batch_size);
+                   int64_t global_batch_size, Device device = Device::CPU);
   ~ParallelTraining();
 
   const ParallelContext& context() const { return ctx_; }

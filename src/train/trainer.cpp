@@ -19,6 +19,7 @@
 #include "train/signals.h"
 #include "train/step_guard.h"
 #include "train/parallel_training.h"
+#include "parallel/mpi_communicator.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace megadlm {
@@ -43,11 +44,11 @@ Trainer::Trainer(const TrainArgs& args)
     : args_(args), exit_signals_(args.exit_signal_handler, args.exit_signal), step_guard_(args.max_skipped_steps) {
   if (args_.device != Device::CPU) {
     try {
+      gpu_index_ = select_device(args_.device, local_rank());  // one GPU per rank of a node
       backend_for(args_.device);  // a build without CUDA, or no GPU visible
     } catch (const Error& e) {
       fail("--device ", device_name(args_.device), ": ", e.what());
     }
-    MDLM_CHECK(!args_.parallel.use_distributed_optimizer, "--device cuda: --use-distributed-optimizer is not supported on the GPU yet");
   }
   // Tokenizer, mask token and vocabulary.
   tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
@@ -87,7 +88,7 @@ Trainer::Trainer(const TrainArgs& args)
   // The groups (collective over the world); Megatron pads the vocabulary to a multiple of
   // --make-vocab-size-divisible-by x tp, above, so every tp rank gets an equal slice.
   parallel_ = std::make_unique<ParallelTraining>(args_.parallel, args_.model, args_.micro_batch_size,
-                                                 args_.global_batch_size);
+                                                 args_.global_batch_size, args_.device);
   // On a device the parameters are drawn on the host (the same values as on the CPU) and uploaded.
   model_ = std::make_unique<LanguageModel>(args_.model, spec, parallel_->context(), true, true, args_.device);
   model_->params().init(args_.seed);
@@ -247,7 +248,9 @@ void Trainer::print_header() const {
   if (args_.device == Device::CPU)
     log_info("measured peak for MFU: ", buf, " (", bf16_products_on(args_.precision.precision) ? "bf16" : "fp32", " oneDNN GEMM, ",
              gemm_peak_description(), ", ", omp_get_max_threads(), " threads)");
-  else log_info("device: ", device_name(args_.device), " (kernels/backend.h); no MFU reported on a GPU yet");
+  else
+    log_info("device: ", device_name(args_.device), " (kernels/backend.h), GPU ", gpu_index_, " of this rank's node",
+             parallel_->dp_size() > 1 ? "; gradients all-reduced over NCCL" : "", "; no MFU reported on a GPU yet");
   if (c.moe.enabled()) log_info(describe_moe(c));
 }
 

@@ -14,12 +14,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 
 #include "core/device_memory.h"
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "kernels/dispatch.h"
+#include "parallel/device_communicator.h"
 
 namespace megadlm::test {
 
@@ -97,6 +100,12 @@ inline std::atomic<int64_t>& emulated_pointer_checks() {
 // Rows gathered by moe_permute so far (in a dense model: the output layer's selection of the rows with a
 // loss, Backend::gather_rows).
 inline std::atomic<int64_t>& emulated_gathered_rows() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+// Collectives run by the emulated device communicator so far.
+inline std::atomic<int64_t>& emulated_collectives() {
   static std::atomic<int64_t> n{0};
   return n;
 }
@@ -317,6 +326,70 @@ class EmulatedCudaBackend final : public Backend {
 
 };
 
+// The emulated device's NCCL: the collectives of the host communicator the group bootstraps from (MPI
+// under mpirun), on device buffers, each pointer checked to be device memory and the memory open while
+// the call runs. A group that hands its host communicator device memory faults, one that hands this
+// one a host array throws, naming the collective. all_reduce_sum_async completes at once (MPI's
+// non-blocking progress would touch the memory after it is closed again), so overlap is not emulated,
+// only the calls. `host` belongs to the same ParallelGroup and outlives this.
+class EmulatedDeviceCommunicator final : public Communicator {
+ public:
+  EmulatedDeviceCommunicator(Communicator& host, const std::string& name)
+      : Communicator(host.size(), host.rank(), name), host_(host) {}
+  static std::shared_ptr<Communicator> make(Communicator& host, const std::string& name) {
+    return std::make_shared<EmulatedDeviceCommunicator>(host, name);
+  }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    run({data}, "all_reduce_sum", 4.0 * n, [&] { host_.all_reduce_sum(data, n); });
+  }
+  void all_reduce_sum(double* data, int64_t n) override {
+    run({data}, "all_reduce_sum", 8.0 * n, [&] { host_.all_reduce_sum(data, n); });
+  }
+  void all_reduce_max(float* data, int64_t n) override {
+    run({data}, "all_reduce_max", 4.0 * n, [&] { host_.all_reduce_max(data, n); });
+  }
+  CommRequest all_reduce_sum_async(float* data, int64_t n) override {
+    all_reduce_sum(data, n);
+    ++async_calls_;
+    return {};
+  }
+  void wait(CommRequest& req) override { req = CommRequest(); }
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
+    run({in, out}, "reduce_scatter_sum", 4.0 * n * size_, [&] { host_.reduce_scatter_sum(in, out, n); });
+  }
+  void all_gather(const float* in, float* out, int64_t n) override {
+    run({in, out}, "all_gather", 4.0 * n * size_, [&] { host_.all_gather(in, out, n); });
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    run({data}, "broadcast", static_cast<double>(bytes), [&] { host_.broadcast(data, bytes, root); });
+  }
+  void send(const void* data, int64_t bytes, int dst, int tag) override {
+    run({data}, "send", static_cast<double>(bytes), [&] { host_.send(data, bytes, dst, tag); });
+  }
+  void recv(void* data, int64_t bytes, int src, int tag) override {
+    run({data}, "recv", 0, [&] { host_.recv(data, bytes, src, tag); });
+  }
+  void all_to_all_v(const float* send, const int64_t* send_counts, float* recv, const int64_t* recv_counts) override {
+    on_host(send_counts, "all_to_all_v (counts)"), on_host(recv_counts, "all_to_all_v (counts)");
+    run({send, recv}, "all_to_all_v", 0, [&] { host_.all_to_all_v(send, send_counts, recv, recv_counts); });
+  }
+  void barrier() override { host_.barrier(); }
+  int64_t async_calls() const { return async_calls_; }
+
+ private:
+  template <typename Call>
+  void run(std::initializer_list<const void*> ps, const char* op, double bytes, Call&& call) {
+    for (const void* p : ps) on_device(p, op);
+    ++emulated_collectives();
+    CommTimer t(stats_, bytes);
+    const EmulatedDeviceMemory::Open open;
+    call();
+  }
+  Communicator& host_;
+  int64_t async_calls_ = 0;
+};
+
 // Installs the emulated device for one scope (tests only run it where no real GPU is visible).
 class EmulatedCudaScope {
  public:
@@ -340,6 +413,7 @@ class EmulatedCudaScope {
     };
     register_device_memory(m);
     set_backend_for_testing(Device::CUDA, &backend_);
+    previous_communicator_ = register_device_communicator(Device::CUDA, &EmulatedDeviceCommunicator::make);
     // A fault while the scope is active is most likely host code touching device memory: say so.
     struct sigaction sa {};
     sa.sa_handler = [](int) {
@@ -353,6 +427,7 @@ class EmulatedCudaScope {
   }
   ~EmulatedCudaScope() {
     sigaction(SIGSEGV, &previous_, nullptr);
+    register_device_communicator(Device::CUDA, previous_communicator_);
     set_backend_for_testing(Device::CUDA, nullptr);
   }
   EmulatedCudaScope(const EmulatedCudaScope&) = delete;
@@ -360,6 +435,7 @@ class EmulatedCudaScope {
 
  private:
   EmulatedCudaBackend backend_;
+  DeviceCommunicatorFactory previous_communicator_ = nullptr;
   struct sigaction previous_ {};
 };
 

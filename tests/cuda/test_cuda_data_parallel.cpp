@@ -1,0 +1,180 @@
+// Data parallelism on --device cuda: two ranks, one GPU each, the gradients all-reduced over the
+// device communicator (NCCL; parallel/device_communicator.h). The trainer's losses, gradient norms and
+// checkpoint on the device follow the same two-rank run on the CPU, for a dense and a MoE model
+// (experts' gradients over the edp group), with overlapped buckets; a run saved and resumed on the
+// device continues as it would have; the layouts the GPU does not run yet are refused by name.
+//
+// Run by ctest under `mpirun -np 2` (mpi_cuda_dp_np2); alone, or with another number of ranks, they
+// skip. CudaDataParallel.* need two visible GPUs; EmulatedCudaDataParallel.* run the same checks on the
+// emulated device (emulated_device.h), whose device communicator runs MPI's collectives on its
+// device memory and checks every pointer it is given.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "emulated_device.h"
+#include "kernels/dispatch.h"
+#include "parallel/mpi_communicator.h"
+#include "test_util.h"
+#include "train_fixture.h"
+
+using namespace megadlm;
+
+namespace {
+
+// Two ranks under mpirun, or the reason to skip.
+std::string two_ranks_missing() {
+  if (!launched_by_mpi()) return "needs mpirun -np 2 (ctest: mpi_cuda_dp_np2)";
+  init_distributed(nullptr, nullptr);
+  if (world_size() != 2) return "needs exactly 2 ranks, got " + std::to_string(world_size());
+  return "";
+}
+
+// One directory both ranks see: rank 0's TempDir, its path broadcast. Removed after both are done.
+class SharedDir {
+ public:
+  SharedDir() {
+    char buf[1024] = {};
+    if (world_rank() == 0) {
+      owned_ = std::make_unique<test::TempDir>("shared");
+      std::snprintf(buf, sizeof buf, "%s", owned_->str().c_str());
+    }
+    world_communicator()->broadcast(buf, sizeof buf, 0);
+    path_ = buf;
+  }
+  ~SharedDir() { world_communicator()->barrier(); }  // before rank 0's TempDir goes
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::unique_ptr<test::TempDir> owned_;
+  std::string path_;
+};
+
+// pretrain_difflm's flags of the robustness tests' tiny run on this rank's own copy of the counting
+// data (each rank writes its own: no two processes write one file), with `extra`: two ranks of one
+// micro-batch of 2 each, 3 steps.
+std::vector<std::string> dp_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra) {
+  const std::string data = test::make_counting_dataset(data_dir.str(), 60);
+  return test::plus(test::plus(test::plus({"pretrain_difflm"}, test::tiny_difflm_flags(data)), extra),
+                    {"--train-iters", "3"});
+}
+
+// The same two-rank run on the CPU and on the device, saved under dir/cpu and dir/gpu; rank 0 (which
+// alone writes metrics) checks that the device run's `keys` follow the CPU's (1e-3, as the one-GPU
+// trainer cases) and that its gradients crossed the dp group. Both ranks return the device run's lines
+// as rank 0 read them (empty on rank 1).
+std::vector<nlohmann::json> dp_run_follows_the_cpu(const std::vector<std::string>& extra,
+                                                   const std::vector<std::string>& keys) {
+  SharedDir dir;
+  test::TempDir data_dir("data");
+  const auto flags = dp_flags(data_dir, extra);
+  test::run_training(flags, {"--save", dir / "cpu"});
+  test::run_training(flags, {"--save", dir / "gpu", "--device", "cuda"});
+  if (world_rank() != 0) return {};
+  const auto cpu = test::training_lines(dir / "cpu/metrics.jsonl");
+  const auto gpu = test::training_lines(dir / "gpu/metrics.jsonl");
+  EXPECT_EQ(cpu.size(), 3u);
+  EXPECT_EQ(gpu.size(), 3u);
+  for (size_t i = 0; i < std::min(cpu.size(), gpu.size()); ++i) {
+    for (const std::string& key : keys) {
+      if (!cpu[i].contains(key)) {
+        ADD_FAILURE() << key << " missing from the CPU run's metrics";
+        continue;
+      }
+      const double a = cpu[i][key].get<double>(), b = gpu[i][key].get<double>();
+      EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << key << " at iteration " << i + 1;
+    }
+    // The gradients' bytes (one all-reduce of the whole buffer a step) were counted on the dp group.
+    if (!gpu[i].contains("comm") || !gpu[i]["comm"].contains("dp")) {
+      ADD_FAILURE() << "no dp traffic counted: " << gpu[i].dump();
+      continue;
+    }
+    EXPECT_GE(gpu[i]["comm"]["dp"]["bytes_per_step"].get<double>(),
+              cpu[i]["comm"]["dp"]["bytes_per_step"].get<double>() * 0.99);
+  }
+  return gpu;
+}
+
+// Dense: several buckets launched during the backward.
+void dense_trainer_follows_the_cpu() {
+  dp_run_follows_the_cpu({"--overlap-grad-reduce", "--ddp-bucket-size", "2000"}, {"loss", "grad_norm"});
+}
+
+// MoE (ep = 1): the experts' gradients go over the edp group, its own device communicator.
+void moe_trainer_follows_the_cpu() {
+  dp_run_follows_the_cpu({"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "24",
+                          "--moe-aux-loss-coeff", "1e-2", "--ddp-bucket-size", "3000"},
+                         {"loss", "grad_norm", "moe_aux_loss"});
+}
+
+// A device run stopped after iteration 2 (saved by rank 0 into the shared directory) and resumed by
+// both ranks takes iteration 3 as the uninterrupted device run did.
+void resume_continues_the_run() {
+  SharedDir dir;
+  test::TempDir data_dir("data");
+  const auto flags = dp_flags(data_dir, {"--device", "cuda"});
+  test::run_training(flags, {"--save", dir / "whole"});
+  test::run_training(flags, {"--exit-interval", "2", "--save", dir / "half"});
+  test::run_training(flags, {"--save", dir / "half", "--load", dir / "half"});
+  if (world_rank() != 0) return;
+  const auto whole = test::training_lines(dir / "whole/metrics.jsonl");
+  const auto resumed = test::training_lines(dir / "half/metrics.jsonl");
+  ASSERT_EQ(whole.size(), 3u);
+  ASSERT_EQ(resumed.size(), 3u);  // 2 lines of the first run, then the resumed iteration 3
+  EXPECT_EQ(resumed.back()["iteration"].get<int64_t>(), 3);
+  EXPECT_EQ(resumed.back()["loss"].get<double>(), whole[2]["loss"].get<double>()) << "the resumed step differs";
+}
+
+// Tensor parallelism and the distributed optimizer stay on the CPU for now: refused, naming the flag.
+void other_layouts_are_refused() {
+  test::TempDir data_dir("data");
+  const std::string tp = test::error_of([&] {
+    test::run_training(dp_flags(data_dir, {"--device", "cuda", "--tensor-model-parallel-size", "2"}), {});
+  });
+  EXPECT_NE(tp.find("--tensor-model-parallel-size"), std::string::npos) << tp;
+  EXPECT_NE(tp.find("data parallelism only"), std::string::npos) << tp;
+  const std::string dist = test::error_of([&] {
+    test::run_training(dp_flags(data_dir, {"--device", "cuda", "--use-distributed-optimizer"}), {});
+  });
+  EXPECT_NE(dist.find("--use-distributed-optimizer"), std::string::npos) << dist;
+}
+
+#define SKIP_UNLESS_TWO_RANKS()                              \
+  do {                                                       \
+    const std::string why = two_ranks_missing();             \
+    if (!why.empty()) GTEST_SKIP() << why;                   \
+  } while (0)
+
+#define BOTH_DEVICES(name, ...)                                                                       \
+  TEST(CudaDataParallel, name) {                                                                      \
+    SKIP_UNLESS_TWO_RANKS();                                                                          \
+    if (cuda_device_count() < 2)                                                                      \
+      GTEST_SKIP() << "needs a GPU per rank (" << cuda_device_count() << " visible): NCCL refuses two " \
+                   << "ranks on one GPU";                                                             \
+    __VA_ARGS__;                                                                                      \
+  }                                                                                                   \
+  TEST(EmulatedCudaDataParallel, name) {                                                              \
+    SKIP_UNLESS_TWO_RANKS();                                                                          \
+    if (cuda_available()) GTEST_SKIP() << "a GPU is visible: CudaDataParallel runs on it instead";    \
+    test::EmulatedCudaScope emulated;                                                                 \
+    const int64_t before = test::emulated_collectives();                                              \
+    __VA_ARGS__;                                                                                      \
+    EXPECT_GT(test::emulated_collectives(), before) << "the device communicator was not used";      \
+  }
+
+BOTH_DEVICES(DenseTrainerFollowsTheCpu, dense_trainer_follows_the_cpu())
+BOTH_DEVICES(MoETrainerFollowsTheCpu, moe_trainer_follows_the_cpu())
+BOTH_DEVICES(ResumeContinuesTheRun, resume_continues_the_run())
+
+TEST(EmulatedCudaDataParallel, OtherLayoutsAreRefused) {
+  SKIP_UNLESS_TWO_RANKS();
+  if (cuda_available()) GTEST_SKIP() << "a GPU is visible";
+  test::EmulatedCudaScope emulated;
+  other_layouts_are_refused();
+}
+
+}  // namespace
