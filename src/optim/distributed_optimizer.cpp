@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/backend.h"
 #include "parallel/grad_norm.h"
 
 namespace megadlm {
@@ -21,24 +20,30 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& params, const AdamWConfig
   shard_ = (n + dp - 1) / dp;
   begin_ = std::min<int64_t>(n, shard_ * ctx.dp.rank);
   end_ = std::min<int64_t>(n, begin_ + shard_);
-  g_ = Tensor::zeros({shard_}, DType::F32);
-  m_ = Tensor::zeros({shard_}, DType::F32);
-  send_ = Tensor::zeros({shard_}, DType::F32);
-  v_ = Tensor::zeros({shard_}, DType::F32);
+  // The shards live where the parameters do; on a device the collectives take the dp group's device
+  // communicator (NCCL) and the copies the backend.
+  const Device d = params.device();
+  g_ = Tensor::zeros({shard_}, DType::F32, d);
+  m_ = Tensor::zeros({shard_}, DType::F32, d);
+  send_ = Tensor::zeros({shard_}, DType::F32, d);
+  v_ = Tensor::zeros({shard_}, DType::F32, d);
   padded_ = shard_ * dp != n;
-  if (padded_) staging_ = Tensor::zeros({shard_ * dp}, DType::F32);
+  if (padded_) staging_ = Tensor::zeros({shard_ * dp}, DType::F32, d);
 }
+
+const Backend& DistributedOptimizer::backend() const { return backend_for(params_.device()); }
+Communicator& DistributedOptimizer::dp_comm() const { return ctx_.dp.communicator(params_.device()); }
 
 void DistributedOptimizer::reduce_scatter_grads() {
   const int64_t n = params_.numel();
   const float* in = params_.grads();
   if (padded_) {
-    std::memcpy(staging_.data<float>(), in, static_cast<size_t>(n) * sizeof(float));
-    std::memset(staging_.data<float>() + n, 0, static_cast<size_t>(staging_.numel() - n) * sizeof(float));
+    // The staging tail beyond numel stays zero from construction (nothing else writes it).
+    backend().copy(staging_.data<float>(), in, static_cast<size_t>(n) * sizeof(float));
     in = staging_.data<float>();
   }
-  ctx_.dp.communicator().reduce_scatter_sum(in, g_.data<float>(), shard_);
-  cpu::scale_inplace(g_.data<float>(), 1.0f / static_cast<float>(ctx_.dp.size), shard_);
+  dp_comm().reduce_scatter_sum(in, g_.data<float>(), shard_);
+  backend().scale_inplace(g_.data<float>(), 1.0f / static_cast<float>(ctx_.dp.size), shard_);
 }
 
 double DistributedOptimizer::grad_norm(std::function<bool(const ParamInfo&)> skip_param) const {
@@ -62,19 +67,20 @@ void DistributedOptimizer::apply(double lr, double norm) {
   // The input is this rank's shard of the values; copied out first since out may alias it (the
   // copy's tail beyond end_, for the last rank of a padded buffer, stays zero).
   float* mine = send_.data<float>();
-  std::copy(params_.values() + begin_, params_.values() + end_, mine);
-  ctx_.dp.communicator().all_gather(mine, out, shard_);
-  if (padded_) std::memcpy(params_.values(), out, static_cast<size_t>(n) * sizeof(float));
+  if (end_ > begin_) backend().copy(mine, params_.values() + begin_, static_cast<size_t>(end_ - begin_) * sizeof(float));
+  dp_comm().all_gather(mine, out, shard_);
+  if (padded_) backend().copy(params_.values(), out, static_cast<size_t>(n) * sizeof(float));
 }
 
 void DistributedOptimizer::gather_state(AdamW& full) {
   const int64_t n = params_.numel();
-  std::vector<float> buf(static_cast<size_t>(shard_ * ctx_.dp.size));
+  Tensor buf = Tensor::empty({shard_ * ctx_.dp.size}, DType::F32, params_.device());
   for (int which = 0; which < 2; ++which) {
     const Tensor& mine = which == 0 ? m_ : v_;
     Tensor& dst = which == 0 ? full.exp_avg() : full.exp_avg_sq();
-    ctx_.dp.communicator().all_gather(mine.data<float>(), buf.data(), shard_);
-    std::memcpy(dst.data<float>(), buf.data(), static_cast<size_t>(n) * sizeof(float));
+    MDLM_CHECK(dst.device() == params_.device(), "gather_state: the full AdamW state is on another device");
+    dp_comm().all_gather(mine.data<float>(), buf.data<float>(), shard_);
+    backend().copy(dst.data<float>(), buf.data<float>(), static_cast<size_t>(n) * sizeof(float));
   }
   full.set_steps_taken(step_);
 }
@@ -83,8 +89,10 @@ void DistributedOptimizer::scatter_state(AdamW& full) {
   for (int which = 0; which < 2; ++which) {
     Tensor& mine = which == 0 ? m_ : v_;
     const Tensor& src = which == 0 ? full.exp_avg() : full.exp_avg_sq();
-    mine.zero_();
-    std::memcpy(mine.data<float>(), src.data<float>() + begin_, static_cast<size_t>(end_ - begin_) * sizeof(float));
+    MDLM_CHECK(src.device() == params_.device(), "scatter_state: the full AdamW state is on another device");
+    backend().zero(mine.data<float>(), static_cast<size_t>(shard_) * sizeof(float));
+    if (end_ > begin_)
+      backend().copy(mine.data<float>(), src.data<float>() + begin_, static_cast<size_t>(end_ - begin_) * sizeof(float));
   }
   step_ = full.steps_taken();
 }

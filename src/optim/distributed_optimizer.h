@@ -9,10 +9,14 @@
 //
 // Expert parameters are reduced over a different group (edp) than dense ones: with
 // --expert-model-parallel-size > 1 this optimizer is refused (not supported yet).
+//
+// On a device (--device cuda) the shards live there too, the reduce-scatter and all-gather go through
+// the dp group's device communicator (NCCL) and the copies through the backend.
 #include <cstdint>
 #include <functional>
 
 #include "core/tensor.h"
+#include "kernels/backend.h"
 #include "nn/parameters.h"
 #include "optim/adamw.h"
 #include "parallel/parallel_context.h"
@@ -42,6 +46,8 @@ class DistributedOptimizer {
   void scatter_state(AdamW& full);
 
  private:
+  const Backend& backend() const;  // the parameters' device's
+  Communicator& dp_comm() const;   // the dp group's communicator for that device
   ParamStore& params_;
   AdamWConfig cfg_;
   ParallelContext ctx_;

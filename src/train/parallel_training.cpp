@@ -35,8 +35,6 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
              device_name(device), " runs data parallelism only so far (one GPU per rank): --tensor-model-parallel-size, ",
              "--pipeline-model-parallel-size, --context-parallel-size and --expert-model-parallel-size must be 1 (got ",
              describe(l, world_size()), ")");
-  MDLM_CHECK(device == Device::CPU || !args.use_distributed_optimizer, "--device ", device_name(device),
-             ": --use-distributed-optimizer is not supported on the GPU yet");
   ctx_ = make_parallel_context(l);
   ctx_.sequence_parallel = args.sequence_parallel;
   if (device != Device::CPU) {
@@ -165,12 +163,10 @@ std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW
 
 void ParallelTraining::load_checkpoint(const std::string& dir, AdamW* opt) {
   if (opt) opt->ensure_state();  // released under the distributed optimizer; after_load frees it again
-  if (model_->device() != Device::CPU) {
-    load_to_device(dir, opt);
-    return;
-  }
   const bool split = ctx_.tp.size > 1 || ctx_.pp.size > 1;
-  if (!split) {
+  if (model_->device() != Device::CPU) {
+    load_to_device(dir, opt);  // dp only: every rank takes the whole state
+  } else if (!split) {
     load_checkpoint_tensors(dir, *model_, opt);
   } else {
     // Every rank reads the full tensors into a single-process model and keeps its piece.
