@@ -36,6 +36,16 @@ class Backend {
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const = 0;
   virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                          int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const = 0;
+  // fp8 (kernels/cpu/fp8_gemm.h): C [M,N] = (A [M,K] * a_scale) @ (B [N,K] * b_scale)^T + beta C, A and B
+  // fp8 codes (E5M2 where flagged, else E4M3), the scales their dequantisation factors. Real fp8
+  // products where fp8_products() says so; elsewhere the dequantised values multiplied in fp32.
+  virtual void gemm_fp8(int64_t M, int64_t N, int64_t K, const uint8_t* A, bool a_e5m2, float a_scale,
+                        const uint8_t* B, bool b_e5m2, float b_scale, float beta, float* C) const = 0;
+  // Whether gemm_fp8 multiplies fp8 (a GPU with fp8 tensor cores): the Linear layers then keep fp8
+  // operands for their products instead of dequantised fp32 copies (nn/precision.h).
+  virtual bool fp8_products() const { return false; }
+  // out [C, R] = in [R, C]^T, bytes: the transposed fp8 operands of the backward's products.
+  virtual void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const = 0;
 
   // ---- pointwise (kernels/cpu/elementwise.h) ----
   virtual void gelu_forward(float* out, const float* inp, int64_t n) const = 0;

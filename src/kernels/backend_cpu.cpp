@@ -9,6 +9,7 @@
 #include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/fp8_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/norm.h"
@@ -42,6 +43,13 @@ class CpuBackend final : public Backend {
   void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                  const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
     cpu::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gemm_fp8(int64_t M, int64_t N, int64_t K, const uint8_t* A, bool a_e5m2, float a_scale, const uint8_t* B,
+                bool b_e5m2, float b_scale, float beta, float* C) const override {
+    cpu::gemm_fp8(M, N, K, A, a_e5m2, a_scale, B, b_e5m2, b_scale, beta, C);
+  }
+  void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const override {
+    cpu::transpose_u8(out, in, R, C);
   }
 
   void gelu_forward(float* out, const float* inp, int64_t n) const override { cpu::gelu_forward(out, inp, n); }

@@ -118,6 +118,12 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
     // bf16 storage only: the forward product is exact fp32.
     be.gemm(false, true, N, out_, in_, 1.0f, x.data<float>(), in_, store_->value(w_).data<float>(), in_, 0.0f,
               y.data<float>(), out_);
+  } else if (prec_->fp8_products()) {
+    // fp8 products (a GPU with fp8 tensor cores): y [N, O] = x8 [N, I] @ W8 [O, I]^T, the codes and
+    // their dequantisation factors.
+    const MixedPrecision::Fp8Weight w8 = prec_->weight_fp8(w_);
+    be.gemm_fp8(N, out_, in_, static_cast<const uint8_t*>(saved_x_.raw()), false, 1.0f / saved_scale_, w8.w, false,
+                w8.dequant, 0.0f, y.data<float>());
   } else {
     // Emulated fp16 / fp8: the values the narrow format holds, multiplied in fp32.
     float* xr = prec_->scratch_f32(0, N * in_);
@@ -156,6 +162,30 @@ void Linear::backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx_in,
   products_bf16_dy(backend_of(dx_in), dy_bf16, N, dx_in, accumulate_dx);
 }
 
+// The two fp8 products of the backward. cuBLASLt's fp8 kernels take only C = A @ B^T, so the operands
+// whose reduced dimension is not contiguous come transposed: W^T (made with the weight's codes) for
+// dx, and dy^T and x^T (transposed here) for dW. The codes are the values the emulated path multiplies.
+void Linear::backward_fp8(const Backend& be, const Tensor& dy, int64_t N, Tensor& dx_in, bool accumulate_dx,
+                          const std::function<void()>& before_weight_grad) {
+  Fp8TensorScaling& s = prec_->fp8_scaling(w_).grad;
+  const bool e5m2 = s.kind() == Fp8Kind::E5M2;
+  uint8_t* g8 = prec_->scratch_u8(0, N * out_);
+  const float g_dequant = 1.0f / prec_->quantize_grad(g8, dy.data<float>(), N * out_, s);
+  const MixedPrecision::Fp8Weight w8 = prec_->weight_fp8(w_);
+  // dx [N, I] = dy [N, O] @ W [O, I] = dy @ (W^T [I, O])^T
+  DxTarget t = dx_target(N, dx_in, accumulate_dx);
+  be.gemm_fp8(N, in_, out_, g8, e5m2, g_dequant, w8.wt, false, w8.dequant, t.beta, t.dx.data<float>());
+  if (t.reduce) reduce_rows(*ctx_, t.dx, dx_in, accumulate_dx);
+  if (before_weight_grad) before_weight_grad();
+  // dW [O, I] += dy^T [O, N] @ x [N, I] = dy^T @ (x^T [I, N])^T
+  uint8_t* gt = prec_->scratch_u8(1, N * out_);
+  uint8_t* xt = prec_->scratch_u8(2, N * in_);
+  be.transpose_u8(gt, g8, N, out_);
+  be.transpose_u8(xt, static_cast<const uint8_t*>(saved_x_.raw()), N, in_);
+  be.gemm_fp8(out_, in_, N, gt, e5m2, g_dequant, xt, false, 1.0f / saved_scale_, store_->grad_beta(w_),
+              store_->grad(w_).data<float>());
+}
+
 void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx,
                       const std::function<void()>& before_weight_grad) {
   // Row-parallel under sequence parallelism: the output gradient of all rows (identity otherwise).
@@ -170,6 +200,10 @@ void Linear::backward(const Tensor& dy_in, Tensor& dx_in, bool accumulate_dx,
     return;
   }
   if (b_ >= 0) be.bias_backward(store_->grad(b_).data<float>(), dy.data<float>(), N, out_);
+  if (prec_ && prec_->fp8_products()) {
+    backward_fp8(be, dy, N, dx_in, accumulate_dx, before_weight_grad);
+    return;
+  }
   const float* g = dy.data<float>();
   const float* W = store_->value(w_).data<float>();
   // The emulated modes round the gradient and use the rounded weight copy, so both backward products

@@ -99,6 +99,8 @@ class Linear {
   DxTarget dx_target(int64_t N, Tensor& dx_in, bool accumulate_dx) const;
   void products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N, Tensor& dx_in, bool accumulate_dx,
                         const std::function<void()>& before_weight_grad = nullptr);
+  void backward_fp8(const Backend& be, const Tensor& dy, int64_t N, Tensor& dx_in, bool accumulate_dx,
+                    const std::function<void()>& before_weight_grad);
   Tensor saved_x_;           // [N, I]: fp32 view, or bf16 / fp16 bits, or e4m3 bytes
   float saved_scale_ = 1.0f;  // fp8: the scale saved_x_ was quantised with
 

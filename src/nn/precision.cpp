@@ -91,6 +91,39 @@ const float* MixedPrecision::weight_rounded(int id) {
   return w.rounded.data<float>();
 }
 
+bool MixedPrecision::fp8_products() const {
+  return cfg_.mode == PrecisionMode::FP8 && backend_for(device_).fp8_products();
+}
+
+MixedPrecision::Fp8Weight MixedPrecision::weight_fp8(int id) {
+  WeightCopy& w = copy_of(id);
+  if (w.version != version_) {
+    const Backend& be = backend_for(device_);
+    const Tensor v = store_.value(id);
+    const int64_t n = v.numel(), O = v.size(0), I = n / O;
+    if (!w.fp8.raw() || w.fp8.numel() != n) {
+      w.fp8 = Tensor::empty({O, I}, DType::F8E4M3, device_);
+      w.fp8_t = Tensor::empty({I, O}, DType::F8E4M3, device_);
+    }
+    Fp8TensorScaling& s = fp8_scaling(id).weight;
+    s.record(be.abs_max(v.data<float>(), n));
+    const float scale = s.scale();
+    be.cast_f32_to_fp8(static_cast<uint8_t*>(w.fp8.raw()), v.data<float>(), n, scale, /*e5m2=*/false);
+    be.transpose_u8(static_cast<uint8_t*>(w.fp8_t.raw()), static_cast<const uint8_t*>(w.fp8.raw()), O, I);
+    w.fp8_dequant = 1.0f / scale;
+    w.version = version_;
+  }
+  return {static_cast<const uint8_t*>(w.fp8.raw()), static_cast<const uint8_t*>(w.fp8_t.raw()), w.fp8_dequant};
+}
+
+float MixedPrecision::quantize_grad(uint8_t* out, const float* dy, int64_t n, Fp8TensorScaling& s) const {
+  const Backend& be = backend_for(device_);
+  s.record(be.abs_max(dy, n));
+  const float scale = s.scale();
+  be.cast_f32_to_fp8(out, dy, n, scale, /*e5m2=*/s.kind() == Fp8Kind::E5M2);
+  return scale;
+}
+
 Fp8LinearScaling& MixedPrecision::fp8_scaling(int weight_id) {
   auto& p = fp8_[weight_id];
   if (!p) {
@@ -149,9 +182,10 @@ double MixedPrecision::buffer_bytes() const {
   double b = 0;
   // Tensors only once made (a default Tensor has no storage, though its empty shape counts 1).
   auto bytes_of = [](const Tensor& t) { return t.raw() ? static_cast<double>(t.nbytes()) : 0.0; };
-  for (const auto& [id, w] : weights_) b += bytes_of(w.bits) + bytes_of(w.rounded);
+  for (const auto& [id, w] : weights_) b += bytes_of(w.bits) + bytes_of(w.rounded) + bytes_of(w.fp8) + bytes_of(w.fp8_t);
   for (const auto& t : f32_) b += bytes_of(t);
   for (const auto& t : u16_) b += bytes_of(t);
+  for (const auto& t : u8_) b += bytes_of(t);
   return b;
 }
 
@@ -159,6 +193,12 @@ float* MixedPrecision::scratch_f32(int slot, int64_t n) {
   Tensor& t = f32_[slot];
   if (!t.raw() || t.numel() < n) t = Tensor::empty({n}, DType::F32, device_);
   return t.data<float>();
+}
+
+uint8_t* MixedPrecision::scratch_u8(int slot, int64_t n) {
+  Tensor& t = u8_[slot];  // fp8 codes
+  if (!t.raw() || t.numel() < n) t = Tensor::empty({n}, DType::F8E4M3, device_);
+  return static_cast<uint8_t*>(t.raw());
 }
 
 uint16_t* MixedPrecision::scratch_u16(int slot, int64_t n) {

@@ -85,6 +85,22 @@ class MixedPrecision {
   const uint16_t* weight_bf16(int id);
   const float* weight_rounded(int id);
 
+  // fp8 products (a device whose Backend::fp8_products() is true, under --fp8-format): the Linear
+  // layers multiply fp8 codes through Backend::gemm_fp8 instead of dequantised fp32 copies, the same
+  // values (the recipe and its amax history are unchanged).
+  bool fp8_products() const;
+  // Weight `id` [O, I] as E4M3 codes, and transposed [I, O] (the input gradient's operand), with its
+  // dequantisation factor; remade when stale, recording the weight's amax as weight_rounded does.
+  struct Fp8Weight {
+    const uint8_t* w = nullptr;   // [O, I]
+    const uint8_t* wt = nullptr;  // [I, O]
+    float dequant = 1.0f;         // 1 / the quantisation scale
+  };
+  Fp8Weight weight_fp8(int id);
+  // dy [n] -> fp8 codes at out (E5M2 under hybrid, else E4M3: the scaling's kind), recording its amax;
+  // returns the quantisation scale.
+  float quantize_grad(uint8_t* out, const float* dy, int64_t n, Fp8TensorScaling& s) const;
+
   // Each Linear registers once for its fp8 scaling state (one per weight id).
   Fp8LinearScaling& fp8_scaling(int weight_id);
 
@@ -111,12 +127,15 @@ class MixedPrecision {
   // Reusable scratch buffers (grown, never shrunk: no allocation in the steady state).
   float* scratch_f32(int slot, int64_t n);
   uint16_t* scratch_u16(int slot, int64_t n);
+  uint8_t* scratch_u8(int slot, int64_t n);  // slots 0..2: fp8 codes of dy, dy^T, x^T
 
  private:
   struct WeightCopy {
     int64_t version = -1;
     Tensor bits;     // bf16, on the policy's device (undefined until first made)
     Tensor rounded;  // fp32, on the policy's device: the emulated modes' rounded weights
+    Tensor fp8, fp8_t;  // E4M3 codes [O, I] and [I, O], under fp8 products
+    float fp8_dequant = 1.0f;
   };
   WeightCopy& copy_of(int id);
 
@@ -128,6 +147,7 @@ class MixedPrecision {
   std::unordered_map<int, std::unique_ptr<Fp8LinearScaling>> fp8_;
   Tensor f32_[2];  // on the policy's device; 0, 1: Linear input / gradient
   Tensor u16_[1];  // on the policy's device: Linear's bf16 gradient
+  Tensor u8_[3];   // on the policy's device: fp8 codes of the backward's operands
   Device device_ = Device::CPU;
   Arena transient_;
 };

@@ -40,6 +40,8 @@ void PrecisionRuntime::after_step(bool bf16_copies_written) {
 std::string PrecisionRuntime::describe() const {
   std::string s = describe_precision(args_.precision);
   if (!args_.bf16_path_note.empty()) s += "; " + args_.bf16_path_note;
+  if (model_.precision() && model_.precision()->fp8_products())
+    s += "; on this device the Linear products multiply the fp8 codes (Backend::gemm_fp8)";
   if (scaler_) {
     char buf[160];
     if (args_.loss_scale.dynamic)

@@ -104,6 +104,12 @@ inline std::atomic<int64_t>& emulated_gathered_rows() {
   return n;
 }
 
+// gemm_fp8 calls so far (the Linear layers' fp8 products under --fp8-format).
+inline std::atomic<int64_t>& emulated_fp8_products() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 // Collectives run by the emulated device communicator so far.
 inline std::atomic<int64_t>& emulated_collectives() {
   static std::atomic<int64_t> n{0};
@@ -158,6 +164,18 @@ class EmulatedCudaBackend final : public Backend {
                  const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
     on_cpu({A, B, C}, "gemm_bf16",
            [&] { return cpu().gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+  }
+  void gemm_fp8(int64_t M, int64_t N, int64_t K, const uint8_t* A, bool a_e5m2, float a_scale, const uint8_t* B,
+                bool b_e5m2, float b_scale, float beta, float* C) const override {
+    ++emulated_fp8_products();
+    on_cpu({A, B, C}, "gemm_fp8",
+           [&] { return cpu().gemm_fp8(M, N, K, A, a_e5m2, a_scale, B, b_e5m2, b_scale, beta, C); });
+  }
+  // As a GPU with fp8 tensor cores, so that the Linear layers' fp8-operand path runs here (its products
+  // by the CPU's definition: the dequantised values in fp32).
+  bool fp8_products() const override { return true; }
+  void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const override {
+    on_cpu({out, in}, "transpose_u8", [&] { return cpu().transpose_u8(out, in, R, C); });
   }
   void gelu_forward(float* out, const float* inp, int64_t n) const override {
     on_cpu({out, inp}, "gelu_forward", [&] { return cpu().gelu_forward(out, inp, n); });

@@ -1,6 +1,8 @@
 // cuBLASLt products (kernels/cuda/gemm.cpp) against a double-precision reference on the same inputs:
 // fp32 (exact products and TF32), bf16 with fp32 and bf16 outputs, the bias / GELU / DGELU epilogues,
-// strided batches, and fp8 (e4m3 / e5m2 with scales) on sm_89+.
+// strided batches, and fp8 (e4m3 / e5m2 with scales) on sm_89+; the backend's fp8 products (with their
+// fallback) and byte transpose.
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -9,6 +11,7 @@
 #ifndef MEGADLM_HAVE_CUDA
 MDLM_CUDA_NOT_BUILT_TEST(CudaGemm)
 #else
+#include "kernels/backend.h"
 
 namespace megadlm::test {
 namespace {
@@ -166,6 +169,45 @@ TEST_F(CudaGemm, Fp8WithScales) {
       continue;
     }
     EXPECT_LT(max_rel_error(from_bf16(to_host(dY)).data(), ref.data(), M * N), kTolBF16) << dtype_name(bt);
+  }
+}
+
+// Backend::gemm_fp8 (the Linear layers' fp8 products) against the double reference on the dequantised
+// codes: a shape cuBLASLt's fp8 kernels take (multiples of 16) and one they do not (the dequantised
+// fallback), E4M3 x E4M3 and E5M2 x E4M3, beta 0 over NaN and beta 1; Backend::transpose_u8 bit for bit.
+TEST_F(CudaGemm, BackendFp8ProductsMatchTheReference) {
+  const Backend& gpu = backend_for(Device::CUDA);
+  if (cuda::compute_capability() >= 89) {
+    EXPECT_TRUE(gpu.fp8_products());
+  }
+  auto decode = [](uint8_t c, bool e5m2) { return e5m2 ? e5m2_to_f32(c) : e4m3_to_f32(c); };
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{64, 80, 128}, {30, 50, 70}})
+    for (bool a_e5m2 : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << " A "
+                                          << (a_e5m2 ? "e5m2" : "e4m3") << " beta " << beta);
+        const auto a32 = rand(M * K, -3.0f, 3.0f), b32 = rand(N * K, -3.0f, 3.0f), c0 = rand(M * N);
+        auto dA32 = to_device(a32), dB32 = to_device(b32);
+        cuda::DeviceBuffer<uint8_t> dA(M * K), dB(N * K);
+        gpu.cast_f32_to_fp8(dA.get(), dA32.get(), M * K, 40.0f, a_e5m2);
+        gpu.cast_f32_to_fp8(dB.get(), dB32.get(), N * K, 100.0f, false);
+        const auto A = to_host(dA), B = to_host(dB);
+        std::vector<float> a(M * K), b(N * K);
+        for (int64_t i = 0; i < M * K; ++i) a[i] = decode(A[i], a_e5m2) / 40.0f;
+        for (int64_t i = 0; i < N * K; ++i) b[i] = decode(B[i], false) / 100.0f;
+        const auto ref = ref_gemm(false, true, M, N, K, 1.0, a, K, b, K, beta, c0, N);
+        auto dC = beta == 0.0f ? poisoned(M * N) : to_device(c0);
+        gpu.gemm_fp8(M, N, K, dA.get(), a_e5m2, 1.0f / 40, dB.get(), false, 1.0f / 100, beta, dC.get());
+        EXPECT_LT(max_rel_error(to_host(dC).data(), ref.data(), M * N), kTolF32);
+      }
+  for (auto [R, C] : {std::pair<int64_t, int64_t>{70, 131}, {1024, 96}}) {
+    std::vector<uint8_t> in(R * C), want(R * C);
+    for (int64_t i = 0; i < R * C; ++i) in[i] = static_cast<uint8_t>((i * 2654435761u) >> 11);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) want[c * R + r] = in[r * C + c];
+    auto d_in = to_device(in), d_out = to_device(std::vector<uint8_t>(R * C, 0xAB));
+    gpu.transpose_u8(d_out.get(), d_in.get(), R, C);
+    EXPECT_EQ(to_host(d_out), want) << R << " x " << C;
   }
 }
 

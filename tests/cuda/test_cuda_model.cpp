@@ -315,32 +315,35 @@ std::vector<std::string> tiny_flags(const std::string& data) {
 }
 
 // --device cuda end to end: a few steps follow the CPU run's losses; a checkpoint written from the GPU
-// and loaded back resumes to the same next step as an uninterrupted GPU run.
+// and loaded back resumes to the same next two steps as an uninterrupted GPU run (the second reads the
+// loaded AdamW moments through the first's update).
 void trainer_follows_the_cpu_and_resumes() {
   test::TempDir tmp;
   const std::string data = test::make_counting_dataset(tmp.str(), 60);
   const auto flags = tiny_flags(data);
-  test::run_training(flags, {"--train-iters", "3", "--save", tmp / "cpu"});
-  test::run_training(flags, {"--train-iters", "3", "--save", tmp / "gpu", "--device", "cuda"});
+  test::run_training(flags, {"--train-iters", "4", "--save", tmp / "cpu"});
+  test::run_training(flags, {"--train-iters", "4", "--save", tmp / "gpu", "--device", "cuda"});
   // Stopped after iteration 2 (--exit-interval saves and exits), so the schedule and data order are the
   // uninterrupted run's.
-  test::run_training(flags, {"--train-iters", "3", "--exit-interval", "2", "--save", tmp / "half", "--device", "cuda"});
-  test::run_training(flags, {"--train-iters", "3", "--save", tmp / "half", "--load", tmp / "half", "--device", "cuda"});
+  test::run_training(flags, {"--train-iters", "4", "--exit-interval", "2", "--save", tmp / "half", "--device", "cuda"});
+  test::run_training(flags, {"--train-iters", "4", "--save", tmp / "half", "--load", tmp / "half", "--device", "cuda"});
   const auto cpu = test::training_lines(tmp / "cpu/metrics.jsonl");
   const auto gpu = test::training_lines(tmp / "gpu/metrics.jsonl");
   const auto resumed = test::training_lines(tmp / "half/metrics.jsonl");
-  ASSERT_EQ(cpu.size(), 3u);
-  ASSERT_EQ(gpu.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
+  ASSERT_EQ(cpu.size(), 4u);
+  ASSERT_EQ(gpu.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
     const double a = cpu[i]["loss"].get<double>(), b = gpu[i]["loss"].get<double>();
     EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << "iteration " << i + 1;
     EXPECT_NEAR(gpu[i]["grad_norm"].get<double>(), cpu[i]["grad_norm"].get<double>(),
                 1e-3 * cpu[i]["grad_norm"].get<double>())
         << "iteration " << i + 1;
   }
-  ASSERT_EQ(resumed.size(), 3u);  // 2 lines of the first run, then the resumed iteration 3
-  EXPECT_EQ(resumed.back()["iteration"].get<int64_t>(), 3);
-  EXPECT_EQ(resumed.back()["loss"].get<double>(), gpu[2]["loss"].get<double>()) << "the resumed step differs";
+  ASSERT_EQ(resumed.size(), 4u);  // 2 lines of the first run, then the resumed iterations 3 and 4
+  for (size_t i = 2; i < 4; ++i) {
+    EXPECT_EQ(resumed[i]["iteration"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(resumed[i]["loss"].get<double>(), gpu[i]["loss"].get<double>()) << "resumed iteration " << i + 1 << " differs";
+  }
 }
 
 // Three steps of `flags` (which hold --train-iters 3) on the CPU and with --device cuda, saved under
@@ -569,6 +572,16 @@ BOTH_DEVICES(MoETrainerFollowsTheCpu, moe_trainer_follows_the_cpu())
 BOTH_DEVICES(Fp16TrainerFollowsTheCpu, fp16_trainer_follows_the_cpu())
 BOTH_DEVICES(Fp8TrainerFollowsTheCpu, fp8_trainer_follows_the_cpu())
 BOTH_DEVICES(LoadHfFollowsTheCpu, load_hf_follows_the_cpu())
+
+// On a device with fp8 products (the emulated one says it has them) the fp8 recipe's Linear layers
+// multiply fp8 codes through Backend::gemm_fp8, and still give the CPU's emulated result (the case above).
+TEST(EmulatedCudaModel, Fp8RecipeMultipliesFp8Codes) {
+  SKIP_WITH_GPU();
+  test::EmulatedCudaScope emulated;
+  const int64_t before = test::emulated_fp8_products();
+  compare_forward_backward({true, true, false, false, 0, Recipe::Fp8Hybrid});
+  EXPECT_GT(test::emulated_fp8_products(), before) << "the fp8 recipe did not reach Backend::gemm_fp8";
+}
 
 // The emulation itself: a device op given a host array throws, host code reading device memory faults.
 TEST(EmulatedCudaModel, HostAccessToDeviceMemoryIsCaught) {

@@ -9,6 +9,7 @@
 
 #include "core/device_memory.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/ops.h"
 #include "parallel/device_communicator.h"
@@ -51,6 +52,8 @@ class CudaBackend final : public Backend {
     register_device_communicator(Device::CUDA, cuda::make_nccl_communicator);  // the groups of a dp run
 #endif
     scalar_ = static_cast<double*>(cuda::device_alloc(sizeof(double)));
+    fp8_scales_ = static_cast<float*>(cuda::device_alloc(8 * sizeof(float)));
+    fp8_capable_ = cuda::compute_capability() >= 89;
   }
   // The backend lives until exit; its scalar is left to the driver's teardown (freeing it from a static
   // destructor after the CUDA runtime is gone would fail).
@@ -74,6 +77,43 @@ class CudaBackend final : public Backend {
   void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                  const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
     cuda::gemm_bf16(ta, tb, M, N, K, alpha, bf(A), lda, bf(B), ldb, beta, C, ldc, kStream);
+  }
+  // cuBLASLt's fp8 kernels (sm_89+) for the shapes they take: every dimension a multiple of 16 and the
+  // operands 16-byte aligned (leading dimensions of 16 bytes at least). Any other shape, or a product
+  // cuBLASLt refuses (logged once), multiplies the dequantised values in fp32 as the CPU does.
+  void gemm_fp8(int64_t M, int64_t N, int64_t K, const uint8_t* A, bool a_e5m2, float a_scale, const uint8_t* B,
+                bool b_e5m2, float b_scale, float beta, float* C) const override {
+    if (fp8_products() && fp8_shape_ok(M, N, K, A, B, C) && !(a_e5m2 && b_e5m2) && !fp8_refused_) {
+      // The dequantisation factors as device scalars, each in a 16-byte slot of its own (a scale 4 bytes
+      // into a buffer was refused on the H200). The copy waits for the products queued before that read
+      // the previous factors (it is ordered on the legacy stream).
+      const float host[8] = {a_scale, 0, 0, 0, b_scale, 0, 0, 0};
+      cuda::copy_to_device(fp8_scales_, host, sizeof host);
+      cuda::GemmArgs g;
+      g.trans_b = true, g.M = M, g.N = N, g.K = K, g.beta = beta;
+      g.a_type = a_e5m2 ? DType::F8E5M2 : DType::F8E4M3;
+      g.b_type = b_e5m2 ? DType::F8E5M2 : DType::F8E4M3;
+      g.c_type = DType::F32;
+      g.A = A, g.lda = K, g.B = B, g.ldb = K, g.C = C, g.ldc = N;
+      g.a_scale = fp8_scales_, g.b_scale = fp8_scales_ + 4;
+      try {
+        cuda::gemm(g, kStream);
+        return;
+      } catch (const Error& e) {
+        fp8_refused_ = true;
+        log_info("cuda: cuBLASLt refused an fp8 product (", e.what(), "); fp8 products run dequantised in fp32 from now on");
+      }
+    }
+    float* a = static_cast<float*>(cuda::device_alloc_async(sizeof(float) * static_cast<size_t>(M * K + N * K), kStream));
+    float* b = a + M * K;
+    cast_fp8_to_f32(a, A, M * K, a_scale, a_e5m2);
+    cast_fp8_to_f32(b, B, N * K, b_scale, b_e5m2);
+    cuda::gemm_f32(false, true, M, N, K, 1.0f, a, K, b, K, beta, C, N, kStream);
+    cuda::device_free_async(a, kStream);
+  }
+  bool fp8_products() const override { return fp8_capable_; }
+  void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const override {
+    cuda::transpose_u8(out, in, R, C, kStream);
   }
 
   void gelu_forward(float* out, const float* inp, int64_t n) const override {
@@ -246,6 +286,14 @@ class CudaBackend final : public Backend {
 
  private:
   double* scalar_ = nullptr;  // [1] device double: the target of the reductions that come back to the host
+  float* fp8_scales_ = nullptr;  // [8]: gemm_fp8's two dequantisation factors at [0] and [4]
+  bool fp8_capable_ = false;     // sm_89+: fp8 tensor cores
+  mutable bool fp8_refused_ = false;  // cuBLASLt refused an fp8 product once: the fallback from then on
+
+  static bool fp8_shape_ok(int64_t M, int64_t N, int64_t K, const void* A, const void* B, const void* C) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && aligned(A) && aligned(B) && aligned(C);
+  }
 
   static bf16_t* scratch_bf16(int64_t n) {
     return static_cast<bf16_t*>(cuda::device_alloc_async(static_cast<size_t>(n) * sizeof(bf16_t), kStream));

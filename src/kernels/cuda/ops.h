@@ -228,6 +228,9 @@ void round_to_f16(float* x, int64_t n, cudaStream_t stream = 0);
 void quantize_dequantize_e4m3(float* x, int64_t n, float scale, cudaStream_t stream = 0);
 void quantize_dequantize_e5m2(float* x, int64_t n, float scale, cudaStream_t stream = 0);
 
+// out [C, R] = in [R, C]^T, bytes (transpose.cu): the fp8 operands of the backward's products.
+void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C, cudaStream_t stream = 0);
+
 // ---- attention against a KV cache (decode_attention.cu): kernels/cpu/decode_attention.h's contract,
 // offsets [B] a DEVICE array (the caller checks offsets[b] + Tn <= S on the host); D <= 256.
 void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
