@@ -46,6 +46,12 @@ class Backend {
   virtual bool fp8_products() const { return false; }
   // out [C, R] = in [R, C]^T, bytes: the transposed fp8 operands of the backward's products.
   virtual void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const = 0;
+  // The device's GEMM rate in FLOP/s for the trainer's MFU, measured once per precision (bf16 or fp32
+  // products); 0 where not measured (the CPU's is train/metrics.h's measure_gemm_peak_flops).
+  virtual double peak_gemm_flops(bool bf16) const {
+    (void)bf16;
+    return 0.0;
+  }
 
   // ---- pointwise (kernels/cpu/elementwise.h) ----
   virtual void gelu_forward(float* out, const float* inp, int64_t n) const = 0;

@@ -104,9 +104,11 @@ Trainer::Trainer(const TrainArgs& args)
     std::filesystem::create_directories(args_.save);
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
-  // The CPU's peak of the products the run makes (bf16 ones under --bf16 with bf16 products); no MFU
-  // on a GPU yet.
-  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops(bf16_products_on(args_.precision.precision)) : 0.0;
+  // The peak of the products the run makes (bf16 ones under --bf16 with bf16 products), per rank: the
+  // CPU's oneDNN rate, or the device's (Backend::peak_gemm_flops; 0 where the backend measures none).
+  const bool bf16_peak = bf16_products_on(args_.precision.precision);
+  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops(bf16_peak)
+                                            : backend_for(args_.device).peak_gemm_flops(bf16_peak);
 }
 
 Trainer::~Trainer() = default;
@@ -244,13 +246,16 @@ void Trainer::print_header() const {
              args_.diffusion.loss == DiffusionLoss::LLaDA ? "llada" : args_.diffusion.loss == DiffusionLoss::MDLM ? "mdlm" : "megadlms",
              ", varilen prob ", args_.diffusion.varilen_prob, ", mode ", args_.model_running_mode);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", peak_flops_ / 1e9);
+  if (args_.device == Device::CPU) std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", peak_flops_ / 1e9);
+  else if (peak_flops_ > 0) std::snprintf(buf, sizeof buf, "%.1f TFLOP/s", peak_flops_ / 1e12);
+  else std::snprintf(buf, sizeof buf, "none measured by this backend (MFU 0)");
   if (args_.device == Device::CPU)
     log_info("measured peak for MFU: ", buf, " (", bf16_products_on(args_.precision.precision) ? "bf16" : "fp32", " oneDNN GEMM, ",
              gemm_peak_description(), ", ", omp_get_max_threads(), " threads)");
   else
     log_info("device: ", device_name(args_.device), " (kernels/backend.h), GPU ", gpu_index_, " of this rank's node",
-             parallel_->dp_size() > 1 ? "; gradients all-reduced over NCCL" : "", "; no MFU reported on a GPU yet");
+             parallel_->dp_size() > 1 ? "; gradients all-reduced over NCCL" : "", "; measured peak for MFU: ", buf,
+             " (", bf16_products_on(args_.precision.precision) ? "bf16 8192^3" : "fp32 4096^3, no TF32", ", best of 5)");
   if (c.moe.enabled()) log_info(describe_moe(c));
 }
 
@@ -347,7 +352,8 @@ int64_t Trainer::run() {
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
       const double secs = interval_timer.seconds();
       const double tps = tokens_per_step * static_cast<double>(interval_steps) / secs;
-      const double mfu = peak_flops_ > 0 ? tps * flops_per_token / peak_flops_ : 0;
+      // tps counts every rank's tokens; the peak is one rank's.
+      const double mfu = peak_flops_ > 0 ? tps * flops_per_token / (peak_flops_ * parallel_->context().world_size) : 0;
       const double loss = interval_loss / static_cast<double>(interval_steps);
       char line[512];
       int n = std::snprintf(line, sizeof line,
