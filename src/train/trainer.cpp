@@ -106,7 +106,11 @@ Trainer::Trainer(const TrainArgs& args)
   }
   // The peak of the products the run makes (bf16 ones under --bf16 with bf16 products), per rank: the
   // CPU's oneDNN rate, or the device's (Backend::peak_gemm_flops; 0 where the backend measures none).
-  const bool bf16_peak = bf16_products_on(args_.precision.precision);
+  // fp8 products on a device are measured against its bf16 rate (no fp8 peak is timed).
+  const bool fp8_products = args_.device != Device::CPU && args_.precision.precision.mode == PrecisionMode::FP8 &&
+                            backend_for(args_.device).fp8_products();
+  const bool bf16_peak = bf16_products_on(args_.precision.precision) || fp8_products;
+  peak_is_bf16_ = bf16_peak;
   peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops(bf16_peak)
                                             : backend_for(args_.device).peak_gemm_flops(bf16_peak);
 }
@@ -255,7 +259,7 @@ void Trainer::print_header() const {
   else
     log_info("device: ", device_name(args_.device), " (kernels/backend.h), GPU ", gpu_index_, " of this rank's node",
              parallel_->dp_size() > 1 ? "; gradients all-reduced over NCCL" : "", "; measured peak for MFU: ", buf,
-             " (", bf16_products_on(args_.precision.precision) ? "bf16 8192^3" : "fp32 4096^3, no TF32", ", best of 5)");
+             " (", peak_is_bf16_ ? "bf16 8192^3" : "fp32 4096^3, no TF32", ", best of 5)");
   if (c.moe.enabled()) log_info(describe_moe(c));
 }
 

@@ -67,6 +67,7 @@ class Trainer {
   StepGuard step_guard_;  // non-finite steps: skip, count, stop after --max-skipped-steps in a row
   std::function<void(int64_t, Trainer&)> after_backward_hook_;
   double peak_flops_ = 0;
+  bool peak_is_bf16_ = false;  // the peak is the bf16 products' rate
   int gpu_index_ = 0;  // the node's GPU this rank drives (select_device), on a device
   std::unique_ptr<JsonlWriter> metrics_;
 };
