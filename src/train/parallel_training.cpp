@@ -38,6 +38,7 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
   ctx_ = make_parallel_context(l);
   ctx_.sequence_parallel = args.sequence_parallel;
   if (device != Device::CPU) {
+    backend_for(device);  // started first: it registers the device communicator factory
     // The gradients' groups read device buffers: each gets NCCL beside its MPI communicator (which
     // keeps the host's scalars: losses, counts, exit decisions).
     if (ctx_.dp.size > 1) ctx_.dp.device_comm = make_device_communicator(device, ctx_.dp.communicator(), "dp");

@@ -54,7 +54,6 @@ class CudaBackend final : public Backend {
     register_device_communicator(Device::CUDA, cuda::make_nccl_communicator);  // the groups of a dp run
 #endif
     scalar_ = static_cast<double*>(cuda::device_alloc(sizeof(double)));
-    fp8_scales_ = static_cast<float*>(cuda::device_alloc(8 * sizeof(float)));
     fp8_capable_ = cuda::compute_capability() >= 89;
   }
   // The backend lives until exit; its scalar is left to the driver's teardown (freeing it from a static
@@ -86,18 +85,14 @@ class CudaBackend final : public Backend {
   void gemm_fp8(int64_t M, int64_t N, int64_t K, const uint8_t* A, bool a_e5m2, float a_scale, const uint8_t* B,
                 bool b_e5m2, float b_scale, float beta, float* C) const override {
     if (fp8_products() && fp8_shape_ok(M, N, K, A, B, C) && !(a_e5m2 && b_e5m2) && !fp8_refused_) {
-      // The dequantisation factors as device scalars, each in a 16-byte slot of its own (a scale 4 bytes
-      // into a buffer was refused on the H200). The copy waits for the products queued before that read
-      // the previous factors (it is ordered on the legacy stream).
-      const float host[8] = {a_scale, 0, 0, 0, b_scale, 0, 0, 0};
-      cuda::copy_to_device(fp8_scales_, host, sizeof host);
+      // Per-tensor factors fold into alpha (a host scalar), so no device scalar has to be written
+      // before each product: C = (a_scale b_scale) (A @ B^T) + beta C, the codes' products exact in fp32.
       cuda::GemmArgs g;
-      g.trans_b = true, g.M = M, g.N = N, g.K = K, g.beta = beta;
+      g.trans_b = true, g.M = M, g.N = N, g.K = K, g.alpha = a_scale * b_scale, g.beta = beta;
       g.a_type = a_e5m2 ? DType::F8E5M2 : DType::F8E4M3;
       g.b_type = b_e5m2 ? DType::F8E5M2 : DType::F8E4M3;
       g.c_type = DType::F32;
       g.A = A, g.lda = K, g.B = B, g.ldb = K, g.C = C, g.ldc = N;
-      g.a_scale = fp8_scales_, g.b_scale = fp8_scales_ + 4;
       try {
         cuda::gemm(g, kStream);
         return;
@@ -296,7 +291,6 @@ class CudaBackend final : public Backend {
 
  private:
   double* scalar_ = nullptr;  // [1] device double: the target of the reductions that come back to the host
-  float* fp8_scales_ = nullptr;  // [8]: gemm_fp8's two dequantisation factors at [0] and [4]
   bool fp8_capable_ = false;     // sm_89+: fp8 tensor cores
   mutable bool fp8_refused_ = false;  // cuBLASLt refused an fp8 product once: the fallback from then on
 
