@@ -59,11 +59,11 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
   validate_config(cfg);
   if (device != Device::CPU) {
     backend_for(device);  // throws when the build has no CUDA or no GPU is visible
-    // Data parallelism only (train/parallel_training.cpp gives its groups device communicators): the
-    // modules' tensor, pipeline, context and expert collectives still take host buffers.
-    MDLM_CHECK(ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1 && ctx.ep.size == 1,
-               "--device ", device_name(device), " runs one GPU per rank with data parallelism only so far: no tensor, ",
-               "pipeline, context or expert parallelism");
+    // Data and pipeline parallelism only (train/parallel_training.cpp gives their groups device
+    // communicators): the modules' tensor, context and expert collectives still take host buffers.
+    MDLM_CHECK(ctx.tp.size == 1 && ctx.cp.size == 1 && ctx.ep.size == 1,
+               "--device ", device_name(device), " runs one GPU per rank with data and pipeline parallelism only so ",
+               "far: no tensor, context or expert parallelism");
     params_.set_device(device);
     arena_.set_device(device);
   }
@@ -150,7 +150,7 @@ Tensor LanguageModel::forward_stage(const MicroBatch& host_mb, const float* inpu
     MDLM_CHECK(input != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the previous stage's activation");
     // Copied: the layers keep pointers to their inputs until backward.
     x = arena_.tensor({local_rows(ctx_, mb.B * mb.T), cfg_.hidden_size});  // N/tp rows under sequence parallel
-    std::copy(input, input + x.numel(), x.data<float>());
+    backend_for(device()).copy(x.data<float>(), input, sizeof(float) * static_cast<size_t>(x.numel()));
   }
   x = forward_all_layers(x, info);  // with recomputation when set (models/language_model_recompute.cpp)
   return post_process_ ? final_norm_.forward(arena_, x) : x;
@@ -175,14 +175,14 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
     if (grads_ready_) grads_ready_(final_norm_first_param_);
   } else {
     MDLM_CHECK(output_grad != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the next stage's gradient");
-    std::copy(output_grad, output_grad + g1.numel(), g1.data<float>());
+    backend_for(device()).copy(g1.data<float>(), output_grad, sizeof(float) * static_cast<size_t>(g1.numel()));
   }
   backward_all_layers(mb.info(), dy, dx);
   if (pre_process_) {
     embedding_.backward(*dy);
   } else {
     MDLM_CHECK(input_grad != nullptr, "pipeline stage ", ctx_.pp.rank, ": no buffer for the input gradient");
-    std::copy(dy->data<float>(), dy->data<float>() + dy->numel(), input_grad);
+    backend_for(device()).copy(input_grad, dy->data<float>(), sizeof(float) * static_cast<size_t>(dy->numel()));
   }
   if (grads_ready_) grads_ready_(0);
   arena_.reset();

@@ -13,10 +13,10 @@
 // so checkpoints map 1:1 to HF tensor names.
 //
 // Device: the parameters, gradients and activations live on `device` (kernels/backend.h picks the
-// kernels). On CUDA each process drives one GPU: data parallelism (the trainer's gradient buckets
-// over NCCL), no tensor, pipeline, context or expert parallelism. The micro-batch arrays stay host memory in
-// the API: forward_stage checks the ids on the host and uploads the arrays into the arena, and the
-// backward_stage / loss_stage that follow it use that copy.
+// kernels). On CUDA each process drives one GPU: data and pipeline parallelism (gradient buckets and
+// stage-to-stage transfers over NCCL), no tensor, context or expert parallelism. The micro-batch
+// arrays stay host memory in the API: forward_stage checks the ids on the host and uploads the arrays
+// into the arena, and the backward_stage / loss_stage that follow it use that copy.
 #include <functional>
 #include <memory>
 #include <vector>
@@ -98,7 +98,8 @@ class LanguageModel {
   // Activation recomputation in forward_backward (nn/recompute.h).
   void set_recompute(const RecomputeConfig& cfg);
 
-  // ---- Pipeline stage API (parallel/pipeline_schedule.h drives it). Activations are [N, C], N = B*T.
+  // ---- Pipeline stage API (parallel/pipeline_schedule.h drives it). Activations are [N, C], N = B*T;
+  // input, output_grad and input_grad live on the model's device.
   bool is_first_stage() const { return pre_process_; }
   bool is_last_stage() const { return post_process_; }
   LayerRange layers() const { return layer_range_; }

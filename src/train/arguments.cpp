@@ -116,7 +116,7 @@ void declare(CliFlags& f) {
   f.add_double("adam-eps", 1e-8, "AdamW epsilon");
   f.add_double("clip-grad", 1.0, "clip the global gradient norm (0 = off)");
   f.add_int("seed", 1234, "run seed: initialisation, data order, diffusion noise");
-  f.add_string("device", "cpu", "cpu or cuda (one GPU per rank, data parallelism across ranks; docs/cuda.md)");
+  f.add_string("device", "cpu", "cpu or cuda (one GPU per rank; data and pipeline parallelism across ranks; docs/cuda.md)");
   // evaluation, logging
   f.add_int("eval-interval", 1000, "iterations between evaluations");
   f.add_int("eval-iters", 10, "validation micro-batches per evaluation");

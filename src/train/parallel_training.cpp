@@ -31,26 +31,28 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
     : args_(args) {
   validate_parallel_layout(args, world_size(), model, micro, global);
   const ParallelLayout& l = args.layout;
-  MDLM_CHECK(device == Device::CPU || (l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1), "--device ",
-             device_name(device), " runs data parallelism only so far (one GPU per rank): --tensor-model-parallel-size, ",
-             "--pipeline-model-parallel-size, --context-parallel-size and --expert-model-parallel-size must be 1 (got ",
-             describe(l, world_size()), ")");
+  MDLM_CHECK(device == Device::CPU || (l.tp == 1 && l.cp == 1 && l.ep == 1), "--device ", device_name(device),
+             " runs data and pipeline parallelism only so far (one GPU per rank): --tensor-model-parallel-size, ",
+             "--context-parallel-size and --expert-model-parallel-size must be 1 (got ", describe(l, world_size()), ")");
   ctx_ = make_parallel_context(l);
   ctx_.sequence_parallel = args.sequence_parallel;
   if (device != Device::CPU) {
     backend_for(device);  // started first: it registers the device communicator factory
-    // The gradients' groups read device buffers: each gets NCCL beside its MPI communicator (which
-    // keeps the host's scalars: losses, counts, exit decisions).
-    if (ctx_.dp.size > 1) ctx_.dp.device_comm = make_device_communicator(device, ctx_.dp.communicator(), "dp");
-    if (ctx_.edp.size > 1) ctx_.edp.device_comm = make_device_communicator(device, ctx_.edp.communicator(), "edp");
+    // The groups that move device buffers (gradients, stage activations, the tied embedding's
+    // gradient) get NCCL beside their MPI communicator, which keeps the host's scalars (losses,
+    // counts, norms' partial sums, exit decisions). Collective over each group, in this order on
+    // every rank.
+    for (auto [g, name] : {std::pair<ParallelGroup*, const char*>{&ctx_.dp, "dp"}, {&ctx_.edp, "edp"},
+                           {&ctx_.pp, "pp"}, {&ctx_.embd, "embd"}})
+      if (g->size > 1) g->device_comm = make_device_communicator(device, g->communicator(), name);
   }
 }
 
 ParallelTraining::~ParallelTraining() = default;
 
-void ParallelTraining::attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_full) {
+void ParallelTraining::attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_model) {
   model_ = &model;
-  make_full_ = std::move(make_full);
+  make_model_ = std::move(make_model);
   if (args_.use_distributed_optimizer) {
     dist_ = std::make_unique<DistributedOptimizer>(model.params(), adam, ctx_);
     return;
@@ -92,12 +94,6 @@ void ParallelTraining::max_over_world(float* v, int n) {
 
 double ParallelTraining::grad_norm() {
   if (dist_) return dist_->grad_norm(duplicate_filter());
-  if (model_->device() != Device::CPU) {
-    // One process on one device (LanguageModel enforces it): one fixed-order reduction over the whole
-    // gradient buffer (its alignment padding is zero), one download.
-    const ParamStore& ps = model_->params();
-    return std::sqrt(backend_for(ps.device()).sum_squares(ps.grads(), ps.numel()));
-  }
   GradNormOptions o;
   o.skip_param = duplicate_filter();
   return std::sqrt(global_grad_norm_sq(model_->params(), ctx_, o));
@@ -143,54 +139,64 @@ std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW
     }
   } release{this, opt};
   if (model_->device() != Device::CPU) return save_from_device(save_dir, opt, st);
-  const bool split = ctx_.tp.size > 1 || ctx_.pp.size > 1;
-  if (!split) {
+  return save_from_host(save_dir, *model_, opt, st);
+}
+
+bool ParallelTraining::split() const { return ctx_.tp.size > 1 || ctx_.pp.size > 1; }
+
+// `local`: this rank's part of the model on the host, its moments in `opt`.
+std::string ParallelTraining::save_from_host(const std::string& save_dir, LanguageModel& local, AdamW& opt,
+                                             const CheckpointState& st) {
+  if (!split()) {
     // Every rank holds the whole model: rank 0 writes it as is.
-    return writes_files() ? megadlm::save_checkpoint(save_dir, *model_, &opt, st) : std::string();
+    return writes_files() ? megadlm::save_checkpoint(save_dir, local, &opt, st) : std::string();
   }
   std::unique_ptr<LanguageModel> full;
   std::unique_ptr<AdamW> full_opt;
   MomentBuffers fm;
   if (writes_files()) {
-    full = make_full_();
+    full = make_model_(ParallelContext::single());
     full_opt = std::make_unique<AdamW>(full->params(), AdamWConfig{});
     full_opt->set_steps_taken(opt.steps_taken());
     fm = {full_opt->exp_avg().data<float>(), full_opt->exp_avg_sq().data<float>()};
   }
-  gather_full_state(model_->params(), {opt.exp_avg().data<float>(), opt.exp_avg_sq().data<float>()}, ctx_,
+  gather_full_state(local.params(), {opt.exp_avg().data<float>(), opt.exp_avg_sq().data<float>()}, ctx_,
                     full ? &full->params() : nullptr, fm);
   return full ? megadlm::save_checkpoint(save_dir, *full, full_opt.get(), st) : std::string();
 }
 
 void ParallelTraining::load_checkpoint(const std::string& dir, AdamW* opt) {
   if (opt) opt->ensure_state();  // released under the distributed optimizer; after_load frees it again
-  const bool split = ctx_.tp.size > 1 || ctx_.pp.size > 1;
-  if (model_->device() != Device::CPU) {
-    load_to_device(dir, opt);  // dp only: every rank takes the whole state
-  } else if (!split) {
-    load_checkpoint_tensors(dir, *model_, opt);
-  } else {
-    // Every rank reads the full tensors into a single-process model and keeps its piece.
-    std::unique_ptr<LanguageModel> full = make_full_();
-    std::unique_ptr<AdamW> full_opt = opt ? std::make_unique<AdamW>(full->params(), AdamWConfig{}) : nullptr;
-    load_checkpoint_tensors(dir, *full, full_opt.get());
-    MomentBuffers fm, lm;
-    if (opt) {
-      fm = {full_opt->exp_avg().data<float>(), full_opt->exp_avg_sq().data<float>()};
-      lm = {opt->exp_avg().data<float>(), opt->exp_avg_sq().data<float>()};
-      opt->set_steps_taken(full_opt->steps_taken());
-    }
-    take_local_state(full->params(), fm, model_->params(), lm);
-  }
+  if (model_->device() != Device::CPU) load_to_device(dir, opt);
+  else load_into_host(dir, *model_, opt);
   if (opt) after_load(*opt);
 }
 
-// A model on a device is written through a host copy of the same layout (the single-process model of
-// make_full_, on the CPU): the flat buffers are downloaded into it and it is saved as a CPU run would be.
+void ParallelTraining::load_into_host(const std::string& dir, LanguageModel& local, AdamW* opt) {
+  if (!split()) {
+    load_checkpoint_tensors(dir, local, opt);
+    return;
+  }
+  // Every rank reads the full tensors into a single-process model and keeps its piece.
+  std::unique_ptr<LanguageModel> full = make_model_(ParallelContext::single());
+  std::unique_ptr<AdamW> full_opt = opt ? std::make_unique<AdamW>(full->params(), AdamWConfig{}) : nullptr;
+  load_checkpoint_tensors(dir, *full, full_opt.get());
+  MomentBuffers fm, lm;
+  if (opt) {
+    fm = {full_opt->exp_avg().data<float>(), full_opt->exp_avg_sq().data<float>()};
+    lm = {opt->exp_avg().data<float>(), opt->exp_avg_sq().data<float>()};
+    opt->set_steps_taken(full_opt->steps_taken());
+  }
+  take_local_state(full->params(), fm, local.params(), lm);
+}
+
+// A model on a device is written through a host twin of the same layout (a CPU model of this rank's
+// part: the whole model under dp alone, this stage's under pp): the flat buffers are downloaded into it
+// and it is saved as a CPU run's would be.
 std::string ParallelTraining::save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {
-  // Every data-parallel rank holds the same model (only dp runs on a device): rank 0 writes it.
-  if (!writes_files()) return {};
-  std::unique_ptr<LanguageModel> host = make_full_();
+  // Without a split every rank holds the same model: rank 0's copy is written, by rank 0 alone.
+  if (!split() && !writes_files()) return {};
+  std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
   MDLM_CHECK(host->params().numel() == model_->params().numel(), "save: the host copy's layout differs from the model's");
   model_->params().copy_values_to_host(host->params().values());
   AdamW host_opt(host->params(), AdamWConfig{});
@@ -198,14 +204,15 @@ std::string ParallelTraining::save_from_device(const std::string& save_dir, Adam
   const size_t bytes = sizeof(float) * static_cast<size_t>(model_->params().numel());
   copy_bytes(host_opt.exp_avg().raw(), Device::CPU, opt.exp_avg().raw(), opt.exp_avg().device(), bytes);
   copy_bytes(host_opt.exp_avg_sq().raw(), Device::CPU, opt.exp_avg_sq().raw(), opt.exp_avg_sq().device(), bytes);
-  return megadlm::save_checkpoint(save_dir, *host, &host_opt, st);
+  return save_from_host(save_dir, *host, host_opt, st);
 }
 
-// The reverse: read into a host copy, then upload the flat buffers.
+// The reverse: read into a host twin, then upload the flat buffers.
 void ParallelTraining::load_to_device(const std::string& dir, AdamW* opt) {
-  std::unique_ptr<LanguageModel> host = make_full_();
+  std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
+  MDLM_CHECK(host->params().numel() == model_->params().numel(), "load: the host copy's layout differs from the model's");
   std::unique_ptr<AdamW> host_opt = opt ? std::make_unique<AdamW>(host->params(), AdamWConfig{}) : nullptr;
-  load_checkpoint_tensors(dir, *host, host_opt.get());
+  load_into_host(dir, *host, host_opt.get());
   model_->params().copy_values_from_host(host->params().values());
   if (!opt) return;
   const size_t bytes = sizeof(float) * static_cast<size_t>(model_->params().numel());

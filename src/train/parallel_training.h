@@ -40,9 +40,11 @@ class ParallelTraining {
   bool distributed_optimizer() const { return dist_ != nullptr; }
 
   // After the model and its AdamW exist: installs the grads-ready hook, builds buckets or the
-  // distributed optimizer. make_full builds the single-process model (checkpoints of split models).
-  using ModelFactory = std::function<std::unique_ptr<LanguageModel>()>;  // a single-process CPU model
-  void attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_full);
+  // distributed optimizer. make_model builds a CPU model of the run's configuration for a layout:
+  // ParallelContext::single() for the whole model (checkpoints of split models), the run's context for
+  // a host twin of this rank's part (checkpoints of a model on a device).
+  using ModelFactory = std::function<std::unique_ptr<LanguageModel>(const ParallelContext&)>;
+  void attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_model);
   // Before the forward/backward of local micro-batch m of M: the last one arms the bucket launches.
   void before_micro_batch(int64_t m, int64_t M);
   // After the last backward: gradients become the data-parallel mean (or the optimizer's shards).
@@ -79,9 +81,13 @@ class ParallelTraining {
   ParallelArgs args_;
   ParallelContext ctx_;
   LanguageModel* model_ = nullptr;
-  ModelFactory make_full_;
+  ModelFactory make_model_;
   std::function<bool(const ParamInfo&)> duplicate_filter() const;
-  // Checkpoints of a model on a device, through a host copy (make_full_).
+  bool split() const;  // tp or pp: each rank holds a part of the model
+  // Checkpoints of `local`, this rank's part on the host (the model itself on the CPU).
+  std::string save_from_host(const std::string& save_dir, LanguageModel& local, AdamW& opt, const CheckpointState& st);
+  void load_into_host(const std::string& dir, LanguageModel& local, AdamW* opt);
+  // Checkpoints of a model on a device, through a host twin (make_model_).
   std::string save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st);
   void load_to_device(const std::string& dir, AdamW* opt);
   std::unique_ptr<GradBuckets> buckets_;

@@ -96,8 +96,8 @@ Trainer::Trainer(const TrainArgs& args)
   precision_ = std::make_unique<PrecisionRuntime>(args_.precision, *model_);
   optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
   parallel_->adopt(*optimizer_);
-  parallel_->attach(*model_, args_.adam, [cfg = args_.model, spec] {
-    return std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
+  parallel_->attach(*model_, args_.adam, [cfg = args_.model, spec](const ParallelContext& ctx) {
+    return std::make_unique<LanguageModel>(cfg, spec, ctx);
   });
   if (!args_.load.empty()) load();
   if (!args_.save.empty() && parallel_->writes_files()) {

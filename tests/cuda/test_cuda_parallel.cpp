@@ -1,12 +1,13 @@
-// Data parallelism on --device cuda: two ranks, one GPU each, the gradients all-reduced over the
-// device communicator (NCCL; parallel/device_communicator.h). The trainer's losses, gradient norms and
-// checkpoint on the device follow the same two-rank run on the CPU, for a dense and a MoE model
-// (experts' gradients over the edp group), with overlapped buckets, and with the distributed
-// optimizer; a run saved and resumed on the device continues as it would have; the layouts the GPU
-// does not run yet are refused by name.
+// Data and pipeline parallelism on --device cuda: two ranks, one GPU each, the gradients, the stages'
+// activations and the tied embedding's gradient moved over the device communicator (NCCL;
+// parallel/device_communicator.h). The trainer's losses and gradient norms on the device follow the
+// same two-rank run on the CPU: data parallel for a dense and a MoE model (experts' gradients over the
+// edp group), with overlapped buckets, and with the distributed optimizer; two pipeline stages (1F1B
+// over four micro-batches, tied embeddings). A run saved and resumed on the device continues as it
+// would have; the layouts the GPU does not run yet are refused by name.
 //
-// Run by ctest under `mpirun -np 2` (mpi_cuda_dp_np2); alone, or with another number of ranks, they
-// skip. CudaDataParallel.* need two visible GPUs; EmulatedCudaDataParallel.* run the same checks on the
+// Run by ctest under `mpirun -np 2` (mpi_cuda_parallel_np2); alone, or with another number of ranks,
+// they skip. CudaParallel.* need two visible GPUs; EmulatedCudaParallel.* run the same checks on the
 // emulated device (emulated_device.h), whose device communicator runs MPI's collectives on its
 // device memory and checks every pointer it is given.
 #include <gtest/gtest.h>
@@ -29,7 +30,7 @@ namespace {
 
 // Two ranks under mpirun, or the reason to skip.
 std::string two_ranks_missing() {
-  if (!launched_by_mpi()) return "needs mpirun -np 2 (ctest: mpi_cuda_dp_np2)";
+  if (!launched_by_mpi()) return "needs mpirun -np 2 (ctest: mpi_cuda_parallel_np2)";
   init_distributed(nullptr, nullptr);
   if (world_size() != 2) return "needs exactly 2 ranks, got " + std::to_string(world_size());
   return "";
@@ -55,6 +56,16 @@ class SharedDir {
   std::string path_;
 };
 
+// flags with --name's value replaced (the flag parser refuses a flag given twice).
+std::vector<std::string> with_flag(std::vector<std::string> flags, const std::string& name, const std::string& value) {
+  for (size_t i = 0; i + 1 < flags.size(); ++i)
+    if (flags[i] == name) {
+      flags[i + 1] = value;
+      return flags;
+    }
+  return test::plus(flags, {name, value});
+}
+
 // pretrain_difflm's flags of the robustness tests' tiny run on this rank's own copy of the counting
 // data (each rank writes its own: no two processes write one file), with `extra`: two ranks of one
 // micro-batch of 2 each, `iters` steps.
@@ -65,15 +76,21 @@ std::vector<std::string> dp_flags(const test::TempDir& data_dir, const std::vect
                     {"--train-iters", std::to_string(iters)});
 }
 
+// Two pipeline stages of one layer each, four micro-batches a step (1F1B's warm-up, steady state and
+// cool-down), the embeddings tied across the stages.
+std::vector<std::string> pp_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra,
+                                  int iters = 3) {
+  auto f = dp_flags(data_dir, test::plus({"--pipeline-model-parallel-size", "2"}, extra), iters);
+  return with_flag(with_flag(f, "--num-layers", "2"), "--global-batch-size", "8");
+}
+
 // The same two-rank run on the CPU and on the device, saved under dir/cpu and dir/gpu; rank 0 (which
 // alone writes metrics) checks that the device run's `keys` follow the CPU's (1e-3, as the one-GPU
 // trainer cases) and that its gradients crossed the dp group. Both ranks return the device run's lines
 // as rank 0 read them (empty on rank 1).
-std::vector<nlohmann::json> dp_run_follows_the_cpu(const std::vector<std::string>& extra,
-                                                   const std::vector<std::string>& keys) {
+std::vector<nlohmann::json> run_follows_the_cpu(const std::vector<std::string>& flags,
+                                                const std::vector<std::string>& keys, const std::string& group) {
   SharedDir dir;
-  test::TempDir data_dir("data");
-  const auto flags = dp_flags(data_dir, extra);
   test::run_training(flags, {"--save", dir / "cpu"});
   test::run_training(flags, {"--save", dir / "gpu", "--device", "cuda"});
   if (world_rank() != 0) return {};
@@ -90,15 +107,21 @@ std::vector<nlohmann::json> dp_run_follows_the_cpu(const std::vector<std::string
       const double a = cpu[i][key].get<double>(), b = gpu[i][key].get<double>();
       EXPECT_NEAR(b, a, 1e-3 * std::abs(a)) << key << " at iteration " << i + 1;
     }
-    // The gradients' bytes (one all-reduce of the whole buffer a step) were counted on the dp group.
-    if (!gpu[i].contains("comm") || !gpu[i]["comm"].contains("dp")) {
-      ADD_FAILURE() << "no dp traffic counted: " << gpu[i].dump();
+    // The device bytes (gradients, or the stages' activations) were counted on the group.
+    if (!gpu[i].contains("comm") || !gpu[i]["comm"].contains(group)) {
+      ADD_FAILURE() << "no " << group << " traffic counted: " << gpu[i].dump();
       continue;
     }
-    EXPECT_GE(gpu[i]["comm"]["dp"]["bytes_per_step"].get<double>(),
-              cpu[i]["comm"]["dp"]["bytes_per_step"].get<double>() * 0.99);
+    EXPECT_GE(gpu[i]["comm"][group]["bytes_per_step"].get<double>(),
+              cpu[i]["comm"][group]["bytes_per_step"].get<double>() * 0.99);
   }
   return gpu;
+}
+
+std::vector<nlohmann::json> dp_run_follows_the_cpu(const std::vector<std::string>& extra,
+                                                   const std::vector<std::string>& keys) {
+  test::TempDir data_dir("data");
+  return run_follows_the_cpu(dp_flags(data_dir, extra), keys, "dp");
 }
 
 // Dense: several buckets launched during the backward.
@@ -119,14 +142,22 @@ void distributed_optimizer_follows_the_cpu() {
   dp_run_follows_the_cpu({"--use-distributed-optimizer"}, {"loss", "grad_norm"});
 }
 
+// Pipeline: activations and their gradients between the stages, the tied embedding's gradient over the
+// embedding group, the loss broadcast from the last stage, the norm's partial sums over pp.
+void pipeline_trainer_follows_the_cpu() {
+  test::TempDir data_dir("data");
+  run_follows_the_cpu(pp_flags(data_dir, {}), {"loss", "grad_norm"}, "pp");
+}
+
 // A device run of 4 steps stopped after iteration 2 (saved by rank 0 into the shared directory) and
 // resumed by both ranks takes iterations 3 and 4 as the uninterrupted device run did (with `extra`
 // flags). Iteration 3's loss reads the loaded parameters; iteration 4's also the loaded AdamW moments
 // and step count, through iteration 3's update.
-void resume_continues_the_run(const std::vector<std::string>& extra) {
+void resume_continues_the_run(const std::vector<std::string>& extra, bool pipeline = false) {
   SharedDir dir;
   test::TempDir data_dir("data");
-  const auto flags = dp_flags(data_dir, test::plus({"--device", "cuda"}, extra), 4);
+  const auto on_device = test::plus({"--device", "cuda"}, extra);
+  const auto flags = pipeline ? pp_flags(data_dir, on_device, 4) : dp_flags(data_dir, on_device, 4);
   test::run_training(flags, {"--save", dir / "whole"});
   test::run_training(flags, {"--exit-interval", "2", "--save", dir / "half"});
   test::run_training(flags, {"--save", dir / "half", "--load", dir / "half"});
@@ -141,14 +172,14 @@ void resume_continues_the_run(const std::vector<std::string>& extra) {
   }
 }
 
-// Tensor (and pipeline, context, expert) parallelism stays on the CPU for now: refused, naming the flag.
+// Tensor (and context, expert) parallelism stays on the CPU for now: refused, naming the flag.
 void other_layouts_are_refused() {
   test::TempDir data_dir("data");
   const std::string tp = test::error_of([&] {
     test::run_training(dp_flags(data_dir, {"--device", "cuda", "--tensor-model-parallel-size", "2"}), {});
   });
   EXPECT_NE(tp.find("--tensor-model-parallel-size"), std::string::npos) << tp;
-  EXPECT_NE(tp.find("data parallelism only"), std::string::npos) << tp;
+  EXPECT_NE(tp.find("data and pipeline parallelism only"), std::string::npos) << tp;
 }
 
 #define SKIP_UNLESS_TWO_RANKS()                              \
@@ -158,16 +189,16 @@ void other_layouts_are_refused() {
   } while (0)
 
 #define BOTH_DEVICES(name, ...)                                                                       \
-  TEST(CudaDataParallel, name) {                                                                      \
+  TEST(CudaParallel, name) {                                                                      \
     SKIP_UNLESS_TWO_RANKS();                                                                          \
     if (cuda_device_count() < 2)                                                                      \
       GTEST_SKIP() << "needs a GPU per rank (" << cuda_device_count() << " visible): NCCL refuses two " \
                    << "ranks on one GPU";                                                             \
     __VA_ARGS__;                                                                                      \
   }                                                                                                   \
-  TEST(EmulatedCudaDataParallel, name) {                                                              \
+  TEST(EmulatedCudaParallel, name) {                                                              \
     SKIP_UNLESS_TWO_RANKS();                                                                          \
-    if (cuda_available()) GTEST_SKIP() << "a GPU is visible: CudaDataParallel runs on it instead";    \
+    if (cuda_available()) GTEST_SKIP() << "a GPU is visible: CudaParallel runs on it instead";    \
     test::EmulatedCudaScope emulated;                                                                 \
     const int64_t before = test::emulated_collectives();                                              \
     __VA_ARGS__;                                                                                      \
@@ -179,8 +210,10 @@ BOTH_DEVICES(MoETrainerFollowsTheCpu, moe_trainer_follows_the_cpu())
 BOTH_DEVICES(DistributedOptimizerFollowsTheCpu, distributed_optimizer_follows_the_cpu())
 BOTH_DEVICES(ResumeContinuesTheRun, resume_continues_the_run({}))
 BOTH_DEVICES(DistributedOptimizerResumes, resume_continues_the_run({"--use-distributed-optimizer"}))
+BOTH_DEVICES(PipelineTrainerFollowsTheCpu, pipeline_trainer_follows_the_cpu())
+BOTH_DEVICES(PipelineResumes, resume_continues_the_run({}, /*pipeline=*/true))
 
-TEST(EmulatedCudaDataParallel, OtherLayoutsAreRefused) {
+TEST(EmulatedCudaParallel, OtherLayoutsAreRefused) {
   SKIP_UNLESS_TWO_RANKS();
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible";
   test::EmulatedCudaScope emulated;
