@@ -196,29 +196,36 @@ void ParallelTraining::load_into_host(const std::string& dir, LanguageModel& loc
 std::string ParallelTraining::save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {
   // Without a split every rank holds the same model: rank 0's copy is written, by rank 0 alone.
   if (!split() && !writes_files()) return {};
-  std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
-  MDLM_CHECK(host->params().numel() == model_->params().numel(), "save: the host copy's layout differs from the model's");
+  std::unique_ptr<LanguageModel> host = host_twin();
   model_->params().copy_values_to_host(host->params().values());
   AdamW host_opt(host->params(), AdamWConfig{});
-  host_opt.set_steps_taken(opt.steps_taken());
-  const size_t bytes = sizeof(float) * static_cast<size_t>(model_->params().numel());
-  copy_bytes(host_opt.exp_avg().raw(), Device::CPU, opt.exp_avg().raw(), opt.exp_avg().device(), bytes);
-  copy_bytes(host_opt.exp_avg_sq().raw(), Device::CPU, opt.exp_avg_sq().raw(), opt.exp_avg_sq().device(), bytes);
+  copy_moments(host_opt, opt);
   return save_from_host(save_dir, *host, host_opt, st);
 }
 
 // The reverse: read into a host twin, then upload the flat buffers.
 void ParallelTraining::load_to_device(const std::string& dir, AdamW* opt) {
-  std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
-  MDLM_CHECK(host->params().numel() == model_->params().numel(), "load: the host copy's layout differs from the model's");
+  std::unique_ptr<LanguageModel> host = host_twin();
   std::unique_ptr<AdamW> host_opt = opt ? std::make_unique<AdamW>(host->params(), AdamWConfig{}) : nullptr;
   load_into_host(dir, *host, host_opt.get());
   model_->params().copy_values_from_host(host->params().values());
-  if (!opt) return;
-  const size_t bytes = sizeof(float) * static_cast<size_t>(model_->params().numel());
-  copy_bytes(opt->exp_avg().raw(), opt->exp_avg().device(), host_opt->exp_avg().raw(), Device::CPU, bytes);
-  copy_bytes(opt->exp_avg_sq().raw(), opt->exp_avg_sq().device(), host_opt->exp_avg_sq().raw(), Device::CPU, bytes);
-  opt->set_steps_taken(host_opt->steps_taken());
+  if (opt) copy_moments(*opt, *host_opt);
+}
+
+// A CPU model of this rank's part: the whole model without a split, this stage's under pp.
+std::unique_ptr<LanguageModel> ParallelTraining::host_twin() const {
+  std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
+  MDLM_CHECK(host->params().numel() == model_->params().numel(), "the host copy's layout differs from the model's");
+  return host;
+}
+
+// Both moments and the step count of src into dst, optimizers of one layout on any two devices.
+void ParallelTraining::copy_moments(AdamW& dst, AdamW& src) {
+  const size_t bytes = sizeof(float) * static_cast<size_t>(src.exp_avg().numel());
+  copy_bytes(dst.exp_avg().raw(), dst.exp_avg().device(), src.exp_avg().raw(), src.exp_avg().device(), bytes);
+  copy_bytes(dst.exp_avg_sq().raw(), dst.exp_avg_sq().device(), src.exp_avg_sq().raw(), src.exp_avg_sq().device(),
+             bytes);
+  dst.set_steps_taken(src.steps_taken());
 }
 
 void ParallelTraining::take_comm_report(int64_t steps, std::string& line, nlohmann::json& metrics) {

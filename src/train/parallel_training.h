@@ -90,6 +90,8 @@ class ParallelTraining {
   // Checkpoints of a model on a device, through a host twin (make_model_).
   std::string save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st);
   void load_to_device(const std::string& dir, AdamW* opt);
+  std::unique_ptr<LanguageModel> host_twin() const;
+  static void copy_moments(AdamW& dst, AdamW& src);
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<DistributedOptimizer> dist_;
   double last_bytes_[8] = {}, last_seconds_[8] = {};

@@ -106,13 +106,12 @@ Trainer::Trainer(const TrainArgs& args)
   }
   // The peak of the products the run makes (bf16 ones under --bf16 with bf16 products), per rank: the
   // CPU's oneDNN rate, or the device's (Backend::peak_gemm_flops; 0 where the backend measures none).
-  // fp8 products on a device are measured against its bf16 rate (no fp8 peak is timed).
-  const bool fp8_products = args_.device != Device::CPU && args_.precision.precision.mode == PrecisionMode::FP8 &&
-                            backend_for(args_.device).fp8_products();
-  const bool bf16_peak = bf16_products_on(args_.precision.precision) || fp8_products;
-  peak_is_bf16_ = bf16_peak;
-  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops(bf16_peak)
-                                            : backend_for(args_.device).peak_gemm_flops(bf16_peak);
+  // fp8 products (the precision policy says where they run) are measured against the bf16 rate (no
+  // fp8 peak is timed).
+  const MixedPrecision* policy = model_->precision();
+  peak_is_bf16_ = bf16_products_on(args_.precision.precision) || (policy && policy->fp8_products());
+  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops(peak_is_bf16_)
+                                            : backend_for(args_.device).peak_gemm_flops(peak_is_bf16_);
 }
 
 Trainer::~Trainer() = default;
@@ -254,7 +253,7 @@ void Trainer::print_header() const {
   else if (peak_flops_ > 0) std::snprintf(buf, sizeof buf, "%.1f TFLOP/s", peak_flops_ / 1e12);
   else std::snprintf(buf, sizeof buf, "none measured by this backend (MFU 0)");
   if (args_.device == Device::CPU)
-    log_info("measured peak for MFU: ", buf, " (", bf16_products_on(args_.precision.precision) ? "bf16" : "fp32", " oneDNN GEMM, ",
+    log_info("measured peak for MFU: ", buf, " (", peak_is_bf16_ ? "bf16" : "fp32", " oneDNN GEMM, ",
              gemm_peak_description(), ", ", omp_get_max_threads(), " threads)");
   else
     log_info("device: ", device_name(args_.device), " (kernels/backend.h), GPU ", gpu_index_, " of this rank's node",
