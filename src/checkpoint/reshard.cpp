@@ -28,11 +28,22 @@ void place(const ParamInfo& p, int64_t full_offset, const float* src_local, floa
   }
 }
 
+// Whether a rank's full shape and the single-process model's hold the same elements in the same order:
+// equal, or the rank stacks fused blocks, [blocks, O/blocks, ...], where the single-process model has
+// [O, ...] (a column-parallel Linear with fused blocks at tp > 1, SwiGLU's gate and up: nn/linear.cpp).
+bool same_elements(const Shape& rank_full, const Shape& single) {
+  if (rank_full == single) return true;
+  if (rank_full.n != single.n + 1 || rank_full.d[0] * rank_full.d[1] != single.d[0]) return false;
+  for (int i = 2; i < rank_full.n; ++i)
+    if (rank_full.d[i] != single.d[i - 1]) return false;
+  return true;
+}
+
 const ParamInfo& full_info(const ParamStore& full, const ParamInfo& p) {
   const int id = full.find(p.name);
   MDLM_CHECK(id >= 0, "checkpoint resharding: the single-process model has no parameter '", p.name, "'");
   const ParamInfo& f = full.info(id);
-  MDLM_CHECK(f.shape == p.full_shape, "checkpoint resharding: parameter '", p.name, "' has full shape ",
+  MDLM_CHECK(same_elements(p.full_shape, f.shape), "checkpoint resharding: parameter '", p.name, "' has full shape ",
              p.full_shape.str(), " on this rank but ", f.shape.str(), " in the single-process model");
   return f;
 }

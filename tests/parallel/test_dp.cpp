@@ -384,6 +384,10 @@ TEST_F(DataParallelMpi, ReshardGathersAndSlicesByFullIndex) {
     ps.add_sharded("col.weight", {6, 5}, 0, parts, part, Init::Normal, 1.0f);
     ps.add_sharded("row.weight", {3, 8}, 1, parts, part, Init::Normal, 1.0f);
     ps.add("norm.weight", {7}, Init::Normal, 1.0f);
+    // Two fused blocks (SwiGLU's gate and up): [2, 4, 5] split along the rows of each block on a rank,
+    // [8, 5] in the single-process model, the same elements in the same order.
+    if (full) ps.add_sharded("fused.weight", {8, 5}, 0, 1, 0, Init::Normal, 1.0f);
+    else ps.add_sharded("fused.weight", {2, 4, 5}, 1, 2, r, Init::Normal, 1.0f);
     if (full || r == 1) ps.add("last.weight", {4, 3}, Init::Normal, 1.0f);
     ps.finalize();
   };
