@@ -116,6 +116,23 @@ class Backend {
                                                 const int32_t* targets, const float* weights, int64_t ignore_index,
                                                 float grad_scale, int64_t N, int64_t V) const = 0;
 
+  // The vocab-parallel pieces (tensor parallelism; kernels/cpu/cross_entropy.h), on fp32 logits [N, Vl]
+  // of columns [vocab_start, vocab_start + Vl): (1) row_max [N]; (2) stats [2N] (double: the sum of
+  // exponentials, the target's logit or 0) with e [N, Vl] (may alias logits) the exponentials; (3) with
+  // both reduced over the tp ranks, losses [N] (or null) and dlogits [N, Vl] (holding e, or null) from
+  // them. Returns the sum of the losses (on a device: summed there in a fixed order and downloaded).
+  // V: the whole vocabulary. The CPU leaves checking the targets to its caller; a device, which cannot
+  // throw, gives an out-of-range target that is not ignore_index a NaN loss.
+  virtual void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets,
+                                       int64_t ignore_index, int64_t N, int64_t Vl) const = 0;
+  virtual void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
+                                          const int32_t* targets, int64_t ignore_index, int64_t vocab_start,
+                                          int64_t V, int64_t N, int64_t Vl) const = 0;
+  virtual double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats,
+                                            const float* row_max, const int32_t* targets, const float* weights,
+                                            int64_t ignore_index, float grad_scale, int64_t vocab_start, int64_t V,
+                                            int64_t N, int64_t Vl) const = 0;
+
   // ---- attention (kernels/cpu/attention.h); mask.segment_ids on the device ----
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
                                  int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,

@@ -258,7 +258,7 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
                           k_raw_.data<float>(), store_->value(k_norm_).data<float>(), k_rstd_.data<float>(),
                           N * K_, D_);
     if (split) {
-      tp_all_reduce_sum(*ctx_, gqk.data<float>(), 2 * D_);
+      tp_all_reduce_sum(*ctx_, gqk.data<float>(), 2 * D_, be.device());
       be.add_inplace(store_->grad(q_norm_).data<float>(), gqk.data<float>(), D_);
       be.add_inplace(store_->grad(k_norm_).data<float>(), gqk.data<float>() + D_, D_);
     }

@@ -139,7 +139,8 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
 // under sequence parallelism). Otherwise dx_in itself, written or added to.
 Linear::DxTarget Linear::dx_target(int64_t N, Tensor& dx_in, bool accumulate_dx) const {
   const bool reduce = mode_ == LinearParallel::Column && ctx_->tp.size > 1 && !caller_maps_input_;
-  return {reduce ? Tensor::borrow(tp_scratch(N * in_, 2), {N, in_}, DType::F32) : dx_in, reduce,
+  const Device dev = dx_in.device();
+  return {reduce ? Tensor::borrow(tp_scratch(N * in_, 2, dev), {N, in_}, DType::F32, dev) : dx_in, reduce,
           accumulate_dx && !reduce ? 1.0f : 0.0f};
 }
 

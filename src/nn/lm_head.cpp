@@ -42,20 +42,19 @@ int64_t logits_chunk_rows(int64_t N, int64_t Vl, int bytes_per_logit, int64_t ma
   return std::max<int64_t>(1, split(chunks));
 }
 
-// The cross-entropy of a chunk of rows: on the CPU vocab-parallel (the single-rank kernel at tp = 1),
-// on a device over the whole vocabulary (tp = 1). dlogits_bf16 (or null): the gradient in bf16 (what
-// the bf16 products take); the CPU writes it straight from the cross-entropy
-// (nn/vocab_parallel_cross_entropy.h), a device casts its fp32 gradient.
-static double chunk_cross_entropy(const Backend& be, const ParallelContext& ctx, float* losses, float* dlogits,
-                                  const float* logits, const int32_t* targets, const float* weights,
+// The cross-entropy of a chunk of rows, vocab-parallel (nn/vocab_parallel_cross_entropy.h; the
+// single-rank kernel at tp = 1). dlogits_bf16 (or null): the gradient in bf16 (what the bf16 products
+// take); the CPU writes it straight from the cross-entropy, a device casts its fp32 gradient. `arena`
+// holds a device's row statistics between the tp reductions.
+static double chunk_cross_entropy(const Backend& be, Arena& arena, const ParallelContext& ctx, float* losses,
+                                  float* dlogits, const float* logits, const int32_t* targets, const float* weights,
                                   int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start,
                                   int64_t V, uint16_t* dlogits_bf16 = nullptr) {
   if (be.device() == Device::CPU)
     return vocab_parallel_cross_entropy(ctx, losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
                                         Vl, vocab_start, V, dlogits_bf16);
-  MDLM_CHECK(ctx.tp.size == 1, "the output layer on a device runs at tp = 1 only");
-  const double total =
-      be.cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N, Vl);
+  const double total = vocab_parallel_cross_entropy(be, arena, ctx, losses, dlogits, logits, targets, weights,
+                                                    ignore_index, grad_scale, N, Vl, vocab_start, V);
   if (dlogits_bf16) be.cast_f32_to_bf16(dlogits_bf16, dlogits, N * Vl);
   return total;
 }
@@ -183,15 +182,15 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
   const int tp = ctx_->tp.size;
   if (tp == 1) return local;
   const int64_t N = local.size(0);
+  const Backend& be = backend_of(local);
   // all_gather gives [tp, N, Vl]; the logits of row n are the tp shards side by side.
   Tensor chunks = arena.tensor({tp, N, V_local_});
-  ctx_->tp.communicator().all_gather(local.data<float>(), chunks.data<float>(), local.numel());
+  ctx_->tp.communicator(be.device()).all_gather(local.data<float>(), chunks.data<float>(), local.numel());
   Tensor out = arena.tensor({N, V_});
   for (int r = 0; r < tp; ++r)
-    for (int64_t n = 0; n < N; ++n) {
-      const float* src = chunks.data<float>() + (r * N + n) * V_local_;
-      std::copy(src, src + V_local_, out.data<float>() + n * V_ + r * V_local_);
-    }
+    for (int64_t n = 0; n < N; ++n)
+      be.copy(out.data<float>() + n * V_ + r * V_local_, chunks.data<float>() + (r * N + n) * V_local_,
+              sizeof(float) * static_cast<size_t>(V_local_));
   return out;
 }
 
@@ -289,8 +288,8 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets_
       continue;
     }
     chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), t, w, -100, 1.0f,
-                                 n, V_local_, vocab_start_, V_);
+    total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), t, w, -100,
+                                 1.0f, n, V_local_, vocab_start_, V_);
   }
   if (per_token_loss) write_per_token_losses(be, kept, losses.data<float>(), per_token_loss);
   arena.release(mark);
@@ -342,8 +341,8 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     } else {
       float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
       chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
-      total += chunk_cross_entropy(be, *ctx_, losses.data<float>() + r0, logits, logits, t, w, -100, grad_scale, n,
-                                   V_local_, vocab_start_, V_, gb);
+      total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, logits, logits, t, w, -100,
+                                   grad_scale, n, V_local_, vocab_start_, V_, gb);
     }
     float* dxr = dxk.data<float>() + r0 * C_;
     if (prec_) {

@@ -46,8 +46,8 @@ void Norm::backward(const Tensor& dy, Tensor& dx) {
   // Sequence parallel: this rank's rows give a partial weight gradient, made in a zeroed staging
   // buffer [dw | db] and summed over the tp ranks.
   const bool split = ctx_ && sequence_parallel(*ctx_);
-  float* part = split ? tp_scratch(2 * C_, 1) : nullptr;
-  if (split) std::fill(part, part + 2 * C_, 0.0f);
+  float* part = split ? tp_scratch(2 * C_, 1, be.device()) : nullptr;
+  if (split) be.zero(part, sizeof(float) * 2 * static_cast<size_t>(C_));
   float* dw = split ? part : store_->grad(w_).data<float>();
   float* db = b_ < 0 ? nullptr : split ? part + C_ : store_->grad(b_).data<float>();
   if (kind_ == NormKind::LayerNorm) {
@@ -59,7 +59,7 @@ void Norm::backward(const Tensor& dy, Tensor& dx) {
   }
   if (split) {
     const int64_t n = b_ >= 0 ? 2 * C_ : C_;
-    tp_all_reduce_sum(*ctx_, part, n);
+    tp_all_reduce_sum(*ctx_, part, n, be.device());
     be.add_inplace(store_->grad(w_).data<float>(), part, C_);
     if (b_ >= 0) be.add_inplace(store_->grad(b_).data<float>(), part + C_, C_);
   }

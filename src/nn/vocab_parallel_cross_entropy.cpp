@@ -3,14 +3,19 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/cross_entropy.h"
 
 namespace megadlm {
 
-static void check_shards(const ParallelContext& ctx, const int32_t* targets, int64_t ignore_index, int64_t N,
-                         int64_t Vl, int64_t V) {
+static void check_split(const ParallelContext& ctx, int64_t Vl, int64_t V) {
   MDLM_CHECK(Vl * ctx.tp.size == V, "vocab-parallel cross-entropy: ", Vl, " columns per rank x ", ctx.tp.size,
              " ranks is not the vocabulary size ", V);
+}
+
+static void check_shards(const ParallelContext& ctx, const int32_t* targets, int64_t ignore_index, int64_t N,
+                         int64_t Vl, int64_t V) {
+  check_split(ctx, Vl, V);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t t = targets[n];
     MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
@@ -79,6 +84,28 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, u
         return cpu::cross_entropy_shard_finish(losses, dlogits, logits, stats, row_max, targets, weights,
                                                ignore_index, grad_scale, vocab_start, N, Vl);
       });
+}
+
+double vocab_parallel_cross_entropy(const Backend& be, Arena& arena, const ParallelContext& ctx, float* losses,
+                                    float* dlogits, const float* logits, const int32_t* targets, const float* weights,
+                                    int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl,
+                                    int64_t vocab_start, int64_t V) {
+  check_split(ctx, Vl, V);
+  if (ctx.tp.size == 1)
+    return be.cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
+                                             Vl);
+  const size_t mark = arena.mark();
+  float* row_max = static_cast<float*>(arena.allocate(sizeof(float) * static_cast<size_t>(N)));
+  double* stats = static_cast<double*>(arena.allocate(sizeof(double) * 2 * static_cast<size_t>(N)));
+  Communicator& comm = ctx.tp.communicator(be.device());
+  be.cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl);
+  comm.all_reduce_max(row_max, N);
+  be.cross_entropy_shard_sumexp(stats, dlogits, logits, row_max, targets, ignore_index, vocab_start, V, N, Vl);
+  comm.all_reduce_sum(stats, 2 * N);
+  const double total = be.cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index,
+                                                     grad_scale, vocab_start, V, N, Vl);
+  arena.release(mark);
+  return total;
 }
 
 }  // namespace megadlm

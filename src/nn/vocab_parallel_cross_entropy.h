@@ -7,9 +7,12 @@
 // Legend: N tokens, Vl = V/tp this rank's vocabulary columns.
 #include <cstdint>
 
+#include "core/arena.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {
+
+class Backend;
 
 // logits [N, Vl]: columns [vocab_start, vocab_start + Vl) of a vocabulary of V. losses [N] (or null),
 // dlogits [N, Vl] (or null; may alias logits), targets [N] in [0, V) or ignore_index, weights [N]
@@ -26,6 +29,16 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, f
 // dlogits [N, Vl] (or null; may alias logits, in place).
 double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, uint16_t* dlogits,
                                     const uint16_t* logits, const int32_t* targets, const float* weights,
+                                    int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl,
+                                    int64_t vocab_start, int64_t V);
+
+// The same on a device (fp32 logits; every pointer on be's device): at tp = 1 the backend's
+// single-rank kernel; at tp > 1 its three pieces, with the row maxima and the stats in `arena` (device
+// memory, released before returning) reduced over the tp group's device communicator. The targets are
+// not checked on the host: an out-of-range one gives a NaN loss (kernels/backend.h). losses must be
+// given.
+double vocab_parallel_cross_entropy(const Backend& be, Arena& arena, const ParallelContext& ctx, float* losses,
+                                    float* dlogits, const float* logits, const int32_t* targets, const float* weights,
                                     int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl,
                                     int64_t vocab_start, int64_t V);
 

@@ -50,9 +50,9 @@ struct ParallelContext {
 };
 
 // Tensor-parallel mappings (Megatron's copy_to / reduce_from / gather_from regions): an all-reduce
-// over the tp group; nothing at tp = 1.
-inline void tp_all_reduce_sum(const ParallelContext& ctx, float* data, int64_t n) {
-  if (ctx.tp.size > 1) ctx.tp.communicator().all_reduce_sum(data, n);
+// over the tp group of data [n] on `device` (its device communicator off the host); nothing at tp = 1.
+inline void tp_all_reduce_sum(const ParallelContext& ctx, float* data, int64_t n, Device device = Device::CPU) {
+  if (ctx.tp.size > 1) ctx.tp.communicator(device).all_reduce_sum(data, n);
 }
 
 }  // namespace megadlm

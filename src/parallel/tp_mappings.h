@@ -7,7 +7,9 @@
 // the output features) and is all-reduced; a row-parallel projection's output likewise.
 // With --sequence-parallel rank r holds rows [r*N/tp, (r+1)*N/tp) between the blocks: the input of a
 // column-parallel projection is all-gathered to N rows, and the all-reduces become reduce-scatters
-// back to the local rows. Every function is the identity (or a copy) at tp = 1.
+// back to the local rows. Every function is the identity (or a copy) at tp = 1. Tensors may live on a
+// device (--device cuda): their collectives then go over the tp group's device communicator, and the
+// staging buffers are on that device.
 #include <cstdint>
 
 #include "core/arena.h"
@@ -35,7 +37,7 @@ void reduce_rows(const ParallelContext& ctx, Tensor& partial, Tensor& dx, bool a
 // Same, for a forward output: y [N, C] partial -> [N/tp, C] (arena) or y all-reduced in place.
 Tensor reduce_rows(Arena& arena, const ParallelContext& ctx, Tensor& y);
 
-// A staging buffer of n floats for slot 0..3 (reused; contents undefined).
-float* tp_scratch(int64_t n, int slot);
+// A staging buffer of n floats on `device` for slot 0..3 (reused; contents undefined).
+float* tp_scratch(int64_t n, int slot, Device device = Device::CPU);
 
 }  // namespace megadlm

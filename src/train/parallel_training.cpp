@@ -31,19 +31,20 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
     : args_(args) {
   validate_parallel_layout(args, world_size(), model, micro, global);
   const ParallelLayout& l = args.layout;
-  MDLM_CHECK(device == Device::CPU || (l.tp == 1 && l.cp == 1 && l.ep == 1), "--device ", device_name(device),
-             " runs data and pipeline parallelism only so far (one GPU per rank): --tensor-model-parallel-size, ",
+  MDLM_CHECK(device == Device::CPU || (l.cp == 1 && l.ep == 1), "--device ", device_name(device),
+             " runs data, tensor and pipeline parallelism only so far (one GPU per rank): ",
              "--context-parallel-size and --expert-model-parallel-size must be 1 (got ", describe(l, world_size()), ")");
   ctx_ = make_parallel_context(l);
   ctx_.sequence_parallel = args.sequence_parallel;
   if (device != Device::CPU) {
     backend_for(device);  // started first: it registers the device communicator factory
     // The groups that move device buffers (gradients, stage activations, the tied embedding's
-    // gradient) get NCCL beside their MPI communicator, which keeps the host's scalars (losses,
+    // gradient, the tensor-parallel activations and their gradients, the vocab-parallel loss's row
+    // statistics) get NCCL beside their MPI communicator, which keeps the host's scalars (losses,
     // counts, norms' partial sums, exit decisions). Collective over each group, in this order on
     // every rank.
     for (auto [g, name] : {std::pair<ParallelGroup*, const char*>{&ctx_.dp, "dp"}, {&ctx_.edp, "edp"},
-                           {&ctx_.pp, "pp"}, {&ctx_.embd, "embd"}})
+                           {&ctx_.pp, "pp"}, {&ctx_.embd, "embd"}, {&ctx_.tp, "tp"}})
       if (g->size > 1) g->device_comm = make_device_communicator(device, g->communicator(), name);
   }
 }
@@ -191,8 +192,8 @@ void ParallelTraining::load_into_host(const std::string& dir, LanguageModel& loc
 }
 
 // A model on a device is written through a host twin of the same layout (a CPU model of this rank's
-// part: the whole model under dp alone, this stage's under pp): the flat buffers are downloaded into it
-// and it is saved as a CPU run's would be.
+// part: the whole model under dp alone, else its tp shard of its pp stage): the flat buffers are
+// downloaded into it and it is saved as a CPU run's would be.
 std::string ParallelTraining::save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {
   // Without a split every rank holds the same model: rank 0's copy is written, by rank 0 alone.
   if (!split() && !writes_files()) return {};
@@ -212,7 +213,7 @@ void ParallelTraining::load_to_device(const std::string& dir, AdamW* opt) {
   if (opt) copy_moments(*opt, *host_opt);
 }
 
-// A CPU model of this rank's part: the whole model without a split, this stage's under pp.
+// A CPU model of this rank's part: the whole model without a split, else its tp shard of its pp stage.
 std::unique_ptr<LanguageModel> ParallelTraining::host_twin() const {
   std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
   MDLM_CHECK(host->params().numel() == model_->params().numel(), "the host copy's layout differs from the model's");

@@ -267,6 +267,28 @@ class EmulatedCudaBackend final : public Backend {
                                                          grad_scale, N, V);
            });
   }
+  void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
+                               int64_t N, int64_t Vl) const override {
+    on_cpu({row_max, logits, targets}, "cross_entropy_shard_max",
+           [&] { return cpu().cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl); });
+  }
+  void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
+                                  const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t V,
+                                  int64_t N, int64_t Vl) const override {
+    on_cpu({stats, e, logits, row_max, targets}, "cross_entropy_shard_sumexp", [&] {
+      return cpu().cross_entropy_shard_sumexp(stats, e, logits, row_max, targets, ignore_index, vocab_start, V, N,
+                                              Vl);
+    });
+  }
+  double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
+                                    const int32_t* targets, const float* weights, int64_t ignore_index,
+                                    float grad_scale, int64_t vocab_start, int64_t V, int64_t N,
+                                    int64_t Vl) const override {
+    return on_cpu({losses, dlogits, stats, row_max, targets, weights}, "cross_entropy_shard_finish", [&] {
+      return cpu().cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index,
+                                              grad_scale, vocab_start, V, N, Vl);
+    });
+  }
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
                          int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
                          float scale) const override {

@@ -1,10 +1,12 @@
-// Data and pipeline parallelism on --device cuda: two ranks, one GPU each, the gradients, the stages'
-// activations and the tied embedding's gradient moved over the device communicator (NCCL;
-// parallel/device_communicator.h). The trainer's losses and gradient norms on the device follow the
-// same two-rank run on the CPU: data parallel for a dense and a MoE model (experts' gradients over the
-// edp group), with overlapped buckets, and with the distributed optimizer; two pipeline stages (1F1B
-// over four micro-batches, tied embeddings). A run saved and resumed on the device continues as it
-// would have; the layouts the GPU does not run yet are refused by name.
+// Data, tensor and pipeline parallelism on --device cuda: two ranks, one GPU each, the gradients, the
+// stages' activations, the tied embedding's gradient and the tensor-parallel activations moved over the
+// device communicator (NCCL; parallel/device_communicator.h). The trainer's losses and gradient norms
+// on the device follow the same two-rank run on the CPU: data parallel for a dense and a MoE model
+// (experts' gradients over the edp group), with overlapped buckets, and with the distributed optimizer;
+// two pipeline stages (1F1B over four micro-batches, tied embeddings); two tensor-parallel ranks
+// (vocab-parallel embedding and loss, column- and row-parallel projections), with and without sequence
+// parallelism. A run saved and resumed on the device continues as it would have; the layouts the GPU
+// does not run yet are refused by name.
 //
 // Run by ctest under `mpirun -np 2` (mpi_cuda_parallel_np2); alone, or with another number of ranks,
 // they skip. CudaParallel.* need two visible GPUs; EmulatedCudaParallel.* run the same checks on the
@@ -149,15 +151,45 @@ void pipeline_trainer_follows_the_cpu() {
   run_follows_the_cpu(pp_flags(data_dir, {}), {"loss", "grad_norm"}, "pp");
 }
 
+// Two tensor-parallel ranks (dp = 1, two micro-batches a step): the embedding's and the row-parallel
+// projections' all-reduces, the column-parallel input gradients', and the vocab-parallel loss's row
+// maxima and sums over the tp group's device communicator. `extra` picks the model.
+std::vector<std::string> tp_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra,
+                                  int iters = 3) {
+  return dp_flags(data_dir, test::plus({"--tensor-model-parallel-size", "2"}, extra), iters);
+}
+
+// GPT-style (LayerNorm, GELU, learned positions, tied output layer).
+void tensor_parallel_follows_the_cpu() {
+  test::TempDir data_dir("data");
+  run_follows_the_cpu(tp_flags(data_dir, {}), {"loss", "grad_norm"}, "tp");
+}
+
+// Llama/Qwen3-style (RMSNorm, SwiGLU, RoPE, grouped queries, per-head q/k norms whose weight gradients
+// are summed over tp, a separate output layer) under --sequence-parallel: the rows between the blocks
+// gathered and reduce-scattered, the norms' weight gradients summed over the ranks' rows.
+void sequence_parallel_follows_the_cpu() {
+  test::TempDir data_dir("data");
+  run_follows_the_cpu(tp_flags(data_dir, {"--sequence-parallel", "--normalization", "RMSNorm", "--swiglu",
+                                          "--ffn-hidden-size", "48", "--position-embedding-type", "rope",
+                                          "--group-query-attention", "--num-query-groups", "2", "--qk-layernorm",
+                                          "--disable-bias-linear", "--untie-embeddings-and-output-weights"}),
+                      {"loss", "grad_norm"}, "tp");
+}
+
 // A device run of 4 steps stopped after iteration 2 (saved by rank 0 into the shared directory) and
 // resumed by both ranks takes iterations 3 and 4 as the uninterrupted device run did (with `extra`
 // flags). Iteration 3's loss reads the loaded parameters; iteration 4's also the loaded AdamW moments
 // and step count, through iteration 3's update.
-void resume_continues_the_run(const std::vector<std::string>& extra, bool pipeline = false) {
+enum class Layout { Data, Pipeline, Tensor };
+
+void resume_continues_the_run(const std::vector<std::string>& extra, Layout layout = Layout::Data) {
   SharedDir dir;
   test::TempDir data_dir("data");
   const auto on_device = test::plus({"--device", "cuda"}, extra);
-  const auto flags = pipeline ? pp_flags(data_dir, on_device, 4) : dp_flags(data_dir, on_device, 4);
+  const auto flags = layout == Layout::Pipeline ? pp_flags(data_dir, on_device, 4)
+                     : layout == Layout::Tensor ? tp_flags(data_dir, on_device, 4)
+                                                : dp_flags(data_dir, on_device, 4);
   test::run_training(flags, {"--save", dir / "whole"});
   test::run_training(flags, {"--exit-interval", "2", "--save", dir / "half"});
   test::run_training(flags, {"--save", dir / "half", "--load", dir / "half"});
@@ -172,14 +204,16 @@ void resume_continues_the_run(const std::vector<std::string>& extra, bool pipeli
   }
 }
 
-// Tensor (and context, expert) parallelism stays on the CPU for now: refused, naming the flag.
+// Context and expert parallelism stay on the CPU for now: refused, naming the flag.
 void other_layouts_are_refused() {
   test::TempDir data_dir("data");
-  const std::string tp = test::error_of([&] {
-    test::run_training(dp_flags(data_dir, {"--device", "cuda", "--tensor-model-parallel-size", "2"}), {});
+  const std::string ep = test::error_of([&] {
+    test::run_training(dp_flags(data_dir, {"--device", "cuda", "--num-experts", "2", "--moe-ffn-hidden-size", "24",
+                                           "--expert-model-parallel-size", "2"}),
+                       {});
   });
-  EXPECT_NE(tp.find("--tensor-model-parallel-size"), std::string::npos) << tp;
-  EXPECT_NE(tp.find("data and pipeline parallelism only"), std::string::npos) << tp;
+  EXPECT_NE(ep.find("--expert-model-parallel-size"), std::string::npos) << ep;
+  EXPECT_NE(ep.find("data, tensor and pipeline parallelism only"), std::string::npos) << ep;
 }
 
 #define SKIP_UNLESS_TWO_RANKS()                              \
@@ -211,7 +245,10 @@ BOTH_DEVICES(DistributedOptimizerFollowsTheCpu, distributed_optimizer_follows_th
 BOTH_DEVICES(ResumeContinuesTheRun, resume_continues_the_run({}))
 BOTH_DEVICES(DistributedOptimizerResumes, resume_continues_the_run({"--use-distributed-optimizer"}))
 BOTH_DEVICES(PipelineTrainerFollowsTheCpu, pipeline_trainer_follows_the_cpu())
-BOTH_DEVICES(PipelineResumes, resume_continues_the_run({}, /*pipeline=*/true))
+BOTH_DEVICES(PipelineResumes, resume_continues_the_run({}, Layout::Pipeline))
+BOTH_DEVICES(TensorParallelFollowsTheCpu, tensor_parallel_follows_the_cpu())
+BOTH_DEVICES(SequenceParallelFollowsTheCpu, sequence_parallel_follows_the_cpu())
+BOTH_DEVICES(TensorParallelResumes, resume_continues_the_run({"--sequence-parallel"}, Layout::Tensor))
 
 TEST(EmulatedCudaParallel, OtherLayoutsAreRefused) {
   SKIP_UNLESS_TWO_RANKS();

@@ -1,6 +1,7 @@
 // CUDA pointwise, norm, RoPE, embedding, cross-entropy, optimizer, cast and MoE kernels against the CPU
 // kernels (kernels/cpu/*), on fresh random inputs, fp32 and bf16, aligned (16-byte packs) and awkward
 // (scalar path) sizes.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -328,6 +329,70 @@ TYPED_TEST(CudaOps, CrossEntropyForwardBackward) {
                                         N, V);
     EXPECT_LT(rel_err(Act<T>::down(dl), ref_grad), Act<T>::tol()) << "in place, V=" << V;
     EXPECT_LT(rel_err(to_host(losses), ref_loss), 1e-5) << "in place, V=" << V;
+  }
+}
+
+// The vocab-parallel pieces on two shards of one vocabulary, the tp reductions done on the host in
+// between (max of the row maxima, sum of the stats), give the single-rank loss and gradient of the whole
+// vocabulary; also in place (the exponentials and the gradient over the logits), and with the loss alone.
+class CudaVocabParallel : public CudaTest {};
+
+TEST_F(CudaVocabParallel, ShardPiecesMatchTheWholeVocabulary) {
+  const int64_t N = 19, V = 2 * 4608, Vl = V / 2;
+  const auto logits = rand(N * V, -6.0f, 6.0f), w = rand(N, 0.2f, 2.0f), u = rand(N, 0.0f, 1.0f);
+  std::vector<int32_t> tgt(N);
+  for (int64_t i = 0; i < N; ++i) tgt[i] = i % 5 == 3 ? -100 : static_cast<int32_t>(u[i] * (V - 1));
+  std::vector<float> ref_loss(N), ref_grad(N * V);
+  const double ref_sum = cpu::cross_entropy_forward_backward(ref_loss.data(), ref_grad.data(), logits.data(),
+                                                             tgt.data(), w.data(), -100, 0.5f, N, V);
+  auto dt = to_device(tgt);
+  auto dw = to_device(w);
+  for (const bool in_place : {false, true}) {
+    // Shard s holds columns [s*Vl, (s+1)*Vl) of every row.
+    std::vector<cuda::DeviceBuffer<float>> shard, grad, row_max;
+    std::vector<float> max_all(N, -INFINITY);
+    for (int s = 0; s < 2; ++s) {
+      std::vector<float> cols(N * Vl);
+      for (int64_t n = 0; n < N; ++n)
+        std::copy(logits.begin() + n * V + s * Vl, logits.begin() + n * V + (s + 1) * Vl, cols.begin() + n * Vl);
+      shard.push_back(to_device(cols));
+      grad.push_back(poisoned(N * Vl));
+      row_max.push_back(poisoned(N));
+      cuda::cross_entropy_shard_max(row_max[s].get(), shard[s].get(), dt.get(), -100, N, Vl);
+      const auto m = to_host(row_max[s]);
+      for (int64_t n = 0; n < N; ++n) max_all[n] = std::max(max_all[n], m[n]);
+    }
+    auto dmax = to_device(max_all);
+    std::vector<double> stats_all(2 * N, 0.0);
+    std::vector<cuda::DeviceBuffer<double>> stats;
+    for (int s = 0; s < 2; ++s) {
+      stats.push_back(to_device(std::vector<double>(2 * N, NAN)));
+      float* e = in_place ? shard[s].get() : grad[s].get();
+      cuda::cross_entropy_shard_sumexp(stats[s].get(), e, shard[s].get(), dmax.get(), dt.get(), -100, s * Vl, V, N, Vl);
+      const auto st = to_host(stats[s]);
+      for (int64_t i = 0; i < 2 * N; ++i) stats_all[i] += st[i];
+    }
+    auto dstats = to_device(stats_all);
+    for (int s = 0; s < 2; ++s) {
+      auto losses = poisoned(N);
+      float* d = in_place ? shard[s].get() : grad[s].get();
+      cuda::cross_entropy_shard_finish(losses.get(), d, dstats.get(), dmax.get(), dt.get(), dw.get(), -100, 0.5f,
+                                       s * Vl, V, N, Vl);
+      EXPECT_LT(rel_err(to_host(losses), ref_loss), 1e-5) << "shard " << s << (in_place ? ", in place" : "");
+      const auto g = to_host(in_place ? shard[s] : grad[s]);
+      std::vector<float> ref(N * Vl);
+      for (int64_t n = 0; n < N; ++n)
+        std::copy(ref_grad.begin() + n * V + s * Vl, ref_grad.begin() + n * V + (s + 1) * Vl, ref.begin() + n * Vl);
+      EXPECT_LT(rel_err(g, ref), 1e-5) << "shard " << s << (in_place ? ", in place" : "");
+      cuda::DeviceBuffer<double> total(1);
+      cuda::sum(total.get(), losses.get(), N);
+      EXPECT_NEAR(to_host(total)[0], ref_sum, 1e-5 * std::fabs(ref_sum));
+      // The loss alone: no exponentials kept, no gradient.
+      auto alone = poisoned(N);
+      cuda::cross_entropy_shard_finish(alone.get(), nullptr, dstats.get(), dmax.get(), dt.get(), dw.get(), -100, 1.0f,
+                                       s * Vl, V, N, Vl);
+      EXPECT_EQ(to_host(alone), to_host(losses));
+    }
   }
 }
 

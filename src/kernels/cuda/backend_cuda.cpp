@@ -199,6 +199,26 @@ class CudaBackend final : public Backend {
     return download_scalar();
   }
 
+  void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
+                               int64_t N, int64_t Vl) const override {
+    cuda::cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl, kStream);
+  }
+  void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
+                                  const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t V,
+                                  int64_t N, int64_t Vl) const override {
+    cuda::cross_entropy_shard_sumexp(stats, e, logits, row_max, targets, ignore_index, vocab_start, V, N, Vl, kStream);
+  }
+  double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
+                                    const int32_t* targets, const float* weights, int64_t ignore_index,
+                                    float grad_scale, int64_t vocab_start, int64_t V, int64_t N,
+                                    int64_t Vl) const override {
+    MDLM_CHECK(losses != nullptr || N == 0, "cuda cross_entropy_shard_finish: the sum needs the losses buffer");
+    cuda::cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index, grad_scale,
+                                     vocab_start, V, N, Vl, kStream);
+    cuda::sum(scalar_, losses, N, kStream);
+    return download_scalar();
+  }
+
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
                          int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
                          float scale) const override {

@@ -201,6 +201,19 @@ void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits, 
                                     const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
                                     int64_t V, cudaStream_t stream = 0);
 
+// The vocab-parallel pieces on fp32 logits [N, Vl] (columns [vocab_start, vocab_start + Vl)), as
+// cpu::cross_entropy_shard_max / _sumexp / _finish, one block per row; the caller reduces row_max [N]
+// (max) and stats [2N] (sum) over the tp ranks between them. e and dlogits may alias logits. An
+// out-of-range target that is not ignore_index gives a NaN loss and gradient row.
+void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
+                             int64_t N, int64_t Vl, cudaStream_t stream = 0);
+void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
+                                const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t V,
+                                int64_t N, int64_t Vl, cudaStream_t stream = 0);
+void cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
+                                const int32_t* targets, const float* weights, int64_t ignore_index, float grad_scale,
+                                int64_t vocab_start, int64_t V, int64_t N, int64_t Vl, cudaStream_t stream = 0);
+
 // ---- optimizer and reductions (optim.cu) -----------------------------------------------------------
 // As cpu::adamw_step on flat fp32 buffers [n]; when param_bf16 is not null it also receives the updated
 // parameters rounded to bf16 (the compute copy of a bf16 run), saving a cast pass; with h.zero_grad
