@@ -11,7 +11,8 @@
 #     --build   the build directory holding bin/pretrain_difflm and bin/preprocess_data (default build)
 #     --keep    keep the work directory (runs' logs and metrics) instead of deleting it
 #     --quick   the CI subset (10 steps): dp2 (overlapped buckets), dp2 + distributed optimizer, tp2,
-#               pp2, and a dp2 + distributed-optimizer checkpoint resumed under 1 and dp2; gpt and difflm
+#               pp2, and a dp2 + distributed-optimizer checkpoint resumed under 1 and dp2; gpt and difflm;
+#               and a difflm MoE checkpoint saved under ep2 resumed under 1
 # Needs mpirun (OpenMPI). Data: the first 120 documents of ../shared/data/brown.jsonl, byte tokenizer
 # (a synthetic text when that file is absent).
 set -euo pipefail
@@ -205,6 +206,18 @@ for model in gpt difflm; do
     --load "$WORK/$model-save-1/ckpt"
   check "$model" "1->tp2xpp2 resume" "$model-resume-1-tp2pp2" "$model-1" "$((STEPS - half))" "$half"
 done
+
+# A MoE checkpoint saved under ep2 (each rank holds two of the four experts) resumed under 1 rank: the
+# files must hold every expert.
+launch "moe-difflm-1" 1 difflm 1 $MOE_FLAGS
+launch "moe-difflm-save-ep2" 2 difflm 1 $MOE_FLAGS --expert-model-parallel-size 2 --exit-interval "$half"
+if [[ "$(cat "$WORK/moe-difflm-1/status")" == 0 && "$(cat "$WORK/moe-difflm-save-ep2/status")" == 0 ]]; then
+  launch "moe-difflm-resume-ep2-1" 1 difflm 1 $MOE_FLAGS --load "$WORK/moe-difflm-save-ep2/ckpt"
+  check "moe-difflm" "ep2->1 resume" "moe-difflm-resume-ep2-1" "moe-difflm-1" "$((STEPS - half))" "$half"
+else
+  row "moe-difflm" "save under ep2" "-" "-" "-" "FAIL: $(grep -h -m1 error "$WORK"/moe-difflm-{1,save-ep2}/log | cut -c1-80)"
+  FAILED=1
+fi
 
 if [[ $QUICK == 0 ]]; then
   # MoE (4 experts, top-2, aux loss): data and expert parallelism against the single-process MoE model.

@@ -100,10 +100,11 @@ void gather_full_state(const ParamStore& local, MomentBuffers lm, const Parallel
   if (root) merge(local.infos(), local.values(), lm.m, lm.v, *full, fm);
   if (ctx.world_size == 1) return;
   Communicator& world = ctx.world.communicator();
-  // Every rank says whether it sends (dp rank 0 of its tp / pp coordinate), so rank 0 knows whom to
+  // Every rank says whether it sends (expert-data-parallel rank 0 of its tp / pp coordinate: dp rank 0,
+  // and under expert parallelism the dp ranks that hold the other experts), so rank 0 knows whom to
   // wait for without recomputing the layout.
   std::vector<float> senders(static_cast<size_t>(ctx.world_size), 0.0f), mine(1, 0.0f);
-  mine[0] = (ctx.dp.rank == 0 && !root) ? 1.0f : 0.0f;
+  mine[0] = (ctx.edp.rank == 0 && !root) ? 1.0f : 0.0f;
   world.all_gather(mine.data(), senders.data(), 1);
   const bool moments = lm.m != nullptr && lm.v != nullptr;
   if (!root) {

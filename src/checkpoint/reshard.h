@@ -6,8 +6,10 @@
 // of a single-process ParamStore read from the files. AdamW moments travel with the parameters
 // (after the distributed optimizer gathered its shards into full-size buffers).
 //
-// Which ranks send: data-parallel rank 0 of every (tp, pp) coordinate; the other dp ranks hold
-// copies. A parameter present on two stages (tied embeddings with pp > 1) is identical on both.
+// Which ranks send: expert-data-parallel rank 0 of every (tp, pp) coordinate, that is data-parallel
+// rank 0 and, under expert parallelism, the dp ranks holding the other experts (ep = dp % ep_size);
+// the other dp ranks hold copies. A parameter present on two ranks that send (tied embeddings with
+// pp > 1, the dense parameters of the ep ranks) is identical on both.
 #include <cstdint>
 
 #include "nn/parameters.h"

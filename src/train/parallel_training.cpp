@@ -143,7 +143,9 @@ std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW
   return save_from_host(save_dir, *model_, opt, st);
 }
 
-bool ParallelTraining::split() const { return ctx_.tp.size > 1 || ctx_.pp.size > 1; }
+// Whether ranks hold different parts of the model: tensor shards, pipeline stages, or (expert
+// parallelism) different experts.
+bool ParallelTraining::split() const { return ctx_.tp.size > 1 || ctx_.pp.size > 1 || ctx_.ep.size > 1; }
 
 // `local`: this rank's part of the model on the host, its moments in `opt`.
 std::string ParallelTraining::save_from_host(const std::string& save_dir, LanguageModel& local, AdamW& opt,

@@ -83,7 +83,7 @@ class ParallelTraining {
   LanguageModel* model_ = nullptr;
   ModelFactory make_model_;
   std::function<bool(const ParamInfo&)> duplicate_filter() const;
-  bool split() const;  // tp or pp: each rank holds a part of the model
+  bool split() const;  // tp, pp or ep: each rank holds a part of the model
   // Checkpoints of `local`, this rank's part on the host (the model itself on the CPU).
   std::string save_from_host(const std::string& save_dir, LanguageModel& local, AdamW& opt, const CheckpointState& st);
   void load_into_host(const std::string& dir, LanguageModel& local, AdamW* opt);

@@ -4,6 +4,7 @@
 // they skip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -375,6 +376,38 @@ TEST_F(DataParallelMpi, ExpertParallelLayerMatchesTheSingleProcessLayer) {
 // Checkpoints across layouts: pieces of a tp2-like split (rows, columns, a replicated vector, and a
 // parameter only rank 1 holds, like a later pipeline stage's) gathered on rank 0 are exactly the
 // single-process tensors; taking the pieces back out of a full store gives each rank its init.
+// Expert parallelism (dp = ep = 2): each rank holds one of the two experts, named by its global index;
+// the gathered full store holds both, the replicated parameter once, and loading hands each rank its own.
+TEST_F(DataParallelMpi, ReshardGathersEveryExpertParallelRanksExperts) {
+  const ParallelContext ctx = make_parallel_context(ParallelLayout{1, 1, 1, 2});
+  ASSERT_EQ(ctx.ep.size, 2);
+  auto build = [&](ParamStore& ps, bool full) {
+    ps.add("dense.weight", {6}, Init::Normal, 1.0f);
+    for (int e = 0; e < 2; ++e)
+      if (full || e == ctx.ep.rank) ps.add("experts." + std::to_string(e) + ".weight", {3, 4}, Init::Normal, 1.0f);
+    ps.finalize();
+  };
+  ParamStore local, full_ref, full;
+  build(local, false);
+  build(full_ref, true);
+  build(full, true);
+  local.init(5);
+  full_ref.init(5);
+  std::fill(full.values(), full.values() + full.numel(), NAN);
+  gather_full_state(local, {}, ctx, ctx.world_rank == 0 ? &full : nullptr, {});
+  if (ctx.world_rank == 0)
+    for (const ParamInfo& p : full.infos())
+      for (int64_t i = 0; i < p.shape.numel(); ++i)
+        ASSERT_EQ(full.values()[p.offset + i], full_ref.values()[p.offset + i]) << p.name << "[" << i << "]";
+  ParamStore back;
+  build(back, false);
+  std::fill(back.values(), back.values() + back.numel(), NAN);
+  take_local_state(full_ref, {}, back, {});
+  for (const ParamInfo& p : back.infos())
+    for (int64_t i = 0; i < p.shape.numel(); ++i)
+      ASSERT_EQ(back.values()[p.offset + i], local.values()[p.offset + i]) << p.name << "[" << i << "]";
+}
+
 TEST_F(DataParallelMpi, ReshardGathersAndSlicesByFullIndex) {
   const ParallelContext tp_ctx = make_parallel_context(ParallelLayout{2, 1, 1, 1});
   ASSERT_EQ(tp_ctx.tp.size, 2);
