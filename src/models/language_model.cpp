@@ -59,11 +59,10 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
   validate_config(cfg);
   if (device != Device::CPU) {
     backend_for(device);  // throws when the build has no CUDA or no GPU is visible
-    // Data, tensor and pipeline parallelism only (train/parallel_training.cpp gives their groups device
-    // communicators): the context-parallel attention and the expert exchange still take host buffers.
-    MDLM_CHECK(ctx.cp.size == 1 && ctx.ep.size == 1, "--device ", device_name(device),
-               " runs one GPU per rank with data, tensor and pipeline parallelism only so far: no context or ",
-               "expert parallelism");
+    // Data, tensor, pipeline and expert parallelism (train/parallel_training.cpp gives their groups
+    // device communicators); context parallelism is not implemented on any device.
+    MDLM_CHECK(ctx.cp.size == 1, "--device ", device_name(device), " runs one GPU per rank without context ",
+               "parallelism (--context-parallel-size must be 1)");
     params_.set_device(device);
     arena_.set_device(device);
   }

@@ -13,9 +13,9 @@
 // so checkpoints map 1:1 to HF tensor names.
 //
 // Device: the parameters, gradients and activations live on `device` (kernels/backend.h picks the
-// kernels). On CUDA each process drives one GPU: data, tensor and pipeline parallelism (gradient
-// buckets, the tp mappings and the vocab-parallel loss, stage-to-stage transfers over NCCL), no context
-// or expert parallelism. The micro-batch
+// kernels). On CUDA each process drives one GPU: data, tensor, pipeline and expert parallelism
+// (gradient buckets, the tp mappings and the vocab-parallel loss, stage-to-stage transfers, the expert
+// exchange's rows, all over NCCL). The micro-batch
 // arrays stay host memory in the API: forward_stage checks the ids on the host and uploads the arrays
 // into the arena, and the backward_stage / loss_stage that follow it use that copy.
 #include <functional>

@@ -3,26 +3,28 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/backend.h"
 
 namespace megadlm {
 
 ExpertExchange::ExpertExchange(const ParallelContext& ctx, int64_t num_experts, int64_t hidden)
-    : comm_(&ctx.ep.communicator()), ep_(ctx.ep.size), rank_(ctx.ep.rank), E_(num_experts), C_(hidden) {
+    : ctx_(&ctx), comm_(&ctx.ep.communicator()), ep_(ctx.ep.size), rank_(ctx.ep.rank), E_(num_experts), C_(hidden) {
   MDLM_CHECK(E_ % ep_ == 0, "--num-experts ", E_, " is not divisible by --expert-model-parallel-size ", ep_);
   El_ = E_ / ep_;
 }
 
-void ExpertExchange::exchange(const float* in, const std::vector<int64_t>& send_rows, float* out,
+void ExpertExchange::exchange(Device device, const float* in, const std::vector<int64_t>& send_rows, float* out,
                               const std::vector<int64_t>& recv_rows) {
   std::vector<int64_t> sc(static_cast<size_t>(ep_)), rc(static_cast<size_t>(ep_));
   for (int r = 0; r < ep_; ++r) {
     sc[r] = send_rows[r] * C_;
     rc[r] = recv_rows[r] * C_;
   }
-  comm_->all_to_all_v(in, sc.data(), out, rc.data());
+  ctx_->ep.communicator(device).all_to_all_v(in, sc.data(), out, rc.data());
 }
 
-void ExpertExchange::regroup(const float* in, float* out, bool to_expert_major) const {
+void ExpertExchange::regroup(Device device, const float* in, float* out, bool to_expert_major) const {
+  const Backend& be = backend_for(device);
   // Offsets of block (s, j) in source-major and expert-major orders.
   std::vector<int64_t> src_major(static_cast<size_t>(ep_ * El_)), exp_major(static_cast<size_t>(ep_ * El_));
   int64_t at = 0;
@@ -34,7 +36,8 @@ void ExpertExchange::regroup(const float* in, float* out, bool to_expert_major) 
   for (int64_t b = 0; b < ep_ * El_; ++b) {
     const int64_t from = to_expert_major ? src_major[b] : exp_major[b];
     const int64_t to = to_expert_major ? exp_major[b] : src_major[b];
-    std::copy(in + from * C_, in + (from + counts_[b]) * C_, out + to * C_);
+    if (counts_[b] > 0)
+      be.copy(out + to * C_, in + from * C_, sizeof(float) * static_cast<size_t>(counts_[b] * C_));
   }
 }
 
@@ -60,9 +63,9 @@ Tensor ExpertExchange::send_to_experts(Arena& arena, const Tensor& xp, const std
       Q_ += counts_[s * El_ + j];
     }
   Tensor recv = arena.tensor({std::max<int64_t>(Q_, 1), C_});
-  exchange(xp.data<float>(), send_rows_, recv.data<float>(), recv_rows_);
+  exchange(xp.device(), xp.data<float>(), send_rows_, recv.data<float>(), recv_rows_);
   Tensor xl = arena.tensor({Q_, C_});
-  regroup(recv.data<float>(), xl.data<float>(), true);
+  regroup(xp.device(), recv.data<float>(), xl.data<float>(), true);
   local_offsets.assign(static_cast<size_t>(El_ + 1), 0);
   for (int64_t j = 0; j < El_; ++j) {
     int64_t n = 0;
@@ -74,24 +77,26 @@ Tensor ExpertExchange::send_to_experts(Arena& arena, const Tensor& xp, const std
 
 Tensor ExpertExchange::return_from_experts(Arena& arena, const Tensor& outl) {
   Tensor src = arena.tensor({std::max<int64_t>(Q_, 1), C_});
-  regroup(outl.data<float>(), src.data<float>(), false);
+  regroup(outl.device(), outl.data<float>(), src.data<float>(), false);
   Tensor out = arena.tensor({P_, C_});
-  exchange(src.data<float>(), recv_rows_, out.data<float>(), send_rows_);
+  exchange(outl.device(), src.data<float>(), recv_rows_, out.data<float>(), send_rows_);
   return out;
 }
 
 Tensor ExpertExchange::gradients_to_experts(Arena& arena, const Tensor& dout) {
   Tensor recv = arena.tensor({std::max<int64_t>(Q_, 1), C_});
-  exchange(dout.data<float>(), send_rows_, recv.data<float>(), recv_rows_);
+  exchange(dout.device(), dout.data<float>(), send_rows_, recv.data<float>(), recv_rows_);
   Tensor doutl = arena.tensor({Q_, C_});
-  regroup(recv.data<float>(), doutl.data<float>(), true);
+  regroup(dout.device(), recv.data<float>(), doutl.data<float>(), true);
   return doutl;
 }
 
-void ExpertExchange::gradients_from_experts(const Tensor& dxl, Tensor& dxp) {
-  std::vector<float> src(static_cast<size_t>(std::max<int64_t>(Q_, 1) * C_));
-  regroup(dxl.data<float>(), src.data(), false);
-  exchange(src.data(), recv_rows_, dxp.data<float>(), send_rows_);
+void ExpertExchange::gradients_from_experts(Arena& arena, const Tensor& dxl, Tensor& dxp) {
+  const size_t mark = arena.mark();
+  Tensor src = arena.tensor({std::max<int64_t>(Q_, 1), C_});
+  regroup(dxl.device(), dxl.data<float>(), src.data<float>(), false);
+  exchange(dxl.device(), src.data<float>(), recv_rows_, dxp.data<float>(), send_rows_);
+  arena.release(mark);
 }
 
 }  // namespace megadlm

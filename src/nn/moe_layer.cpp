@@ -54,7 +54,7 @@ void MoELayer::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     Tensor doutl = exchange_.gradients_to_experts(arena, dout);
     Tensor dxl = arena.tensor(doutl.shape());
     experts_.backward(arena, doutl, dxl);
-    exchange_.gradients_from_experts(dxl, dxp);
+    exchange_.gradients_from_experts(arena, dxl, dxp);
   } else {
     experts_.backward(arena, dout, dxp);
   }

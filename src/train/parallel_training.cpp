@@ -31,20 +31,20 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
     : args_(args) {
   validate_parallel_layout(args, world_size(), model, micro, global);
   const ParallelLayout& l = args.layout;
-  MDLM_CHECK(device == Device::CPU || (l.cp == 1 && l.ep == 1), "--device ", device_name(device),
-             " runs data, tensor and pipeline parallelism only so far (one GPU per rank): ",
-             "--context-parallel-size and --expert-model-parallel-size must be 1 (got ", describe(l, world_size()), ")");
+  MDLM_CHECK(device == Device::CPU || l.cp == 1, "--device ", device_name(device),
+             " runs data, tensor, pipeline and expert parallelism (one GPU per rank), not context parallelism: ",
+             "--context-parallel-size must be 1 (got ", describe(l, world_size()), ")");
   ctx_ = make_parallel_context(l);
   ctx_.sequence_parallel = args.sequence_parallel;
   if (device != Device::CPU) {
     backend_for(device);  // started first: it registers the device communicator factory
     // The groups that move device buffers (gradients, stage activations, the tied embedding's
     // gradient, the tensor-parallel activations and their gradients, the vocab-parallel loss's row
-    // statistics) get NCCL beside their MPI communicator, which keeps the host's scalars (losses,
-    // counts, norms' partial sums, exit decisions). Collective over each group, in this order on
-    // every rank.
+    // statistics, the rows sent to and back from the experts) get NCCL beside their MPI communicator,
+    // which keeps the host's scalars (losses, counts, norms' partial sums, exit decisions). Collective
+    // over each group, in this order on every rank.
     for (auto [g, name] : {std::pair<ParallelGroup*, const char*>{&ctx_.dp, "dp"}, {&ctx_.edp, "edp"},
-                           {&ctx_.pp, "pp"}, {&ctx_.embd, "embd"}, {&ctx_.tp, "tp"}})
+                           {&ctx_.pp, "pp"}, {&ctx_.embd, "embd"}, {&ctx_.tp, "tp"}, {&ctx_.ep, "ep"}})
       if (g->size > 1) g->device_comm = make_device_communicator(device, g->communicator(), name);
   }
 }

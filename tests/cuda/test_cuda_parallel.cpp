@@ -1,12 +1,13 @@
-// Data, tensor and pipeline parallelism on --device cuda: two ranks, one GPU each, the gradients, the
-// stages' activations, the tied embedding's gradient and the tensor-parallel activations moved over the
-// device communicator (NCCL; parallel/device_communicator.h). The trainer's losses and gradient norms
-// on the device follow the same two-rank run on the CPU: data parallel for a dense and a MoE model
-// (experts' gradients over the edp group), with overlapped buckets, and with the distributed optimizer;
-// two pipeline stages (1F1B over four micro-batches, tied embeddings); two tensor-parallel ranks
-// (vocab-parallel embedding and loss, column- and row-parallel projections), with and without sequence
-// parallelism. A run saved and resumed on the device continues as it would have; the layouts the GPU
-// does not run yet are refused by name.
+// Data, tensor, pipeline and expert parallelism on --device cuda: two ranks, one GPU each, the
+// gradients, the stages' activations, the tied embedding's gradient, the tensor-parallel activations
+// and the rows sent to the experts moved over the device communicator (NCCL;
+// parallel/device_communicator.h). The trainer's losses and gradient norms on the device follow the
+// same two-rank run on the CPU: data parallel for a dense and a MoE model (experts' gradients over the
+// edp group), with overlapped buckets, and with the distributed optimizer; two pipeline stages (1F1B
+// over four micro-batches, tied embeddings); two tensor-parallel ranks (vocab-parallel embedding and
+// loss, column- and row-parallel projections), with and without sequence parallelism; two
+// expert-parallel ranks of two experts each. A run saved and resumed on the device continues as it
+// would have.
 //
 // Run by ctest under `mpirun -np 2` (mpi_cuda_parallel_np2); alone, or with another number of ranks,
 // they skip. CudaParallel.* need two visible GPUs; EmulatedCudaParallel.* run the same checks on the
@@ -131,11 +132,26 @@ void dense_trainer_follows_the_cpu() {
   dp_run_follows_the_cpu({"--overlap-grad-reduce", "--ddp-bucket-size", "2000"}, {"loss", "grad_norm"});
 }
 
+// A MoE model of four experts, top-2, with an aux loss.
+const std::vector<std::string> kMoE = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "24",
+                                       "--moe-aux-loss-coeff", "1e-2"};
+
 // MoE (ep = 1): the experts' gradients go over the edp group, its own device communicator.
 void moe_trainer_follows_the_cpu() {
-  dp_run_follows_the_cpu({"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "24",
-                          "--moe-aux-loss-coeff", "1e-2", "--ddp-bucket-size", "3000"},
-                         {"loss", "grad_norm", "moe_aux_loss"});
+  dp_run_follows_the_cpu(test::plus(kMoE, {"--ddp-bucket-size", "3000"}), {"loss", "grad_norm", "moe_aux_loss"});
+}
+
+// Expert parallelism (dp = ep = 2, two experts a rank): each layer's routed rows go to the rank of their
+// expert and back, and their gradients likewise, over the ep group's device communicator; the row
+// counts over its MPI one.
+std::vector<std::string> ep_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra,
+                                  int iters = 3) {
+  return dp_flags(data_dir, test::plus(test::plus(kMoE, {"--expert-model-parallel-size", "2"}), extra), iters);
+}
+
+void expert_parallel_follows_the_cpu() {
+  test::TempDir data_dir("data");
+  run_follows_the_cpu(ep_flags(data_dir, {}), {"loss", "grad_norm", "moe_aux_loss"}, "ep");
 }
 
 // --use-distributed-optimizer: the gradient shards reduce-scattered, the moments and the update on
@@ -177,18 +193,20 @@ void sequence_parallel_follows_the_cpu() {
                       {"loss", "grad_norm"}, "tp");
 }
 
+// The layouts resume_continues_the_run trains under (dp_flags, pp_flags, tp_flags, ep_flags).
+enum class Layout { Data, Pipeline, Tensor, Expert };
+
 // A device run of 4 steps stopped after iteration 2 (saved by rank 0 into the shared directory) and
 // resumed by both ranks takes iterations 3 and 4 as the uninterrupted device run did (with `extra`
 // flags). Iteration 3's loss reads the loaded parameters; iteration 4's also the loaded AdamW moments
 // and step count, through iteration 3's update.
-enum class Layout { Data, Pipeline, Tensor };
-
 void resume_continues_the_run(const std::vector<std::string>& extra, Layout layout = Layout::Data) {
   SharedDir dir;
   test::TempDir data_dir("data");
   const auto on_device = test::plus({"--device", "cuda"}, extra);
   const auto flags = layout == Layout::Pipeline ? pp_flags(data_dir, on_device, 4)
                      : layout == Layout::Tensor ? tp_flags(data_dir, on_device, 4)
+                     : layout == Layout::Expert ? ep_flags(data_dir, on_device, 4)
                                                 : dp_flags(data_dir, on_device, 4);
   test::run_training(flags, {"--save", dir / "whole"});
   test::run_training(flags, {"--exit-interval", "2", "--save", dir / "half"});
@@ -202,18 +220,6 @@ void resume_continues_the_run(const std::vector<std::string>& extra, Layout layo
     EXPECT_EQ(resumed[i]["iteration"].get<int64_t>(), static_cast<int64_t>(i + 1));
     EXPECT_EQ(resumed[i]["loss"].get<double>(), whole[i]["loss"].get<double>()) << "iteration " << i + 1 << " differs";
   }
-}
-
-// Context and expert parallelism stay on the CPU for now: refused, naming the flag.
-void other_layouts_are_refused() {
-  test::TempDir data_dir("data");
-  const std::string ep = test::error_of([&] {
-    test::run_training(dp_flags(data_dir, {"--device", "cuda", "--num-experts", "2", "--moe-ffn-hidden-size", "24",
-                                           "--expert-model-parallel-size", "2"}),
-                       {});
-  });
-  EXPECT_NE(ep.find("--expert-model-parallel-size"), std::string::npos) << ep;
-  EXPECT_NE(ep.find("data, tensor and pipeline parallelism only"), std::string::npos) << ep;
 }
 
 #define SKIP_UNLESS_TWO_RANKS()                              \
@@ -249,12 +255,7 @@ BOTH_DEVICES(PipelineResumes, resume_continues_the_run({}, Layout::Pipeline))
 BOTH_DEVICES(TensorParallelFollowsTheCpu, tensor_parallel_follows_the_cpu())
 BOTH_DEVICES(SequenceParallelFollowsTheCpu, sequence_parallel_follows_the_cpu())
 BOTH_DEVICES(TensorParallelResumes, resume_continues_the_run({"--sequence-parallel"}, Layout::Tensor))
-
-TEST(EmulatedCudaParallel, OtherLayoutsAreRefused) {
-  SKIP_UNLESS_TWO_RANKS();
-  if (cuda_available()) GTEST_SKIP() << "a GPU is visible";
-  test::EmulatedCudaScope emulated;
-  other_layouts_are_refused();
-}
+BOTH_DEVICES(ExpertParallelFollowsTheCpu, expert_parallel_follows_the_cpu())
+BOTH_DEVICES(ExpertParallelResumes, resume_continues_the_run({}, Layout::Expert))
 
 }  // namespace
