@@ -8,7 +8,7 @@
 namespace megadlm {
 
 ExpertExchange::ExpertExchange(const ParallelContext& ctx, int64_t num_experts, int64_t hidden)
-    : ctx_(&ctx), comm_(&ctx.ep.communicator()), ep_(ctx.ep.size), rank_(ctx.ep.rank), E_(num_experts), C_(hidden) {
+    : ctx_(&ctx), ep_(ctx.ep.size), rank_(ctx.ep.rank), E_(num_experts), C_(hidden) {
   MDLM_CHECK(E_ % ep_ == 0, "--num-experts ", E_, " is not divisible by --expert-model-parallel-size ", ep_);
   El_ = E_ / ep_;
 }
@@ -50,7 +50,7 @@ Tensor ExpertExchange::send_to_experts(Arena& arena, const Tensor& xp, const std
   std::vector<float> mine(static_cast<size_t>(E_)), theirs(static_cast<size_t>(ep_ * El_));
   for (int64_t e = 0; e < E_; ++e) mine[e] = static_cast<float>(offsets[e + 1] - offsets[e]);
   std::vector<int64_t> per(static_cast<size_t>(ep_), El_);
-  comm_->all_to_all_v(mine.data(), per.data(), theirs.data(), per.data());
+  ctx_->ep.communicator().all_to_all_v(mine.data(), per.data(), theirs.data(), per.data());  // host counts
   counts_.assign(static_cast<size_t>(ep_ * El_), 0);
   send_rows_.assign(static_cast<size_t>(ep_), 0);
   recv_rows_.assign(static_cast<size_t>(ep_), 0);

@@ -43,8 +43,7 @@ class ExpertExchange {
   // Between source-major [s][j] and expert-major [j][s] orders of the received rows (on `device`).
   void regroup(Device device, const float* in, float* out, bool to_expert_major) const;
 
-  const ParallelContext* ctx_ = nullptr;
-  Communicator* comm_ = nullptr;  // the ep group's host communicator: the row counts
+  const ParallelContext* ctx_ = nullptr;  // its ep group: the counts over MPI, the rows by their device
   int ep_ = 1, rank_ = 0;
   int64_t E_ = 0, El_ = 0, C_ = 0;
   std::vector<int64_t> send_rows_;   // [ep] rows this rank sends to each rank (its experts' segments)

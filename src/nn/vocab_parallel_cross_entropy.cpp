@@ -23,22 +23,30 @@ static void check_shards(const ParallelContext& ctx, const int32_t* targets, int
   }
 }
 
-// The three pieces across the tp ranks: the targets checked, then max(row_max) = the row maxima, all-reduced
-// (max); sumexp(row_max, stats) = per row [sum of exp, target logit], all-reduced (sum, in double so that
-// the total does not depend on the split); then finish(row_max, stats) gives the loss. On one rank the
-// reductions are skipped.
+// The three pieces across the tp ranks, on row_max [N] and stats [2N] on the pieces' device:
+// max(row_max) = the row maxima, all-reduced (max); sumexp(row_max, stats) = per row [sum of exp,
+// target logit], all-reduced (sum, in double so that the total does not depend on the split); then
+// finish(row_max, stats) gives the loss. comm: the tp group's communicator for that device; on one
+// rank the reductions are skipped.
+template <class Max, class SumExp, class Finish>
+static double reduce_pieces(Communicator& comm, bool reduce, float* row_max, double* stats, int64_t N, Max max,
+                            SumExp sumexp, Finish finish) {
+  max(row_max);
+  if (reduce) comm.all_reduce_max(row_max, N);
+  sumexp(row_max, stats);
+  if (reduce) comm.all_reduce_sum(stats, 2 * N);
+  return finish(row_max, stats);
+}
+
+// The same on the host: the targets checked, the statistics in host vectors.
 template <class Max, class SumExp, class Finish>
 static double across_shards(const ParallelContext& ctx, const int32_t* targets, int64_t ignore_index, int64_t N,
                             int64_t Vl, int64_t V, Max max, SumExp sumexp, Finish finish) {
   check_shards(ctx, targets, ignore_index, N, Vl, V);
-  const bool reduce = ctx.tp.size > 1;
   std::vector<float> row_max(N);
-  max(row_max.data());
-  if (reduce) ctx.tp.communicator().all_reduce_max(row_max.data(), N);
   std::vector<double> stats(2 * N);
-  sumexp(row_max.data(), stats.data());
-  if (reduce) ctx.tp.communicator().all_reduce_sum(stats.data(), 2 * N);
-  return finish(row_max.data(), stats.data());
+  return reduce_pieces(ctx.tp.communicator(), ctx.tp.size > 1, row_max.data(), stats.data(), N, max, sumexp,
+                       finish);
 }
 
 double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, float* dlogits, const float* logits,
@@ -97,13 +105,16 @@ double vocab_parallel_cross_entropy(const Backend& be, Arena& arena, const Paral
   const size_t mark = arena.mark();
   float* row_max = static_cast<float*>(arena.allocate(sizeof(float) * static_cast<size_t>(N)));
   double* stats = static_cast<double*>(arena.allocate(sizeof(double) * 2 * static_cast<size_t>(N)));
-  Communicator& comm = ctx.tp.communicator(be.device());
-  be.cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl);
-  comm.all_reduce_max(row_max, N);
-  be.cross_entropy_shard_sumexp(stats, dlogits, logits, row_max, targets, ignore_index, vocab_start, V, N, Vl);
-  comm.all_reduce_sum(stats, 2 * N);
-  const double total = be.cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index,
-                                                     grad_scale, vocab_start, V, N, Vl);
+  const double total = reduce_pieces(
+      ctx.tp.communicator(be.device()), true, row_max, stats, N,
+      [&](float* mx) { be.cross_entropy_shard_max(mx, logits, targets, ignore_index, N, Vl); },
+      [&](const float* mx, double* st) {
+        be.cross_entropy_shard_sumexp(st, dlogits, logits, mx, targets, ignore_index, vocab_start, V, N, Vl);
+      },
+      [&](const float* mx, const double* st) {
+        return be.cross_entropy_shard_finish(losses, dlogits, st, mx, targets, weights, ignore_index, grad_scale,
+                                             vocab_start, V, N, Vl);
+      });
   arena.release(mark);
   return total;
 }

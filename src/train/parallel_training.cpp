@@ -30,11 +30,8 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
                                    int64_t global, Device device)
     : args_(args) {
   validate_parallel_layout(args, world_size(), model, micro, global);
-  const ParallelLayout& l = args.layout;
-  MDLM_CHECK(device == Device::CPU || l.cp == 1, "--device ", device_name(device),
-             " runs data, tensor, pipeline and expert parallelism (one GPU per rank), not context parallelism: ",
-             "--context-parallel-size must be 1 (got ", describe(l, world_size()), ")");
-  ctx_ = make_parallel_context(l);
+  // Context parallelism is refused by the flags, and on a device by the model too (LanguageModel).
+  ctx_ = make_parallel_context(args.layout);
   ctx_.sequence_parallel = args.sequence_parallel;
   if (device != Device::CPU) {
     backend_for(device);  // started first: it registers the device communicator factory

@@ -395,10 +395,11 @@ TEST_F(DataParallelMpi, ReshardGathersEveryExpertParallelRanksExperts) {
   full_ref.init(5);
   std::fill(full.values(), full.values() + full.numel(), NAN);
   gather_full_state(local, {}, ctx, ctx.world_rank == 0 ? &full : nullptr, {});
-  if (ctx.world_rank == 0)
+  if (ctx.world_rank == 0) {
     for (const ParamInfo& p : full.infos())
       for (int64_t i = 0; i < p.shape.numel(); ++i)
         ASSERT_EQ(full.values()[p.offset + i], full_ref.values()[p.offset + i]) << p.name << "[" << i << "]";
+  }
   ParamStore back;
   build(back, false);
   std::fill(back.values(), back.values() + back.numel(), NAN);
