@@ -5,7 +5,7 @@
 // exp2v); the other loops are `omp simd`, which vectorises them without -ffast-math (SiLU's exponential
 // is vexp in vmath.h: glibc's expf is a scalar call the compiler cannot vectorise under strict IEEE
 // flags). Threads split only flat ranges or rows, so every result is bitwise independent of the thread
-// count; the one reduction (column_sums: bias_backward) splits columns, never rows.
+// count; the one reduction (column_sums: bias_backward) sums fixed groups of rows, then the groups in order.
 #include "kernels/cpu/elementwise.h"
 
 #include "core/dtype.h"
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <vector>
 
 namespace megadlm::cpu {
 
@@ -22,9 +23,6 @@ namespace {
 
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 14;
-// Column block of the row reductions: each thread owns whole columns, so a column's sum always runs
-// over the rows in the same order whatever the number of threads.
-constexpr int64_t kColBlock = 64;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
@@ -265,51 +263,48 @@ namespace {
 constexpr int64_t kRowGroup = 16;
 
 // dbias [C] (or null) += sum over rows of the values [N, C], and out [N, C] = bf16(values) unless out is
-// null; values(r, c, m) gives row r's columns c .. c + m - 1 (m <= 16) in the first m lanes. Threads own
-// blocks of kColBlock columns; a column's rows are summed in groups of kRowGroup (rows 0..15, 16..31,
-// ...) in fp32, in row order, and the groups' sums in group order in double, so the bits do not depend
-// on the thread count. (A double add for every value cost a third of the GELU backward's pass: on this
-// machine's AVX-512 each is two conversions and two adds of 8 lanes.) A block's 64 fp32 and 64 double
-// sums stay in vector registers (a plain array of them is kept in memory by the compiler, which made
-// this pass several times slower than its reads).
+// null; values(r, c, m) gives row r's columns c .. c + m - 1 (m <= 16) in the first m lanes. A column's
+// rows are summed in groups of kRowGroup (rows 0..15, 16..31, ...) in fp32, in row order, and the groups'
+// sums in group order in double, so the bits do not depend on the thread count. (A double add for every
+// value cost a third of the GELU backward's pass: on AVX-512 each is two conversions and two adds of 8
+// lanes.) Threads own whole row groups, walked row by row along memory, and write each group's fp32 sums
+// to a row of `partial` [groups, C]; the double sums over the groups come after, by columns. (Owning
+// blocks of 64 columns instead, as this did before, walked every row at a stride of C elements, a new
+// 4 KiB page at each row for the MLP's F columns, where the hardware prefetchers stop: the GELU backward
+// ran at a third of the memory's rate.)
 template <class Values>
 void column_sums(float* dbias, uint16_t* out, int64_t N, int64_t C, Values&& values) {
-  static_assert(kColBlock == 64);
-  using v8d = double __attribute__((vector_size(64)));
-  const int64_t blocks = (C + kColBlock - 1) / kColBlock;
+  const int64_t groups = (N + kRowGroup - 1) / kRowGroup, Cp = (C + 15) / 16 * 16;
+  thread_local std::vector<float> partial_rows;  // grows to the largest call, then reused
+  if (dbias != nullptr && static_cast<int64_t>(partial_rows.size()) < groups * Cp) partial_rows.resize(groups * Cp);
+  float* partial = partial_rows.data();
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t c0 = b * kColBlock;
-    const int64_t w = C - c0 < kColBlock ? C - c0 : kColBlock;
-    v8d acc[8] = {};
-    v16 group[4];
-    // Columns c0 + j .. c0 + j + m - 1 of row r; lanes past m are not summed (their sums go unused).
-    auto add = [&](int64_t r, int64_t j, int64_t m) {
-      const v16 y = values(r, c0 + j, m);
-      group[j / 16] += y;
-      if (out) vec::storeh16n(out + r * C + c0 + j, vec::round_bf16(y), m);
-    };
-    for (int64_t r0 = 0; r0 < N; r0 += kRowGroup) {
-      const int64_t r1 = std::min(N, r0 + kRowGroup);
-      for (v16& g : group) g = vec::splat(0.0f);
-      if (w == kColBlock) {
-        for (int64_t r = r0; r < r1; ++r) {
-#pragma GCC unroll 4
-          for (int64_t j = 0; j < kColBlock; j += 16) add(r, j, 16);  // constant indices: sums stay in registers
-        }
-      } else {
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t j = 0; j < w; j += 16) add(r, j, std::min<int64_t>(16, w - j));
-      }
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const v16 g = group[k];
-        acc[2 * k] += __builtin_convertvector(vec::lo8(g), v8d);
-        acc[2 * k + 1] += __builtin_convertvector(vec::hi8(g), v8d);
-      }
+  for (int64_t g = 0; g < groups; ++g) {
+    float* sums = dbias ? partial + g * Cp : nullptr;  // [Cp] this group's fp32 column sums
+    const int64_t r0 = g * kRowGroup, r1 = std::min(N, r0 + kRowGroup);
+    for (int64_t r = r0; r < r1; ++r) {
+      // Lanes past m carry no column of the row; their sums land in the padding of `sums`, unused.
+      auto add = [&](int64_t c, int64_t m) {
+        const v16 y = values(r, c, m);
+        if (sums) vec::store16(sums + c, (r == r0 ? vec::splat(0.0f) : vec::load16(sums + c)) + y);
+        if (out) vec::storeh16n(out + r * C + c, vec::round_bf16(y), m);
+      };
+      int64_t c = 0;
+      for (; c + 16 <= C; c += 16) add(c, 16);
+      if (c < C) add(c, C - c);
     }
-    if (dbias == nullptr) continue;
-    for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += static_cast<float>(acc[c / 8][c % 8]);
+  }
+  if (dbias == nullptr) return;
+  using v8d = double __attribute__((vector_size(64)));
+#pragma omp parallel for schedule(static) if (groups * C >= kParallelMin)
+  for (int64_t c = 0; c < Cp; c += 16) {
+    v8d lo = {}, hi = {};
+    for (int64_t g = 0; g < groups; ++g) {
+      const v16 y = vec::load16(partial + g * Cp + c);
+      lo += __builtin_convertvector(vec::lo8(y), v8d);
+      hi += __builtin_convertvector(vec::hi8(y), v8d);
+    }
+    for (int64_t j = 0; j < 16 && c + j < C; ++j) dbias[c + j] += static_cast<float>(j < 8 ? lo[j] : hi[j - 8]);
   }
 }
 
