@@ -3,6 +3,8 @@
 // gpt2-124m (B=4, T=256, H=K=12, D=64), each causal and bidirectional. Inputs are the same bf16 values
 // for both (the fp32 kernel gets them widened). Each time is the best of N calls after one warm-up. The
 // bf16 backward runs its automatic schedule (fused at these shapes) and, for comparison, the two passes.
+// Where the CPU has AMX, the bf16 kernel is timed twice: with its AMX tile products (the default) and with
+// AVX512-BF16's vdpbf16ps (amx::set_enabled(false), as MEGADLM_AMX=0 does).
 //
 // Usage: OMP_NUM_THREADS=2 chrt -f 10 bench_attention_bf16 [N]   (N defaults to 10)
 #include <omp.h>
@@ -17,6 +19,7 @@
 
 #include "core/dtype.h"
 #include "core/philox.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_bf16.h"
 
@@ -53,7 +56,7 @@ struct Case {
   MaskType mask;
 };
 
-void run(const Case& c, int reps) {
+void run(const Case& c, int reps, const char* products) {
   const int64_t B = c.B, T = c.T, H = c.H, K = c.H, D = c.D, nq = B * T * H * D, nkv = B * T * K * D;
   std::vector<bf16_t> q16, k16, v16, do16;
   std::vector<float> q, k, v, dout;
@@ -85,10 +88,10 @@ void run(const Case& c, int reps) {
   };
   const double bf_bwd = bf_backward(AttentionBackwardSchedule::Auto);
   const double bf_bwd2 = bf_backward(AttentionBackwardSchedule::TwoPass);
-  std::printf("%-11s B=%-2ld T=%ld H=%-2ld D=%ld %-6s | fwd %7.2f %7.2f  x%.2f | bwd %7.2f %7.2f  x%.2f "
+  std::printf("%-11s B=%-2ld T=%ld H=%-2ld D=%ld %-6s %-11s | fwd %7.2f %7.2f  x%.2f | bwd %7.2f %7.2f  x%.2f "
               "(two-pass %7.2f) | f+b x%.2f\n",
               c.name, static_cast<long>(B), static_cast<long>(T), static_cast<long>(H), static_cast<long>(D),
-              c.mask == MaskType::Causal ? "causal" : "bidir", f32_fwd, bf_fwd, f32_fwd / bf_fwd, f32_bwd, bf_bwd,
+              c.mask == MaskType::Causal ? "causal" : "bidir", products, f32_fwd, bf_fwd, f32_fwd / bf_fwd, f32_bwd, bf_bwd,
               f32_bwd / bf_bwd, bf_bwd2, (f32_fwd + f32_bwd) / (bf_fwd + bf_bwd));
 }
 
@@ -97,11 +100,21 @@ void run(const Case& c, int reps) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10;
   std::printf("attention fp32 vs bf16 operands (%s), %d threads, best of %d, times in ms (fp32, bf16, speed-up)\n",
-              attention_bf16_native() ? "AVX512-BF16" : "fp32 fallback", omp_get_max_threads(), reps);
+              !attention_bf16_native() ? "fp32 fallback" : cpu::amx::available() ? "AMX tiles and AVX512-BF16" : "AVX512-BF16",
+              omp_get_max_threads(), reps);
   const Case cases[] = {{"gpt2-small", 8, 256, 6, 64, MaskType::None},
                         {"gpt2-small", 8, 256, 6, 64, MaskType::Causal},
                         {"gpt2-124m", 4, 256, 12, 64, MaskType::None},
                         {"gpt2-124m", 4, 256, 12, 64, MaskType::Causal}};
-  for (const Case& c : cases) run(c, reps);
+  for (const Case& c : cases) {
+    if (cpu::amx::available()) {
+      run(c, reps, "AMX");
+      cpu::amx::set_enabled(false);
+      run(c, reps, "AVX512-BF16");
+      cpu::amx::set_enabled(true);
+    } else {
+      run(c, reps, attention_bf16_native() ? "AVX512-BF16" : "fp32");
+    }
+  }
   return 0;
 }

@@ -21,6 +21,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_bf16.h"
 #include "test_util.h"
@@ -220,11 +221,35 @@ struct Worst {
   double out = 0, lse = 0, grad = 0;
 };
 
-// Both backward schedules are checked (their bitwise agreement is a test of its own).
+// The tile products this machine can run: AVX512-BF16's vdpbf16ps always, AMX tiles where available
+// (kernels/cpu/amx.h; the kernel takes them for head dims that are multiples of 32).
+std::vector<bool> tile_paths() {
+  std::vector<bool> paths{false};
+  if (amx::available()) paths.push_back(true);
+  return paths;
+}
+
+// AMX tile products on or off for the lifetime of the object.
+class TilesOn {
+ public:
+  explicit TilesOn(bool on) : previous_(amx::set_enabled(on)) {}
+  ~TilesOn() { amx::set_enabled(previous_); }
+  TilesOn(const TilesOn&) = delete;
+  TilesOn& operator=(const TilesOn&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Both backward schedules are checked (their bitwise agreement is a test of its own), with each product
+// path of the machine.
 void check_against_exact(const Problem& p, Worst* worst = nullptr) {
   SCOPED_TRACE(describe(p.s, p.m));
   const Exact x = exact(p);
+  for (bool amx_tiles : tile_paths())
   for (AttentionBackwardSchedule schedule : {AttentionBackwardSchedule::Fused, AttentionBackwardSchedule::TwoPass}) {
+    const TilesOn tiles(amx_tiles);
+    SCOPED_TRACE(amx_tiles ? "AMX tile products" : "AVX512-BF16 products");
     SCOPED_TRACE(schedule == AttentionBackwardSchedule::Fused ? "fused backward" : "two-pass backward");
     const Result r = run_bf16(p, schedule);
     const double e_out = max_rel_error(r.out, x.out), e_lse = max_lse_error(r.lse, x.lse);
@@ -318,11 +343,13 @@ TEST(AttentionBf16, CloseToFp32Kernel) {
 // Large enough for an OpenMP team (B*H*T*T*D >= 2^22); every output element is computed by one task in
 // a fixed order, so 1 and 2 threads agree bit for bit (odd D included: its padded copies are parallel).
 TEST(AttentionBf16, BitwiseIdenticalForOneAndTwoThreads) {
-  for (int64_t D : {40, 33}) {
+  for (bool amx_tiles : tile_paths())
+  for (int64_t D : {40, 33, 64}) {
     for (const MaskSpec& m : {MaskSpec{MaskType::None, 0, true}, MaskSpec{MaskType::Causal, 0, true},
                               MaskSpec{MaskType::BlockCausal, 48, true}}) {
+      const TilesOn tiles(amx_tiles);
       const Problem p = make_problem({2, 200, 4, 2, D}, m, 8100 + D);
-      SCOPED_TRACE(describe(p.s, p.m));
+      SCOPED_TRACE(describe(p.s, p.m) + (amx_tiles ? " AMX" : " AVX512-BF16"));
       omp_set_num_threads(1);
       const Result one = run_bf16(p);
       omp_set_num_threads(2);
@@ -348,13 +375,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(AttentionBf16, FusedBackwardIsBitwiseTheTwoPasses) {
   const Shape5 shapes[] = {{2, 130, 4, 2, 64}, {1, 65, 4, 1, 25}, {3, 200, 2, 2, 40}, {2, 7, 2, 1, 72}};
   const MaskSpec masks[] = {{MaskType::None, 0, false}, {MaskType::Causal, 0, true}, {MaskType::BlockCausal, 24, true}};
+  for (bool amx_tiles : tile_paths()) {
+  const TilesOn tiles(amx_tiles);
   uint64_t seed = 8300;
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     for (const Shape5& sh : shapes)
       for (const MaskSpec& m : masks) {
         const Problem p = make_problem(sh, m, seed += 10);
-        SCOPED_TRACE(describe(p.s, p.m) + " threads " + std::to_string(threads));
+        SCOPED_TRACE(describe(p.s, p.m) + " threads " + std::to_string(threads) + (amx_tiles ? " AMX" : ""));
         const Result fused = run_bf16(p, AttentionBackwardSchedule::Fused);
         const Result two = run_bf16(p, AttentionBackwardSchedule::TwoPass);
         EXPECT_TRUE(same_bits(fused.dq, two.dq)) << "dq";
@@ -364,7 +393,46 @@ TEST(AttentionBf16, FusedBackwardIsBitwiseTheTwoPasses) {
         EXPECT_GT(max_rel_error(fused.dk, std::vector<double>(fused.dk.size(), 0.0)), 0.0);
       }
   }
+  }
   omp_set_num_threads(2);
+}
+
+// Where the machine has AMX, a head dim that is a multiple of 32 takes the tile products: their sums round
+// differently from vdpbf16ps's, so the bits change (the switch is honoured), within the bf16 kernel's
+// tolerances of each other; a head dim of 40 keeps vdpbf16ps either way (bitwise the same).
+TEST(AttentionBf16, AmxTilesWhereAvailable) {
+  if (!amx::available()) GTEST_SKIP() << "no AMX-BF16 here (CPU, build or OS permission): one product path only";
+  const Problem p = make_problem({2, 130, 4, 2, 64}, {MaskType::Causal, 0, true}, 8500);
+  Result with_avx, with_amx;
+  {
+    const TilesOn off(false);
+    with_avx = run_bf16(p);
+  }
+  {
+    const TilesOn on(true);
+    with_amx = run_bf16(p);
+  }
+  EXPECT_FALSE(same_bits(with_avx.out, with_amx.out));
+  EXPECT_FALSE(same_bits(with_avx.dq, with_amx.dq));
+  EXPECT_FALSE(same_bits(with_avx.dk, with_amx.dk));
+  EXPECT_FALSE(same_bits(with_avx.dv, with_amx.dv));
+  EXPECT_LT(max_rel_error(with_amx.out, test::to_double(with_avx.out)), kOutTol);
+  EXPECT_LT(max_rel_error(with_amx.dq, test::to_double(with_avx.dq)), kGradTol);
+  EXPECT_LT(max_rel_error(with_amx.dk, test::to_double(with_avx.dk)), kGradTol);
+  EXPECT_LT(max_rel_error(with_amx.dv, test::to_double(with_avx.dv)), kGradTol);
+
+  const Problem q = make_problem({1, 70, 2, 1, 40}, {MaskType::None, 0, false}, 8510);
+  Result a, b;
+  {
+    const TilesOn off(false);
+    a = run_bf16(q);
+  }
+  {
+    const TilesOn on(true);
+    b = run_bf16(q);
+  }
+  EXPECT_TRUE(same_bits(a.out, b.out));
+  EXPECT_TRUE(same_bits(a.dq, b.dq));
 }
 
 TEST(AttentionBf16, RejectsBadArguments) {

@@ -178,7 +178,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         tile_product(acc, Dp, st, 1, TQ, vop, ldv, nq, nk, Dp, true, cut, Cut::SumOverKeys);
       }
 
-      finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, Dp, m, l, nq, D);
+      finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, Dp, 1, m, l, nq, D);
     }
   }
 }

@@ -37,6 +37,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/attention_common.h"
 
 #if defined(__AVX512BF16__)
@@ -214,7 +215,7 @@ Pairs pairs_of(const Shape& s) {
 // fresh allocations that large come from mmap, and their first-touch page faults cost as much as the
 // packing itself. Buffers only grow; they live as long as the thread.
 struct Workspace {
-  std::vector<word> tiles[3];   // packed tiles: V (forward); K, Q, dO (backward)
+  std::vector<word> tiles[4];   // packed tiles: V, V^T (forward); K, Q, dO, K^T (backward)
   std::vector<bf16_t> rows[4];  // padded q, k, v when D is odd; dO rounded to bf16
   std::vector<float> delta;     // [B, H, T]
 };
@@ -260,6 +261,61 @@ const word* pack_all_row_pairs(std::vector<word>& buf, const bf16_t* x, int64_t 
   return dst;
 }
 
+// ---- AMX -------------------------------------------------------------------------------------------
+// Where the CPU has AMX (kernels/cpu/amx.h) and D is a multiple of 32 (whole 16-pair tile rows), every
+// tile product runs on the tiles, whose A operand is read as rows of pairs along the reduction. The
+// products whose broadcast operand is stored that way take it as it is (S^T = K Q^T and dP^T = V dO^T
+// with K, V rows; dV += P^T dO and dK += dS^T Q with the P^T and dS^T rows). The two that sum over keys
+// with P^T or dS^T paired along keys (O += P V, dQ += dS K) are computed transposed instead, O^T += V^T P^T
+// and dQ^T += K^T dS^T, so that P^T and dS^T are their B operands as they stand and the accumulators are
+// [Dp, TQ]; V^T and K^T are packed once per call (transposed_tiles). A tile product sums every pair of
+// its tiles, so the TileCut's skipping is not used there: hidden scores are still set to -inf by
+// mask_tile, and the zero P and dS terms add nothing. The rows of K and V of a short last tile are
+// read from a copy (padded_rows). Both backward schedules then run the same products on
+// the same operands in the same order, so they still give the same bits (backward_dk_dv_by_key_tile).
+bool use_amx(const Pairs& e) { return amx::enabled() && e.De % 32 == 0; }
+
+// Each tile of `tiles` row-paired tiles ([32, Dp] words, pack_row_pairs) transposed into [Dp, 64] bf16:
+// row d holds element d of the tile's 64 rows in order (zero past its rows), the A operand of a product
+// that sums over them.
+const bf16_t* transposed_tiles(std::vector<word>& buf, const word* paired, int64_t tiles, const Shape& s,
+                               const Pairs& e) {
+  word* dst = at_least(buf, tiles * e.tile_words);
+#pragma omp parallel for schedule(static) if (s.parallel)
+  for (int64_t t = 0; t < tiles; ++t)  // a word transpose: word (p, d) -> (d, p)
+    pack_transposed(dst + t * e.tile_words, 32, reinterpret_cast<const bf16_t*>(paired + t * e.tile_words), 2 * s.Dp,
+                    32, 2 * s.Dp);
+  return reinterpret_cast<const bf16_t*>(dst);
+}
+
+// The nk rows of De bf16 at x (row stride `stride`) as the A operand of a 64-row tile product: x itself
+// when the tile is whole, else a copy in pad ([TK, De]), so that no row past the tensor is read. The
+// rows after nk keep what pad held (zeros, or rows of an earlier tile): the scores they give are never read.
+const bf16_t* padded_rows(bf16_t* pad, const bf16_t* x, int64_t stride, int64_t nk, int64_t De, int64_t& lda) {
+  if (nk == TK) {
+    lda = stride;
+    return x;
+  }
+  for (int64_t j = 0; j < nk; ++j) std::memcpy(pad + j * De, x + j * stride, De * sizeof(bf16_t));
+  lda = De;
+  return pad;
+}
+
+// A parallel region's tile registers: configured on entry, released on exit, on each thread.
+struct TileScope {
+  bool on;
+  explicit TileScope(bool amx) : on(amx) {
+    if (on) amx::configure();
+  }
+  ~TileScope() {
+    if (on) amx::release();
+  }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+inline const uint16_t* bits(const bf16_t* p) { return reinterpret_cast<const uint16_t*>(p); }
+
 // dO rounded to bf16 rows [B, T, H, De] (zero column when D is odd) and delta [B, H, T] = dO_i . out_i
 // in fp32, one pass over dout. delta takes the ROUNDED dO, the one dP = dO V^T sees: then
 // dS = P (dP - delta) = P dO.(v_j - out_i) is the exact gradient for that dO, and its error stays
@@ -300,15 +356,19 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
   const bf16_t* qe = even_rows(q, B * T * H, D, De, s.parallel, ws.rows[0]);  // [B, T, H, De]
   const bf16_t* ke = even_rows(k, B * T * K, D, De, s.parallel, ws.rows[1]);  // [B, T, K, De]
   const word* vp = pack_all_row_pairs(ws.tiles[0], v, K, D, s, e);            // V tiles paired along keys
+  const bool tiles = use_amx(e);
+  const bf16_t* vt = tiles ? transposed_tiles(ws.tiles[1], vp, B * K * s.nkt, s, e) : nullptr;  // V^T tiles
   const int64_t ntasks = s.nqt * B * H;
 
 #pragma omp parallel if (s.parallel)
   {
-    Scratch scratch(De / 2 * TQ + TK * TQ + TK / 2 * TQ + TQ * Dp + 4 * TQ + 8 * 16);
+    const TileScope scope(tiles);
+    Scratch scratch(De / 2 * TQ + TK * TQ + TK / 2 * TQ + TQ * Dp + TK * De / 2 + 4 * TQ + 9 * 16);
     word* qt = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] Q tile paired along D
     float* st = scratch.take(TK * TQ);           // [TK, TQ] S^T
     word* pt = scratch.take_words(TK / 2 * TQ);  // [TK/2, TQ] P^T paired along keys, bf16
-    float* acc = scratch.take(TQ * Dp);          // [TQ, Dp] unnormalised output rows
+    float* acc = scratch.take(TQ * Dp);          // [TQ, Dp] unnormalised output rows; with AMX [Dp, TQ]
+    bf16_t* kpad = reinterpret_cast<bf16_t*>(scratch.take_words(TK * De / 2));  // [TK, De] (padded_rows)
     float* m = scratch.take(TQ);                 // [TQ] running max (base 2)
     float* l = scratch.take(TQ);                 // [TQ] running sum of exp2(s - m)
     float* alpha = scratch.take(TQ);             // [TQ] rescale factor of this key tile
@@ -331,7 +391,13 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
         const TileCut cut = tile_cut(vis, tm, q0, k0);
 
         // S^T[j, i] = c * k_j . q_i, the score in base 2.
-        tile_product_bf16(st, TQ, kb, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c, cut, Cut::KeysByQueries, kNegInf);
+        if (tiles) {
+          int64_t lda = 0;
+          const bf16_t* ka = padded_rows(kpad, kb, e.kse, nk, De, lda);
+          amx::tile_product(st, TQ, bits(ka), lda, qt, TQ, TK, De / 2, TQ, false, c);
+        } else {
+          tile_product_bf16(st, TQ, kb, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c, cut, Cut::KeysByQueries, kNegInf);
+        }
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
         // Online softmax (attention_common.h), P^T rounded into pairs of keys as it is computed; the
         // running sum l takes the fp32 P, as flash-attention's does.
@@ -347,13 +413,19 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
           }
           store16(l + i, load16(l + i) * load16(alpha + i) + sum);
         }
-        rescale_rows(acc, nq, Dp, alpha);
-
-        // O[i, :] += sum_j bf16(P^T[j, i]) v_j
-        tile_product_bf16(acc, Dp, as_pairs(pt), 2, 2 * TQ, vp + ((b * K + g) * s.nkt + ktile) * e.tile_words,
-                          Dp, nq, (nk + 1) / 2, Dp, true, 1.0f, cut, Cut::SumOverKeys);
+        // O[i, :] += sum_j bf16(P^T[j, i]) v_j; with AMX O^T[:, i] += V^T P^T[:, i].
+        const int64_t vtile = ((b * K + g) * s.nkt + ktile) * e.tile_words;
+        if (tiles) {
+          rescale_columns(acc, Dp, alpha);
+          amx::tile_product(acc, TQ, bits(vt) + 2 * vtile, TK, pt, TQ, Dp, TK / 2, TQ, true, 1.0f);
+        } else {
+          rescale_rows(acc, nq, Dp, alpha);
+          tile_product_bf16(acc, Dp, as_pairs(pt), 2, 2 * TQ, vp + vtile, Dp, nq, (nk + 1) / 2, Dp, true, 1.0f, cut,
+                            Cut::SumOverKeys);
+        }
       }
-      finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, Dp, m, l, nq, D);
+      finish_query_rows(out + (b * T + q0) * s.qs + h * D, s.qs, lse + (b * H + h) * T + q0, acc, tiles ? 1 : Dp,
+                        tiles ? TQ : 1, m, l, nq, D);
     }
   }
 }
@@ -373,6 +445,8 @@ struct BackwardOperands {
   const bf16_t *qe, *ke, *ve, *do16;    // [B, T, H|K, De] rows (bf16)
   const float *lse, *delta_all;         // [B, H, T]
   const word *kp, *qp, *dop;            // K, Q, dO tiles paired along their rows
+  bool tiles;                           // AMX tile products (see use_amx)
+  const bf16_t* kt;                     // with AMX: K^T tiles [Dp, TK] (transposed_tiles), else null
   float *dq, *dk, *dv;                  // outputs, written
 };
 
@@ -388,16 +462,25 @@ struct ScoreTiles {
   float *st, *dpt;                      // [TK, TQ] scratch
   word* ds_keys;                        // [TK/2, TQ]
   bf16_t *p_rows, *ds_rows;             // [TK, TQ] each, or null
+  bf16_t *kpad, *vpad;                  // [TK, De] each, with AMX (padded_rows)
 };
 
 void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibility& vis, const TileMask& tm,
                  const TileCut& cut, const word* qt, const word* dot, const float* lse2, const float* delta,
                  int64_t q0, int64_t nq, int64_t krow0, int64_t k0, int64_t nk) {
   const int64_t De = o.e.De;
-  tile_product_bf16(t.st, TQ, o.ke + krow0, o.e.kse, 2, qt, TQ, nk, De / 2, TQ, false, o.c, cut, Cut::KeysByQueries,
-                    kNegInf);  // S^T = c K Q^T
-  tile_product_bf16(t.dpt, TQ, o.ve + krow0, o.e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1, cut,
-                    Cut::KeysByQueries);  // dP^T = V dO^T
+  if (o.tiles) {
+    int64_t lda = 0;
+    const bf16_t* ka = padded_rows(t.kpad, o.ke + krow0, o.e.kse, nk, De, lda);
+    amx::tile_product(t.st, TQ, bits(ka), lda, qt, TQ, TK, De / 2, TQ, false, o.c);  // S^T = c K Q^T
+    const bf16_t* va = padded_rows(t.vpad, o.ve + krow0, o.e.kse, nk, De, lda);
+    amx::tile_product(t.dpt, TQ, bits(va), lda, dot, TQ, TK, De / 2, TQ, false, 1.0f);  // dP^T = V dO^T
+  } else {
+    tile_product_bf16(t.st, TQ, o.ke + krow0, o.e.kse, 2, qt, TQ, nk, De / 2, TQ, false, o.c, cut, Cut::KeysByQueries,
+                      kNegInf);  // S^T = c K Q^T
+    tile_product_bf16(t.dpt, TQ, o.ve + krow0, o.e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1, cut,
+                      Cut::KeysByQueries);  // dP^T = V dO^T
+  }
   if (tm.partial()) mask_tile(t.st, TQ, true, vis, tm, q0, nq, k0, nk);
   for (int64_t j = 0; j < nk; j += 2) {
     const bool has_hi = j + 1 < nk;
@@ -418,12 +501,35 @@ void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibilit
   }
 }
 
-// dQ[i, :] += sum_j dS^T[j, i] k_j over the key tile ktile of kv head g: acc [TQ, Dp] (dQ / scale).
+// dQ[i, :] += sum_j dS^T[j, i] k_j over the key tile ktile of kv head g: acc [TQ, Dp] (dQ / scale); with
+// AMX dQ^T[:, i] += K^T dS^T[:, i] into acc [Dp, TQ].
 void add_dq(float* acc, const ScoreTiles& t, const BackwardOperands& o, const TileCut& cut, int64_t b, int64_t g,
             int64_t ktile, int64_t nq, int64_t nk) {
   const Shape& s = o.s;
-  tile_product_bf16(acc, s.Dp, as_pairs(t.ds_keys), 2, 2 * TQ, o.kp + ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words,
-                    s.Dp, nq, (nk + 1) / 2, s.Dp, true, 1.0f, cut, Cut::SumOverKeys);
+  const int64_t tile = ((b * s.K + g) * s.nkt + ktile) * o.e.tile_words;
+  if (o.tiles) {
+    amx::tile_product(acc, TQ, bits(o.kt) + 2 * tile, TK, t.ds_keys, TQ, s.Dp, TK / 2, TQ, true, 1.0f);
+    return;
+  }
+  tile_product_bf16(acc, s.Dp, as_pairs(t.ds_keys), 2, 2 * TQ, o.kp + tile, s.Dp, nq, (nk + 1) / 2, s.Dp, true, 1.0f,
+                    cut, Cut::SumOverKeys);
+}
+
+// dV[j, :] += sum_i P^T[j, i] dO_i and dK[j, :] += sum_i dS^T[j, i] q_i for the key tile's rows of the
+// accumulators dk_acc, dv_acc ([TK, Dp] from the tile's first row: dK / scale, dV), from the P^T and dS^T
+// rows of one (query tile, key tile) pair; qtile_words locates the query tile's packed dO and Q.
+void add_dk_dv(float* dk_acc, float* dv_acc, const ScoreTiles& t, const BackwardOperands& o, const TileCut& cut,
+               int64_t qtile_words, int64_t nq, int64_t nk) {
+  const int64_t Dp = o.s.Dp;
+  if (o.tiles) {  // every row and pair of the tiles: P and dS are 0 past nq, the rows past nk are not stored
+    amx::tile_product(dv_acc, Dp, bits(t.p_rows), TQ, o.dop + qtile_words, Dp, TK, TQ / 2, Dp, true, 1.0f);
+    amx::tile_product(dk_acc, Dp, bits(t.ds_rows), TQ, o.qp + qtile_words, Dp, TK, TQ / 2, Dp, true, 1.0f);
+    return;
+  }
+  tile_product_bf16(dv_acc, Dp, t.p_rows, TQ, 2, o.dop + qtile_words, Dp, nk, (nq + 1) / 2, Dp, true, 1.0f, cut,
+                    Cut::SumOverQueries);
+  tile_product_bf16(dk_acc, Dp, t.ds_rows, TQ, 2, o.qp + qtile_words, Dp, nk, (nq + 1) / 2, Dp, true, 1.0f, cut,
+                    Cut::SumOverQueries);
 }
 
 // A query tile's setup in the passes that walk key tiles for it: Q^T and dO^T paired along D, lse in
@@ -440,12 +546,13 @@ void load_query_tile(word* qt, word* dot, float* lse2, float* delta, const Backw
   std::fill(delta + nq, delta + TQ, 0.0f);
 }
 
-// dq rows [nq, D] of head h = scale * acc.
+// dq rows [nq, D] of head h = scale * acc (acc [TQ, Dp], with AMX [Dp, TQ]).
 void store_dq(const BackwardOperands& o, const float* acc, int64_t b, int64_t h, int64_t q0, int64_t nq) {
   const Shape& s = o.s;
+  const int64_t acc_i = o.tiles ? 1 : s.Dp, acc_d = o.tiles ? TQ : 1;
   for (int64_t i = 0; i < nq; ++i) {
     float* out = o.dq + (b * s.T + q0 + i) * s.qs + h * s.D;
-    for (int64_t d = 0; d < s.D; ++d) out[d] = acc[i * s.Dp + d] * o.scale;
+    for (int64_t d = 0; d < s.D; ++d) out[d] = acc[i * acc_i + d * acc_d] * o.scale;
   }
 }
 
@@ -467,12 +574,13 @@ void store_dk_dv(const BackwardOperands& o, const float* dk_acc, const float* dv
 // (load_query_tile), the score tiles and the dQ accumulator.
 struct QueryTileScratch {
   word *qt, *dot;                  // [De/2, TQ] each
-  float *lse2, *delta, *dq_acc;    // [TQ], [TQ], [TQ, Dp] (dQ / scale)
+  float *lse2, *delta, *dq_acc;    // [TQ], [TQ], [TQ, Dp] (dQ / scale; with AMX [Dp, TQ])
   ScoreTiles t;
 
   // Floats to reserve in a Scratch: with_rows adds the score rows the fused schedule needs.
   static int64_t floats(const BackwardOperands& o, bool with_rows) {
-    return o.e.De * TQ + 2 * TK * TQ + TK / 2 * TQ + (with_rows ? TK * TQ : 0) + TQ * o.s.Dp + 2 * TQ + 10 * 16;
+    return o.e.De * TQ + 2 * TK * TQ + TK / 2 * TQ + (with_rows ? TK * TQ : 0) + TQ * o.s.Dp + 2 * TQ +
+           (o.tiles ? TK * o.e.De : 0) + 12 * 16;
   }
   QueryTileScratch(Scratch& scratch, const BackwardOperands& o, bool with_rows) : t{} {
     qt = scratch.take_words(o.e.De / 2 * TQ);
@@ -487,6 +595,10 @@ struct QueryTileScratch {
     dq_acc = scratch.take(TQ * o.s.Dp);
     lse2 = scratch.take(TQ);
     delta = scratch.take(TQ);
+    if (o.tiles) {
+      t.kpad = reinterpret_cast<bf16_t*>(scratch.take_words(TK * o.e.De / 2));
+      t.vpad = reinterpret_cast<bf16_t*>(scratch.take_words(TK * o.e.De / 2));
+    }
   }
 };
 
@@ -523,6 +635,7 @@ void backward_fused(const BackwardOperands& o) {
   const int64_t Dp = s.Dp, Tk = s.nkt * TK;
 #pragma omp parallel if (s.parallel)
   {
+    const TileScope scope(o.tiles);
     Scratch scratch(QueryTileScratch::floats(o, true) + 2 * Tk * Dp + 2 * 16);
     QueryTileScratch w(scratch, o, true);
     float* dk_acc = scratch.take(Tk * Dp);  // [nkt*TK, Dp] dK / scale of the task's kv head
@@ -539,11 +652,7 @@ void backward_fused(const BackwardOperands& o) {
           const int64_t q0 = qtile * TQ, nq = std::min(TQ, s.T - q0);
           const int64_t qtile_words = ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words;
           walk_query_tile(w, o, vis, b, h, g, q0, nq, [&](int64_t, int64_t k0, int64_t nk, const TileCut& cut) {
-            // dV[j, :] += sum_i P^T[j, i] dO_i;  dK[j, :] += sum_i dS^T[j, i] q_i
-            tile_product_bf16(dv_acc + k0 * Dp, Dp, w.t.p_rows, TQ, 2, o.dop + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
-                              true, 1.0f, cut, Cut::SumOverQueries);
-            tile_product_bf16(dk_acc + k0 * Dp, Dp, w.t.ds_rows, TQ, 2, o.qp + qtile_words, Dp, nk, (nq + 1) / 2, Dp,
-                              true, 1.0f, cut, Cut::SumOverQueries);
+            add_dk_dv(dk_acc + k0 * Dp, dv_acc + k0 * Dp, w.t, o, cut, qtile_words, nq, nk);
           });
         }
       }
@@ -562,6 +671,7 @@ void backward_dq_pass(const BackwardOperands& o) {
   const int64_t ntasks = s.nqt * s.B * s.H;
 #pragma omp parallel if (s.parallel)
   {
+    const TileScope scope(o.tiles);
     Scratch scratch(QueryTileScratch::floats(o, false));
     QueryTileScratch w(scratch, o, false);
 #pragma omp for schedule(dynamic, 1)
@@ -643,6 +753,44 @@ void backward_dk_dv_pass(const BackwardOperands& o) {
   }
 }
 
+// The two-pass schedule's pass two with AMX: one task per (b, kv head, key tile), walking the query
+// heads of the group and their query tiles in the fused schedule's order, each pair's score tiles made
+// with keys as rows as there (load_query_tile, score_tiles) and its dV and dK products (add_dk_dv) the
+// fused schedule's: the same bits as backward_fused, with B*K*nkt tasks. (backward_dk_dv_pass makes its
+// scores with queries as rows, whose P and dS are paired along queries: not the tiles' A operand.)
+void backward_dk_dv_by_key_tile(const BackwardOperands& o) {
+  const Shape& s = o.s;
+  const int64_t Dp = s.Dp, ntasks = s.nkt * s.B * s.K;
+#pragma omp parallel if (s.parallel)
+  {
+    const TileScope scope(o.tiles);
+    Scratch scratch(QueryTileScratch::floats(o, true) + 2 * TK * Dp + 2 * 16);
+    QueryTileScratch w(scratch, o, true);
+    float* dk_acc = scratch.take(TK * Dp);  // [TK, Dp] dK / scale
+    float* dv_acc = scratch.take(TK * Dp);  // [TK, Dp] dV
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntasks; ++task) {
+      const auto [b, g, k0, nk, vis] = key_task(s, o.mask, task);  // order: see key_task
+      std::fill(dk_acc, dk_acc + TK * Dp, 0.0f);
+      std::fill(dv_acc, dv_acc + TK * Dp, 0.0f);
+      for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
+        for (int64_t qtile = 0; qtile < s.nqt; ++qtile) {
+          const int64_t q0 = qtile * TQ, nq = std::min(TQ, s.T - q0);
+          const TileMask tm = vis.classify(q0, nq, k0, nk);
+          if (tm.skip) continue;
+          const TileCut cut = tile_cut(vis, tm, q0, k0);
+          load_query_tile(w.qt, w.dot, w.lse2, w.delta, o, b, h, q0, nq);
+          score_tiles(w.t, o, vis, tm, cut, w.qt, w.dot, w.lse2, w.delta, q0, nq,
+                      (b * s.T + k0) * o.e.kse + g * o.e.De, k0, nk);
+          add_dk_dv(dk_acc, dv_acc, w.t, o, cut, ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words, nq, nk);
+        }
+      }
+      store_dk_dv(o, dk_acc, dv_acc, b, g, k0, nk);
+    }
+  }
+}
+
 }  // namespace
 
 bool attention_bf16_native() { return true; }
@@ -675,6 +823,8 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
   o.kp = pack_all_row_pairs(ws.tiles[0], o.ke, K, De, s, o.e);   // K tiles paired along keys
   o.qp = pack_all_row_pairs(ws.tiles[1], o.qe, H, De, s, o.e);   // Q tiles paired along queries
   o.dop = pack_all_row_pairs(ws.tiles[2], do16, H, De, s, o.e);  // dO tiles, likewise
+  o.tiles = use_amx(o.e);
+  o.kt = o.tiles ? transposed_tiles(ws.tiles[3], o.kp, B * K * s.nkt, s, o.e) : nullptr;  // K^T tiles
   o.dq = dq, o.dk = dk, o.dv = dv;
 
   // The fused schedule's B*K tasks keep a team busy only when they are several per thread.
@@ -685,7 +835,11 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
     backward_fused(o);
   } else {
     backward_dq_pass(o);
-    backward_dk_dv_pass(o);
+    if (o.tiles) {
+      backward_dk_dv_by_key_tile(o);
+    } else {
+      backward_dk_dv_pass(o);
+    }
   }
 }
 

@@ -362,15 +362,23 @@ inline void online_softmax_step(float* st, int64_t nk, float* m, float* l, float
   rescale_rows(acc, nq, Dp, alpha);
 }
 
+// The same with the accumulator transposed, accT [Dp, TQ] (a column per query): every row times alpha.
+inline void rescale_columns(float* accT, int64_t Dp, const float* alpha) {
+  for (int64_t d = 0; d < Dp; ++d)
+    for (int64_t i = 0; i < TQ; i += 16) store16(accT + d * TQ + i, load16(accT + d * TQ + i) * load16(alpha + i));
+}
+
 // The forward's result for the nq queries of a tile: out rows ([nq, D], row stride `stride`) = acc / l,
 // lse ([nq], contiguous) = ln(sum of exp of the scores); a query with no visible key gets 0 and -inf.
-inline void finish_query_rows(float* out, int64_t stride, float* lse, const float* acc, int64_t Dp, const float* m,
-                              const float* l, int64_t nq, int64_t D) {
+// Query i's accumulated element d is acc[i * acc_i + d * acc_d]: acc [TQ, Dp] rows (Dp, 1) or its
+// transpose [Dp, TQ] (1, TQ).
+inline void finish_query_rows(float* out, int64_t stride, float* lse, const float* acc, int64_t acc_i, int64_t acc_d,
+                              const float* m, const float* l, int64_t nq, int64_t D) {
   for (int64_t i = 0; i < nq; ++i) {
     float* o = out + i * stride;
     if (l[i] > 0.0f) {
       const float inv = 1.0f / l[i];
-      for (int64_t d = 0; d < D; ++d) o[d] = acc[i * Dp + d] * inv;
+      for (int64_t d = 0; d < D; ++d) o[d] = acc[i * acc_i + d * acc_d] * inv;
       lse[i] = (m[i] + std::log2(l[i])) * kLn2;
     } else {
       for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
