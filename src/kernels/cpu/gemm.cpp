@@ -325,6 +325,10 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        float* scratch, int64_t slab) {
   check_gemm_args("gemm_bf16_to_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   MDLM_CHECK(slab > 0 && scratch != nullptr, "gemm_bf16_to_bf16: a slab of ", slab, " columns needs a scratch");
+  if (bf16_matmul_on_amx()) {  // the bf16-output product is the faster one there (gemm.h)
+    gemm_bf16_to_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+    return;
+  }
   for (int64_t c0 = 0; c0 < N; c0 += slab) {
     const int64_t n = std::min(slab, N - c0);
     // Columns c0 .. c0 + n - 1 of op(B): rows of B when transposed, columns otherwise.
@@ -382,6 +386,17 @@ bool has_bf16_matmul() {
     }
   }();
   return has;
+}
+
+bool bf16_matmul_on_amx() {
+  static const bool amx = [] {
+    if (!has_bf16_matmul()) return false;
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc a({256, 256}, dt::bf16, {256, 1}), c({256, 256}, dt::bf16, {256, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), cpu_engine());
+    return std::string(pd.impl_info_str()).find("amx") != std::string::npos;
+  }();
+  return amx;
 }
 
 int64_t gemm_cache_size() {

@@ -28,7 +28,10 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // results to zero where the CPU has AVX512-BF16 (its conversion instruction: kernels/cpu/cast.h). For a wide N
 // (the vocabulary) this is the faster way here: oneDNN's gemm-based matmul with an fp32 output runs at
 // 930-980 GFLOP/s on 530 x 4096 x 384 slabs, its bf16-output brgemm at 710-830 on the whole 530 x 50304
-// (2 threads, AVX512-BF16 without AMX), and rounding a slab that is still in cache costs far less.
+// (2 threads, AVX512-BF16 without AMX), and rounding a slab that is still in cache costs far less. Where
+// oneDNN multiplies bf16 on AMX (bf16_matmul_on_amx) the bf16-output product is the faster one (on the
+// Xeon of stop 30, 512 x 50304 logits: 1590-2150 GFLOP/s against 1240-1730 through slabs, C = 384-768),
+// and this form runs it, without the slabs.
 void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc,
                        float* scratch, int64_t slab);
@@ -43,6 +46,9 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
 // is slower than multiplying the fp32 values directly; --bf16 then keeps fp32 products
 // (train/precision_arguments.cpp).
 bool has_bf16_matmul();
+
+// Whether oneDNN's bf16 matmul runs on AMX tiles here (its implementation for a probe shape says so).
+bool bf16_matmul_on_amx();
 
 // Number of oneDNN matmul primitives held in the cache (bf16 and batched products keep one per shape,
 // strides, alpha == 1 or not and beta == 0 or not; alpha's value is passed at run time). For tests.
