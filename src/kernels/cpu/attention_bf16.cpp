@@ -1,9 +1,10 @@
-// Memory-efficient attention with bf16 operands (AVX512-BF16). Same tasks, tiles, masks, online softmax
-// and two-pass deterministic backward as attention.cpp (read its header comment first), with the tile
-// products in bf16; the backward also has a fused schedule (backward_fused) that gives the same bits
-// with fewer products when there are enough (b, kv head) tasks. On the tiles the position mask cuts (a
-// causal mask's diagonal), every product leaves out the register blocks the mask hides and the pairs of
-// its sums that carry only zeros (TileCut, attention_common.h), as the fp32 kernel does.
+// Memory-efficient attention with bf16 operands (AVX512-BF16, or AMX tiles: see "AMX" below). Same
+// tasks, tiles, masks, online softmax and two-pass deterministic backward as attention.cpp (read its
+// header comment first), with the tile products in bf16; the backward also has a fused schedule
+// (backward_fused) that gives the same bits with fewer products when there are enough (b, kv head)
+// tasks. On the tiles the position mask cuts (a causal mask's diagonal), every vdpbf16ps product leaves
+// out the register blocks the mask hides and the pairs of its sums that carry only zeros (TileCut,
+// attention_common.h), as the fp32 kernel does.
 // Legend: B batch, T sequence, H query heads, K key/value heads, D head dim; TQ/TK query/key tile rows,
 // De = D rounded up to even (whole pairs), Dp = D rounded up to a multiple of 16; a "word" is 32 bits
 // holding two bf16, the lower-indexed one in the low half.

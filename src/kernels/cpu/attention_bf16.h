@@ -2,7 +2,8 @@
 // Memory-efficient attention with bf16 operands, for --bf16 training: the algorithm of attention.h
 // (flash-attention 2: tiled, online softmax, P recomputed from lse in the backward, fully masked tiles
 // skipped, every mask type and GQA, bitwise identical results whatever the number of OpenMP threads),
-// but every tile product takes bf16 operands with fp32 accumulation (AVX512-BF16 vdpbf16ps). As
+// but every tile product takes bf16 operands with fp32 accumulation (AMX tiles where the CPU has them and
+// D is a multiple of 32, else AVX512-BF16 vdpbf16ps; kernels/cpu/amx.h). As
 // flash-attention does on GPUs, the softmax, its statistics and all accumulators stay fp32, and the
 // probabilities P, the score gradients dS and dO are rounded to bf16 only as operands of their products.
 // Built for a CPU without AVX512-BF16, both functions convert to fp32 and call attention.h's kernels.
