@@ -402,16 +402,12 @@ TEST(AttentionBf16, FusedBackwardIsBitwiseTheTwoPasses) {
 // tolerances of each other; a head dim of 40 keeps vdpbf16ps either way (bitwise the same).
 TEST(AttentionBf16, AmxTilesWhereAvailable) {
   if (!amx::available()) GTEST_SKIP() << "no AMX-BF16 here (CPU, build or OS permission): one product path only";
+  auto run_with = [](const Problem& p, bool amx_tiles) {
+    const TilesOn tiles(amx_tiles);
+    return run_bf16(p);
+  };
   const Problem p = make_problem({2, 130, 4, 2, 64}, {MaskType::Causal, 0, true}, 8500);
-  Result with_avx, with_amx;
-  {
-    const TilesOn off(false);
-    with_avx = run_bf16(p);
-  }
-  {
-    const TilesOn on(true);
-    with_amx = run_bf16(p);
-  }
+  const Result with_avx = run_with(p, false), with_amx = run_with(p, true);
   EXPECT_FALSE(same_bits(with_avx.out, with_amx.out));
   EXPECT_FALSE(same_bits(with_avx.dq, with_amx.dq));
   EXPECT_FALSE(same_bits(with_avx.dk, with_amx.dk));
@@ -422,15 +418,7 @@ TEST(AttentionBf16, AmxTilesWhereAvailable) {
   EXPECT_LT(max_rel_error(with_amx.dv, test::to_double(with_avx.dv)), kGradTol);
 
   const Problem q = make_problem({1, 70, 2, 1, 40}, {MaskType::None, 0, false}, 8510);
-  Result a, b;
-  {
-    const TilesOn off(false);
-    a = run_bf16(q);
-  }
-  {
-    const TilesOn on(true);
-    b = run_bf16(q);
-  }
+  const Result a = run_with(q, false), b = run_with(q, true);
   EXPECT_TRUE(same_bits(a.out, b.out));
   EXPECT_TRUE(same_bits(a.dq, b.dq));
 }
