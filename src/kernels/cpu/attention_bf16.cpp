@@ -1,8 +1,8 @@
 // Memory-efficient attention with bf16 operands (AVX512-BF16, or AMX tiles: see "AMX" below). Same
-// tasks, tiles, masks, online softmax and two-pass deterministic backward as attention.cpp (read its
-// header comment first), with the tile products in bf16; the backward also has a fused schedule
-// (backward_fused) that gives the same bits with fewer products when there are enough (b, kv head)
-// tasks. On the tiles the position mask cuts (a causal mask's diagonal), every vdpbf16ps product leaves
+// tiles, masks, online softmax and deterministic backward as attention.cpp (read its header comment
+// first), with the tile products in bf16. The backward has two schedules with the same bits: a fused
+// one (backward_fused), with fewer products, when there are enough (b, kv head) tasks, and two passes
+// (dq, then dk/dv) for more parallelism; both make every score tile with keys as rows (S^T). On the tiles the position mask cuts (a causal mask's diagonal), every vdpbf16ps product leaves
 // out the register blocks the mask hides and the pairs of its sums that carry only zeros (TileCut,
 // attention_common.h), as the fp32 kernel does.
 // Legend: B batch, T sequence, H query heads, K key/value heads, D head dim; TQ/TK query/key tile rows,
@@ -17,8 +17,8 @@
 //   - the vectorised operand B is stored [kd/2][W] words ("VNNI" order): word (p, w) holds B[2p, w] and
 //     B[2p+1, w], so one 64-byte load gives 16 columns' pairs.
 // Who is packed, and when (never once per (query tile, key tile) pair):
-//   - reductions over D (S = Q K^T, dP = dO V^T): B is a tile transposed into pairs along D, once per
-//     task, as the fp32 kernel transposes (Q^T, dO^T per query tile; K^T, V^T per key tile);
+//   - reductions over D (S^T = K Q^T, dP^T = V dO^T): B is a query tile's Q^T and dO^T, transposed into
+//     pairs along D once per query tile walked, as the fp32 kernel transposes them;
 //   - reductions over keys or queries (O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q): B is a tile of
 //     V, K, dO or Q paired along its rows. Those rows are visited once per tile PAIR, so the whole
 //     tensor is packed once per call, tile by tile, before the main loop (a bf16 copy of each, cheap),
@@ -273,7 +273,7 @@ const word* pack_all_row_pairs(std::vector<word>& buf, const bf16_t* x, int64_t 
 // its tiles, so the TileCut's skipping is not used there: hidden scores are still set to -inf by
 // mask_tile, and the zero P and dS terms add nothing. The rows of K and V of a short last tile are
 // read from a copy (padded_rows). Both backward schedules then run the same products on
-// the same operands in the same order, so they still give the same bits (backward_dk_dv_by_key_tile).
+// the same operands in the same order, so they still give the same bits (backward_dk_dv_pass).
 bool use_amx(const Pairs& e) { return amx::enabled() && e.De % 32 == 0; }
 
 // Each tile of `tiles` row-paired tiles ([32, Dp] words, pack_row_pairs) transposed into [Dp, 64] bf16:
@@ -683,83 +683,14 @@ void backward_dq_pass(const BackwardOperands& o) {
   }
 }
 
-// The two-pass schedule, pass two: one task per (b, kv head, key tile), queries as rows of the score tile,
-// over the H/K query heads of the group and the query tiles in a fixed order; dk and dv.
+// The two-pass schedule, pass two: one task per (b, kv head, key tile), walking the query heads of the
+// group and their query tiles in the fused schedule's order; each pair's score tiles are made with keys
+// as rows as there (load_query_tile, score_tiles) and its dV and dK products are the fused schedule's
+// (add_dk_dv), so the results are bitwise backward_fused's, with B*K*nkt tasks. (Scores with queries as
+// rows would pair P and dS along queries, which AMX's A operand cannot take. Packing Q^T and dO^T for
+// every pair here, where such a pass packed K^T and V^T once per task, left the two-pass backward at
+// 0.95-1.12x its former time on the Xeon of stop 30 with vdpbf16ps, three alternating runs.)
 void backward_dk_dv_pass(const BackwardOperands& o) {
-  const Shape& s = o.s;
-  const int64_t Dp = s.Dp, De = o.e.De;
-  const int64_t ntasks = s.nkt * s.B * s.K;
-#pragma omp parallel if (s.parallel)
-  {
-    Scratch scratch(De * TK + 2 * TQ * TK + TQ * TK + 2 * TK * Dp + TQ + 8 * 16);
-    word* kt = scratch.take_words(De / 2 * TK);  // [De/2, TK] K tile paired along D
-    word* vt = scratch.take_words(De / 2 * TK);  // [De/2, TK] V tile, likewise
-    float* sm = scratch.take(TQ * TK);           // [TQ, TK] S
-    float* dp = scratch.take(TQ * TK);           // [TQ, TK] dP
-    word* pw = scratch.take_words(TQ / 2 * TK);  // [TQ/2, TK] P paired along queries, bf16
-    word* dsw = scratch.take_words(TQ / 2 * TK); // [TQ/2, TK] dS, likewise
-    float* dk_acc = scratch.take(TK * Dp);       // [TK, Dp] dK / scale
-    float* dv_acc = scratch.take(TK * Dp);       // [TK, Dp] dV
-    float* lse2 = scratch.take(TQ);              // [TQ]
-
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < ntasks; ++task) {
-      const auto [b, g, k0, nk, vis] = key_task(s, o.mask, task);  // order: see key_task
-      const int64_t krow0 = (b * s.T + k0) * o.e.kse + g * De;
-
-      pack_transposed(kt, TK, o.ke + krow0, o.e.kse, nk, De);
-      pack_transposed(vt, TK, o.ve + krow0, o.e.kse, nk, De);
-      std::fill(dk_acc, dk_acc + TK * Dp, 0.0f);
-      std::fill(dv_acc, dv_acc + TK * Dp, 0.0f);
-
-      for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
-        for (int64_t qtile = 0; qtile < s.nqt; ++qtile) {
-          const int64_t q0 = qtile * TQ, nq = std::min(TQ, s.T - q0);
-          const TileMask tm = vis.classify(q0, nq, k0, nk);
-          if (tm.skip) continue;
-          const int64_t row0 = (b * s.T + q0) * o.e.qse + h * De;
-          const float* delta = o.delta_all + (b * s.H + h) * s.T + q0;
-
-          lse_to_log2(lse2, o.lse + (b * s.H + h) * s.T + q0, nq, TQ);
-          const TileCut cut = tile_cut(vis, tm, q0, k0);
-          tile_product_bf16(sm, TK, o.qe + row0, o.e.qse, 2, kt, TK, nq, De / 2, TK, false, o.c, cut, Cut::QueriesByKeys,
-                            kNegInf);  // S = c Q K^T
-          tile_product_bf16(dp, TK, o.do16 + row0, o.e.qse, 2, vt, TK, nq, De / 2, TK, false, 1, cut,
-                            Cut::QueriesByKeys);  // dP = dO V^T
-          if (tm.partial()) mask_tile(sm, TK, false, vis, tm, q0, nq, k0, nk);
-          // P and dS = P (dP - delta), rounded in pairs of queries; an odd last query pairs with 0.
-          for (int64_t i = 0; i < nq; i += 2) {
-            const bool has_hi = i + 1 < nq;
-            const float l0 = lse2[i], d0 = delta[i];
-            const float l1 = has_hi ? lse2[i + 1] : 0.0f, d1 = has_hi ? delta[i + 1] : 0.0f;
-            for (int64_t j = 0; j < TK; j += 16) {
-              const v16 p0 = exp2v(load16(sm + i * TK + j) - l0);
-              const v16 p1 = has_hi ? exp2v(load16(sm + (i + 1) * TK + j) - l1) : v16{};
-              const v16 ds0 = p0 * (load16(dp + i * TK + j) - d0);
-              const v16 ds1 = has_hi ? p1 * (load16(dp + (i + 1) * TK + j) - d1) : v16{};
-              _mm512_storeu_si512(pw + i / 2 * TK + j, pack_pairs(p0, p1));
-              _mm512_storeu_si512(dsw + i / 2 * TK + j, pack_pairs(ds0, ds1));
-            }
-          }
-          // dV[j, :] += sum_i P[i, j] dO_i;  dK[j, :] += sum_i dS[i, j] q_i
-          const int64_t tile = ((b * s.H + h) * s.nqt + qtile) * o.e.tile_words;
-          tile_product_bf16(dv_acc, Dp, as_pairs(pw), 2, 2 * TK, o.dop + tile, Dp, nk, (nq + 1) / 2, Dp, true, 1.0f,
-                            cut, Cut::SumOverQueries);
-          tile_product_bf16(dk_acc, Dp, as_pairs(dsw), 2, 2 * TK, o.qp + tile, Dp, nk, (nq + 1) / 2, Dp, true, 1.0f,
-                            cut, Cut::SumOverQueries);
-        }
-      }
-      store_dk_dv(o, dk_acc, dv_acc, b, g, k0, nk);
-    }
-  }
-}
-
-// The two-pass schedule's pass two with AMX: one task per (b, kv head, key tile), walking the query
-// heads of the group and their query tiles in the fused schedule's order, each pair's score tiles made
-// with keys as rows as there (load_query_tile, score_tiles) and its dV and dK products (add_dk_dv) the
-// fused schedule's: the same bits as backward_fused, with B*K*nkt tasks. (backward_dk_dv_pass makes its
-// scores with queries as rows, whose P and dS are paired along queries: not the tiles' A operand.)
-void backward_dk_dv_by_key_tile(const BackwardOperands& o) {
   const Shape& s = o.s;
   const int64_t Dp = s.Dp, ntasks = s.nkt * s.B * s.K;
 #pragma omp parallel if (s.parallel)
@@ -836,11 +767,7 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
     backward_fused(o);
   } else {
     backward_dq_pass(o);
-    if (o.tiles) {
-      backward_dk_dv_by_key_tile(o);
-    } else {
-      backward_dk_dv_pass(o);
-    }
+    backward_dk_dv_pass(o);
   }
 }
 
