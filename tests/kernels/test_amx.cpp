@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/amx.h"
 #include "test_util.h"
 
@@ -121,4 +122,13 @@ TEST(Amx, SwitchTurnsTheKernelsUseOff) {
   cpu::amx::set_enabled(true);
   EXPECT_EQ(cpu::amx::enabled(), cpu::amx::available());
   cpu::amx::set_enabled(before);
+}
+
+TEST(Amx, TileProductRejectsShapesOffItsBlocking) {
+  if (!cpu::amx::available()) GTEST_SKIP() << "no AMX-BF16 here (CPU, build or OS permission)";
+  std::vector<float> C(64 * 64);
+  std::vector<uint16_t> A(64 * 64);
+  std::vector<uint32_t> B(32 * 64);
+  EXPECT_THROW(cpu::amx::tile_product(C.data(), 64, A.data(), 64, B.data(), 64, 48, 32, 64, false, 1.0f), Error);
+  EXPECT_THROW(cpu::amx::tile_product(C.data(), 64, A.data(), 64, B.data(), 64, 64, 24, 64, false, 1.0f), Error);
 }

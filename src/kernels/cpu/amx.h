@@ -18,7 +18,8 @@
 namespace megadlm::cpu::amx {
 
 // True when tile products may run: built for AMX-BF16, the CPU has it, and the OS granted the tile data.
-// Probed once. MEGADLM_AMX=0 in the environment turns AMX off for the whole process.
+// Probed once. MEGADLM_AMX=0 in the environment turns AMX off for the whole process (1 or unset: on where
+// available; anything else is an error naming the variable).
 bool available();
 
 // available(), unless turned off with set_enabled(false): the switch the kernels read at each call.
