@@ -91,30 +91,29 @@ void run(const Case& c, int reps, const char* products) {
   std::printf("%-11s B=%-2ld T=%ld H=%-2ld D=%ld %-6s %-11s | fwd %7.2f %7.2f  x%.2f | bwd %7.2f %7.2f  x%.2f "
               "(two-pass %7.2f) | f+b x%.2f\n",
               c.name, static_cast<long>(B), static_cast<long>(T), static_cast<long>(H), static_cast<long>(D),
-              c.mask == MaskType::Causal ? "causal" : "bidir", products, f32_fwd, bf_fwd, f32_fwd / bf_fwd, f32_bwd, bf_bwd,
-              f32_bwd / bf_bwd, bf_bwd2, (f32_fwd + f32_bwd) / (bf_fwd + bf_bwd));
+              c.mask == MaskType::Causal ? "causal" : "bidir", products, f32_fwd, bf_fwd, f32_fwd / bf_fwd, f32_bwd,
+              bf_bwd, f32_bwd / bf_bwd, bf_bwd2, (f32_fwd + f32_bwd) / (bf_fwd + bf_bwd));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10;
-  std::printf("attention fp32 vs bf16 operands (%s), %d threads, best of %d, times in ms (fp32, bf16, speed-up)\n",
-              !attention_bf16_native() ? "fp32 fallback" : cpu::amx::available() ? "AMX tiles and AVX512-BF16" : "AVX512-BF16",
-              omp_get_max_threads(), reps);
+  const char* native = attention_bf16_native() ? "AVX512-BF16" : "fp32 fallback";
+  const bool amx = cpu::amx::available();
+  std::printf("attention fp32 vs bf16 operands (%s%s), %d threads, best of %d, times in ms (fp32, bf16, speed-up)\n",
+              amx ? "AMX tiles and " : "", native, omp_get_max_threads(), reps);
   const Case cases[] = {{"gpt2-small", 8, 256, 6, 64, MaskType::None},
                         {"gpt2-small", 8, 256, 6, 64, MaskType::Causal},
                         {"gpt2-124m", 4, 256, 12, 64, MaskType::None},
                         {"gpt2-124m", 4, 256, 12, 64, MaskType::Causal}};
   for (const Case& c : cases) {
-    if (cpu::amx::available()) {
+    if (amx) {
       run(c, reps, "AMX");
-      cpu::amx::set_enabled(false);
-      run(c, reps, "AVX512-BF16");
-      cpu::amx::set_enabled(true);
-    } else {
-      run(c, reps, attention_bf16_native() ? "AVX512-BF16" : "fp32");
+      cpu::amx::set_enabled(false);  // the same case with vdpbf16ps, as MEGADLM_AMX=0 runs it
     }
+    run(c, reps, native);
+    cpu::amx::set_enabled(true);
   }
   return 0;
 }

@@ -63,9 +63,10 @@ TEST(Amx, TileProductMatchesDoubleReference) {
       SCOPED_TRACE(accumulate ? "C += A B" : "C = 0.75 A B");
       const float mul = 0.75f;
       std::vector<float> C = C0;
-      cpu::amx::configure();
-      cpu::amx::tile_product(C.data(), ldc, A.data(), lda, B.data(), ldb, c.rows, c.kp, c.W, accumulate, mul);
-      cpu::amx::release();
+      {
+        const cpu::amx::TileScope tiles(true);
+        cpu::amx::tile_product(C.data(), ldc, A.data(), lda, B.data(), ldb, c.rows, c.kp, c.W, accumulate, mul);
+      }
       double worst = 0;
       for (int64_t r = 0; r < c.rows; ++r) {
         for (int64_t w = 0; w < ldc; ++w) {
@@ -105,10 +106,11 @@ TEST(Amx, OperandRolesGiveTheSameBits) {
   }
   const std::vector<uint32_t> Bc = vnni(Yt, N, K, N, N), Bt = vnni(Xt, M, K, M, M);
   std::vector<float> C(M * N), Ct(N * M);
-  cpu::amx::configure();
-  cpu::amx::tile_product(C.data(), N, X.data(), K, Bc.data(), N, M, K / 2, N, false, 1.0f);
-  cpu::amx::tile_product(Ct.data(), M, Y.data(), K, Bt.data(), M, N, K / 2, M, false, 1.0f);
-  cpu::amx::release();
+  {
+    const cpu::amx::TileScope tiles(true);
+    cpu::amx::tile_product(C.data(), N, X.data(), K, Bc.data(), N, M, K / 2, N, false, 1.0f);
+    cpu::amx::tile_product(Ct.data(), M, Y.data(), K, Bt.data(), M, N, K / 2, M, false, 1.0f);
+  }
   int differing = 0;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) differing += std::memcmp(&C[m * N + n], &Ct[n * M + m], 4) != 0;

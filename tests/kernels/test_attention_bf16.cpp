@@ -246,23 +246,24 @@ class TilesOn {
 void check_against_exact(const Problem& p, Worst* worst = nullptr) {
   SCOPED_TRACE(describe(p.s, p.m));
   const Exact x = exact(p);
-  for (bool amx_tiles : tile_paths())
-  for (AttentionBackwardSchedule schedule : {AttentionBackwardSchedule::Fused, AttentionBackwardSchedule::TwoPass}) {
-    const TilesOn tiles(amx_tiles);
-    SCOPED_TRACE(amx_tiles ? "AMX tile products" : "AVX512-BF16 products");
-    SCOPED_TRACE(schedule == AttentionBackwardSchedule::Fused ? "fused backward" : "two-pass backward");
-    const Result r = run_bf16(p, schedule);
-    const double e_out = max_rel_error(r.out, x.out), e_lse = max_lse_error(r.lse, x.lse);
-    const double e_dq = max_rel_error(r.dq, x.dq), e_dk = max_rel_error(r.dk, x.dk), e_dv = max_rel_error(r.dv, x.dv);
-    EXPECT_LT(e_out, kOutTol) << "out";
-    EXPECT_LT(e_lse, kLseTol) << "lse";
-    EXPECT_LT(e_dq, kGradTol) << "dq";
-    EXPECT_LT(e_dk, kGradTol) << "dk";
-    EXPECT_LT(e_dv, kGradTol) << "dv";
-    if (worst) {
-      worst->out = std::max(worst->out, e_out);
-      worst->lse = std::max(worst->lse, e_lse);
-      worst->grad = std::max({worst->grad, e_dq, e_dk, e_dv});
+  for (bool amx_tiles : tile_paths()) {
+    for (AttentionBackwardSchedule schedule : {AttentionBackwardSchedule::Fused, AttentionBackwardSchedule::TwoPass}) {
+      const TilesOn tiles(amx_tiles);
+      SCOPED_TRACE(amx_tiles ? "AMX tile products" : "AVX512-BF16 products");
+      SCOPED_TRACE(schedule == AttentionBackwardSchedule::Fused ? "fused backward" : "two-pass backward");
+      const Result r = run_bf16(p, schedule);
+      const double e_out = max_rel_error(r.out, x.out), e_lse = max_lse_error(r.lse, x.lse);
+      const double e_dq = max_rel_error(r.dq, x.dq), e_dk = max_rel_error(r.dk, x.dk), e_dv = max_rel_error(r.dv, x.dv);
+      EXPECT_LT(e_out, kOutTol) << "out";
+      EXPECT_LT(e_lse, kLseTol) << "lse";
+      EXPECT_LT(e_dq, kGradTol) << "dq";
+      EXPECT_LT(e_dk, kGradTol) << "dk";
+      EXPECT_LT(e_dv, kGradTol) << "dv";
+      if (worst) {
+        worst->out = std::max(worst->out, e_out);
+        worst->lse = std::max(worst->lse, e_lse);
+        worst->grad = std::max({worst->grad, e_dq, e_dk, e_dv});
+      }
     }
   }
 }
@@ -343,25 +344,26 @@ TEST(AttentionBf16, CloseToFp32Kernel) {
 // Large enough for an OpenMP team (B*H*T*T*D >= 2^22); every output element is computed by one task in
 // a fixed order, so 1 and 2 threads agree bit for bit (odd D included: its padded copies are parallel).
 TEST(AttentionBf16, BitwiseIdenticalForOneAndTwoThreads) {
-  for (bool amx_tiles : tile_paths())
-  for (int64_t D : {40, 33, 64}) {
-    for (const MaskSpec& m : {MaskSpec{MaskType::None, 0, true}, MaskSpec{MaskType::Causal, 0, true},
-                              MaskSpec{MaskType::BlockCausal, 48, true}}) {
-      const TilesOn tiles(amx_tiles);
-      const Problem p = make_problem({2, 200, 4, 2, D}, m, 8100 + D);
-      SCOPED_TRACE(describe(p.s, p.m) + (amx_tiles ? " AMX" : " AVX512-BF16"));
-      omp_set_num_threads(1);
-      const Result one = run_bf16(p);
-      omp_set_num_threads(2);
-      const Result two = run_bf16(p);
-      auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-      };
-      EXPECT_TRUE(same(one.out, two.out)) << "out";
-      EXPECT_TRUE(same(one.lse, two.lse)) << "lse";
-      EXPECT_TRUE(same(one.dq, two.dq)) << "dq";
-      EXPECT_TRUE(same(one.dk, two.dk)) << "dk";
-      EXPECT_TRUE(same(one.dv, two.dv)) << "dv";
+  for (bool amx_tiles : tile_paths()) {
+    for (int64_t D : {40, 33, 64}) {
+      for (const MaskSpec& m : {MaskSpec{MaskType::None, 0, true}, MaskSpec{MaskType::Causal, 0, true},
+                                MaskSpec{MaskType::BlockCausal, 48, true}}) {
+        const TilesOn tiles(amx_tiles);
+        const Problem p = make_problem({2, 200, 4, 2, D}, m, 8100 + D);
+        SCOPED_TRACE(describe(p.s, p.m) + (amx_tiles ? " AMX" : " AVX512-BF16"));
+        omp_set_num_threads(1);
+        const Result one = run_bf16(p);
+        omp_set_num_threads(2);
+        const Result two = run_bf16(p);
+        auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+          return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        EXPECT_TRUE(same(one.out, two.out)) << "out";
+        EXPECT_TRUE(same(one.lse, two.lse)) << "lse";
+        EXPECT_TRUE(same(one.dq, two.dq)) << "dq";
+        EXPECT_TRUE(same(one.dk, two.dk)) << "dk";
+        EXPECT_TRUE(same(one.dv, two.dv)) << "dv";
+      }
     }
   }
 }
@@ -376,23 +378,23 @@ TEST(AttentionBf16, FusedBackwardIsBitwiseTheTwoPasses) {
   const Shape5 shapes[] = {{2, 130, 4, 2, 64}, {1, 65, 4, 1, 25}, {3, 200, 2, 2, 40}, {2, 7, 2, 1, 72}};
   const MaskSpec masks[] = {{MaskType::None, 0, false}, {MaskType::Causal, 0, true}, {MaskType::BlockCausal, 24, true}};
   for (bool amx_tiles : tile_paths()) {
-  const TilesOn tiles(amx_tiles);
-  uint64_t seed = 8300;
-  for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
-    for (const Shape5& sh : shapes)
-      for (const MaskSpec& m : masks) {
-        const Problem p = make_problem(sh, m, seed += 10);
-        SCOPED_TRACE(describe(p.s, p.m) + " threads " + std::to_string(threads) + (amx_tiles ? " AMX" : ""));
-        const Result fused = run_bf16(p, AttentionBackwardSchedule::Fused);
-        const Result two = run_bf16(p, AttentionBackwardSchedule::TwoPass);
-        EXPECT_TRUE(same_bits(fused.dq, two.dq)) << "dq";
-        EXPECT_TRUE(same_bits(fused.dk, two.dk)) << "dk";
-        EXPECT_TRUE(same_bits(fused.dv, two.dv)) << "dv";
-        // A check that cannot pass by accident: the gradients are finite and not all zero.
-        EXPECT_GT(max_rel_error(fused.dk, std::vector<double>(fused.dk.size(), 0.0)), 0.0);
-      }
-  }
+    const TilesOn tiles(amx_tiles);
+    uint64_t seed = 8300;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      for (const Shape5& sh : shapes)
+        for (const MaskSpec& m : masks) {
+          const Problem p = make_problem(sh, m, seed += 10);
+          SCOPED_TRACE(describe(p.s, p.m) + " threads " + std::to_string(threads) + (amx_tiles ? " AMX" : ""));
+          const Result fused = run_bf16(p, AttentionBackwardSchedule::Fused);
+          const Result two = run_bf16(p, AttentionBackwardSchedule::TwoPass);
+          EXPECT_TRUE(same_bits(fused.dq, two.dq)) << "dq";
+          EXPECT_TRUE(same_bits(fused.dk, two.dk)) << "dk";
+          EXPECT_TRUE(same_bits(fused.dv, two.dv)) << "dv";
+          // A check that cannot pass by accident: the gradients are finite and not all zero.
+          EXPECT_GT(max_rel_error(fused.dk, std::vector<double>(fused.dk.size(), 0.0)), 0.0);
+        }
+    }
   }
   omp_set_num_threads(2);
 }

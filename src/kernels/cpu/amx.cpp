@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "core/error.h"

@@ -33,6 +33,23 @@ void configure();
 // Returns the calling thread's tiles to their initial state.
 void release();
 
+// configure() on construction and release() at the end of the scope when `on` (a kernel's parallel
+// region, on each of its threads); nothing when off.
+class TileScope {
+ public:
+  explicit TileScope(bool on) : on_(on) {
+    if (on_) configure();
+  }
+  ~TileScope() {
+    if (on_) release();
+  }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+
+ private:
+  bool on_;
+};
+
 // C [rows, W] (fp32, row stride ldc) = mul * A B, or C += A B when `accumulate` (mul is then ignored):
 //   - A [rows, 2*kp] bf16 bits, row stride lda elements: row r's reduction pairs (2p, 2p+1) adjacent;
 //   - B [kp, W] 32-bit words, row stride ldb words, "VNNI" order: word (p, w) holds B[2p, w] in its low

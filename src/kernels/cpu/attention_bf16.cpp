@@ -2,8 +2,9 @@
 // tiles, masks, online softmax and deterministic backward as attention.cpp (read its header comment
 // first), with the tile products in bf16. The backward has two schedules with the same bits: a fused
 // one (backward_fused), with fewer products, when there are enough (b, kv head) tasks, and two passes
-// (dq, then dk/dv) for more parallelism; both make every score tile with keys as rows (S^T). On the tiles the position mask cuts (a causal mask's diagonal), every vdpbf16ps product leaves
-// out the register blocks the mask hides and the pairs of its sums that carry only zeros (TileCut,
+// (dq, then dk/dv) for more parallelism; both make every score tile with keys as rows (S^T). On the
+// tiles the position mask cuts (a causal mask's diagonal), every vdpbf16ps product leaves out the
+// register blocks the mask hides and the pairs of its sums that carry only zeros (TileCut,
 // attention_common.h), as the fp32 kernel does.
 // Legend: B batch, T sequence, H query heads, K key/value heads, D head dim; TQ/TK query/key tile rows,
 // De = D rounded up to even (whole pairs), Dp = D rounded up to a multiple of 16; a "word" is 32 bits
@@ -272,8 +273,8 @@ const word* pack_all_row_pairs(std::vector<word>& buf, const bf16_t* x, int64_t 
 // [Dp, TQ]; V^T and K^T are packed once per call (transposed_tiles). A tile product sums every pair of
 // its tiles, so the TileCut's skipping is not used there: hidden scores are still set to -inf by
 // mask_tile, and the zero P and dS terms add nothing. The rows of K and V of a short last tile are
-// read from a copy (padded_rows). Both backward schedules then run the same products on
-// the same operands in the same order, so they still give the same bits (backward_dk_dv_pass).
+// read from a copy (keys_by_queries). Both backward schedules then run the same products on the same
+// operands in the same order, so they still give the same bits (backward_dk_dv_pass).
 bool use_amx(const Pairs& e) { return amx::enabled() && e.De % 32 == 0; }
 
 // Each tile of `tiles` row-paired tiles ([32, Dp] words, pack_row_pairs) transposed into [Dp, 64] bf16:
@@ -289,33 +290,27 @@ const bf16_t* transposed_tiles(std::vector<word>& buf, const word* paired, int64
   return reinterpret_cast<const bf16_t*>(dst);
 }
 
-// The nk rows of De bf16 at x (row stride `stride`) as the A operand of a 64-row tile product: x itself
-// when the tile is whole, else a copy in pad ([TK, De]), so that no row past the tensor is read. The
-// rows after nk keep what pad held (zeros, or rows of an earlier tile): the scores they give are never read.
-const bf16_t* padded_rows(bf16_t* pad, const bf16_t* x, int64_t stride, int64_t nk, int64_t De, int64_t& lda) {
-  if (nk == TK) {
-    lda = stride;
-    return x;
-  }
-  for (int64_t j = 0; j < nk; ++j) std::memcpy(pad + j * De, x + j * stride, De * sizeof(bf16_t));
-  lda = De;
-  return pad;
-}
-
-// A parallel region's tile registers: configured on entry, released on exit, on each thread.
-struct TileScope {
-  bool on;
-  explicit TileScope(bool amx) : on(amx) {
-    if (on) amx::configure();
-  }
-  ~TileScope() {
-    if (on) amx::release();
-  }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
-
 inline const uint16_t* bits(const bf16_t* p) { return reinterpret_cast<const uint16_t*>(p); }
+
+// A score tile with keys as rows, C [TK, TQ] = mul * X Y^T: the nk rows of X (a key tile's K or V rows,
+// De bf16 at row stride `stride`) against a query tile's Y^T paired along D (yt: [De/2, TQ] words), as
+// S^T = c K Q^T and dP^T = V dO^T are made. On the AMX tiles every block is computed, the nk rows of a
+// short last tile read from a copy in pad ([TK, De]) so that no row past the tensor is read (its other
+// rows keep what pad held: the scores they give are never read); with vdpbf16ps the blocks the cut hides
+// are written with `fill` instead.
+void keys_by_queries(float* C, const bf16_t* x, int64_t stride, int64_t nk, const word* yt, int64_t De, float mul,
+                     bool tiles, bf16_t* pad, const TileCut& cut, float fill) {
+  if (!tiles) {
+    tile_product_bf16(C, TQ, x, stride, 2, yt, TQ, nk, De / 2, TQ, false, mul, cut, Cut::KeysByQueries, fill);
+    return;
+  }
+  if (nk < TK) {
+    for (int64_t j = 0; j < nk; ++j) std::memcpy(pad + j * De, x + j * stride, De * sizeof(bf16_t));
+    x = pad;
+    stride = De;
+  }
+  amx::tile_product(C, TQ, bits(x), stride, yt, TQ, TK, De / 2, TQ, false, mul);
+}
 
 // dO rounded to bf16 rows [B, T, H, De] (zero column when D is odd) and delta [B, H, T] = dO_i . out_i
 // in fp32, one pass over dout. delta takes the ROUNDED dO, the one dP = dO V^T sees: then
@@ -363,13 +358,13 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
 
 #pragma omp parallel if (s.parallel)
   {
-    const TileScope scope(tiles);
-    Scratch scratch(De / 2 * TQ + TK * TQ + TK / 2 * TQ + TQ * Dp + TK * De / 2 + 4 * TQ + 9 * 16);
+    const amx::TileScope scope(tiles);
+    Scratch scratch(De / 2 * TQ + TK * TQ + TK / 2 * TQ + TQ * Dp + (tiles ? TK * De / 2 : 0) + 4 * TQ + 9 * 16);
     word* qt = scratch.take_words(De / 2 * TQ);  // [De/2, TQ] Q tile paired along D
     float* st = scratch.take(TK * TQ);           // [TK, TQ] S^T
     word* pt = scratch.take_words(TK / 2 * TQ);  // [TK/2, TQ] P^T paired along keys, bf16
     float* acc = scratch.take(TQ * Dp);          // [TQ, Dp] unnormalised output rows; with AMX [Dp, TQ]
-    bf16_t* kpad = reinterpret_cast<bf16_t*>(scratch.take_words(TK * De / 2));  // [TK, De] (padded_rows)
+    bf16_t* kpad = tiles ? reinterpret_cast<bf16_t*>(scratch.take_words(TK * De / 2)) : nullptr;  // [TK, De]
     float* m = scratch.take(TQ);                 // [TQ] running max (base 2)
     float* l = scratch.take(TQ);                 // [TQ] running sum of exp2(s - m)
     float* alpha = scratch.take(TQ);             // [TQ] rescale factor of this key tile
@@ -392,13 +387,7 @@ void attention_forward_bf16(float* out, float* lse, const bf16_t* q, const bf16_
         const TileCut cut = tile_cut(vis, tm, q0, k0);
 
         // S^T[j, i] = c * k_j . q_i, the score in base 2.
-        if (tiles) {
-          int64_t lda = 0;
-          const bf16_t* ka = padded_rows(kpad, kb, e.kse, nk, De, lda);
-          amx::tile_product(st, TQ, bits(ka), lda, qt, TQ, TK, De / 2, TQ, false, c);
-        } else {
-          tile_product_bf16(st, TQ, kb, e.kse, 2, qt, TQ, nk, De / 2, TQ, false, c, cut, Cut::KeysByQueries, kNegInf);
-        }
+        keys_by_queries(st, kb, e.kse, nk, qt, De, c, tiles, kpad, cut, kNegInf);
         if (tm.partial()) mask_tile(st, TQ, true, vis, tm, q0, nq, k0, nk);
         // Online softmax (attention_common.h), P^T rounded into pairs of keys as it is computed; the
         // running sum l takes the fp32 P, as flash-attention's does.
@@ -463,25 +452,15 @@ struct ScoreTiles {
   float *st, *dpt;                      // [TK, TQ] scratch
   word* ds_keys;                        // [TK/2, TQ]
   bf16_t *p_rows, *ds_rows;             // [TK, TQ] each, or null
-  bf16_t *kpad, *vpad;                  // [TK, De] each, with AMX (padded_rows)
+  bf16_t* pad;                          // [TK, De] with AMX (keys_by_queries), else null
 };
 
 void score_tiles(const ScoreTiles& t, const BackwardOperands& o, const Visibility& vis, const TileMask& tm,
                  const TileCut& cut, const word* qt, const word* dot, const float* lse2, const float* delta,
                  int64_t q0, int64_t nq, int64_t krow0, int64_t k0, int64_t nk) {
   const int64_t De = o.e.De;
-  if (o.tiles) {
-    int64_t lda = 0;
-    const bf16_t* ka = padded_rows(t.kpad, o.ke + krow0, o.e.kse, nk, De, lda);
-    amx::tile_product(t.st, TQ, bits(ka), lda, qt, TQ, TK, De / 2, TQ, false, o.c);  // S^T = c K Q^T
-    const bf16_t* va = padded_rows(t.vpad, o.ve + krow0, o.e.kse, nk, De, lda);
-    amx::tile_product(t.dpt, TQ, bits(va), lda, dot, TQ, TK, De / 2, TQ, false, 1.0f);  // dP^T = V dO^T
-  } else {
-    tile_product_bf16(t.st, TQ, o.ke + krow0, o.e.kse, 2, qt, TQ, nk, De / 2, TQ, false, o.c, cut, Cut::KeysByQueries,
-                      kNegInf);  // S^T = c K Q^T
-    tile_product_bf16(t.dpt, TQ, o.ve + krow0, o.e.kse, 2, dot, TQ, nk, De / 2, TQ, false, 1, cut,
-                      Cut::KeysByQueries);  // dP^T = V dO^T
-  }
+  keys_by_queries(t.st, o.ke + krow0, o.e.kse, nk, qt, De, o.c, o.tiles, t.pad, cut, kNegInf);  // S^T = c K Q^T
+  keys_by_queries(t.dpt, o.ve + krow0, o.e.kse, nk, dot, De, 1.0f, o.tiles, t.pad, cut, 0.0f);   // dP^T = V dO^T
   if (tm.partial()) mask_tile(t.st, TQ, true, vis, tm, q0, nq, k0, nk);
   for (int64_t j = 0; j < nk; j += 2) {
     const bool has_hi = j + 1 < nk;
@@ -581,7 +560,7 @@ struct QueryTileScratch {
   // Floats to reserve in a Scratch: with_rows adds the score rows the fused schedule needs.
   static int64_t floats(const BackwardOperands& o, bool with_rows) {
     return o.e.De * TQ + 2 * TK * TQ + TK / 2 * TQ + (with_rows ? TK * TQ : 0) + TQ * o.s.Dp + 2 * TQ +
-           (o.tiles ? TK * o.e.De : 0) + 12 * 16;
+           (o.tiles ? TK * o.e.De / 2 : 0) + 11 * 16;
   }
   QueryTileScratch(Scratch& scratch, const BackwardOperands& o, bool with_rows) : t{} {
     qt = scratch.take_words(o.e.De / 2 * TQ);
@@ -596,10 +575,7 @@ struct QueryTileScratch {
     dq_acc = scratch.take(TQ * o.s.Dp);
     lse2 = scratch.take(TQ);
     delta = scratch.take(TQ);
-    if (o.tiles) {
-      t.kpad = reinterpret_cast<bf16_t*>(scratch.take_words(TK * o.e.De / 2));
-      t.vpad = reinterpret_cast<bf16_t*>(scratch.take_words(TK * o.e.De / 2));
-    }
+    if (o.tiles) t.pad = reinterpret_cast<bf16_t*>(scratch.take_words(TK * o.e.De / 2));
   }
 };
 
@@ -636,7 +612,7 @@ void backward_fused(const BackwardOperands& o) {
   const int64_t Dp = s.Dp, Tk = s.nkt * TK;
 #pragma omp parallel if (s.parallel)
   {
-    const TileScope scope(o.tiles);
+    const amx::TileScope scope(o.tiles);
     Scratch scratch(QueryTileScratch::floats(o, true) + 2 * Tk * Dp + 2 * 16);
     QueryTileScratch w(scratch, o, true);
     float* dk_acc = scratch.take(Tk * Dp);  // [nkt*TK, Dp] dK / scale of the task's kv head
@@ -672,7 +648,7 @@ void backward_dq_pass(const BackwardOperands& o) {
   const int64_t ntasks = s.nqt * s.B * s.H;
 #pragma omp parallel if (s.parallel)
   {
-    const TileScope scope(o.tiles);
+    const amx::TileScope scope(o.tiles);
     Scratch scratch(QueryTileScratch::floats(o, false));
     QueryTileScratch w(scratch, o, false);
 #pragma omp for schedule(dynamic, 1)
@@ -695,7 +671,7 @@ void backward_dk_dv_pass(const BackwardOperands& o) {
   const int64_t Dp = s.Dp, ntasks = s.nkt * s.B * s.K;
 #pragma omp parallel if (s.parallel)
   {
-    const TileScope scope(o.tiles);
+    const amx::TileScope scope(o.tiles);
     Scratch scratch(QueryTileScratch::floats(o, true) + 2 * TK * Dp + 2 * 16);
     QueryTileScratch w(scratch, o, true);
     float* dk_acc = scratch.take(TK * Dp);  // [TK, Dp] dK / scale

@@ -282,11 +282,12 @@ void column_sums(float* dbias, uint16_t* out, int64_t N, int64_t C, Values&& val
   for (int64_t g = 0; g < groups; ++g) {
     float* sums = dbias ? partial + g * Cp : nullptr;  // [Cp] this group's fp32 column sums
     const int64_t r0 = g * kRowGroup, r1 = std::min(N, r0 + kRowGroup);
+    if (sums) std::fill(sums, sums + Cp, 0.0f);
     for (int64_t r = r0; r < r1; ++r) {
       // Lanes past m carry no column of the row; their sums land in the padding of `sums`, unused.
       auto add = [&](int64_t c, int64_t m) {
         const v16 y = values(r, c, m);
-        if (sums) vec::store16(sums + c, (r == r0 ? vec::splat(0.0f) : vec::load16(sums + c)) + y);
+        if (sums) vec::store16(sums + c, vec::load16(sums + c) + y);
         if (out) vec::storeh16n(out + r * C + c, vec::round_bf16(y), m);
       };
       int64_t c = 0;
