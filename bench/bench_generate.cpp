@@ -17,8 +17,8 @@
 #include "checkpoint/model_loader.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/cli_flags.h"
-#include "data/tokenizer.h"
+#include "core/cli_flags.h"
+#include "tokenizers/tokenizer.h"
 #include "infer/sampling.h"
 #include "models/layer_specs.h"
 
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
       LoadedModel lm;
       if (!f.get_string("load-gpt").empty()) {
         lm = load_model(f.get_string("load-gpt"));
-        MDLM_CHECK(!lm.diffusion, f.get_string("load-gpt"), " is a diffusion checkpoint");
+        MEGADLM_CHECK(!lm.diffusion, f.get_string("load-gpt"), " is a diffusion checkpoint");
         m = lm.model.get();
         prompt = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]))->encode(f.get_string("prompt"));
         what = lm.dir;
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
       LoadedModel lm;
       if (!f.get_string("load-dlm").empty()) {
         lm = load_model(f.get_string("load-dlm"));
-        MDLM_CHECK(lm.diffusion, f.get_string("load-dlm"), " is not a diffusion checkpoint");
+        MEGADLM_CHECK(lm.diffusion, f.get_string("load-dlm"), " is not a diffusion checkpoint");
         m = lm.model.get();
         auto tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
         prompt = tok->encode(f.get_string("prompt"));
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
         what = lm.dir;
       } else {
         const TransformerConfig c = random_config(f.get_int("random-layers"), f.get_int("random-hidden"), f.get_double("random-init-std"));
-        own = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, cpu::MaskType::None, 0), ParallelContext::single());
+        own = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, MaskType::None, 0), ParallelContext::single());
         own->params().init(2);
         m = own.get();
       }

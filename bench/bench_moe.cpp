@@ -17,7 +17,7 @@
 #include "core/log.h"
 #include "core/philox.h"
 #include "nn/mlp.h"
-#include "nn/moe_layer.h"
+#include "nn/moe/moe_layer.h"
 
 using namespace megadlm;
 

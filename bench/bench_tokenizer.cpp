@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/bpe_gpt2.h"
+#include "tokenizers/bpe_gpt2.h"
 
 using namespace megadlm;
 
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     int repeats = 3;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      MDLM_CHECK(i + 1 < argc, "flag ", a, " needs a value");
+      MEGADLM_CHECK(i + 1 < argc, "flag ", a, " needs a value");
       const std::string v = argv[++i];
       if (a == "--input") input = v;
       else if (a == "--key") key = v;
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
 
     std::vector<std::string> docs;
     std::ifstream in(input);
-    MDLM_CHECK(in.good(), "cannot open ", input);
+    MEGADLM_CHECK(in.good(), "cannot open ", input);
     size_t bytes = 0;
     for (std::string line; std::getline(in, line);) {
       if (line.empty()) continue;

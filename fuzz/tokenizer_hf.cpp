@@ -1,4 +1,4 @@
-// Fuzz target: the HuggingFace tokenizer.json loader (data/tokenizer_hf.h), then encode/decode.
+// Fuzz target: the HuggingFace tokenizer.json loader (tokenizers/tokenizer_hf.h), then encode/decode.
 //
 // Input: the tokenizer.json text, optionally followed by a NUL byte and a text to encode (else a
 // fixed sample with spaces, digits, accents and <|endoftext|>). A loaded tokenizer must
@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "data/jsonl.h"
-#include "data/tokenizer_hf.h"
+#include "tokenizers/tokenizer_hf.h"
 #include "fuzz_util.h"
 
 using namespace megadlm;

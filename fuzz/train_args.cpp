@@ -1,4 +1,4 @@
-// Fuzz target: pretrain_difflm's argument parser (train/arguments.h, data/cli_flags.h).
+// Fuzz target: pretrain_difflm's argument parser (train/arguments.h, core/cli_flags.h).
 //
 // Input: the command line after the program name, split into argv words at NUL bytes and ASCII
 // whitespace (empty words dropped). parse_train_args must either fill TrainArgs or throw an Error;

@@ -58,9 +58,9 @@ Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    MDLM_CHECK(i + 1 < argc, "bench_dlm_step: flag ", a, " needs a value");
+    MEGADLM_CHECK(i + 1 < argc, "bench_dlm_step: flag ", a, " needs a value");
     const int64_t v = std::atoll(argv[++i]);
-    MDLM_CHECK(v > 0 || a == "--profile" || a == "--head-all-rows", "bench_dlm_step: ", a, " must be positive, got ", argv[i]);
+    MEGADLM_CHECK(v > 0 || a == "--profile" || a == "--head-all-rows", "bench_dlm_step: ", a, " must be positive, got ", argv[i]);
     if (a == "--layers") c.L = v;
     else if (a == "--hidden") c.C = v;
     else if (a == "--heads") c.H = v;
@@ -77,7 +77,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--head-all-rows") c.head_all_rows = v != 0;
     else megadlm::fail("bench_dlm_step: unknown flag ", a);
   }
-  MDLM_CHECK(c.H % c.K == 0, "bench_dlm_step: --heads ", c.H, " not divisible by --kv-heads ", c.K);
+  MEGADLM_CHECK(c.H % c.K == 0, "bench_dlm_step: --heads ", c.H, " not divisible by --kv-heads ", c.K);
   return c;
 }
 
@@ -288,10 +288,10 @@ int main(int argc, char** argv) try {
   std::printf("device: %s (sm_%d)\n", mc::device_name().c_str(), mc::compute_capability());
   if (const char* impl = std::getenv("MEGADLM_ATTENTION")) {  // "cudnn", "flash" or "gemm" (default: auto)
     const std::string v = impl;
-    MDLM_CHECK(v == "cudnn" || v == "flash" || v == "gemm" || v == "auto", "bench_dlm_step: MEGADLM_ATTENTION=", v,
-               " (want cudnn, flash, gemm or auto)");
-    MDLM_CHECK(v != "cudnn" || mc::attention_cudnn_compiled(),
-               "bench_dlm_step: MEGADLM_ATTENTION=cudnn but this build has no cuDNN frontend (see docs/cuda.md)");
+    MEGADLM_CHECK(v == "cudnn" || v == "flash" || v == "gemm" || v == "auto", "bench_dlm_step: MEGADLM_ATTENTION=", v,
+                  " (want cudnn, flash, gemm or auto)");
+    MEGADLM_CHECK(v != "cudnn" || mc::attention_cudnn_compiled(),
+                  "bench_dlm_step: MEGADLM_ATTENTION=cudnn but this build has no cuDNN frontend (see docs/cuda.md)");
     mc::set_attention_impl(v == "cudnn" ? mc::AttentionImpl::Cudnn
                            : v == "flash" ? mc::AttentionImpl::Flash
                            : v == "gemm"  ? mc::AttentionImpl::Gemm
@@ -345,8 +345,8 @@ int main(int argc, char** argv) try {
   int64_t M = N;  // rows the output layer runs on this step
   dpos.upload(pos.data());
 
-  megadlm::cpu::AttentionMask bidir;
-  bidir.type = megadlm::cpu::MaskType::None;  // a diffusion LM attends both ways
+  megadlm::AttentionMask bidir;
+  bidir.type = megadlm::MaskType::None;  // a diffusion LM attends both ways
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   const float eps = 1e-6f;
   const int32_t mask_id = static_cast<int32_t>(c.V - 1);
@@ -467,7 +467,7 @@ int main(int argc, char** argv) try {
     OP("embedding bwd", mc::embedding_backward(G(m.wte), nullptr, ds.get(), tokens.get(), 0, c.V, nullptr, N, c.C));
   };
 
-  megadlm::cpu::AdamWParams hp;
+  megadlm::AdamWParams hp;
   hp.lr = 3e-4f, hp.beta2 = 0.95f, hp.weight_decay = 0.1f;
   auto optimizer = [&](int64_t step) {
     hp.step = step;
@@ -489,7 +489,7 @@ int main(int argc, char** argv) try {
     const double o = to.stop_ms();
     double loss = 0;
     mc::copy_to_host(&loss, loss_sum.get(), sizeof(double));
-    MDLM_CHECK(std::isfinite(loss), "bench_dlm_step: the loss is not finite at step ", step);
+    MEGADLM_CHECK(std::isfinite(loss), "bench_dlm_step: the loss is not finite at step ", step);
     std::printf("step %d: loss %.4f  forward %.1f ms  backward %.1f ms  adamw %.1f ms%s\n", step, loss / N, f, b, o,
                 step <= c.warmup ? "  (warm-up)" : "");
     if (step > c.warmup) f_ms += f, b_ms += b, o_ms += o, head_rows_total += M;

@@ -20,8 +20,8 @@
 #include "checkpoint/safetensors_sharded.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/cli_flags.h"
-#include "data/tokenizer.h"
+#include "core/cli_flags.h"
+#include "tokenizers/tokenizer.h"
 #include "models/config_json.h"
 #include "models/layer_specs.h"
 
@@ -43,8 +43,8 @@ void hf_to_native(const CliFlags& f) {
   const ModelType type = f.given("model-type") ? model_type_from_name(f.get_string("model-type"))
                                                : (ck.info.diffusion ? ModelType::DiffLM : ModelType::GPT);
   TransformerConfig cfg = ck.info.config;
-  if (type == ModelType::GPT) cfg.attention_mask = cpu::MaskType::Causal;
-  else if (!ck.info.diffusion) cfg.attention_mask = cpu::MaskType::None;  // an AR model adapted: bidirectional
+  if (type == ModelType::GPT) cfg.attention_mask = MaskType::Causal;
+  else if (!ck.info.diffusion) cfg.attention_mask = MaskType::None;  // an AR model adapted: bidirectional
   const LayerSpec spec = type == ModelType::DiffLM ? difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size)
                                                    : gpt_layer_spec(cfg);
   LanguageModel model(cfg, spec, ParallelContext::single());
@@ -52,8 +52,8 @@ void hf_to_native(const CliFlags& f) {
   const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
   int32_t mask = f.given("mask-token") ? static_cast<int32_t>(f.get_int("mask-token")) : ck.info.mask_token_id;
   if (type == ModelType::DiffLM) {
-    MDLM_CHECK(mask >= 0, src, ": a diffusion model needs a mask token: give --mask-token ID (config.json has no mask_token_id)");
-    MDLM_CHECK(mask < cfg.vocab_size, "--mask-token ", mask, " is outside the vocabulary of ", cfg.vocab_size);
+    MEGADLM_CHECK(mask >= 0, src, ": a diffusion model needs a mask token: give --mask-token ID (config.json has no mask_token_id)");
+    MEGADLM_CHECK(mask < cfg.vocab_size, "--mask-token ", mask, " is outside the vocabulary of ", cfg.vocab_size);
   }
   CheckpointState st;
   st.meta["model_type"] = model_type_name(type);
@@ -96,8 +96,8 @@ void native_to_hf(const CliFlags& f) {
   info.eos_token_id = hf.contains("eos_token_id") ? hf["eos_token_id"].get<int32_t>() : lm.eod;
   info.bos_token_id = hf.value("bos_token_id", -1);
   if (info.layout == HfLayout::LLaDA)
-    MDLM_CHECK(lm.diffusion, "--layout llada is for diffusion models; ", lm.dir, " holds a ",
-               meta.value("model_type", "?"), " model");
+    MEGADLM_CHECK(lm.diffusion, "--layout llada is for diffusion models; ", lm.dir, " holds a ",
+                  meta.value("model_type", "?"), " model");
   HfWriteOptions opt;
   opt.dtype = f.given("dtype") ? dtype_from_flag(f.get_string("dtype"))
               : hf.contains("dtype")  ? safetensors_dtype_from_name(hf["dtype"].get<std::string>(), lm.dir)
@@ -143,12 +143,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     const bool from_hf = f.given("from-hf"), from_native = f.given("from-native");
-    MDLM_CHECK(from_hf != from_native, "give exactly one of --from-hf and --from-native");
+    MEGADLM_CHECK(from_hf != from_native, "give exactly one of --from-hf and --from-native");
     if (from_hf) {
-      MDLM_CHECK(f.given("to-native"), "--from-hf needs --to-native");
+      MEGADLM_CHECK(f.given("to-native"), "--from-hf needs --to-native");
       hf_to_native(f);
     } else {
-      MDLM_CHECK(f.given("to-hf"), "--from-native needs --to-hf");
+      MEGADLM_CHECK(f.given("to-hf"), "--from-native needs --to-hf");
       native_to_hf(f);
     }
     return 0;

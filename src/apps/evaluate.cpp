@@ -21,9 +21,9 @@
 #include "checkpoint/model_loader.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "data/indexed_dataset.h"
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 #include "infer/likelihood.h"
 
 using namespace megadlm;
@@ -67,7 +67,7 @@ std::vector<std::vector<int32_t>> windows(const std::string& prefix, int64_t len
       }
     }
   }
-  MDLM_CHECK(!out.empty(), prefix, ": fewer than ", len, " tokens, not one evaluation window");
+  MEGADLM_CHECK(!out.empty(), prefix, ": fewer than ", len, " tokens, not one evaluation window");
   return out;
 }
 
@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
     }
     Timer total;
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
-    MDLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
-               ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
+    MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
+                  ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
     LanguageModel& model = *lm.model;
     nlohmann::json res = {{"checkpoint", lm.dir}, {"model_type", lm.diffusion ? "difflm" : "gpt"}};
     DiffusionLikelihoodOptions dopt;
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     dopt.batch = f.get_int("micro-batch-size");
     dopt.cfg_scale = static_cast<float>(f.get_double("cfg-scale"));
     dopt.seed = static_cast<uint64_t>(f.get_int("seed"));
-    MDLM_CHECK(dopt.batch >= 1, "--micro-batch-size must be positive");
+    MEGADLM_CHECK(dopt.batch >= 1, "--micro-batch-size must be positive");
     bool did = false;
 
     if (!f.get_string("data-path").empty()) {
@@ -114,9 +114,9 @@ int main(int argc, char** argv) {
       Timer t;
       int64_t T = f.get_int("seq-length");
       if (T <= 0 && lm.state.meta.contains("seq_length")) T = lm.state.meta["seq_length"].get<int64_t>();
-      MDLM_CHECK(T >= 2, "--seq-length must be at least 2, got ", T);
+      MEGADLM_CHECK(T >= 2, "--seq-length must be at least 2, got ", T);
       const int64_t n = f.get_int("eval-samples");
-      MDLM_CHECK(n >= 1, "--eval-samples must be positive, got ", n);
+      MEGADLM_CHECK(n >= 1, "--eval-samples must be positive, got ", n);
       nlohmann::json d = {{"data_path", f.get_string("data-path")}, {"seq_length", T}};
       std::vector<double> per_window;  // nats per token of each window
       int64_t tokens = 0;
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<Tokenizer> tok;
     auto tokenizer = [&]() -> Tokenizer& {
       if (!tok) {
-        MDLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
+        MEGADLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
         tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
       }
       return *tok;
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
       std::vector<int32_t> seq = context_ids(f.get_string("prompt"));
       const int64_t begin = static_cast<int64_t>(seq.size());
       const std::vector<int32_t> ans = tokenizer().encode(f.get_string("answer"));
-      MDLM_CHECK(!ans.empty(), "--answer encodes to no tokens");
+      MEGADLM_CHECK(!ans.empty(), "--answer encodes to no tokens");
       seq.insert(seq.end(), ans.begin(), ans.end());
       nlohmann::json c = {{"prompt", f.get_string("prompt")}, {"answer", f.get_string("answer")},
                           {"answer_tokens", ans.size()}};
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
       Timer t;
       const std::string path = f.get_string("choices-file");
       std::ifstream in(path);
-      MDLM_CHECK(in.good(), path, ": cannot open");
+      MEGADLM_CHECK(in.good(), path, ": cannot open");
       std::vector<ChoiceItem> items;
       std::string line;
       int64_t ln = 0;
@@ -236,13 +236,13 @@ int main(int argc, char** argv) {
         } catch (const nlohmann::json::exception& e) {
           fail(path, ":", ln, ": invalid JSON (", e.what(), ")");
         }
-        MDLM_CHECK(j.contains("context") && j["context"].is_string() && j.contains("choices") &&
+        MEGADLM_CHECK(j.contains("context") && j["context"].is_string() && j.contains("choices") &&
                        j["choices"].is_array() && j.contains("label") && j["label"].is_number_integer(),
-                   path, ":", ln, ": needs a string \"context\", an array \"choices\" and an integer \"label\"");
+                      path, ":", ln, ": needs a string \"context\", an array \"choices\" and an integer \"label\"");
         ChoiceItem it;
         it.context = context_ids(j["context"].get<std::string>());
         for (const auto& c : j["choices"]) {
-          MDLM_CHECK(c.is_string(), path, ":", ln, ": choices must be strings");
+          MEGADLM_CHECK(c.is_string(), path, ":", ln, ": choices must be strings");
           it.choices.push_back(tokenizer().encode(c.get<std::string>()));
         }
         it.label = j["label"].get<int64_t>();
@@ -258,13 +258,13 @@ int main(int argc, char** argv) {
       m["seconds"] = t.seconds();
       res["multiple_choice"] = m;
     }
-    MDLM_CHECK(did, "nothing to evaluate: give --data-path, --choices-file or --answer");
+    MEGADLM_CHECK(did, "nothing to evaluate: give --data-path, --choices-file or --answer");
     res["seconds"] = total.seconds();
     const std::string text = res.dump(2);
     std::cout << text << "\n";
     if (!f.get_string("output").empty()) {
       std::ofstream out(f.get_string("output"));
-      MDLM_CHECK(out.good(), f.get_string("output"), ": cannot create");
+      MEGADLM_CHECK(out.good(), f.get_string("output"), ": cannot create");
       out << text << "\n";
     }
     return 0;

@@ -18,8 +18,8 @@
 #include "checkpoint/model_loader.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/cli_flags.h"
-#include "data/tokenizer.h"
+#include "core/cli_flags.h"
+#include "tokenizers/tokenizer.h"
 #include "infer/sampling.h"
 
 using namespace megadlm;
@@ -29,7 +29,7 @@ namespace {
 std::vector<std::string> read_prompts(const std::string& path) {
   std::vector<std::string> prompts;
   std::ifstream in(path);
-  MDLM_CHECK(in.good(), path, ": cannot open");
+  MEGADLM_CHECK(in.good(), path, ": cannot open");
   std::string line;
   int64_t n = 0;
   while (std::getline(in, line)) {
@@ -42,7 +42,7 @@ std::vector<std::string> read_prompts(const std::string& path) {
       fail(path, ":", n, ": invalid JSON (", e.what(), ")");
     }
     const char* key = j.contains("prompt") ? "prompt" : "text";
-    MDLM_CHECK(j.contains(key) && j[key].is_string(), path, ":", n, ": no string \"prompt\" or \"text\" key");
+    MEGADLM_CHECK(j.contains(key) && j[key].is_string(), path, ":", n, ": no string \"prompt\" or \"text\" key");
     prompts.push_back(j[key].get<std::string>());
   }
   return prompts;
@@ -79,9 +79,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
-    MDLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
-               ": a shifted (--model-running-mode vanilla) diffusion model is not supported by generate yet");
-    MDLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
+    MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
+                  ": a shifted (--model-running-mode vanilla) diffusion model is not supported by generate yet");
+    MEGADLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
     std::unique_ptr<Tokenizer> tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
 
     std::vector<std::string> prompts = f.get_list("prompt");
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     }
     if (prompts.empty()) prompts.push_back("");
     const int64_t batch = f.get_int("batch-size");
-    MDLM_CHECK(batch >= 1, "--batch-size must be positive, got ", batch);
+    MEGADLM_CHECK(batch >= 1, "--batch-size must be positive, got ", batch);
     const uint64_t seed = static_cast<uint64_t>(f.get_int("seed"));
 
     std::vector<std::vector<int32_t>> ids;
@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
     std::ofstream out_file;
     if (!f.get_string("output").empty()) {
       out_file.open(f.get_string("output"));
-      MDLM_CHECK(out_file.good(), f.get_string("output"), ": cannot create");
+      MEGADLM_CHECK(out_file.good(), f.get_string("output"), ": cannot create");
     }
     int64_t new_tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> prefixes;
     for (const std::string& t : flags.get_list("data-path"))
       if (!is_number(t)) prefixes.push_back(t);
-    MDLM_CHECK(!prefixes.empty(), "--data-path holds no dataset prefix");
+    MEGADLM_CHECK(!prefixes.empty(), "--data-path holds no dataset prefix");
 
     int64_t all_docs = 0, all_tokens = 0;
     for (const std::string& p : prefixes) {
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     const int64_t doc = flags.get_int("document");
     if (doc >= 0) {
       const IndexedDataset d(prefixes[0]);
-      MDLM_CHECK(doc < d.num_documents(), "--document ", doc, " is beyond the ", d.num_documents(), " documents");
+      MEGADLM_CHECK(doc < d.num_documents(), "--document ", doc, " is beyond the ", d.num_documents(), " documents");
       std::vector<int32_t> ids;
       for (int64_t s = d.document_index(doc); s < d.document_index(doc + 1); ++s) {
         const std::vector<int32_t> part = d.get(s);
@@ -105,15 +105,15 @@ int main(int argc, char** argv) {
     const int64_t sample = flags.get_int("sample");
     if (sample >= 0) {
       const int64_t T = flags.get_int("seq-length");
-      MDLM_CHECK(T >= 1, "--sample needs --seq-length");
+      MEGADLM_CHECK(T >= 1, "--sample needs --seq-length");
       auto data = std::make_shared<const IndexedDataset>(prefixes[0]);
       const auto ranges = split_ranges(flags.get_string("split"), data->num_sequences());
-      MDLM_CHECK(ranges[0].has_value(), "--split ", flags.get_string("split"), " leaves no train split");
+      MEGADLM_CHECK(ranges[0].has_value(), "--split ", flags.get_string("split"), " leaves no train split");
       GPTDatasetConfig c;
       c.seq_length = T;
       c.seed = static_cast<uint64_t>(flags.get_int("seed"));
       const GPTDataset ds(data, *ranges[0], Split::Train, c);
-      MDLM_CHECK(sample < ds.size(), "--sample ", sample, " is beyond the ", ds.size(), " samples of one epoch");
+      MEGADLM_CHECK(sample < ds.size(), "--sample ", sample, " is beyond the ", ds.size(), " samples of one epoch");
       std::vector<int32_t> ids(static_cast<size_t>(T + 1));
       ds.sample(sample, ids.data());
       std::printf("sample %lld of %lld (seq_length %lld, seed %lld; tokens [0, T) are the input, [1, T] the labels):\n",

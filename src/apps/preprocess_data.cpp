@@ -6,7 +6,7 @@
 #include <exception>
 
 #include "core/error.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "data/preprocess.h"
 
 using namespace megadlm;
@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
       std::fputs(flags.help().c_str(), stdout);
       return 0;
     }
-    MDLM_CHECK(flags.get_string("dataset-impl") == "mmap", "--dataset-impl ", flags.get_string("dataset-impl"),
-               " is not supported (only mmap)");
+    MEGADLM_CHECK(flags.get_string("dataset-impl") == "mmap", "--dataset-impl ", flags.get_string("dataset-impl"),
+                  " is not supported (only mmap)");
 
     PreprocessOptions o;
     o.input = flags.get_string("input");
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     o.output_prefix = flags.get_string("output-prefix");
     o.append_eod = flags.get_bool("append-eod");
     const int64_t workers = flags.get_int("workers");
-    MDLM_CHECK(workers >= 1 && workers <= 1024, "--workers ", workers, " must be in [1, 1024]");
+    MEGADLM_CHECK(workers >= 1 && workers <= 1024, "--workers ", workers, " must be in [1, 1024]");
     o.workers = static_cast<int>(workers);
     o.tokenizer.type = flags.get_string("tokenizer-type");
     o.tokenizer.vocab_file = flags.get_string("vocab-file");

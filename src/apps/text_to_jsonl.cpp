@@ -13,7 +13,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 
 using namespace megadlm;
 
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     };
     for (const std::string& path : f.get_list("input")) {
       std::ifstream in(path, std::ios::binary);
-      MDLM_CHECK(in.good(), path, ": cannot open");
+      MEGADLM_CHECK(in.good(), path, ": cannot open");
       std::string line, doc;
       while (std::getline(in, line)) {
         if (!sep.empty() && line == sep) emit(doc);

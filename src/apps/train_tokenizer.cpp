@@ -9,9 +9,9 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "data/jsonl.h"
-#include "data/tokenizer_hf.h"
+#include "tokenizers/tokenizer_hf.h"
 
 using namespace megadlm;
 
@@ -50,9 +50,9 @@ int main(int argc, char** argv) {
     opt.vocab_size = f.get_int("vocab-size");
     opt.min_frequency = f.get_int("min-frequency");
     opt.special_tokens = split_commas(f.get_list("special-tokens"));
-    MDLM_CHECK(opt.vocab_size >= static_cast<int64_t>(256 + opt.special_tokens.size()), "--vocab-size ",
-               opt.vocab_size, " leaves no room for merges: it must be at least 256 + ", opt.special_tokens.size(),
-               " special tokens");
+    MEGADLM_CHECK(opt.vocab_size >= static_cast<int64_t>(256 + opt.special_tokens.size()), "--vocab-size ",
+                  opt.vocab_size, " leaves no room for merges: it must be at least 256 + ", opt.special_tokens.size(),
+                  " special tokens");
     const std::vector<std::string> keys = f.get_list("json-keys");
 
     ByteLevelBpeTrainer trainer;
@@ -62,12 +62,12 @@ int main(int argc, char** argv) {
     while (reader.next_line(line, line_no)) {
       const ParsedLine p = parse_jsonl_line(line, keys);
       if (p.status == LineStatus::Blank) continue;
-      MDLM_CHECK(p.status == LineStatus::Ok, reader.path(), " line ", line_no, ": ", p.error);
+      MEGADLM_CHECK(p.status == LineStatus::Ok, reader.path(), " line ", line_no, ": ", p.error);
       for (const auto& texts : p.texts)
         for (const std::string& t : texts) trainer.add_text(t);
       ++docs;
     }
-    MDLM_CHECK(docs > 0, reader.path(), ": no documents");
+    MEGADLM_CHECK(docs > 0, reader.path(), ": no documents");
     const nlohmann::ordered_json j = trainer.train(opt);
     const std::string out = f.get_string("output");
     write_file_atomic(out, j.dump(-1, ' ', false) + "\n");

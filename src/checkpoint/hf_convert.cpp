@@ -66,7 +66,7 @@ using nlohmann::json;
 
 template <typename T>
 T req(const json& j, const char* key, const std::string& where) {
-  MDLM_CHECK(j.contains(key) && !j[key].is_null(), where, ": config.json lacks '", key, "'");
+  MEGADLM_CHECK(j.contains(key) && !j[key].is_null(), where, ": config.json lacks '", key, "'");
   try {
     return j[key].get<T>();
   } catch (const json::exception&) {
@@ -95,21 +95,21 @@ double rope_theta(const json& j, const std::string& where) {
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& s = j["rope_scaling"];
     const std::string type = s.is_object() ? s.value("rope_type", s.value("type", std::string("?"))) : "?";
-    MDLM_CHECK(type == "default", where, ": config.json sets rope_scaling (", s.dump(),
-               "); only plain RoPE is supported");
+    MEGADLM_CHECK(type == "default", where, ": config.json sets rope_scaling (", s.dump(),
+                  "); only plain RoPE is supported");
   }
   double theta = opt<double>(j, "rope_theta", 10000.0, where);
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
     const json& p = j["rope_parameters"];
     const std::string type = p.value("rope_type", std::string("default"));
-    MDLM_CHECK(type == "default", where, ": config.json rope_parameters.rope_type is '", type,
-               "'; only plain RoPE (default) is supported");
+    MEGADLM_CHECK(type == "default", where, ": config.json rope_parameters.rope_type is '", type,
+                  "'; only plain RoPE (default) is supported");
     if (p.contains("rope_theta")) theta = p["rope_theta"].get<double>();
-    MDLM_CHECK(!p.contains("partial_rotary_factor") || p["partial_rotary_factor"].get<double>() == 1.0, where,
-               ": config.json rope_parameters.partial_rotary_factor is not 1 (partial RoPE is not supported)");
+    MEGADLM_CHECK(!p.contains("partial_rotary_factor") || p["partial_rotary_factor"].get<double>() == 1.0, where,
+                  ": config.json rope_parameters.partial_rotary_factor is not 1 (partial RoPE is not supported)");
   }
-  MDLM_CHECK(opt<double>(j, "partial_rotary_factor", 1.0, where) == 1.0, where,
-             ": config.json partial_rotary_factor is not 1 (partial RoPE is not supported)");
+  MEGADLM_CHECK(opt<double>(j, "partial_rotary_factor", 1.0, where) == 1.0, where,
+                ": config.json partial_rotary_factor is not 1 (partial RoPE is not supported)");
   return theta;
 }
 
@@ -129,9 +129,9 @@ void read_moe_fields(const json& j, HfLayout layout, TransformerConfig& c, const
   m.aux_loss_coeff = static_cast<float>(opt<double>(j, "router_aux_loss_coef", 0.0, where));
   m.capacity_factor = 0.0;
   m.shared_expert_size = 0;
-  MDLM_CHECK(!j.contains("shared_expert_intermediate_size") || j["shared_expert_intermediate_size"].is_null() ||
+  MEGADLM_CHECK(!j.contains("shared_expert_intermediate_size") || j["shared_expert_intermediate_size"].is_null() ||
                  j["shared_expert_intermediate_size"].get<int64_t>() == 0,
-             where, ": shared experts are not supported in this layout");
+                where, ": shared experts are not supported in this layout");
   if (layout == HfLayout::Mixtral) {
     m.pre_softmax = false;
     m.ffn_hidden_size = c.ffn_hidden_size;
@@ -141,7 +141,7 @@ void read_moe_fields(const json& j, HfLayout layout, TransformerConfig& c, const
   m.pre_softmax = !opt<bool>(j, "norm_topk_prob", false, where);
   m.ffn_hidden_size = req<int64_t>(j, "moe_intermediate_size", where);
   const int64_t step = opt<int64_t>(j, "decoder_sparse_step", 1, where);
-  MDLM_CHECK(step >= 1, where, ": decoder_sparse_step must be at least 1, got ", step);
+  MEGADLM_CHECK(step >= 1, where, ": decoder_sparse_step must be at least 1, got ", step);
   std::vector<int64_t> dense_layers;
   if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
     dense_layers = j["mlp_only_layers"].get<std::vector<int64_t>>();
@@ -158,14 +158,14 @@ void read_diffusion_fields(const json& j, HfModelInfo& info) {
   const bool bidirectional = j.contains("is_causal") && j["is_causal"].is_boolean() && !j["is_causal"].get<bool>();
   if (bidirectional) {
     info.diffusion = true;
-    info.config.attention_mask = cpu::MaskType::None;
+    info.config.attention_mask = MaskType::None;
   }
 }
 
 }  // namespace
 
 HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
-  MDLM_CHECK(j.is_object(), where, ": config.json is not a JSON object");
+  MEGADLM_CHECK(j.is_object(), where, ": config.json is not a JSON object");
   HfModelInfo info;
   TransformerConfig& c = info.config;
   const std::string model_type = opt<std::string>(j, "model_type", "", where);
@@ -184,14 +184,14 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
   info.bos_token_id = token_id(j, "bos_token_id");
   info.eos_token_id = token_id(j, "eos_token_id");
   c.init_method_std = static_cast<float>(opt<double>(j, "initializer_range", 0.02, where));
-  c.attention_mask = cpu::MaskType::Causal;
+  c.attention_mask = MaskType::Causal;
 
   if (info.layout == HfLayout::GPT2) {
     c.num_layers = req<int64_t>(j, "n_layer", where);
     c.hidden_size = req<int64_t>(j, "n_embd", where);
     c.num_attention_heads = req<int64_t>(j, "n_head", where);
-    MDLM_CHECK(c.hidden_size % c.num_attention_heads == 0, where, ": n_embd ", c.hidden_size,
-               " is not a multiple of n_head ", c.num_attention_heads);
+    MEGADLM_CHECK(c.hidden_size % c.num_attention_heads == 0, where, ": n_embd ", c.hidden_size,
+                  " is not a multiple of n_head ", c.num_attention_heads);
     c.num_query_groups = c.num_attention_heads;
     c.kv_channels = c.hidden_size / c.num_attention_heads;
     c.ffn_hidden_size = opt<int64_t>(j, "n_inner", 4 * c.hidden_size, where);
@@ -200,14 +200,14 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.normalization = NormKind::LayerNorm;
     c.norm_epsilon = static_cast<float>(opt<double>(j, "layer_norm_epsilon", 1e-5, where));
     const std::string act = opt<std::string>(j, "activation_function", "gelu_new", where);
-    MDLM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function '", act,
-               "' is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)");
+    MEGADLM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function '", act,
+                  "' is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)");
     c.activation = Activation::Gelu;
     c.add_bias_linear = true;
     c.position_embedding = PositionEmbedding::LearnedAbsolute;
-    MDLM_CHECK(!opt<bool>(j, "scale_attn_by_inverse_layer_idx", false, where), where,
-               ": scale_attn_by_inverse_layer_idx is not supported");
-    MDLM_CHECK(opt<bool>(j, "scale_attn_weights", true, where), where, ": scale_attn_weights false is not supported");
+    MEGADLM_CHECK(!opt<bool>(j, "scale_attn_by_inverse_layer_idx", false, where), where,
+                  ": scale_attn_by_inverse_layer_idx is not supported");
+    MEGADLM_CHECK(opt<bool>(j, "scale_attn_weights", true, where), where, ": scale_attn_weights false is not supported");
     c.untie_embeddings_and_output_weights = !opt<bool>(j, "tie_word_embeddings", true, where);
   } else if (info.layout == HfLayout::LLaDA) {
     c.num_layers = req<int64_t>(j, "n_layers", where);
@@ -221,18 +221,18 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.normalization = NormKind::RMSNorm;
     c.norm_epsilon = static_cast<float>(opt<double>(j, "rms_norm_eps", 1e-5, where));
     const std::string norm = opt<std::string>(j, "layer_norm_type", "rms", where);
-    MDLM_CHECK(norm == "rms", where, ": layer_norm_type '", norm, "' is not supported (only rms)");
+    MEGADLM_CHECK(norm == "rms", where, ": layer_norm_type '", norm, "' is not supported (only rms)");
     const std::string act = opt<std::string>(j, "activation_type", "silu", where);
-    MDLM_CHECK(act == "silu" || act == "swiglu", where, ": activation_type '", act, "' is not supported (only silu)");
+    MEGADLM_CHECK(act == "silu" || act == "swiglu", where, ": activation_type '", act, "' is not supported (only silu)");
     const std::string block = opt<std::string>(j, "block_type", "llama", where);
-    MDLM_CHECK(block == "llama", where, ": block_type '", block, "' is not supported (only llama)");
-    MDLM_CHECK(opt<bool>(j, "rope", true, where), where, ": rope false is not supported");
-    MDLM_CHECK(!opt<bool>(j, "alibi", false, where), where, ": alibi is not supported");
-    MDLM_CHECK(!opt<bool>(j, "attention_layer_norm", false, where), where, ": attention_layer_norm is not supported");
-    MDLM_CHECK(!opt<bool>(j, "bias_for_layer_norm", false, where), where, ": bias_for_layer_norm is not supported");
-    MDLM_CHECK(!opt<bool>(j, "input_emb_norm", false, where), where, ": input_emb_norm is not supported");
-    MDLM_CHECK(!j.contains("clip_qkv") || j["clip_qkv"].is_null(), where, ": clip_qkv is not supported");
-    MDLM_CHECK(!j.contains("scale_logits") || !j["scale_logits"].get<bool>(), where, ": scale_logits is not supported");
+    MEGADLM_CHECK(block == "llama", where, ": block_type '", block, "' is not supported (only llama)");
+    MEGADLM_CHECK(opt<bool>(j, "rope", true, where), where, ": rope false is not supported");
+    MEGADLM_CHECK(!opt<bool>(j, "alibi", false, where), where, ": alibi is not supported");
+    MEGADLM_CHECK(!opt<bool>(j, "attention_layer_norm", false, where), where, ": attention_layer_norm is not supported");
+    MEGADLM_CHECK(!opt<bool>(j, "bias_for_layer_norm", false, where), where, ": bias_for_layer_norm is not supported");
+    MEGADLM_CHECK(!opt<bool>(j, "input_emb_norm", false, where), where, ": input_emb_norm is not supported");
+    MEGADLM_CHECK(!j.contains("clip_qkv") || j["clip_qkv"].is_null(), where, ": clip_qkv is not supported");
+    MEGADLM_CHECK(!j.contains("scale_logits") || !j["scale_logits"].get<bool>(), where, ": scale_logits is not supported");
     c.activation = Activation::SwiGLU;
     c.add_bias_linear = opt<bool>(j, "include_bias", false, where);
     c.add_qkv_bias = opt<bool>(j, "include_qkv_bias", false, where);
@@ -240,15 +240,15 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.rotary_base = opt<double>(j, "rope_theta", 10000.0, where);
     c.untie_embeddings_and_output_weights = !opt<bool>(j, "weight_tying", false, where);
     info.diffusion = true;
-    c.attention_mask = cpu::MaskType::None;
+    c.attention_mask = MaskType::None;
     info.mask_token_id = token_id(j, "mask_token_id");
   } else {
     c.num_layers = req<int64_t>(j, "num_hidden_layers", where);
     c.hidden_size = req<int64_t>(j, "hidden_size", where);
     c.num_attention_heads = req<int64_t>(j, "num_attention_heads", where);
     c.num_query_groups = opt<int64_t>(j, "num_key_value_heads", c.num_attention_heads, where);
-    MDLM_CHECK(info.layout == HfLayout::Qwen3 || c.hidden_size % c.num_attention_heads == 0 || j.contains("head_dim"),
-               where, ": hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ", c.num_attention_heads);
+    MEGADLM_CHECK(info.layout == HfLayout::Qwen3 || c.hidden_size % c.num_attention_heads == 0 || j.contains("head_dim"),
+                  where, ": hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ", c.num_attention_heads);
     c.kv_channels = opt<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, where);
     c.ffn_hidden_size = req<int64_t>(j, "intermediate_size", where);
     c.vocab_size = req<int64_t>(j, "vocab_size", where);
@@ -256,34 +256,34 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.normalization = NormKind::RMSNorm;
     c.norm_epsilon = static_cast<float>(opt<double>(j, "rms_norm_eps", 1e-6, where));
     const std::string act = opt<std::string>(j, "hidden_act", "silu", where);
-    MDLM_CHECK(act == "silu", where, ": hidden_act '", act, "' is not supported (only silu, i.e. SwiGLU)");
+    MEGADLM_CHECK(act == "silu", where, ": hidden_act '", act, "' is not supported (only silu, i.e. SwiGLU)");
     c.activation = Activation::SwiGLU;
     c.position_embedding = PositionEmbedding::Rope;
     c.rotary_base = rope_theta(j, where);
     c.add_bias_linear = false;
-    MDLM_CHECK(!opt<bool>(j, "mlp_bias", false, where), where, ": mlp_bias is not supported");
-    MDLM_CHECK(!opt<bool>(j, "attention_bias", false, where), where,
-               ": attention_bias (biases on q, k, v and o) is not supported; only Qwen2's q/k/v biases are");
+    MEGADLM_CHECK(!opt<bool>(j, "mlp_bias", false, where), where, ": mlp_bias is not supported");
+    MEGADLM_CHECK(!opt<bool>(j, "attention_bias", false, where), where,
+                  ": attention_bias (biases on q, k, v and o) is not supported; only Qwen2's q/k/v biases are");
     c.add_qkv_bias = info.layout == HfLayout::Qwen2;
     c.qk_layernorm = info.layout == HfLayout::Qwen3 || info.layout == HfLayout::Qwen3Moe;
     if (info.layout == HfLayout::Mixtral || info.layout == HfLayout::Qwen3Moe) read_moe_fields(j, info.layout, c, where);
     if (info.layout != HfLayout::Llama && info.layout != HfLayout::Mixtral) {
       // Qwen2/3 keep sliding_window set even when unused; only use_sliding_window turns it on.
-      MDLM_CHECK(!opt<bool>(j, "use_sliding_window", false, where), where,
-                 ": use_sliding_window is true (sliding-window attention is not supported)");
+      MEGADLM_CHECK(!opt<bool>(j, "use_sliding_window", false, where), where,
+                    ": use_sliding_window is true (sliding-window attention is not supported)");
     } else {
-      MDLM_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), where,
-                 ": sliding_window is set (sliding-window attention is not supported)");
+      MEGADLM_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), where,
+                    ": sliding_window is set (sliding-window attention is not supported)");
     }
     if (j.contains("layer_types") && j["layer_types"].is_array())
       for (const auto& t : j["layer_types"])
-        MDLM_CHECK(t == "full_attention", where, ": layer_types holds '", t.get<std::string>(),
-                   "'; only full_attention is supported");
+        MEGADLM_CHECK(t == "full_attention", where, ": layer_types holds '", t.get<std::string>(),
+                      "'; only full_attention is supported");
     c.untie_embeddings_and_output_weights = !opt<bool>(j, "tie_word_embeddings", false, where);
     read_diffusion_fields(j, info);
   }
-  MDLM_CHECK(c.num_attention_heads % c.num_query_groups == 0, where, ": num_key_value_heads ", c.num_query_groups,
-             " does not divide num_attention_heads ", c.num_attention_heads);
+  MEGADLM_CHECK(c.num_attention_heads % c.num_query_groups == 0, where, ": num_key_value_heads ", c.num_query_groups,
+                " does not divide num_attention_heads ", c.num_attention_heads);
   return info;
 }
 
@@ -298,11 +298,11 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
   auto id_or_null = [](int32_t v) { return v >= 0 ? json(v) : json(nullptr); };
   const bool tied = !c.untie_embeddings_and_output_weights;
   if (l == HfLayout::GPT2) {
-    MDLM_CHECK(c.normalization == NormKind::LayerNorm && c.activation == Activation::Gelu && c.add_bias_linear &&
+    MEGADLM_CHECK(c.normalization == NormKind::LayerNorm && c.activation == Activation::Gelu && c.add_bias_linear &&
                    c.position_embedding == PositionEmbedding::LearnedAbsolute && !c.qk_layernorm &&
                    c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size,
-               where, ": GPT-2 needs LayerNorm, GELU, biases, learned positions, no GQA or QK-norm and "
-               "kv_channels * heads == hidden");
+                  where, ": GPT-2 needs LayerNorm, GELU, biases, learned positions, no GQA or QK-norm and "
+                  "kv_channels * heads == hidden");
     j["model_type"] = "gpt2";
     j["n_layer"] = c.num_layers;
     j["n_embd"] = c.hidden_size;
@@ -317,38 +317,38 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
     j["embd_pdrop"] = 0.0;
     j["resid_pdrop"] = 0.0;
   } else {
-    MDLM_CHECK(c.normalization == NormKind::RMSNorm && c.activation == Activation::SwiGLU &&
+    MEGADLM_CHECK(c.normalization == NormKind::RMSNorm && c.activation == Activation::SwiGLU &&
                    c.position_embedding == PositionEmbedding::Rope && !c.add_bias_linear,
-               where, ": needs RMSNorm, SwiGLU, RoPE and no linear biases (--disable-bias-linear)");
+                  where, ": needs RMSNorm, SwiGLU, RoPE and no linear biases (--disable-bias-linear)");
     if (l == HfLayout::Llama || l == HfLayout::LLaDA) {
-      MDLM_CHECK(!c.qk_layernorm, where, ": the model has QK-norm; export it as qwen3");
-      MDLM_CHECK(!c.add_qkv_bias, where, ": the model has q/k/v biases; export it as qwen2");
+      MEGADLM_CHECK(!c.qk_layernorm, where, ": the model has QK-norm; export it as qwen3");
+      MEGADLM_CHECK(!c.add_qkv_bias, where, ": the model has q/k/v biases; export it as qwen2");
     }
     if (l == HfLayout::Qwen2) {
-      MDLM_CHECK(!c.qk_layernorm, where, ": the model has QK-norm; export it as qwen3");
-      MDLM_CHECK(c.add_qkv_bias, where, ": Qwen2 has q/k/v biases but the model has none; export it as llama");
+      MEGADLM_CHECK(!c.qk_layernorm, where, ": the model has QK-norm; export it as qwen3");
+      MEGADLM_CHECK(c.add_qkv_bias, where, ": Qwen2 has q/k/v biases but the model has none; export it as llama");
     }
     const bool moe_layout = l == HfLayout::Mixtral || l == HfLayout::Qwen3Moe;
-    MDLM_CHECK(moe_layout == c.moe.enabled(), where, moe_layout ? ": the model has no MoE layers; use a dense layout"
+    MEGADLM_CHECK(moe_layout == c.moe.enabled(), where, moe_layout ? ": the model has no MoE layers; use a dense layout"
                                                                  : ": the model has MoE layers; export it as mixtral or qwen3_moe");
     if (moe_layout) {
       const MoEConfig& m = c.moe;
-      MDLM_CHECK(m.router_type == MoERouterType::TopK && m.score_function == MoEScoreFunction::Softmax &&
+      MEGADLM_CHECK(m.router_type == MoERouterType::TopK && m.score_function == MoEScoreFunction::Softmax &&
                      m.shared_expert_size == 0 && m.capacity_factor <= 0,
-                 where, ": needs a top-k softmax router, no shared experts and no capacity limit");
-      MDLM_CHECK(!c.add_qkv_bias, where, ": q/k/v biases are not part of this layout");
-      MDLM_CHECK((l == HfLayout::Qwen3Moe) == c.qk_layernorm, where,
-                 l == HfLayout::Qwen3Moe ? ": Qwen3-MoE needs QK-norm" : ": the model has QK-norm; export it as qwen3_moe");
+                    where, ": needs a top-k softmax router, no shared experts and no capacity limit");
+      MEGADLM_CHECK(!c.add_qkv_bias, where, ": q/k/v biases are not part of this layout");
+      MEGADLM_CHECK((l == HfLayout::Qwen3Moe) == c.qk_layernorm, where,
+                    l == HfLayout::Qwen3Moe ? ": Qwen3-MoE needs QK-norm" : ": the model has QK-norm; export it as qwen3_moe");
       j["num_local_experts"] = m.num_experts;
       j["num_experts_per_tok"] = m.topk;
       j["router_aux_loss_coef"] = m.aux_loss_coeff;
       j["output_router_logits"] = false;
       if (l == HfLayout::Mixtral) {
-        MDLM_CHECK(!m.pre_softmax, where, ": Mixtral renormalises over the top-k (needs pre_softmax off)");
+        MEGADLM_CHECK(!m.pre_softmax, where, ": Mixtral renormalises over the top-k (needs pre_softmax off)");
         const int64_t F = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : c.ffn_hidden_size;
-        MDLM_CHECK(F == c.ffn_hidden_size, where, ": Mixtral has one ffn size for its experts");
+        MEGADLM_CHECK(F == c.ffn_hidden_size, where, ": Mixtral has one ffn size for its experts");
         for (int64_t i = 0; i < c.num_layers; ++i)
-          MDLM_CHECK(m.is_moe_layer(i), where, ": Mixtral needs every layer to be MoE; layer ", i, " is dense");
+          MEGADLM_CHECK(m.is_moe_layer(i), where, ": Mixtral needs every layer to be MoE; layer ", i, " is dense");
       } else {
         j["num_experts"] = m.num_experts;
         j["moe_intermediate_size"] = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : c.ffn_hidden_size;
@@ -361,12 +361,12 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
       }
     }
     if (l == HfLayout::Qwen3) {
-      MDLM_CHECK(c.qk_layernorm, where, ": Qwen3 has QK-norm but the model has none; export it as llama");
-      MDLM_CHECK(!c.add_qkv_bias, where, ": the model has q/k/v biases, which Qwen3 lacks; export it as qwen2");
+      MEGADLM_CHECK(c.qk_layernorm, where, ": Qwen3 has QK-norm but the model has none; export it as llama");
+      MEGADLM_CHECK(!c.add_qkv_bias, where, ": the model has q/k/v biases, which Qwen3 lacks; export it as qwen2");
     }
     if (l == HfLayout::LLaDA) {
-      MDLM_CHECK(c.kv_channels * c.num_attention_heads == c.hidden_size, where,
-                 ": LLaDA needs kv_channels * heads == hidden");
+      MEGADLM_CHECK(c.kv_channels * c.num_attention_heads == c.hidden_size, where,
+                    ": LLaDA needs kv_channels * heads == hidden");
       j["model_type"] = "llada";
       j["d_model"] = c.hidden_size;
       j["n_heads"] = c.num_attention_heads;
@@ -429,13 +429,13 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
   if (info.diffusion) {
     // transformers ignores these; they tell a reader (and our importer) that the model is a masked
     // diffusion model with bidirectional attention.
-    j["is_causal"] = c.attention_mask == cpu::MaskType::Causal;
+    j["is_causal"] = c.attention_mask == MaskType::Causal;
     j["mask_token_id"] = id_or_null(info.mask_token_id);
     j["megadlm_model_type"] = "difflm";
-    j["megadlm_attention_mask_type"] = c.attention_mask == cpu::MaskType::None     ? "no_mask"
-                                       : c.attention_mask == cpu::MaskType::Causal ? "causal"
+    j["megadlm_attention_mask_type"] = c.attention_mask == MaskType::None     ? "no_mask"
+                                       : c.attention_mask == MaskType::Causal ? "causal"
                                                                                     : "block_causal";
-    if (c.attention_mask == cpu::MaskType::BlockCausal) j["megadlm_attention_block_size"] = c.attention_block_size;
+    if (c.attention_mask == MaskType::BlockCausal) j["megadlm_attention_block_size"] = c.attention_block_size;
   }
   return j;
 }
@@ -575,7 +575,7 @@ std::vector<std::pair<std::string, Shape>> our_shapes(const TransformerConfig& c
   // Building the ParamStore registers every name and shape; the buffers are needed anyway later.
   TransformerConfig cc = c;
   (void)diffusion;
-  cc.attention_mask = cpu::MaskType::Causal;
+  cc.attention_mask = MaskType::Causal;
   LayerSpec spec;
   spec.norm = cc.normalization;
   spec.qk_norm = cc.qk_layernorm;
@@ -598,7 +598,7 @@ struct HfShape {
 HfCheckpoint read_hf_checkpoint(const std::string& dir) {
   HfCheckpoint ck;
   const std::string cfg_path = dir + "/config.json";
-  MDLM_CHECK(fs::exists(cfg_path), dir, ": no config.json (not a HuggingFace checkpoint directory)");
+  MEGADLM_CHECK(fs::exists(cfg_path), dir, ": no config.json (not a HuggingFace checkpoint directory)");
   try {
     ck.raw_config = json::parse(read_file(cfg_path));
   } catch (const json::exception& e) {
@@ -625,18 +625,18 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
     for (const Piece& p0 : pieces) {
       Piece p = p0;
       p.hf = resolve(p0.hf);
-      MDLM_CHECK(st.has(p.hf), dir, ": tensor '", p.hf, "' (for our ", name, ") is missing");
+      MEGADLM_CHECK(st.has(p.hf), dir, ": tensor '", p.hf, "' (for our ", name, ") is missing");
       const Tensor t = st.get(p.hf);
       const int64_t t_rows = t.dim() == 1 ? t.numel() : (p.transpose ? t.size(1) : t.size(0));
       const int64_t t_cols = t.dim() == 1 ? 1 : (p.transpose ? t.size(0) : t.size(1));
-      MDLM_CHECK(t.dim() <= 2 && t_cols == K && p.row0 + p.rows <= t_rows, dir, ": tensor '", p.hf, "' has shape ",
-                 t.shape().str(), ", which does not fit our ", name, " ", shape.str());
+      MEGADLM_CHECK(t.dim() <= 2 && t_cols == K && p.row0 + p.rows <= t_rows, dir, ": tensor '", p.hf, "' has shape ",
+                    t.shape().str(), ", which does not fit our ", name, " ", shape.str());
       for (int64_t r = 0; r < p.rows; ++r)
         for (int64_t k = 0; k < K; ++k) o[(row + r) * K + k] = hf_at(t, p.transpose, p.row0 + r, k, K);
       row += p.rows;
       used.insert(p.hf);
     }
-    MDLM_CHECK(row == shape[0], dir, ": the pieces of ", name, " give ", row, " rows, not ", shape[0]);
+    MEGADLM_CHECK(row == shape[0], dir, ": the pieces of ", name, " give ", row, " rows, not ", shape[0]);
     ck.params.push_back({name, out});
   }
   for (const std::string& n : st.names()) {
@@ -655,16 +655,16 @@ void load_params_into(const std::vector<SafetensorsEntry>& params, LanguageModel
   std::set<std::string> given;
   for (const auto& e : params) {
     const int id = ps.find(e.name);
-    MDLM_CHECK(id >= 0, where, ": tensor '", e.name, "' is not a parameter of the model");
+    MEGADLM_CHECK(id >= 0, where, ": tensor '", e.name, "' is not a parameter of the model");
     Tensor dst = ps.value(id);
-    MDLM_CHECK(dst.shape() == e.tensor.shape(), where, ": tensor '", e.name, "' has shape ", e.tensor.shape().str(),
-               " but the model's is ", dst.shape().str());
-    MDLM_CHECK(e.tensor.dtype() == DType::F32, where, ": tensor '", e.name, "' is not F32");
+    MEGADLM_CHECK(dst.shape() == e.tensor.shape(), where, ": tensor '", e.name, "' has shape ", e.tensor.shape().str(),
+                  " but the model's is ", dst.shape().str());
+    MEGADLM_CHECK(e.tensor.dtype() == DType::F32, where, ": tensor '", e.name, "' is not F32");
     dst.copy_from(e.tensor);
     given.insert(e.name);
   }
   for (const auto& info : ps.infos())
-    MDLM_CHECK(given.count(info.name), where, ": no value for the model parameter '", info.name, "'");
+    MEGADLM_CHECK(given.count(info.name), where, ": no value for the model parameter '", info.name, "'");
 }
 
 std::vector<SafetensorsEntry> model_params(const LanguageModel& model) {
@@ -676,8 +676,8 @@ std::vector<SafetensorsEntry> model_params(const LanguageModel& model) {
 
 std::vector<SafetensorsEntry> params_to_hf(const std::vector<SafetensorsEntry>& params, const HfModelInfo& info,
                                            DType dtype) {
-  MDLM_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16, "HuggingFace export dtype ",
-             dtype_name(dtype), " is not supported (F32, BF16, F16)");
+  MEGADLM_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16, "HuggingFace export dtype ",
+                dtype_name(dtype), " is not supported (F32, BF16, F16)");
   // First pass: the shape of every HF tensor, from the pieces that reference it.
   struct Target {
     HfShape shape;
@@ -692,7 +692,7 @@ std::vector<SafetensorsEntry> params_to_hf(const std::vector<SafetensorsEntry>& 
   };
   std::vector<Use> uses;
   for (const auto& e : params) {
-    MDLM_CHECK(e.tensor.dtype() == DType::F32, "parameter '", e.name, "' is not F32");
+    MEGADLM_CHECK(e.tensor.dtype() == DType::F32, "parameter '", e.name, "' is not F32");
     const Shape& s = e.tensor.shape();
     Use u{&e, pieces_for(info.layout, info.config, e.name, s[0])};
     const int64_t K = s.n == 1 ? 1 : s.numel() / s[0];
@@ -728,7 +728,7 @@ std::vector<SafetensorsEntry> params_to_hf(const std::vector<SafetensorsEntry>& 
   std::vector<SafetensorsEntry> out;
   for (const std::string& n : order) {
     Target& tg = targets[n];
-    MDLM_CHECK(tg.filled == tg.shape.rows, "export: HF tensor '", n, "' got ", tg.filled, " of ", tg.shape.rows, " rows");
+    MEGADLM_CHECK(tg.filled == tg.shape.rows, "export: HF tensor '", n, "' got ", tg.filled, " of ", tg.shape.rows, " rows");
     out.push_back({n, tg.t});
   }
   return out;

@@ -16,10 +16,10 @@ namespace {
 const char* const kSideFiles[] = {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
 
 void copy_over(const std::string& src, const std::string& dst) {
-  MDLM_CHECK(fs::exists(src), src, ": tokenizer file is missing");
+  MEGADLM_CHECK(fs::exists(src), src, ": tokenizer file is missing");
   std::error_code ec;
   fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
-  MDLM_CHECK(!ec, "cannot copy ", src, " to ", dst, ": ", ec.message());
+  MEGADLM_CHECK(!ec, "cannot copy ", src, " to ", dst, ": ", ec.message());
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // special_tokens_map.json), GPT-2's vocab.json + merges.txt, or a SentencePiece tokenizer.model.
 #include <string>
 
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
 namespace megadlm {
 

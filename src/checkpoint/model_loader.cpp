@@ -17,11 +17,11 @@ LoadedModel load_model(const std::string& path, Device device) {
     }
   }
   m.dir = resolve_checkpoint_dir(path);
-  MDLM_CHECK(!m.dir.empty(), path, ": no checkpoint there (no state.json and no latest_checkpointed_iteration.txt)");
+  MEGADLM_CHECK(!m.dir.empty(), path, ": no checkpoint there (no state.json and no latest_checkpointed_iteration.txt)");
   m.state = read_checkpoint_state(m.dir);
   const nlohmann::json& meta = m.state.meta;
   const std::string where = m.dir + "/state.json";
-  MDLM_CHECK(meta.contains("config") && meta.contains("model_type"), where, ": lacks the model config or type");
+  MEGADLM_CHECK(meta.contains("config") && meta.contains("model_type"), where, ": lacks the model config or type");
   const TransformerConfig cfg = config_from_json(meta["config"], where);
   const ModelType type = model_type_from_name(meta["model_type"].get<std::string>());
   m.diffusion = type == ModelType::DiffLM;

@@ -44,7 +44,7 @@ const char* kPointer = "latest_checkpointed_iteration.txt";
 
 uint64_t file_checksum(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  MDLM_CHECK(in.good(), path, ": cannot open to checksum");
+  MEGADLM_CHECK(in.good(), path, ": cannot open to checksum");
   uint64_t h = kFnv1a64Offset;
   std::vector<char> buf(1 << 20);
   while (in) {
@@ -58,12 +58,12 @@ std::string save_checkpoint(const std::string& save_dir, const LanguageModel& mo
                             const CheckpointState& state) {
   std::error_code ec;
   fs::create_directories(save_dir, ec);
-  MDLM_CHECK(!ec, save_dir, ": cannot create the checkpoint directory (", ec.message(), ")");
+  MEGADLM_CHECK(!ec, save_dir, ": cannot create the checkpoint directory (", ec.message(), ")");
   const std::string final_dir = save_dir + "/" + iter_name(state.iteration);
   const std::string tmp_dir = final_dir + ".tmp";
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
-  MDLM_CHECK(!ec, tmp_dir, ": cannot create (", ec.message(), ")");
+  MEGADLM_CHECK(!ec, tmp_dir, ": cannot create (", ec.message(), ")");
 
   try {
     const ParamStore& ps = model.params();
@@ -99,13 +99,13 @@ std::string save_checkpoint(const std::string& save_dir, const LanguageModel& mo
       const std::string old = final_dir + ".old";
       fs::remove_all(old, ec);
       fs::rename(final_dir, old, ec);
-      MDLM_CHECK(!ec, final_dir, ": cannot move the previous checkpoint aside (", ec.message(), ")");
+      MEGADLM_CHECK(!ec, final_dir, ": cannot move the previous checkpoint aside (", ec.message(), ")");
       fs::rename(tmp_dir, final_dir, ec);
-      MDLM_CHECK(!ec, final_dir, ": rename failed (", ec.message(), ")");
+      MEGADLM_CHECK(!ec, final_dir, ": rename failed (", ec.message(), ")");
       fs::remove_all(old, ec);
     } else {
       fs::rename(tmp_dir, final_dir, ec);
-      MDLM_CHECK(!ec, final_dir, ": rename failed (", ec.message(), ")");
+      MEGADLM_CHECK(!ec, final_dir, ": rename failed (", ec.message(), ")");
     }
     fsync_dir(save_dir);
     write_file_atomic(save_dir + "/" + kPointer, std::to_string(state.iteration) + "\n");
@@ -129,10 +129,10 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   } catch (...) {
     fail(ptr, ": does not hold an iteration number");
   }
-  MDLM_CHECK(it >= 0, ptr, ": negative iteration ", it);
+  MEGADLM_CHECK(it >= 0, ptr, ": negative iteration ", it);
   const std::string dir = path + "/" + iter_name(it);
-  MDLM_CHECK(fs::exists(dir + "/state.json"), ptr, " points to iteration ", it, " but ", dir,
-             " is missing or incomplete");
+  MEGADLM_CHECK(fs::exists(dir + "/state.json"), ptr, " points to iteration ", it, " but ", dir,
+                " is missing or incomplete");
   return dir;
 }
 
@@ -146,20 +146,20 @@ static nlohmann::json read_state_json(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": not valid JSON (", e.what(), ")");
   }
-  MDLM_CHECK(j.is_object() && j.contains("iteration") && j.contains("consumed_samples") && j.contains("meta"), path,
-             ": lacks iteration, consumed_samples or meta");
-  MDLM_CHECK(j["iteration"].is_number_integer() && j["iteration"].get<int64_t>() >= 0, path,
-             ": iteration is not a non-negative integer");
-  MDLM_CHECK(j["consumed_samples"].is_number_unsigned() || (j["consumed_samples"].is_number_integer() &&
+  MEGADLM_CHECK(j.is_object() && j.contains("iteration") && j.contains("consumed_samples") && j.contains("meta"), path,
+                ": lacks iteration, consumed_samples or meta");
+  MEGADLM_CHECK(j["iteration"].is_number_integer() && j["iteration"].get<int64_t>() >= 0, path,
+                ": iteration is not a non-negative integer");
+  MEGADLM_CHECK(j["consumed_samples"].is_number_unsigned() || (j["consumed_samples"].is_number_integer() &&
                                                             j["consumed_samples"].get<int64_t>() >= 0),
-             path, ": consumed_samples is not a non-negative integer");
-  MDLM_CHECK(j["meta"].is_object(), path, ": meta is not an object");
-  MDLM_CHECK(!j.contains("optimizer_steps") || j["optimizer_steps"].is_number_integer(), path,
-             ": optimizer_steps is not an integer");
+                path, ": consumed_samples is not a non-negative integer");
+  MEGADLM_CHECK(j["meta"].is_object(), path, ": meta is not an object");
+  MEGADLM_CHECK(!j.contains("optimizer_steps") || j["optimizer_steps"].is_number_integer(), path,
+                ": optimizer_steps is not an integer");
   const nlohmann::json sums = j.value("checksums_fnv1a64", nlohmann::json::object());
-  MDLM_CHECK(sums.is_object(), path, ": checksums_fnv1a64 is not an object");
+  MEGADLM_CHECK(sums.is_object(), path, ": checksums_fnv1a64 is not an object");
   for (auto it = sums.begin(); it != sums.end(); ++it)
-    MDLM_CHECK(it->is_string(), path, ": the checksum of ", it.key(), " is not a string");
+    MEGADLM_CHECK(it->is_string(), path, ": the checksum of ", it.key(), " is not a string");
   return j;
 }
 
@@ -173,12 +173,12 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
 }
 
 static void verify_checksum(const std::string& dir, const nlohmann::json& sums, const std::string& file) {
-  MDLM_CHECK(sums.contains(file), dir, "/state.json: no checksum recorded for ", file);
+  MEGADLM_CHECK(sums.contains(file), dir, "/state.json: no checksum recorded for ", file);
   const std::string path = dir + "/" + file;
-  MDLM_CHECK(fs::exists(path), path, ": missing");
+  MEGADLM_CHECK(fs::exists(path), path, ": missing");
   const std::string got = hex64(file_checksum(path));
-  MDLM_CHECK(got == sums[file].get<std::string>(), path, ": checksum mismatch (file is corrupt or truncated: expected ",
-             sums[file].get<std::string>(), ", got ", got, ")");
+  MEGADLM_CHECK(got == sums[file].get<std::string>(), path, ": checksum mismatch (file is corrupt or truncated: expected ",
+                sums[file].get<std::string>(), ", got ", got, ")");
 }
 
 void load_checkpoint_tensors(const std::string& dir, LanguageModel& model, AdamW* optimizer) {
@@ -190,10 +190,10 @@ void load_checkpoint_tensors(const std::string& dir, LanguageModel& model, AdamW
     SafetensorsFile f(dir + "/model.safetensors");
     for (int i = 0; i < ps.count(); ++i) {
       const ParamInfo& p = ps.info(i);
-      MDLM_CHECK(f.has(p.name), f.path(), ": missing parameter '", p.name, "' (does the checkpoint match the model flags?)");
+      MEGADLM_CHECK(f.has(p.name), f.path(), ": missing parameter '", p.name, "' (does the checkpoint match the model flags?)");
       Tensor src = f.get(p.name);
-      MDLM_CHECK(src.shape() == p.shape, f.path(), ": parameter '", p.name, "' has shape ", src.shape().str(),
-                 " but the model expects ", p.shape.str());
+      MEGADLM_CHECK(src.shape() == p.shape, f.path(), ": parameter '", p.name, "' has shape ", src.shape().str(),
+                    " but the model expects ", p.shape.str());
       Tensor dst = ps.value(i);
       f.read_into(p.name, dst);
     }
@@ -205,8 +205,8 @@ void load_checkpoint_tensors(const std::string& dir, LanguageModel& model, AdamW
       const ParamInfo& p = ps.info(i);
       Tensor m = Tensor::borrow(optimizer->exp_avg().data<float>() + p.offset, p.shape, DType::F32);
       Tensor v = Tensor::borrow(optimizer->exp_avg_sq().data<float>() + p.offset, p.shape, DType::F32);
-      MDLM_CHECK(f.has("exp_avg." + p.name) && f.has("exp_avg_sq." + p.name), f.path(),
-                 ": missing optimizer state for '", p.name, "'");
+      MEGADLM_CHECK(f.has("exp_avg." + p.name) && f.has("exp_avg_sq." + p.name), f.path(),
+                    ": missing optimizer state for '", p.name, "'");
       f.read_into("exp_avg." + p.name, m);
       f.read_into("exp_avg_sq." + p.name, v);
     }

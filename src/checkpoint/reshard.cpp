@@ -41,10 +41,10 @@ bool same_elements(const Shape& rank_full, const Shape& single) {
 
 const ParamInfo& full_info(const ParamStore& full, const ParamInfo& p) {
   const int id = full.find(p.name);
-  MDLM_CHECK(id >= 0, "checkpoint resharding: the single-process model has no parameter '", p.name, "'");
+  MEGADLM_CHECK(id >= 0, "checkpoint resharding: the single-process model has no parameter '", p.name, "'");
   const ParamInfo& f = full.info(id);
-  MDLM_CHECK(same_elements(p.full_shape, f.shape), "checkpoint resharding: parameter '", p.name, "' has full shape ",
-             p.full_shape.str(), " on this rank but ", f.shape.str(), " in the single-process model");
+  MEGADLM_CHECK(same_elements(p.full_shape, f.shape), "checkpoint resharding: parameter '", p.name, "' has full shape ",
+                p.full_shape.str(), " on this rank but ", f.shape.str(), " in the single-process model");
   return f;
 }
 
@@ -96,7 +96,7 @@ std::vector<ParamInfo> parse_infos(const nlohmann::json& a) {
 void gather_full_state(const ParamStore& local, MomentBuffers lm, const ParallelContext& ctx, ParamStore* full,
                        MomentBuffers fm) {
   const bool root = ctx.world_rank == 0;
-  MDLM_CHECK(!root || full != nullptr, "gather_full_state: world rank 0 needs the full store");
+  MEGADLM_CHECK(!root || full != nullptr, "gather_full_state: world rank 0 needs the full store");
   if (root) merge(local.infos(), local.values(), lm.m, lm.v, *full, fm);
   if (ctx.world_size == 1) return;
   Communicator& world = ctx.world.communicator();

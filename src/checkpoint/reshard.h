@@ -12,7 +12,7 @@
 // pp > 1, the dense parameters of the ep ranks) is identical on both.
 #include <cstdint>
 
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {

@@ -39,7 +39,7 @@ DType safetensors_dtype_from_name(const std::string& s, const std::string& file)
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
-  MDLM_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
+  MEGADLM_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
@@ -52,13 +52,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   }
   map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  MDLM_CHECK(map_ != MAP_FAILED, path, ": mmap failed");
+  MEGADLM_CHECK(map_ != MAP_FAILED, path, ": mmap failed");
   const auto* bytes = static_cast<const unsigned char*>(map_);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   try {
-    MDLM_CHECK(header_len <= size_ - 8, path, ": header length ", header_len, " runs past the end of the file (",
-               size_, " bytes)");
+    MEGADLM_CHECK(header_len <= size_ - 8, path, ": header length ", header_len, " runs past the end of the file (",
+                  size_, " bytes)");
     const char* header = static_cast<const char*>(map_) + 8;
     nlohmann::json j;
     try {
@@ -66,51 +66,51 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     } catch (const nlohmann::json::exception& e) {
       fail(path, ": header is not valid JSON (", e.what(), ")");
     }
-    MDLM_CHECK(j.is_object(), path, ": header is not a JSON object");
+    MEGADLM_CHECK(j.is_object(), path, ": header is not a JSON object");
     data_ = header + header_len;
     const uint64_t buffer_size = size_ - 8 - header_len;
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (it.key() == "__metadata__") {
-        MDLM_CHECK(it->is_object(), path, ": __metadata__ is not an object");
+        MEGADLM_CHECK(it->is_object(), path, ": __metadata__ is not an object");
         for (auto m = it->begin(); m != it->end(); ++m)
           if (m->is_string()) metadata_[m.key()] = m->get<std::string>();
         continue;
       }
       const std::string& name = it.key();
       const auto& v = *it;
-      MDLM_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), path,
-                 ": tensor '", name, "' lacks dtype, shape or data_offsets");
-      MDLM_CHECK(v["dtype"].is_string(), path, ": tensor '", name, "' has a non-string dtype");
+      MEGADLM_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), path,
+                    ": tensor '", name, "' lacks dtype, shape or data_offsets");
+      MEGADLM_CHECK(v["dtype"].is_string(), path, ": tensor '", name, "' has a non-string dtype");
       Entry e;
       e.dtype = safetensors_dtype_from_name(v["dtype"].get<std::string>(), path);
-      MDLM_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<size_t>(Shape::kMaxDims), path,
-                 ": tensor '", name, "' has a bad shape");
+      MEGADLM_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<size_t>(Shape::kMaxDims), path,
+                    ": tensor '", name, "' has a bad shape");
       uint64_t numel = 1;
       for (const auto& d : v["shape"]) {
-        MDLM_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), path, ": tensor '",
-                   name, "' has a negative or non-integer dimension");
+        MEGADLM_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), path, ": tensor '",
+                      name, "' has a negative or non-integer dimension");
         const uint64_t dim = d.get<uint64_t>();
-        MDLM_CHECK(dim == 0 || numel <= buffer_size / dim, path, ": tensor '", name, "' is larger than the file");
+        MEGADLM_CHECK(dim == 0 || numel <= buffer_size / dim, path, ": tensor '", name, "' is larger than the file");
         numel *= dim;
         e.shape.d[e.shape.n++] = static_cast<int64_t>(dim);
       }
       const auto& off = v["data_offsets"];
-      MDLM_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-                 path, ": tensor '", name, "' has malformed data_offsets");
+      MEGADLM_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                    path, ": tensor '", name, "' has malformed data_offsets");
       e.begin = off[0].get<uint64_t>();
       e.end = off[1].get<uint64_t>();
-      MDLM_CHECK(e.begin <= e.end && e.end <= buffer_size, path, ": tensor '", name, "' data_offsets [", e.begin,
-                 ", ", e.end, ") are outside the data buffer of ", buffer_size, " bytes");
-      MDLM_CHECK(e.end - e.begin == numel * dtype_size(e.dtype), path, ": tensor '", name, "' has ",
-                 e.end - e.begin, " bytes but its shape and dtype need ", numel * dtype_size(e.dtype));
+      MEGADLM_CHECK(e.begin <= e.end && e.end <= buffer_size, path, ": tensor '", name, "' data_offsets [", e.begin,
+                    ", ", e.end, ") are outside the data buffer of ", buffer_size, " bytes");
+      MEGADLM_CHECK(e.end - e.begin == numel * dtype_size(e.dtype), path, ": tensor '", name, "' has ",
+                    e.end - e.begin, " bytes but its shape and dtype need ", numel * dtype_size(e.dtype));
       if (e.end > e.begin) ranges.emplace_back(e.begin, e.end);
       entries_[name] = e;
     }
     std::sort(ranges.begin(), ranges.end());
     for (size_t i = 1; i < ranges.size(); ++i)
-      MDLM_CHECK(ranges[i].first >= ranges[i - 1].second, path, ": tensor data ranges overlap at byte ",
-                 ranges[i].first);
+      MEGADLM_CHECK(ranges[i].first >= ranges[i - 1].second, path, ": tensor data ranges overlap at byte ",
+                    ranges[i].first);
     // A header length that is not a multiple of 8 (allowed by the format) leaves tensors misaligned
     // for their dtype, and reading them through a float* or uint16_t* would be undefined behaviour.
     for (auto& [name, e] : entries_) {
@@ -141,21 +141,21 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 Tensor SafetensorsFile::get(const std::string& name) const {
   auto it = entries_.find(name);
-  MDLM_CHECK(it != entries_.end(), path_, ": no tensor named '", name, "'");
+  MEGADLM_CHECK(it != entries_.end(), path_, ": no tensor named '", name, "'");
   const Entry& e = it->second;
   return Tensor::borrow(const_cast<char*>(e.at), e.shape, e.dtype);
 }
 
 void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
   Tensor src = get(name);
-  MDLM_CHECK(src.numel() == dst.numel(), path_, ": tensor '", name, "' has shape ", src.shape().str(),
-             " but the model expects ", dst.shape().str());
+  MEGADLM_CHECK(src.numel() == dst.numel(), path_, ": tensor '", name, "' has shape ", src.shape().str(),
+                " but the model expects ", dst.shape().str());
   if (src.dtype() == dst.dtype()) {
     if (dst.nbytes() > 0) std::memcpy(dst.raw(), src.raw(), dst.nbytes());  // an empty tensor has no storage
     return;
   }
-  MDLM_CHECK(dst.dtype() == DType::F32, path_, ": cannot convert '", name, "' from ", dtype_name(src.dtype()),
-             " to ", dtype_name(dst.dtype()));
+  MEGADLM_CHECK(dst.dtype() == DType::F32, path_, ": cannot convert '", name, "' from ", dtype_name(src.dtype()),
+                " to ", dtype_name(dst.dtype()));
   float* out = dst.data<float>();
   const int64_t n = dst.numel();
   if (src.dtype() == DType::BF16) {
@@ -176,7 +176,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    MDLM_CHECK(t.tensor.device() == Device::CPU, path, ": tensor '", t.name, "' is not on the CPU");
+    MEGADLM_CHECK(t.tensor.device() == Device::CPU, path, ": tensor '", t.name, "' is not on the CPU");
     std::vector<int64_t> shape(t.tensor.shape().d, t.tensor.shape().d + t.tensor.dim());
     header[t.name] = {{"dtype", safetensors_dtype_name(t.tensor.dtype())},
                       {"shape", shape},

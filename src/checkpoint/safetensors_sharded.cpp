@@ -24,7 +24,7 @@ ShardedSafetensors::ShardedSafetensors(const std::string& dir) : dir_(dir) {
   const std::string index_path = dir + "/" + kIndexName;
   if (!fs::exists(index_path)) {
     const std::string single = dir + "/" + kSingleName;
-    MDLM_CHECK(fs::exists(single), dir, ": neither ", kIndexName, " nor ", kSingleName, " is there");
+    MEGADLM_CHECK(fs::exists(single), dir, ": neither ", kIndexName, " nor ", kSingleName, " is there");
     files_.push_back(std::make_unique<SafetensorsFile>(single));
     for (const std::string& n : files_[0]->names()) where_[n] = 0;
     return;
@@ -35,35 +35,35 @@ ShardedSafetensors::ShardedSafetensors(const std::string& dir) : dir_(dir) {
   } catch (const nlohmann::json::exception& e) {
     fail(index_path, ": not valid JSON (", e.what(), ")");
   }
-  MDLM_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path,
-             ": lacks a 'weight_map' object");
-  MDLM_CHECK(!index["weight_map"].empty(), index_path, ": 'weight_map' is empty");
+  MEGADLM_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path,
+                ": lacks a 'weight_map' object");
+  MEGADLM_CHECK(!index["weight_map"].empty(), index_path, ": 'weight_map' is empty");
   std::map<std::string, size_t> file_ids;
   for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-    MDLM_CHECK(it->is_string(), index_path, ": weight_map entry '", it.key(), "' is not a file name");
+    MEGADLM_CHECK(it->is_string(), index_path, ": weight_map entry '", it.key(), "' is not a file name");
     const std::string file = it->get<std::string>();
     // A shard is a plain file name beside the index: no directories, so an index cannot point
     // outside the checkpoint.
-    MDLM_CHECK(!file.empty() && file.find('/') == std::string::npos && file.find('\\') == std::string::npos &&
+    MEGADLM_CHECK(!file.empty() && file.find('/') == std::string::npos && file.find('\\') == std::string::npos &&
                    file != "." && file != "..",
-               index_path, ": weight_map entry '", it.key(), "' names shard '", file, "', which is not a file beside the index");
+                  index_path, ": weight_map entry '", it.key(), "' names shard '", file, "', which is not a file beside the index");
     auto f = file_ids.find(file);
     if (f == file_ids.end()) {
       const std::string path = dir + "/" + file;
-      MDLM_CHECK(fs::exists(path), index_path, ": shard '", file, "' (holding '", it.key(), "') does not exist");
+      MEGADLM_CHECK(fs::exists(path), index_path, ": shard '", file, "' (holding '", it.key(), "') does not exist");
       files_.push_back(std::make_unique<SafetensorsFile>(path));
       f = file_ids.emplace(file, files_.size() - 1).first;
     }
-    MDLM_CHECK(files_[f->second]->has(it.key()), index_path, ": tensor '", it.key(), "' is mapped to shard '", file,
-               "' but that shard does not hold it");
+    MEGADLM_CHECK(files_[f->second]->has(it.key()), index_path, ": tensor '", it.key(), "' is mapped to shard '", file,
+                  "' but that shard does not hold it");
     where_[it.key()] = f->second;
   }
   // Every tensor of every shard must be listed, and listed in that shard.
   for (const auto& [file, id] : file_ids)
     for (const std::string& n : files_[id]->names()) {
       auto w = where_.find(n);
-      MDLM_CHECK(w != where_.end(), index_path, ": shard '", file, "' holds tensor '", n, "' that the index does not list");
-      MDLM_CHECK(w->second == id, index_path, ": tensor '", n, "' is in shard '", file, "' but the index maps it elsewhere");
+      MEGADLM_CHECK(w != where_.end(), index_path, ": shard '", file, "' holds tensor '", n, "' that the index does not list");
+      MEGADLM_CHECK(w->second == id, index_path, ": tensor '", n, "' is in shard '", file, "' but the index maps it elsewhere");
     }
 }
 
@@ -75,7 +75,7 @@ std::vector<std::string> ShardedSafetensors::names() const {
 
 Tensor ShardedSafetensors::get(const std::string& name) const {
   auto it = where_.find(name);
-  MDLM_CHECK(it != where_.end(), dir_, ": the checkpoint has no tensor '", name, "'");
+  MEGADLM_CHECK(it != where_.end(), dir_, ": the checkpoint has no tensor '", name, "'");
   return files_[it->second]->get(name);
 }
 
@@ -141,7 +141,7 @@ std::vector<std::string> write_sharded_safetensors(const std::string& dir, const
 int64_t parse_shard_size(const std::string& s) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  MDLM_CHECK(i > 0, "shard size '", s, "' does not start with a number (e.g. 5GB, 200MB, 20KB)");
+  MEGADLM_CHECK(i > 0, "shard size '", s, "' does not start with a number (e.g. 5GB, 200MB, 20KB)");
   double v = 0;
   try {
     v = std::stod(s.substr(0, i));

@@ -22,7 +22,7 @@ void Arena::raw_free(void* p) const {
 }
 
 void Arena::set_device(Device device) {
-  MDLM_CHECK(used_ == 0, "Arena::set_device on an arena in use");
+  MEGADLM_CHECK(used_ == 0, "Arena::set_device on an arena in use");
   if (device == device_) return;
   for (void* p : overflow_) raw_free(p);
   overflow_.clear();
@@ -32,7 +32,7 @@ void Arena::set_device(Device device) {
   device_ = device;
   if (capacity_) {
     block_ = static_cast<char*>(raw_alloc(capacity_));
-    MDLM_CHECK(block_ != nullptr, "out of memory reserving an activation arena of ", capacity_, " bytes");
+    MEGADLM_CHECK(block_ != nullptr, "out of memory reserving an activation arena of ", capacity_, " bytes");
   }
 }
 
@@ -40,7 +40,7 @@ Arena::Arena(size_t initial_bytes, Device device) : device_(device) {
   if (initial_bytes) {
     capacity_ = round_up64(initial_bytes);
     block_ = static_cast<char*>(raw_alloc(capacity_));
-    MDLM_CHECK(block_ != nullptr, "out of memory reserving an activation arena of ", capacity_, " bytes");
+    MEGADLM_CHECK(block_ != nullptr, "out of memory reserving an activation arena of ", capacity_, " bytes");
     ++heap_allocations_;
   }
 }
@@ -60,7 +60,7 @@ void* Arena::allocate(size_t bytes) {
   }
   // Overflow: serve from the heap this time; reset() will grow the block to fit.
   void* p = raw_alloc(bytes);
-  MDLM_CHECK(p != nullptr, "out of memory: the activation arena needs ", used_ + bytes, " bytes");
+  MEGADLM_CHECK(p != nullptr, "out of memory: the activation arena needs ", used_ + bytes, " bytes");
   ++heap_allocations_;
   overflow_.push_back(p);
   overflow_at_.push_back(used_);
@@ -90,14 +90,14 @@ void Arena::reset() {
     raw_free(block_);
     capacity_ = round_up64(high_water_ + high_water_ / 4);
     block_ = static_cast<char*>(raw_alloc(capacity_));
-    MDLM_CHECK(block_ != nullptr, "out of memory growing the activation arena to ", capacity_, " bytes");
+    MEGADLM_CHECK(block_ != nullptr, "out of memory growing the activation arena to ", capacity_, " bytes");
     ++heap_allocations_;
   }
   used_ = 0;
 }
 
 void Arena::release(size_t mark) {
-  MDLM_CHECK(mark <= used_, "Arena::release to a mark beyond the used size");
+  MEGADLM_CHECK(mark <= used_, "Arena::release to a mark beyond the used size");
   if (mark == 0) {
     reset();  // everything is free: regrow now, so that an arena used only through marks settles too
     return;

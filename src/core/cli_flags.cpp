@@ -1,4 +1,4 @@
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -43,8 +43,8 @@ CliFlags::CliFlags(std::string program, std::string description)
 
 void CliFlags::declare(const std::string& name, Kind kind, std::vector<std::string> def, const std::string& help,
                        bool required) {
-  MDLM_CHECK(!name.empty() && name[0] != '-', "flag names are declared without dashes: '", name, "'");
-  MDLM_CHECK(!flags_.count(name), "flag --", name, " declared twice");
+  MEGADLM_CHECK(!name.empty() && name[0] != '-', "flag names are declared without dashes: '", name, "'");
+  MEGADLM_CHECK(!flags_.count(name), "flag --", name, " declared twice");
   Flag f;
   f.kind = kind;
   f.help = help;
@@ -165,14 +165,14 @@ std::string CliFlags::help() const {
 
 const CliFlags::Flag& CliFlags::lookup(const std::string& name, Kind kind) const {
   auto it = flags_.find(name);
-  MDLM_CHECK(it != flags_.end(), "flag --", name, " was never declared");
-  MDLM_CHECK(it->second.kind == kind, "flag --", name, " read as the wrong type");
+  MEGADLM_CHECK(it != flags_.end(), "flag --", name, " was never declared");
+  MEGADLM_CHECK(it->second.kind == kind, "flag --", name, " read as the wrong type");
   return it->second;
 }
 
 bool CliFlags::given(const std::string& name) const {
   auto it = flags_.find(name);
-  MDLM_CHECK(it != flags_.end(), "flag --", name, " was never declared");
+  MEGADLM_CHECK(it != flags_.end(), "flag --", name, " was never declared");
   return it->second.given;
 }
 

@@ -25,7 +25,7 @@ void* host_alloc_aligned(size_t bytes) {
 
 static void* host_alloc(size_t bytes) {
   void* p = host_alloc_aligned(bytes);
-  MDLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes of host memory");
+  MEGADLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes of host memory");
   return p;
 }
 static void host_free(void* p) { std::free(p); }
@@ -40,22 +40,22 @@ static const DeviceMemory kHost{Device::CPU, host_alloc, host_free, host_zero, h
 static DeviceMemory g_cuda;  // alloc == nullptr until the CUDA backend registers
 
 void register_device_memory(const DeviceMemory& m) {
-  MDLM_CHECK(m.device == Device::CUDA && m.alloc && m.free && m.zero && m.copy,
-             "register_device_memory: an incomplete table for ", device_name(m.device));
+  MEGADLM_CHECK(m.device == Device::CUDA && m.alloc && m.free && m.zero && m.copy,
+                "register_device_memory: an incomplete table for ", device_name(m.device));
   g_cuda = m;
 }
 
 const DeviceMemory& device_memory(Device device) {
   if (device == Device::CPU) return kHost;
-  MDLM_CHECK(g_cuda.alloc != nullptr, "no memory backend for device ", device_name(device),
-             " (a build without -DMEGADLM_CUDA=ON, or the CUDA backend was not initialised by backend_for)");
+  MEGADLM_CHECK(g_cuda.alloc != nullptr, "no memory backend for device ", device_name(device),
+                " (a build without -DMEGADLM_CUDA=ON, or the CUDA backend was not initialised by backend_for)");
   return g_cuda;
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
-  MDLM_CHECK(dst_device == Device::CPU || src_device == Device::CPU || dst_device == src_device,
-             "copy between two different non-CPU devices");
+  MEGADLM_CHECK(dst_device == Device::CPU || src_device == Device::CPU || dst_device == src_device,
+                "copy between two different non-CPU devices");
   const Device d = dst_device != Device::CPU ? dst_device : src_device;
   device_memory(d).copy(dst, dst_device != Device::CPU, src, src_device != Device::CPU, bytes);
 }

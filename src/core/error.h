@@ -29,8 +29,8 @@ template <typename... Args>
 
 }  // namespace megadlm
 
-// MDLM_CHECK(cond, pieces...): throws megadlm::Error naming the pieces when cond is false.
-#define MDLM_CHECK(cond, ...)                          \
+// MEGADLM_CHECK(cond, pieces...): throws megadlm::Error naming the pieces when cond is false.
+#define MEGADLM_CHECK(cond, ...)                          \
   do {                                                 \
     if (!(cond)) ::megadlm::fail(__VA_ARGS__);         \
   } while (0)

@@ -87,7 +87,7 @@ StagedFile::~StagedFile() {
 }
 
 void StagedFile::commit() {
-  MDLM_CHECK(!committed_, path_, ": committed twice");
+  MEGADLM_CHECK(!committed_, path_, ": committed twice");
   rename_or_fail(tmp_, path_);
   committed_ = true;
 }
@@ -102,10 +102,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  MDLM_CHECK(in.good(), path, ": cannot open (", errno_text(), ")");
+  MEGADLM_CHECK(in.good(), path, ": cannot open (", errno_text(), ")");
   std::ostringstream os;
   os << in.rdbuf();
-  MDLM_CHECK(!in.bad(), path, ": read failed");
+  MEGADLM_CHECK(!in.bad(), path, ": read failed");
   return os.str();
 }
 

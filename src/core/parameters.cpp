@@ -1,4 +1,4 @@
-#include "nn/parameters.h"
+#include "core/parameters.h"
 
 #include "core/device_memory.h"
 #include "core/hash.h"
@@ -7,8 +7,8 @@
 namespace megadlm {
 
 int ParamStore::add(const std::string& name, const Shape& shape, Init init, float std, bool weight_decay) {
-  MDLM_CHECK(!finalized_, "parameter '", name, "' registered after the model was finalised");
-  MDLM_CHECK(!by_name_.count(name), "parameter '", name, "' registered twice");
+  MEGADLM_CHECK(!finalized_, "parameter '", name, "' registered after the model was finalised");
+  MEGADLM_CHECK(!by_name_.count(name), "parameter '", name, "' registered twice");
   ParamInfo p;
   p.name = name;
   p.shape = shape;
@@ -27,11 +27,11 @@ int ParamStore::add(const std::string& name, const Shape& shape, Init init, floa
 int ParamStore::add_sharded(const std::string& name, const Shape& full_shape, int split_dim, int parts, int part,
                             Init init, float std, bool weight_decay) {
   if (parts == 1) return add(name, full_shape, init, std, weight_decay);
-  MDLM_CHECK(split_dim >= 0 && split_dim < full_shape.n, "parameter '", name, "': split dimension ", split_dim,
-             " outside a tensor of rank ", full_shape.n);
+  MEGADLM_CHECK(split_dim >= 0 && split_dim < full_shape.n, "parameter '", name, "': split dimension ", split_dim,
+                " outside a tensor of rank ", full_shape.n);
   const int64_t full = full_shape[split_dim];
-  MDLM_CHECK(full % parts == 0, "parameter '", name, "': dimension ", split_dim, " of size ", full,
-             " is not divisible by the tensor-parallel size ", parts);
+  MEGADLM_CHECK(full % parts == 0, "parameter '", name, "': dimension ", split_dim, " of size ", full,
+                " is not divisible by the tensor-parallel size ", parts);
   Shape local = full_shape;
   local[split_dim] = full / parts;
   const int id = add(name, local, init, std, weight_decay);
@@ -54,12 +54,12 @@ int64_t ParamInfo::global_index(int64_t i) const {
 }
 
 void ParamStore::set_device(Device device) {
-  MDLM_CHECK(!finalized_, "ParamStore::set_device after finalize");
+  MEGADLM_CHECK(!finalized_, "ParamStore::set_device after finalize");
   device_ = device;
 }
 
 void ParamStore::finalize() {
-  MDLM_CHECK(!finalized_, "ParamStore finalised twice");
+  MEGADLM_CHECK(!finalized_, "ParamStore finalised twice");
   values_ = Tensor::zeros({numel_}, DType::F32, device_);
   grads_ = Tensor::zeros({numel_}, DType::F32, device_);
   grad_unwritten_.assign(infos_.size(), uint8_t{1});
@@ -79,7 +79,7 @@ void ParamStore::copy_grads_to_host(float* host) const {
 }
 
 void ParamStore::init(uint64_t seed) {
-  MDLM_CHECK(finalized_, "ParamStore::init before finalize");
+  MEGADLM_CHECK(finalized_, "ParamStore::init before finalize");
   // Drawn on the host (a device's values are uploaded at the end), so that a seed gives the same
   // values on every device.
   Tensor host = device_ == Device::CPU ? values_ : Tensor::zeros({numel_}, DType::F32);
@@ -105,13 +105,13 @@ void ParamStore::init(uint64_t seed) {
 }
 
 Tensor ParamStore::value(int id) const {
-  MDLM_CHECK(finalized_, "parameter read before the model was finalised");
+  MEGADLM_CHECK(finalized_, "parameter read before the model was finalised");
   const ParamInfo& p = infos_.at(id);
   return Tensor::borrow(values_.data<float>() + p.offset, p.shape, DType::F32, device_);
 }
 
 Tensor ParamStore::grad(int id) const {
-  MDLM_CHECK(finalized_, "gradient read before the model was finalised");
+  MEGADLM_CHECK(finalized_, "gradient read before the model was finalised");
   const ParamInfo& p = infos_.at(id);
   return Tensor::borrow(grads_.data<float>() + p.offset, p.shape, DType::F32, device_);
 }

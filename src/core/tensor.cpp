@@ -12,13 +12,13 @@ namespace megadlm {
 const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
 Device device_from_name(const std::string& name, const char* flag) {
-  MDLM_CHECK(name == "cpu" || name == "cuda", flag, ": unknown value '", name, "' (expected cpu or cuda)");
+  MEGADLM_CHECK(name == "cpu" || name == "cuda", flag, ": unknown value '", name, "' (expected cpu or cuda)");
   return name == "cuda" ? Device::CUDA : Device::CPU;
 }
 
 Shape::Shape(std::initializer_list<int64_t> dims) {
-  MDLM_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), "tensor rank ", dims.size(),
-             " exceeds the maximum of ", kMaxDims);
+  MEGADLM_CHECK(dims.size() <= static_cast<size_t>(kMaxDims), "tensor rank ", dims.size(),
+                " exceeds the maximum of ", kMaxDims);
   for (int64_t v : dims) d[n++] = v;
 }
 
@@ -44,7 +44,7 @@ std::string Shape::str() const {
 }
 
 static void check_shape(const Shape& s) {
-  for (int i = 0; i < s.n; ++i) MDLM_CHECK(s.d[i] >= 0, "negative dimension in shape ", s.str());
+  for (int i = 0; i < s.n; ++i) MEGADLM_CHECK(s.d[i] >= 0, "negative dimension in shape ", s.str());
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
@@ -57,8 +57,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   if (bytes > 0) {
     if (device == Device::CPU) {
       void* p = host_alloc_aligned(bytes);
-      MDLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
-                 shape.str());
+      MEGADLM_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
+                    shape.str());
       t.owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
       t.data_ = p;
     } else {
@@ -90,13 +90,13 @@ Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, Device device
 
 int64_t Tensor::size(int i) const {
   const int j = i < 0 ? i + shape_.n : i;
-  MDLM_CHECK(j >= 0 && j < shape_.n, "dimension ", i, " out of range for shape ", shape_.str());
+  MEGADLM_CHECK(j >= 0 && j < shape_.n, "dimension ", i, " out of range for shape ", shape_.str());
   return shape_.d[j];
 }
 
 void Tensor::check_type(size_t elem_size) const {
-  MDLM_CHECK(elem_size == dtype_size(dtype_), "tensor of dtype ", dtype_name(dtype_),
-             " accessed with an element of ", elem_size, " bytes");
+  MEGADLM_CHECK(elem_size == dtype_size(dtype_), "tensor of dtype ", dtype_name(dtype_),
+                " accessed with an element of ", elem_size, " bytes");
 }
 
 Tensor Tensor::view(const Shape& shape) const {
@@ -105,26 +105,26 @@ Tensor Tensor::view(const Shape& shape) const {
   int64_t known = 1;
   for (int i = 0; i < s.n; ++i) {
     if (s.d[i] == -1) {
-      MDLM_CHECK(infer < 0, "view shape ", shape.str(), " has more than one -1");
+      MEGADLM_CHECK(infer < 0, "view shape ", shape.str(), " has more than one -1");
       infer = i;
     } else {
       known *= s.d[i];
     }
   }
   if (infer >= 0) {
-    MDLM_CHECK(known > 0 && numel() % known == 0, "cannot view ", shape_.str(), " as ", shape.str());
+    MEGADLM_CHECK(known > 0 && numel() % known == 0, "cannot view ", shape_.str(), " as ", shape.str());
     s.d[infer] = numel() / known;
   }
-  MDLM_CHECK(s.numel() == numel(), "cannot view ", shape_.str(), " as ", shape.str());
+  MEGADLM_CHECK(s.numel() == numel(), "cannot view ", shape_.str(), " as ", shape.str());
   Tensor t = *this;
   t.shape_ = s;
   return t;
 }
 
 Tensor Tensor::slice(int64_t begin, int64_t end) const {
-  MDLM_CHECK(shape_.n >= 1, "slice of a 0-d tensor");
-  MDLM_CHECK(0 <= begin && begin <= end && end <= shape_.d[0], "slice [", begin, ", ", end,
-             ") out of range for shape ", shape_.str());
+  MEGADLM_CHECK(shape_.n >= 1, "slice of a 0-d tensor");
+  MEGADLM_CHECK(0 <= begin && begin <= end && end <= shape_.d[0], "slice [", begin, ", ", end,
+                ") out of range for shape ", shape_.str());
   const int64_t row = shape_.n > 1 ? numel() / shape_.d[0] : 1;
   Tensor t = *this;
   t.shape_.d[0] = end - begin;
@@ -146,8 +146,8 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  MDLM_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: ", src.shape_.str(), " ",
-             dtype_name(src.dtype_), " into ", shape_.str(), " ", dtype_name(dtype_));
+  MEGADLM_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy_from: ", src.shape_.str(), " ",
+                dtype_name(src.dtype_), " into ", shape_.str(), " ", dtype_name(dtype_));
   if (device_ == Device::CPU && src.device_ == Device::CPU) {
     if (nbytes()) std::memcpy(data_, src.data_, nbytes());
     return;
@@ -170,7 +170,7 @@ void Tensor::zero_() {
 }
 
 void Tensor::fill_(float value) {
-  MDLM_CHECK(device_ == Device::CPU, "fill_: CPU tensors only");
+  MEGADLM_CHECK(device_ == Device::CPU, "fill_: CPU tensors only");
   float* p = data<float>();
   for (int64_t i = 0; i < numel(); ++i) p[i] = value;
 }

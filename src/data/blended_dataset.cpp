@@ -12,11 +12,11 @@ namespace megadlm {
 void build_blending_indices(const std::vector<double>& weights, int64_t size, std::vector<int16_t>& dataset_index,
                             std::vector<int64_t>& dataset_sample_index) {
   const auto k = static_cast<int64_t>(weights.size());
-  MDLM_CHECK(k >= 1 && k <= std::numeric_limits<int16_t>::max(), "blend of ", k, " datasets (1 to 32767 allowed)");
-  MDLM_CHECK(size >= 0, "blend size ", size, " is negative");
+  MEGADLM_CHECK(k >= 1 && k <= std::numeric_limits<int16_t>::max(), "blend of ", k, " datasets (1 to 32767 allowed)");
+  MEGADLM_CHECK(size >= 0, "blend size ", size, " is negative");
   double sum = 0;
   for (int64_t i = 0; i < k; ++i) {
-    MDLM_CHECK(std::isfinite(weights[i]) && weights[i] > 0, "blend weight ", i, " = ", weights[i], " must be positive");
+    MEGADLM_CHECK(std::isfinite(weights[i]) && weights[i] > 0, "blend weight ", i, " = ", weights[i], " must be positive");
     sum += weights[i];
   }
   std::vector<double> w(k);
@@ -53,8 +53,8 @@ void build_blending_indices(const std::vector<double>& weights, int64_t size, st
 BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const TokenDataset>> datasets, std::vector<double> weights,
                                int64_t size)
     : datasets_(std::move(datasets)), size_(size) {
-  MDLM_CHECK(!datasets_.empty() && datasets_.size() == weights.size(), "blend of ", datasets_.size(),
-             " datasets with ", weights.size(), " weights");
+  MEGADLM_CHECK(!datasets_.empty() && datasets_.size() == weights.size(), "blend of ", datasets_.size(),
+                " datasets with ", weights.size(), " weights");
   build_blending_indices(weights, size, dataset_index_, dataset_sample_index_);
   double sum = 0;
   for (double x : weights) sum += x;
@@ -62,37 +62,37 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const TokenDataset>> 
   std::vector<int64_t> used(datasets_.size(), 0);
   for (int16_t d : dataset_index_) ++used[d];
   for (size_t i = 0; i < datasets_.size(); ++i) {
-    MDLM_CHECK(datasets_[i] != nullptr, "blend dataset ", i, " is missing");
-    MDLM_CHECK(datasets_[i]->seq_length() == datasets_[0]->seq_length(), "blend dataset ", i, " has seq_length ",
-               datasets_[i]->seq_length(), " but dataset 0 has ", datasets_[0]->seq_length());
-    MDLM_CHECK(used[i] <= datasets_[i]->size(), "blend dataset ", i, " (weight ", weights_[i], ") has ",
-               datasets_[i]->size(), " samples but the blend takes ", used[i]);
+    MEGADLM_CHECK(datasets_[i] != nullptr, "blend dataset ", i, " is missing");
+    MEGADLM_CHECK(datasets_[i]->seq_length() == datasets_[0]->seq_length(), "blend dataset ", i, " has seq_length ",
+                  datasets_[i]->seq_length(), " but dataset 0 has ", datasets_[0]->seq_length());
+    MEGADLM_CHECK(used[i] <= datasets_[i]->size(), "blend dataset ", i, " (weight ", weights_[i], ") has ",
+                  datasets_[i]->size(), " samples but the blend takes ", used[i]);
   }
 }
 
 void BlendedDataset::sample(int64_t i, int32_t* out) const {
-  MDLM_CHECK(i >= 0 && i < size_, "blended sample ", i, " out of range [0, ", size_, ")");
+  MEGADLM_CHECK(i >= 0 && i < size_, "blended sample ", i, " out of range [0, ", size_, ")");
   datasets_[dataset_index_[i]]->sample(dataset_sample_index_[i], out);
 }
 
 // ---- --data-path and the split builders -------------------------------------------------------------------
 
 DataBlend parse_data_path(const std::vector<std::string>& tokens) {
-  MDLM_CHECK(!tokens.empty(), "--data-path: no dataset given");
+  MEGADLM_CHECK(!tokens.empty(), "--data-path: no dataset given");
   DataBlend b;
   if (tokens.size() == 1) {
     b.prefixes.push_back(tokens[0]);
     b.weights.push_back(1.0);
     return b;
   }
-  MDLM_CHECK(tokens.size() % 2 == 0, "--data-path: expected weight/prefix pairs or a single prefix, got ",
-             tokens.size(), " values");
+  MEGADLM_CHECK(tokens.size() % 2 == 0, "--data-path: expected weight/prefix pairs or a single prefix, got ",
+                tokens.size(), " values");
   for (size_t i = 0; i < tokens.size(); i += 2) {
     const std::string& t = tokens[i];
     char* end = nullptr;
     const double w = std::strtod(t.c_str(), &end);
-    MDLM_CHECK(!t.empty() && end == t.c_str() + t.size(), "--data-path: '", t, "' is not a weight (expected W1 P1 W2 P2 ...)");
-    MDLM_CHECK(std::isfinite(w) && w > 0, "--data-path: weight ", t, " of ", tokens[i + 1], " must be positive");
+    MEGADLM_CHECK(!t.empty() && end == t.c_str() + t.size(), "--data-path: '", t, "' is not a weight (expected W1 P1 W2 P2 ...)");
+    MEGADLM_CHECK(std::isfinite(w) && w > 0, "--data-path: weight ", t, " of ", tokens[i + 1], " must be positive");
     b.weights.push_back(w);
     b.prefixes.push_back(tokens[i + 1]);
   }
@@ -111,8 +111,8 @@ std::shared_ptr<TokenDataset> build_blend(const DataBlend& blend, Split which, i
     c.num_samples = num_samples;
     return std::make_shared<GPTDataset>(data[0], *ranges[0], which, c);
   }
-  MDLM_CHECK(num_samples > 0, "a blend of several datasets needs a number of samples for the ", split_name(which),
-             " split");
+  MEGADLM_CHECK(num_samples > 0, "a blend of several datasets needs a number of samples for the ", split_name(which),
+                " split");
   double sum = 0;
   for (double w : blend.weights) sum += w;
   std::vector<std::shared_ptr<const TokenDataset>> parts;

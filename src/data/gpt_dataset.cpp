@@ -26,24 +26,24 @@ const char* split_name(Split s) {
 // ---- --split -----------------------------------------------------------------------------------------
 
 std::array<std::optional<SequenceRange>, 3> split_ranges(const std::string& split, int64_t num_sequences) {
-  MDLM_CHECK(num_sequences >= 0, "split_ranges: negative sequence count ", num_sequences);
+  MEGADLM_CHECK(num_sequences >= 0, "split_ranges: negative sequence count ", num_sequences);
   std::vector<double> w;
   std::stringstream ss(split);
   std::string item;
   while (std::getline(ss, item, ',')) {
     const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    MDLM_CHECK(a != std::string::npos, "--split '", split, "': empty weight");
+    MEGADLM_CHECK(a != std::string::npos, "--split '", split, "': empty weight");
     const std::string t = item.substr(a, b - a + 1);
     char* end = nullptr;
     const double v = std::strtod(t.c_str(), &end);
-    MDLM_CHECK(end == t.c_str() + t.size() && std::isfinite(v), "--split '", split, "': '", t, "' is not a number");
-    MDLM_CHECK(v >= 0, "--split '", split, "': weight ", v, " is negative");
+    MEGADLM_CHECK(end == t.c_str() + t.size() && std::isfinite(v), "--split '", split, "': '", t, "' is not a number");
+    MEGADLM_CHECK(v >= 0, "--split '", split, "': weight ", v, " is negative");
     w.push_back(v);
   }
-  MDLM_CHECK(!w.empty() && w.size() <= 3, "--split '", split, "' must give 1 to 3 weights (train,valid,test)");
+  MEGADLM_CHECK(!w.empty() && w.size() <= 3, "--split '", split, "' must give 1 to 3 weights (train,valid,test)");
   w.resize(3, 0.0);
   const double sum = w[0] + w[1] + w[2];
-  MDLM_CHECK(sum > 0, "--split '", split, "': the weights add up to 0");
+  MEGADLM_CHECK(sum > 0, "--split '", split, "': the weights add up to 0");
   // Same arithmetic as Megatron: normalise, then cumulative sums starting at 0.
   double c[4] = {0, 0, 0, 0};
   for (int k = 0; k < 3; ++k) c[k + 1] = c[k] + w[k] / sum;
@@ -89,38 +89,38 @@ constexpr uint64_t kCacheVersion = 1;
 GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, SequenceRange range, Split split,
                        const GPTDatasetConfig& config)
     : data_(std::move(data)), range_(range), split_(split), config_(config) {
-  MDLM_CHECK(data_ != nullptr, "GPTDataset: no indexed dataset");
+  MEGADLM_CHECK(data_ != nullptr, "GPTDataset: no indexed dataset");
   const std::string& prefix = data_->prefix();
   const int64_t T = config_.seq_length;
-  MDLM_CHECK(T >= 1, "--seq-length ", T, " must be at least 1");
-  MDLM_CHECK(range_.begin >= 0 && range_.begin <= range_.end && range_.end <= data_->num_sequences(), prefix,
-             ": sequence range [", range_.begin, ", ", range_.end, ") is outside the ", data_->num_sequences(),
+  MEGADLM_CHECK(T >= 1, "--seq-length ", T, " must be at least 1");
+  MEGADLM_CHECK(range_.begin >= 0 && range_.begin <= range_.end && range_.end <= data_->num_sequences(), prefix,
+                ": sequence range [", range_.begin, ", ", range_.end, ") is outside the ", data_->num_sequences(),
              " sequences");
-  MDLM_CHECK(data_->num_sequences() <= std::numeric_limits<int32_t>::max(), prefix, ": ", data_->num_sequences(),
-             " sequences exceed the int32 document index");
+  MEGADLM_CHECK(data_->num_sequences() <= std::numeric_limits<int32_t>::max(), prefix, ": ", data_->num_sequences(),
+                " sequences exceed the int32 document index");
 
   int64_t tokens = 0;
   for (int64_t s = range_.begin; s < range_.end; ++s) tokens += data_->sequence_length(s);
   tokens_per_epoch_ = tokens;
-  MDLM_CHECK(tokens >= 2, prefix, ": the ", split_name(split_), " split (sequences [", range_.begin, ", ", range_.end,
-             ")) holds ", tokens, " tokens; at least 2 are needed to make a sample");
+  MEGADLM_CHECK(tokens >= 2, prefix, ": the ", split_name(split_), " split (sequences [", range_.begin, ", ", range_.end,
+                ")) holds ", tokens, " tokens; at least 2 are needed to make a sample");
 
   // Epochs: enough that num_samples * T + 1 tokens are available.
   if (config_.num_samples <= 0) {
     num_epochs_ = 1;
   } else {
-    MDLM_CHECK(config_.num_samples <= (std::numeric_limits<int64_t>::max() - 1) / T, "num_samples ",
-               config_.num_samples, " times seq_length ", T, " overflows");
+    MEGADLM_CHECK(config_.num_samples <= (std::numeric_limits<int64_t>::max() - 1) / T, "num_samples ",
+                  config_.num_samples, " times seq_length ", T, " overflows");
     const int64_t need = config_.num_samples * T + 1;
     num_epochs_ = (need + tokens - 1) / tokens;
   }
-  MDLM_CHECK(num_epochs_ <= std::numeric_limits<int64_t>::max() / tokens &&
+  MEGADLM_CHECK(num_epochs_ <= std::numeric_limits<int64_t>::max() / tokens &&
                  num_epochs_ <= (int64_t(1) << 40) / std::max<int64_t>(range_.size(), 1),
-             prefix, ": ", config_.num_samples, " samples of ", T, " tokens need ", num_epochs_, " epochs over ",
-             range_.size(), " sequences, which is more than can be indexed");
+                prefix, ": ", config_.num_samples, " samples of ", T, " tokens need ", num_epochs_, " epochs over ",
+                range_.size(), " sequences, which is more than can be indexed");
   samples_total_ = (num_epochs_ * tokens - 1) / T;
-  MDLM_CHECK(samples_total_ >= 1, prefix, ": the ", split_name(split_), " split holds ", tokens,
-             " tokens, fewer than one sample of ", T, " + 1");
+  MEGADLM_CHECK(samples_total_ >= 1, prefix, ": the ", split_name(split_), " split holds ", tokens,
+                " tokens, fewer than one sample of ", T, " + 1");
   separate_final_epoch_ = false;
   samples_sans_final_ = samples_total_;
   if (num_epochs_ > 1) {
@@ -197,7 +197,7 @@ void GPTDataset::build() {
         offset += remaining + doc_len - 1;
         remaining = 0;
       } else {
-        MDLM_CHECK(pos + 1 < n_pos, data_->prefix(), ": internal error: ran out of documents building sample ", s);
+        MEGADLM_CHECK(pos + 1 < n_pos, data_->prefix(), ": internal error: ran out of documents building sample ", s);
         ++pos;
         offset = 0;
       }
@@ -217,8 +217,8 @@ void GPTDataset::build() {
 
 void GPTDataset::sample(int64_t i, int32_t* out) const {
   const int64_t T = config_.seq_length;
-  MDLM_CHECK(i >= 0 && i < size(), data_->prefix(), ": ", split_name(split_), " sample ", i, " out of range [0, ",
-             size(), ")");
+  MEGADLM_CHECK(i >= 0 && i < size(), data_->prefix(), ": ", split_name(split_), " sample ", i, " out of range [0, ",
+                size(), ")");
   const int64_t j = shuffle_index_[i];
   const int64_t p0 = sample_index_[2 * j], o0 = sample_index_[2 * j + 1];
   const int64_t p1 = sample_index_[2 * j + 2], o1 = sample_index_[2 * j + 3];
@@ -228,12 +228,12 @@ void GPTDataset::sample(int64_t i, int32_t* out) const {
     const int64_t from = p == p0 ? o0 : 0;
     const int64_t to = p == p1 ? o1 + 1 : data_->sequence_length(seq);  // exclusive
     const int64_t n = to - from;
-    MDLM_CHECK(n >= 0 && written + n <= T + 1, data_->prefix(), ": sample ", i, " is inconsistent (corrupt indices)");
+    MEGADLM_CHECK(n >= 0 && written + n <= T + 1, data_->prefix(), ": sample ", i, " is inconsistent (corrupt indices)");
     data_->read(seq, from, n, out + written);
     written += n;
   }
-  MDLM_CHECK(written == T + 1, data_->prefix(), ": sample ", i, " has ", written, " tokens instead of ", T + 1,
-             " (corrupt indices)");
+  MEGADLM_CHECK(written == T + 1, data_->prefix(), ": sample ", i, " has ", written, " tokens instead of ", T + 1,
+                " (corrupt indices)");
 }
 
 // ---- cache file: magic, version, description, then the three arrays ------------------------------------

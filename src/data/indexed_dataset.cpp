@@ -197,18 +197,18 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
 }
 
 int32_t IndexedDataset::sequence_length(int64_t i) const {
-  MDLM_CHECK(i >= 0 && i < num_sequences_, idx_.path(), ": sequence ", i, " out of range [0, ", num_sequences_, ")");
+  MEGADLM_CHECK(i >= 0 && i < num_sequences_, idx_.path(), ": sequence ", i, " out of range [0, ", num_sequences_, ")");
   return load<int32_t>(idx_.data() + lengths_at_ + 4 * static_cast<uint64_t>(i));
 }
 
 int64_t IndexedDataset::sequence_pointer(int64_t i) const {
-  MDLM_CHECK(i >= 0 && i < num_sequences_, idx_.path(), ": sequence ", i, " out of range [0, ", num_sequences_, ")");
+  MEGADLM_CHECK(i >= 0 && i < num_sequences_, idx_.path(), ": sequence ", i, " out of range [0, ", num_sequences_, ")");
   return load<int64_t>(idx_.data() + pointers_at_ + 8 * static_cast<uint64_t>(i));
 }
 
 int64_t IndexedDataset::document_index(int64_t j) const {
-  MDLM_CHECK(j >= 0 && j < num_doc_entries_, idx_.path(), ": document-index entry ", j, " out of range [0, ",
-             num_doc_entries_, ")");
+  MEGADLM_CHECK(j >= 0 && j < num_doc_entries_, idx_.path(), ": document-index entry ", j, " out of range [0, ",
+                num_doc_entries_, ")");
   return load<int64_t>(idx_.data() + docs_at_ + 8 * static_cast<uint64_t>(j));
 }
 
@@ -233,8 +233,8 @@ void convert_tokens(const uint8_t* src, int64_t count, int32_t* out, const std::
 
 void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const {
   const int64_t len = sequence_length(seq);
-  MDLM_CHECK(offset >= 0 && count >= 0 && offset <= len && count <= len - offset, prefix_, ": tokens [", offset, ", ",
-             offset + count, ") of sequence ", seq, " are outside its ", len, " tokens");
+  MEGADLM_CHECK(offset >= 0 && count >= 0 && offset <= len && count <= len - offset, prefix_, ": tokens [", offset, ", ",
+                offset + count, ") of sequence ", seq, " are outside its ", len, " tokens");
   const uint64_t item = index_dtype_size(dtype_);
   const uint8_t* src = bin_.data() + sequence_pointer(seq) + static_cast<uint64_t>(offset) * item;
   if (count == 0) return;
@@ -259,8 +259,8 @@ std::vector<int32_t> IndexedDataset::get(int64_t seq) const {
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, IndexDType dtype)
     : prefix_(prefix), dtype_(dtype) {
-  MDLM_CHECK(is_known_code(static_cast<uint8_t>(dtype)) && dtype != IndexDType::F32 && dtype != IndexDType::F64,
-             prefix, ": cannot write token ids as dtype code ", static_cast<int>(dtype));
+  MEGADLM_CHECK(is_known_code(static_cast<uint8_t>(dtype)) && dtype != IndexDType::F32 && dtype != IndexDType::F64,
+                prefix, ": cannot write token ids as dtype code ", static_cast<int>(dtype));
   tmp_bin_ = temporary_name_for(bin_path(prefix));
   tmp_idx_ = temporary_name_for(idx_path(prefix));
   bin_ = std::fopen(tmp_bin_.c_str(), "wb");
@@ -297,14 +297,14 @@ void narrow_tokens(const int32_t* tokens, int64_t n, std::vector<uint8_t>& buf, 
 
 void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t n, const int32_t* sequence_lengths,
                                         int64_t num_sequences) {
-  MDLM_CHECK(!finalized_, prefix_, ": add_document after finalize");
-  MDLM_CHECK(n >= 0 && num_sequences >= 0, prefix_, ": negative token or sequence count (", n, ", ", num_sequences, ")");
+  MEGADLM_CHECK(!finalized_, prefix_, ": add_document after finalize");
+  MEGADLM_CHECK(n >= 0 && num_sequences >= 0, prefix_, ": negative token or sequence count (", n, ", ", num_sequences, ")");
   int64_t sum = 0;
   for (int64_t k = 0; k < num_sequences; ++k) {
-    MDLM_CHECK(sequence_lengths[k] >= 0, prefix_, ": negative sequence length ", sequence_lengths[k]);
+    MEGADLM_CHECK(sequence_lengths[k] >= 0, prefix_, ": negative sequence length ", sequence_lengths[k]);
     sum += sequence_lengths[k];
   }
-  MDLM_CHECK(sum == n, prefix_, ": sequence lengths add up to ", sum, " but the document has ", n, " tokens");
+  MEGADLM_CHECK(sum == n, prefix_, ": sequence lengths add up to ", sum, " but the document has ", n, " tokens");
   switch (dtype_) {
     case IndexDType::U8: narrow_tokens<uint8_t>(tokens, n, convert_, prefix_); break;
     case IndexDType::I8: narrow_tokens<int8_t>(tokens, n, convert_, prefix_); break;
@@ -331,15 +331,15 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t n, const 
 }
 
 void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t n) {
-  MDLM_CHECK(n <= std::numeric_limits<int32_t>::max(), prefix_, ": document of ", n,
-             " tokens is longer than a sequence may be (2^31 - 1)");
+  MEGADLM_CHECK(n <= std::numeric_limits<int32_t>::max(), prefix_, ": document of ", n,
+                " tokens is longer than a sequence may be (2^31 - 1)");
   std::vector<int32_t> lens;
   if (n > 0) lens.push_back(static_cast<int32_t>(n));
   add_document(tokens, n, lens);
 }
 
 void IndexedDatasetWriter::finalize(bool sync_directory) {
-  MDLM_CHECK(!finalized_, prefix_, ": finalize called twice");
+  MEGADLM_CHECK(!finalized_, prefix_, ": finalize called twice");
   std::FILE* bin = bin_;
   bin_ = nullptr;
   // The .bin's fsync (the bulk of the data) runs while the .idx is written and synced: each fsync

@@ -6,11 +6,11 @@ namespace megadlm {
 
 BatchLoader::BatchLoader(std::shared_ptr<const TokenDataset> dataset, const LoaderConfig& config)
     : dataset_(std::move(dataset)), config_(config) {
-  MDLM_CHECK(dataset_ != nullptr, "BatchLoader: no dataset");
-  MDLM_CHECK(config_.micro_batch_size >= 1, "--micro-batch-size ", config_.micro_batch_size, " must be at least 1");
-  MDLM_CHECK(config_.dp_size >= 1 && config_.dp_rank >= 0 && config_.dp_rank < config_.dp_size,
-             "data-parallel rank ", config_.dp_rank, " is not in [0, ", config_.dp_size, ")");
-  MDLM_CHECK(config_.consumed_samples >= 0, "consumed_samples ", config_.consumed_samples, " is negative");
+  MEGADLM_CHECK(dataset_ != nullptr, "BatchLoader: no dataset");
+  MEGADLM_CHECK(config_.micro_batch_size >= 1, "--micro-batch-size ", config_.micro_batch_size, " must be at least 1");
+  MEGADLM_CHECK(config_.dp_size >= 1 && config_.dp_rank >= 0 && config_.dp_rank < config_.dp_size,
+                "data-parallel rank ", config_.dp_rank, " is not in [0, ", config_.dp_size, ")");
+  MEGADLM_CHECK(config_.consumed_samples >= 0, "consumed_samples ", config_.consumed_samples, " is negative");
   if (config_.prefetch) thread_ = std::thread([this] { prefetch_loop(); });
 }
 
@@ -39,8 +39,8 @@ void BatchLoader::build(int64_t k, Batch& out) const {
   out.sample_ids.resize(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t id = base + b;
-    MDLM_CHECK(id < dataset_->size(), "the data loader needs sample ", id, " but the dataset has only ",
-               dataset_->size(), " (train for fewer iterations or build the dataset with more samples)");
+    MEGADLM_CHECK(id < dataset_->size(), "the data loader needs sample ", id, " but the dataset has only ",
+                  dataset_->size(), " (train for fewer iterations or build the dataset with more samples)");
     out.sample_ids[b] = id;
     dataset_->sample(id, out.tokens.data() + b * (T + 1));
   }
@@ -75,8 +75,8 @@ Batch BatchLoader::next() {
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return has_ready_ || error_ != nullptr; });
     if (!has_ready_) std::rethrow_exception(error_);
-    MDLM_CHECK(ready_k_ == taken_, "BatchLoader: internal error: prefetched micro-batch ", ready_k_, " but ", taken_,
-               " is due");
+    MEGADLM_CHECK(ready_k_ == taken_, "BatchLoader: internal error: prefetched micro-batch ", ready_k_, " but ", taken_,
+                  " is due");
     out = std::move(ready_);
     has_ready_ = false;
     cv_.notify_all();

@@ -90,8 +90,8 @@ void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Toke
           ids.clear();
           tok.encode(sentence, ids);
           if (ids.empty()) continue;  // as Megatron: an empty sentence adds no sequence
-          MDLM_CHECK(ids.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "key '", opt.json_keys[k],
-                     "': ", ids.size(), " tokens do not fit one sequence");
+          MEGADLM_CHECK(ids.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "key '", opt.json_keys[k],
+                        "': ", ids.size(), " tokens do not fit one sequence");
           pk.tokens.insert(pk.tokens.end(), ids.begin(), ids.end());
           pk.seq_lengths.push_back(static_cast<int32_t>(ids.size()));
           ++seqs;
@@ -362,14 +362,14 @@ std::string absolute_or_empty(const std::string& p) {
 }  // namespace
 
 PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
-  MDLM_CHECK(!opt.input.empty(), "--input is required");
-  MDLM_CHECK(!opt.output_prefix.empty(), "--output-prefix is required");
-  MDLM_CHECK(!opt.json_keys.empty(), "--json-keys needs at least one key");
-  MDLM_CHECK(opt.workers >= 1 && opt.workers <= 1024, "--workers ", opt.workers, " must be in [1, 1024]");
-  MDLM_CHECK(opt.log_interval >= 0, "--log-interval ", opt.log_interval, " is negative");
+  MEGADLM_CHECK(!opt.input.empty(), "--input is required");
+  MEGADLM_CHECK(!opt.output_prefix.empty(), "--output-prefix is required");
+  MEGADLM_CHECK(!opt.json_keys.empty(), "--json-keys needs at least one key");
+  MEGADLM_CHECK(opt.workers >= 1 && opt.workers <= 1024, "--workers ", opt.workers, " must be in [1, 1024]");
+  MEGADLM_CHECK(opt.log_interval >= 0, "--log-interval ", opt.log_interval, " is negative");
   for (size_t a = 0; a < opt.json_keys.size(); ++a)
     for (size_t b = a + 1; b < opt.json_keys.size(); ++b)
-      MDLM_CHECK(opt.json_keys[a] != opt.json_keys[b], "--json-keys lists '", opt.json_keys[a], "' twice");
+      MEGADLM_CHECK(opt.json_keys[a] != opt.json_keys[b], "--json-keys lists '", opt.json_keys[a], "' twice");
   const Timer timer;
 
   // The tokenizer as the sidecar will describe it (paths made absolute so training can run elsewhere).
@@ -491,18 +491,18 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
 DataSidecar read_data_sidecar(const std::string& data_prefix) {
   const std::string path = sidecar_path(data_prefix);
   std::ifstream in(path);
-  MDLM_CHECK(in.good(), path, ": cannot open the tokenizer sidecar (was the data made by preprocess_data?)");
+  MEGADLM_CHECK(in.good(), path, ": cannot open the tokenizer sidecar (was the data made by preprocess_data?)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": invalid JSON (", e.what(), ")");
   }
-  MDLM_CHECK(j.is_object(), path, ": not a JSON object");
+  MEGADLM_CHECK(j.is_object(), path, ": not a JSON object");
   DataSidecar s;
   try {
-    MDLM_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer(), path, ": missing integer 'vocab_size'");
-    MDLM_CHECK(j.contains("eod") && j["eod"].is_number_integer(), path, ": missing integer 'eod'");
+    MEGADLM_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer(), path, ": missing integer 'vocab_size'");
+    MEGADLM_CHECK(j.contains("eod") && j["eod"].is_number_integer(), path, ": missing integer 'eod'");
     s.vocab_size = j["vocab_size"].get<int64_t>();
     s.eod = j["eod"].get<int32_t>();
     for (const char* k : kSidecarExtraKeys) j.erase(k);

@@ -20,17 +20,17 @@ double log_prob(const float* row, int64_t V, int32_t target) {
 }
 
 void check_tokens(const LanguageModel& model, const std::vector<int32_t>& tokens) {
-  MDLM_CHECK(static_cast<int64_t>(tokens.size()) <= model.config().max_position_embeddings, "a sequence of ",
-             tokens.size(), " tokens is longer than the model's --max-position-embeddings ",
-             model.config().max_position_embeddings);
+  MEGADLM_CHECK(static_cast<int64_t>(tokens.size()) <= model.config().max_position_embeddings, "a sequence of ",
+                tokens.size(), " tokens is longer than the model's --max-position-embeddings ",
+                model.config().max_position_embeddings);
 }
 
 }  // namespace
 
 double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin) {
   const int64_t T = static_cast<int64_t>(tokens.size());
-  MDLM_CHECK(begin >= 1 && begin <= T, "autoregressive log-likelihood needs a non-empty context: begin ", begin,
-             " of ", T, " tokens");
+  MEGADLM_CHECK(begin >= 1 && begin <= T, "autoregressive log-likelihood needs a non-empty context: begin ", begin,
+                " of ", T, " tokens");
   check_tokens(model, tokens);
   std::vector<int32_t> pos(static_cast<size_t>(T));
   std::iota(pos.begin(), pos.end(), 0);
@@ -51,9 +51,9 @@ MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& token
                          const DiffusionLikelihoodOptions& opt, uint64_t sample_id) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t L = T - begin;
-  MDLM_CHECK(opt.mask_token >= 0, "diffusion likelihood needs the model's mask token");
-  MDLM_CHECK(begin >= 0 && L >= 1, "diffusion likelihood needs at least one scored token: begin ", begin, " of ", T);
-  MDLM_CHECK(opt.mc_samples >= 1, "--mc-samples must be positive, got ", opt.mc_samples);
+  MEGADLM_CHECK(opt.mask_token >= 0, "diffusion likelihood needs the model's mask token");
+  MEGADLM_CHECK(begin >= 0 && L >= 1, "diffusion likelihood needs at least one scored token: begin ", begin, " of ", T);
+  MEGADLM_CHECK(opt.mc_samples >= 1, "--mc-samples must be positive, got ", opt.mc_samples);
   check_tokens(model, tokens);
   const int64_t M = opt.mc_samples;
   const int64_t V = model.config().vocab_size;
@@ -136,14 +136,14 @@ ChoiceResults score_multiple_choice(LanguageModel& model, bool diffusion, const 
   int64_t correct = 0, correct_norm = 0;
   for (size_t q = 0; q < items.size(); ++q) {
     const ChoiceItem& it = items[q];
-    MDLM_CHECK(!it.choices.empty(), "multiple-choice item ", q, " has no choices");
-    MDLM_CHECK(it.label >= 0 && it.label < static_cast<int64_t>(it.choices.size()), "multiple-choice item ", q,
-               ": label ", it.label, " is not in [0, ", it.choices.size(), ")");
+    MEGADLM_CHECK(!it.choices.empty(), "multiple-choice item ", q, " has no choices");
+    MEGADLM_CHECK(it.label >= 0 && it.label < static_cast<int64_t>(it.choices.size()), "multiple-choice item ", q,
+                  ": label ", it.label, " is not in [0, ", it.choices.size(), ")");
     std::vector<double> sc;
     int64_t best = 0, best_norm = 0;
     double best_norm_score = -INFINITY;
     for (size_t c = 0; c < it.choices.size(); ++c) {
-      MDLM_CHECK(!it.choices[c].empty(), "multiple-choice item ", q, ": choice ", c, " is empty");
+      MEGADLM_CHECK(!it.choices[c].empty(), "multiple-choice item ", q, ": choice ", c, " is empty");
       std::vector<int32_t> seq(it.context);
       seq.insert(seq.end(), it.choices[c].begin(), it.choices[c].end());
       const int64_t begin = static_cast<int64_t>(it.context.size());

@@ -30,8 +30,8 @@ std::vector<int64_t> tokens_per_step(int64_t masked, int64_t steps) {
 namespace {
 
 void check_length(const LanguageModel& model, int64_t T) {
-  MDLM_CHECK(T <= model.config().max_position_embeddings, "the sequence of ", T,
-             " tokens is longer than the model's --max-position-embeddings ", model.config().max_position_embeddings);
+  MEGADLM_CHECK(T <= model.config().max_position_embeddings, "the sequence of ", T,
+                " tokens is longer than the model's --max-position-embeddings ", model.config().max_position_embeddings);
 }
 
 // Runs the model on R sequences of T tokens each, seq [R*T], and returns logits [R*T, V] (valid until
@@ -66,28 +66,28 @@ std::vector<int32_t> diffusion_generate(LanguageModel& model, const std::vector<
 std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
                                                            const std::vector<std::vector<int32_t>>& prompts,
                                                            const DiffusionSampleOptions& opt) {
-  MDLM_CHECK(opt.mask_token >= 0, "diffusion sampling needs the model's mask token");
-  MDLM_CHECK(opt.gen_length >= 1, "--gen-length must be positive");
-  MDLM_CHECK(opt.block_length >= 1 && opt.gen_length % opt.block_length == 0, "--gen-length ", opt.gen_length,
-             " is not a multiple of --block-length ", opt.block_length);
-  MDLM_CHECK(!prompts.empty(), "diffusion sampling needs at least one prompt");
+  MEGADLM_CHECK(opt.mask_token >= 0, "diffusion sampling needs the model's mask token");
+  MEGADLM_CHECK(opt.gen_length >= 1, "--gen-length must be positive");
+  MEGADLM_CHECK(opt.block_length >= 1 && opt.gen_length % opt.block_length == 0, "--gen-length ", opt.gen_length,
+                " is not a multiple of --block-length ", opt.block_length);
+  MEGADLM_CHECK(!prompts.empty(), "diffusion sampling needs at least one prompt");
   const int64_t num_blocks = opt.gen_length / opt.block_length;
   const bool thresholded = opt.threshold > 0;
-  MDLM_CHECK(!(thresholded && opt.sampler == DiffusionSampler::MDLM),
-             "--threshold and --sampler mdlm do not combine (MDLM reveals tokens at random)");
-  MDLM_CHECK(opt.threshold < 1.0f, "--threshold must be below 1, got ", opt.threshold);
-  MDLM_CHECK(opt.cfg_scale >= 0, "--cfg-scale must be non-negative, got ", opt.cfg_scale);
+  MEGADLM_CHECK(!(thresholded && opt.sampler == DiffusionSampler::MDLM),
+                "--threshold and --sampler mdlm do not combine (MDLM reveals tokens at random)");
+  MEGADLM_CHECK(opt.threshold < 1.0f, "--threshold must be below 1, got ", opt.threshold);
+  MEGADLM_CHECK(opt.cfg_scale >= 0, "--cfg-scale must be non-negative, got ", opt.cfg_scale);
   if (!thresholded)
-    MDLM_CHECK(opt.steps >= num_blocks && opt.steps % num_blocks == 0, "--steps ", opt.steps,
-               " is not a multiple of the number of blocks ", num_blocks);
+    MEGADLM_CHECK(opt.steps >= num_blocks && opt.steps % num_blocks == 0, "--steps ", opt.steps,
+                  " is not a multiple of the number of blocks ", num_blocks);
   const int64_t steps_per_block = thresholded ? opt.block_length : opt.steps / num_blocks;
   const int64_t V = model.config().vocab_size;
   const int64_t Vlim = opt.vocab_limit > 0 ? std::min<int64_t>(opt.vocab_limit, V) : V;
   const int64_t B = static_cast<int64_t>(prompts.size());
   const int64_t P = static_cast<int64_t>(prompts[0].size());
   for (const auto& p : prompts)
-    MDLM_CHECK(static_cast<int64_t>(p.size()) == P, "a diffusion batch needs prompts of one length: got ", p.size(),
-               " and ", P, " tokens");
+    MEGADLM_CHECK(static_cast<int64_t>(p.size()) == P, "a diffusion batch needs prompts of one length: got ", p.size(),
+                  " and ", P, " tokens");
   const int64_t T = P + opt.gen_length;
   check_length(model, T);
   const bool cfg = opt.cfg_scale > 0;
@@ -96,8 +96,8 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
   std::vector<int32_t> x(static_cast<size_t>(R * T), M);
   for (int64_t b = 0; b < B; ++b) std::copy(prompts[b].begin(), prompts[b].end(), x.begin() + b * T);
   std::vector<CounterRng> rngs;
-  MDLM_CHECK(opt.seeds.empty() || static_cast<int64_t>(opt.seeds.size()) == B, "sampling: ", opt.seeds.size(),
-             " seeds for ", B, " prompts");
+  MEGADLM_CHECK(opt.seeds.empty() || static_cast<int64_t>(opt.seeds.size()) == B, "sampling: ", opt.seeds.size(),
+                " seeds for ", B, " prompts");
   for (int64_t b = 0; b < B; ++b)
     rngs.emplace_back(opt.seeds.empty() ? opt.seed + static_cast<uint64_t>(b) : opt.seeds[static_cast<size_t>(b)],
                       RngPurpose::Sampling);
@@ -282,14 +282,14 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
   const int64_t B = static_cast<int64_t>(prompts.size());
   int64_t longest = 0;
   for (const auto& p : prompts) {
-    MDLM_CHECK(!p.empty(), "autoregressive sampling needs a non-empty prompt");
+    MEGADLM_CHECK(!p.empty(), "autoregressive sampling needs a non-empty prompt");
     check_length(model, static_cast<int64_t>(p.size()));
     longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
   }
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
   std::vector<CounterRng> rngs;
-  MDLM_CHECK(opt.seeds.empty() || static_cast<int64_t>(opt.seeds.size()) == B, "sampling: ", opt.seeds.size(),
-             " seeds for ", B, " prompts");
+  MEGADLM_CHECK(opt.seeds.empty() || static_cast<int64_t>(opt.seeds.size()) == B, "sampling: ", opt.seeds.size(),
+                " seeds for ", B, " prompts");
   for (int64_t b = 0; b < B; ++b)
     rngs.emplace_back(opt.seeds.empty() ? opt.seed + static_cast<uint64_t>(b) : opt.seeds[static_cast<size_t>(b)],
                       RngPurpose::Sampling);

@@ -14,8 +14,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/types.h"
 
 namespace megadlm {
 
@@ -135,11 +134,11 @@ class Backend {
 
   // ---- attention (kernels/cpu/attention.h); mask.segment_ids on the device ----
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                                 int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                                 int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                                  float scale) const = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                   const float* v, const float* out, const float* lse, int64_t B, int64_t T,
-                                  int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                                  int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                                   float scale) const = 0;
 
   // The same on bf16 q, k, v (and the backward's bf16 forward output), fp32 out, lse and gradients: a
@@ -147,11 +146,11 @@ class Backend {
   // cuDNN's fused attention where it applies). dout is rounded to bf16 as an operand.
   virtual void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                       int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                                      const cpu::AttentionMask& mask, float scale) const = 0;
+                                      const AttentionMask& mask, float scale) const = 0;
   virtual void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
                                        const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse,
                                        int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                                       const cpu::AttentionMask& mask, float scale) const = 0;
+                                       const AttentionMask& mask, float scale) const = 0;
 
   // ---- attention against a KV cache (kernels/cpu/decode_attention.h): inference only, no lse ----
   // q, out [B, Tn, H, D]; k_cache, v_cache [B, S, K, D]; offsets [B] on the device (int64), checked by
@@ -184,7 +183,7 @@ class Backend {
 
   // ---- optimizer and reductions (kernels/cpu/optim.h) ----
   // param_bf16 [n] (or null): the updated param in bf16 as well, on the same pass.
-  virtual void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  virtual void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                           uint16_t* param_bf16) const = 0;
   // The sum of x^2 in a fixed order, downloaded to the host (one synchronisation on a device).
   virtual double sum_squares(const float* x, int64_t n) const = 0;

@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
     cpu::cast_bf16_and_bias_backward(out, dbias, dout, N, C);
   }
   void add_inplace(float* a, const float* b, int64_t n) const override { cpu::add_inplace(a, b, n); }
-  // The MoE dispatch and combine (nn/moe_dispatcher.cpp); the CPU output layer gathers its own rows
+  // The MoE dispatch and combine (nn/moe/moe_dispatcher.cpp); the CPU output layer gathers its own rows
   // (nn/lm_head.cpp).
   void moe_permute(float* rows, const float* x, const int32_t* token, const float* weight, int64_t P,
                    int64_t C) const override {
@@ -150,23 +150,23 @@ class CpuBackend final : public Backend {
   }
 
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                         int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                         int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                          float scale) const override {
     cpu::attention_forward(out, lse, q, k, v, B, T, H, K, D, mask, scale);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
+                          int64_t K, int64_t D, const AttentionMask& mask, float scale) const override {
     cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
   }
   void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                               float scale) const override {
     cpu::attention_forward_bf16(out, lse, as_bf16(q), as_bf16(k), as_bf16(v), B, T, H, K, D, mask, scale);
   }
   void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
                                const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse, int64_t B,
-                               int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                               int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                                float scale) const override {
     cpu::attention_backward_bf16(dq, dk, dv, dout, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, B, T, H, K,
                                  D, mask, scale);
@@ -201,7 +201,7 @@ class CpuBackend final : public Backend {
     else cpu::quantize_dequantize_e4m3(x, n, scale);
   }
 
-  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                   uint16_t* param_bf16) const override {
     cpu::adamw_step(param, grad, m, v, n, h, param_bf16);
   }

@@ -18,8 +18,8 @@ int cuda_device_count() { return 0; }
 
 void require_backend(Device device, const char* op) {
   if (device == Device::CPU) return;
-  MDLM_CHECK(cuda_compiled(), op, ": a CUDA tensor, but this build has no CUDA backend (configure with -DMEGADLM_CUDA=ON)");
-  MDLM_CHECK(cuda_available(), op, ": a CUDA tensor, but no GPU is visible");
+  MEGADLM_CHECK(cuda_compiled(), op, ": a CUDA tensor, but this build has no CUDA backend (configure with -DMEGADLM_CUDA=ON)");
+  MEGADLM_CHECK(cuda_available(), op, ": a CUDA tensor, but no GPU is visible");
 }
 
 static const Backend* g_test_backend = nullptr;  // serves Device::CUDA when set
@@ -35,7 +35,7 @@ int select_device(Device device, int local_rank) {
 }
 
 void set_backend_for_testing(Device device, const Backend* backend) {
-  MDLM_CHECK(device == Device::CUDA, "set_backend_for_testing: only the CUDA device can be emulated");
+  MEGADLM_CHECK(device == Device::CUDA, "set_backend_for_testing: only the CUDA device can be emulated");
   g_test_backend = backend;
 }
 
@@ -44,7 +44,7 @@ const Backend& backend_for(Device device) {
   if (g_test_backend) return *g_test_backend;
 #ifdef MEGADLM_HAVE_CUDA
   static const Backend& cuda = [] () -> const Backend& {
-    MDLM_CHECK(cuda_available(), "no GPU is visible (cudaGetDeviceCount found none)");
+    MEGADLM_CHECK(cuda_available(), "no GPU is visible (cudaGetDeviceCount found none)");
     return cuda_backend();
   }();
   return cuda;

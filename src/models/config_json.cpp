@@ -5,11 +5,11 @@
 
 namespace megadlm {
 
-static const char* mask_name(cpu::MaskType m) {
+static const char* mask_name(MaskType m) {
   switch (m) {
-    case cpu::MaskType::None: return "no_mask";
-    case cpu::MaskType::Causal: return "causal";
-    case cpu::MaskType::BlockCausal: return "block_causal";
+    case MaskType::None: return "no_mask";
+    case MaskType::Causal: return "causal";
+    case MaskType::BlockCausal: return "block_causal";
   }
   return "?";
 }
@@ -44,7 +44,7 @@ nlohmann::json config_to_json(const TransformerConfig& c) {
 
 template <typename T>
 static T field(const nlohmann::json& j, const char* key, const std::string& where) {
-  MDLM_CHECK(j.is_object() && j.contains(key), where, ": model config lacks '", key, "'");
+  MEGADLM_CHECK(j.is_object() && j.contains(key), where, ": model config lacks '", key, "'");
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -77,9 +77,9 @@ TransformerConfig config_from_json(const nlohmann::json& j, const std::string& w
   c.untie_embeddings_and_output_weights = field<bool>(j, "untie_embeddings_and_output_weights", where);
   c.init_method_std = j.value("init_method_std", 0.02f);
   const std::string mask = j.value("attention_mask_type", std::string("causal"));
-  if (mask == "no_mask") c.attention_mask = cpu::MaskType::None;
-  else if (mask == "causal") c.attention_mask = cpu::MaskType::Causal;
-  else if (mask == "block_causal") c.attention_mask = cpu::MaskType::BlockCausal;
+  if (mask == "no_mask") c.attention_mask = MaskType::None;
+  else if (mask == "causal") c.attention_mask = MaskType::Causal;
+  else if (mask == "block_causal") c.attention_mask = MaskType::BlockCausal;
   else fail(where, ": unknown attention_mask_type '", mask, "'");
   c.attention_block_size = j.value("attention_block_size", int64_t{0});
   if (j.contains("moe")) c.moe = moe_config_from_json(j["moe"], where);

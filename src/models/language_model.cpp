@@ -5,25 +5,25 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cross_entropy.h"
-#include "nn/moe_counts.h"
+#include "nn/moe/moe_counts.h"
 #include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
 void validate_config(const TransformerConfig& c) {
-  MDLM_CHECK(c.num_layers >= 1, "--num-layers must be at least 1, got ", c.num_layers);
-  MDLM_CHECK(c.hidden_size >= 1, "--hidden-size must be positive, got ", c.hidden_size);
-  MDLM_CHECK(c.num_attention_heads >= 1, "--num-attention-heads must be positive, got ", c.num_attention_heads);
-  MDLM_CHECK(c.num_query_groups >= 1 && c.num_attention_heads % c.num_query_groups == 0,
-             "--num-query-groups ", c.num_query_groups, " does not divide --num-attention-heads ",
-             c.num_attention_heads);
-  MDLM_CHECK(c.kv_channels >= 1, "--kv-channels must be positive, got ", c.kv_channels);
-  MDLM_CHECK(c.position_embedding != PositionEmbedding::Rope || c.kv_channels % 2 == 0,
-             "RoPE needs an even head dimension (--kv-channels), got ", c.kv_channels);
-  MDLM_CHECK(c.ffn_hidden_size >= 1, "--ffn-hidden-size must be positive, got ", c.ffn_hidden_size);
-  MDLM_CHECK(c.vocab_size >= 2, "vocabulary size must be at least 2, got ", c.vocab_size);
-  MDLM_CHECK(c.max_position_embeddings >= 1, "--max-position-embeddings must be positive");
-  MDLM_CHECK(c.norm_epsilon > 0, "--norm-epsilon must be positive, got ", c.norm_epsilon);
+  MEGADLM_CHECK(c.num_layers >= 1, "--num-layers must be at least 1, got ", c.num_layers);
+  MEGADLM_CHECK(c.hidden_size >= 1, "--hidden-size must be positive, got ", c.hidden_size);
+  MEGADLM_CHECK(c.num_attention_heads >= 1, "--num-attention-heads must be positive, got ", c.num_attention_heads);
+  MEGADLM_CHECK(c.num_query_groups >= 1 && c.num_attention_heads % c.num_query_groups == 0,
+                "--num-query-groups ", c.num_query_groups, " does not divide --num-attention-heads ",
+                c.num_attention_heads);
+  MEGADLM_CHECK(c.kv_channels >= 1, "--kv-channels must be positive, got ", c.kv_channels);
+  MEGADLM_CHECK(c.position_embedding != PositionEmbedding::Rope || c.kv_channels % 2 == 0,
+                "RoPE needs an even head dimension (--kv-channels), got ", c.kv_channels);
+  MEGADLM_CHECK(c.ffn_hidden_size >= 1, "--ffn-hidden-size must be positive, got ", c.ffn_hidden_size);
+  MEGADLM_CHECK(c.vocab_size >= 2, "vocabulary size must be at least 2, got ", c.vocab_size);
+  MEGADLM_CHECK(c.max_position_embeddings >= 1, "--max-position-embeddings must be positive");
+  MEGADLM_CHECK(c.norm_epsilon > 0, "--norm-epsilon must be positive, got ", c.norm_epsilon);
 }
 
 int64_t parameter_count(const TransformerConfig& c) {
@@ -42,10 +42,10 @@ int64_t parameter_count(const TransformerConfig& c) {
 }
 
 LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int pp_rank) {
-  MDLM_CHECK(pp_size >= 1 && pp_rank >= 0 && pp_rank < pp_size, "pipeline stage ", pp_rank, " of ", pp_size);
-  MDLM_CHECK(cfg.num_layers % pp_size == 0, "--num-layers ", cfg.num_layers,
-             " is not divisible by --pipeline-model-parallel-size ", pp_size,
-             ": every pipeline stage must get the same number of layers");
+  MEGADLM_CHECK(pp_size >= 1 && pp_rank >= 0 && pp_rank < pp_size, "pipeline stage ", pp_rank, " of ", pp_size);
+  MEGADLM_CHECK(cfg.num_layers % pp_size == 0, "--num-layers ", cfg.num_layers,
+                " is not divisible by --pipeline-model-parallel-size ", pp_size,
+                ": every pipeline stage must get the same number of layers");
   const int64_t per_stage = cfg.num_layers / pp_size;
   return LayerRange{pp_rank * per_stage, (pp_rank + 1) * per_stage};
 }
@@ -61,8 +61,8 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
     backend_for(device);  // throws when the build has no CUDA or no GPU is visible
     // Data, tensor, pipeline and expert parallelism (train/parallel_training.cpp gives their groups
     // device communicators); context parallelism is not implemented on any device.
-    MDLM_CHECK(ctx.cp.size == 1, "--device ", device_name(device), " runs one GPU per rank without context ",
-               "parallelism (--context-parallel-size must be 1)");
+    MEGADLM_CHECK(ctx.cp.size == 1, "--device ", device_name(device), " runs one GPU per rank without context ",
+                  "parallelism (--context-parallel-size must be 1)");
     params_.set_device(device);
     arena_.set_device(device);
   }
@@ -128,14 +128,14 @@ MicroBatch LanguageModel::device_batch(const MicroBatch& mb) {
 
 const MicroBatch& LanguageModel::staged(const MicroBatch& mb) const {
   if (device() == Device::CPU) return mb;
-  MDLM_CHECK(staged_from_ != nullptr && staged_from_ == mb.tokens,
-             "LanguageModel: backward_stage / loss_stage of a micro-batch that forward_stage did not upload");
+  MEGADLM_CHECK(staged_from_ != nullptr && staged_from_ == mb.tokens,
+                "LanguageModel: backward_stage / loss_stage of a micro-batch that forward_stage did not upload");
   return staged_;
 }
 
 Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
-  MDLM_CHECK(pre_process_ && post_process_, "pipeline stage ", ctx_.pp.rank,
-             ": whole-model calls need one stage; use the pipeline schedule (parallel/pipeline_schedule.h)");
+  MEGADLM_CHECK(pre_process_ && post_process_, "pipeline stage ", ctx_.pp.rank,
+                ": whole-model calls need one stage; use the pipeline schedule (parallel/pipeline_schedule.h)");
   return forward_stage(mb, nullptr);
 }
 
@@ -146,7 +146,7 @@ Tensor LanguageModel::forward_stage(const MicroBatch& host_mb, const float* inpu
   if (pre_process_) {
     x = embedding_.forward(arena_, mb.tokens, info);
   } else {
-    MDLM_CHECK(input != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the previous stage's activation");
+    MEGADLM_CHECK(input != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the previous stage's activation");
     // Copied: the layers keep pointers to their inputs until backward.
     x = arena_.tensor({local_rows(ctx_, mb.B * mb.T), cfg_.hidden_size});  // N/tp rows under sequence parallel
     backend_for(device()).copy(x.data<float>(), input, sizeof(float) * static_cast<size_t>(x.numel()));
@@ -173,14 +173,14 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
     final_norm_.backward(g0, g1);
     if (grads_ready_) grads_ready_(final_norm_first_param_);
   } else {
-    MDLM_CHECK(output_grad != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the next stage's gradient");
+    MEGADLM_CHECK(output_grad != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the next stage's gradient");
     backend_for(device()).copy(g1.data<float>(), output_grad, sizeof(float) * static_cast<size_t>(g1.numel()));
   }
   backward_all_layers(mb.info(), dy, dx);
   if (pre_process_) {
     embedding_.backward(*dy);
   } else {
-    MDLM_CHECK(input_grad != nullptr, "pipeline stage ", ctx_.pp.rank, ": no buffer for the input gradient");
+    MEGADLM_CHECK(input_grad != nullptr, "pipeline stage ", ctx_.pp.rank, ": no buffer for the input gradient");
     backend_for(device()).copy(input_grad, dy->data<float>(), sizeof(float) * static_cast<size_t>(dy->numel()));
   }
   if (grads_ready_) grads_ready_(0);
@@ -191,7 +191,7 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
 
 double LanguageModel::loss_stage(const MicroBatch& host_mb, const Tensor& out, float* per_token_loss) {
   const MicroBatch& mb = staged(host_mb);
-  MDLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
+  MEGADLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
   // As in backward_stage: on a device the host labels select the rows with a loss, the same rows.
   if (device() != Device::CPU) head_.set_host_labels(host_mb.targets, host_mb.weights);
   const double loss = head_.loss(work_arena(), out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
@@ -231,20 +231,20 @@ Tensor LanguageModel::forward_logits(const MicroBatch& mb) {
 }
 
 void LanguageModel::allocate_cache(KVCache& cache, int64_t batch, int64_t capacity) const {
-  MDLM_CHECK(capacity <= cfg_.max_position_embeddings, "KV cache of ", capacity,
-             " rows is longer than the model's --max-position-embeddings ", cfg_.max_position_embeddings);
+  MEGADLM_CHECK(capacity <= cfg_.max_position_embeddings, "KV cache of ", capacity,
+                " rows is longer than the model's --max-position-embeddings ", cfg_.max_position_embeddings);
   // This rank's KV groups only under tensor parallelism.
   cache.allocate(cfg_.num_layers, batch, capacity, cfg_.num_query_groups / ctx_.tp.size * cfg_.kv_channels, device());
 }
 
 Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache, int64_t first_seq,
                                             const int64_t* offsets, bool causal, bool last_only) {
-  MDLM_CHECK(pre_process_ && post_process_, "inference with a KV cache needs the whole model on one pipeline stage");
-  MDLM_CHECK(!sequence_parallel(ctx_), "inference with a KV cache: build the model without --sequence-parallel");
-  MDLM_CHECK(first_seq >= 0 && first_seq + mb.B <= cache.B, "KV cache: sequences [", first_seq, ", ",
-             first_seq + mb.B, ") exceed its batch ", cache.B);
-  MDLM_CHECK(static_cast<int64_t>(cache.k.size()) == cfg_.num_layers && cache.device == device(),
-             "KV cache was not allocated for this model");
+  MEGADLM_CHECK(pre_process_ && post_process_, "inference with a KV cache needs the whole model on one pipeline stage");
+  MEGADLM_CHECK(!sequence_parallel(ctx_), "inference with a KV cache: build the model without --sequence-parallel");
+  MEGADLM_CHECK(first_seq >= 0 && first_seq + mb.B <= cache.B, "KV cache: sequences [", first_seq, ", ",
+                first_seq + mb.B, ") exceed its batch ", cache.B);
+  MEGADLM_CHECK(static_cast<int64_t>(cache.k.size()) == cfg_.num_layers && cache.device == device(),
+                "KV cache was not allocated for this model");
   const MicroBatch dmb = device_batch(mb);  // on a device: the tokens and positions uploaded
   const BatchInfo info = dmb.info();
   Tensor x = embedding_.forward(arena_, dmb.tokens, info);

@@ -27,7 +27,7 @@
 #include "nn/kv_cache.h"
 #include "nn/lm_head.h"
 #include "nn/norm.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "nn/precision.h"
 #include "nn/recompute.h"
 #include "nn/transformer_layer.h"
@@ -40,7 +40,7 @@ struct MicroBatch {
   const int32_t* tokens = nullptr;       // input ids (for DLM: with masks applied)
   const int32_t* positions = nullptr;    // position ids
   const int32_t* segment_ids = nullptr;  // document ids for per-document attention, or null
-  const int32_t* targets = nullptr;      // label ids, -100 where no loss
+  const int32_t* targets = nullptr;      // label ids, kIgnoreIndex where no loss
   const float* weights = nullptr;        // per-token loss weights, or null for 1
   BatchInfo info() const { return BatchInfo{B, T, positions, segment_ids}; }
 };

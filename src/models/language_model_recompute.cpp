@@ -11,8 +11,8 @@ void LanguageModel::set_precision(const PrecisionConfig& cfg) {
 }
 
 void LanguageModel::set_recompute(const RecomputeConfig& cfg) {
-  MDLM_CHECK(cfg.granularity != RecomputeGranularity::Full || !cfg_.moe.enabled(),
-             "--recompute-granularity full is not available with MoE layers yet");
+  MEGADLM_CHECK(cfg.granularity != RecomputeGranularity::Full || !cfg_.moe.enabled(),
+                "--recompute-granularity full is not available with MoE layers yet");
   recompute_start_ = recompute_group_starts(cfg, static_cast<int64_t>(layers_.size()));
   bool any = false;
   for (int64_t s : recompute_start_) any = any || s >= 0;

@@ -23,23 +23,23 @@ static LayerSpec base_spec(const TransformerConfig& cfg) {
 
 LayerSpec gpt_layer_spec(const TransformerConfig& cfg) {
   LayerSpec s = base_spec(cfg);
-  s.attention_mask = cpu::MaskType::Causal;
+  s.attention_mask = MaskType::Causal;
   return s;
 }
 
-LayerSpec difflm_layer_spec(const TransformerConfig& cfg, cpu::MaskType mask, int64_t block_size) {
+LayerSpec difflm_layer_spec(const TransformerConfig& cfg, MaskType mask, int64_t block_size) {
   LayerSpec s = base_spec(cfg);
   s.attention_mask = mask;
   s.attention_block_size = block_size;
-  MDLM_CHECK(mask != cpu::MaskType::BlockCausal || block_size > 0,
-             "--attention-mask-type block_causal needs --block-length > 0");
+  MEGADLM_CHECK(mask != MaskType::BlockCausal || block_size > 0,
+                "--attention-mask-type block_causal needs --block-length > 0");
   return s;
 }
 
-cpu::MaskType attention_mask_type_from_name(const std::string& name) {
-  if (name == "no_mask" || name == "bidirectional") return cpu::MaskType::None;
-  if (name == "causal") return cpu::MaskType::Causal;
-  if (name == "block_causal") return cpu::MaskType::BlockCausal;
+MaskType attention_mask_type_from_name(const std::string& name) {
+  if (name == "no_mask" || name == "bidirectional") return MaskType::None;
+  if (name == "causal") return MaskType::Causal;
+  if (name == "block_causal") return MaskType::BlockCausal;
   fail("--attention-mask-type: unknown value '", name, "' (expected no_mask, causal or block_causal)");
 }
 

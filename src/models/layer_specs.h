@@ -14,8 +14,8 @@ const char* model_type_name(ModelType t);
 // Causal attention, next-token objective.
 LayerSpec gpt_layer_spec(const TransformerConfig& cfg);
 // Bidirectional by default (--attention-mask-type no_mask), or causal / block_causal.
-LayerSpec difflm_layer_spec(const TransformerConfig& cfg, cpu::MaskType mask, int64_t block_size);
+LayerSpec difflm_layer_spec(const TransformerConfig& cfg, MaskType mask, int64_t block_size);
 
-cpu::MaskType attention_mask_type_from_name(const std::string& name);  // no_mask | causal | block_causal
+MaskType attention_mask_type_from_name(const std::string& name);  // no_mask | causal | block_causal
 
 }  // namespace megadlm

@@ -26,17 +26,17 @@ nlohmann::json moe_config_to_json(const MoEConfig& m) {
 }
 
 MoEConfig moe_config_from_json(const nlohmann::json& j, const std::string& where) {
-  MDLM_CHECK(j.is_object() && j.contains("num_experts"), where, ": moe config lacks 'num_experts'");
+  MEGADLM_CHECK(j.is_object() && j.contains("num_experts"), where, ": moe config lacks 'num_experts'");
   MoEConfig m;
   m.num_experts = j["num_experts"].get<int64_t>();
   m.layer_freq = j.value("layer_freq", int64_t{1});
   if (j.contains("layer_pattern")) m.layer_pattern = j["layer_pattern"].get<std::vector<uint8_t>>();
   m.topk = j.value("router_topk", int64_t{2});
   const std::string rt = j.value("router_type", std::string("topk"));
-  MDLM_CHECK(rt == "topk" || rt == "expert_choice", where, ": unknown moe router_type '", rt, "'");
+  MEGADLM_CHECK(rt == "topk" || rt == "expert_choice", where, ": unknown moe router_type '", rt, "'");
   m.router_type = rt == "topk" ? MoERouterType::TopK : MoERouterType::ExpertChoice;
   const std::string sf = j.value("router_score_function", std::string("softmax"));
-  MDLM_CHECK(sf == "softmax" || sf == "sigmoid", where, ": unknown moe router_score_function '", sf, "'");
+  MEGADLM_CHECK(sf == "softmax" || sf == "sigmoid", where, ": unknown moe router_score_function '", sf, "'");
   m.score_function = sf == "softmax" ? MoEScoreFunction::Softmax : MoEScoreFunction::Sigmoid;
   m.pre_softmax = j.value("router_pre_softmax", false);
   const std::string lb = j.value("router_load_balancing_type", std::string("aux_loss"));
@@ -48,7 +48,7 @@ MoEConfig moe_config_from_json(const nlohmann::json& j, const std::string& where
   m.z_loss_coeff = j.value("z_loss_coeff", 0.0f);
   m.capacity_factor = j.value("expert_capacity_factor", 0.0);
   const std::string dp = j.value("token_drop_policy", std::string("probs"));
-  MDLM_CHECK(dp == "probs" || dp == "position", where, ": unknown moe token_drop_policy '", dp, "'");
+  MEGADLM_CHECK(dp == "probs" || dp == "position", where, ": unknown moe token_drop_policy '", dp, "'");
   m.drop_policy = dp == "probs" ? MoEDropPolicy::Probs : MoEDropPolicy::Position;
   m.pad_to_capacity = j.value("pad_expert_input_to_capacity", false);
   m.ffn_hidden_size = j.value("ffn_hidden_size", int64_t{0});

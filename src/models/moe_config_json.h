@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/moe_config.h"
+#include "nn/moe/moe_config.h"
 
 namespace megadlm {
 

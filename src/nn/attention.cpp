@@ -17,8 +17,8 @@ SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, cons
   // Tensor parallelism gives each rank H/tp heads and the K/tp KV groups they read (heads of a group
   // are contiguous, so rank r's heads use exactly groups [r*K/tp, (r+1)*K/tp)).
   const int tp = ctx.tp.size;
-  MDLM_CHECK(H_ % tp == 0 && K_ % tp == 0, name, ": --num-attention-heads ", H_, " and --num-query-groups ", K_,
-             " must both be divisible by --tensor-model-parallel-size ", tp);
+  MEGADLM_CHECK(H_ % tp == 0 && K_ % tp == 0, name, ": --num-attention-heads ", H_, " and --num-query-groups ", K_,
+                " must both be divisible by --tensor-model-parallel-size ", tp);
   const bool qkv_bias = cfg.add_bias_linear || cfg.add_qkv_bias;
   q_proj_ = Linear(store, ctx, name + ".q_proj", C, H_ * D_, qkv_bias, cfg.init_method_std);
   k_proj_ = Linear(store, ctx, name + ".k_proj", C, K_ * D_, qkv_bias, cfg.init_method_std);
@@ -54,8 +54,8 @@ void SelfAttention::set_precision(MixedPrecision* p) {
   for (Linear* l : {&q_proj_, &k_proj_, &v_proj_, &o_proj_}) l->set_precision(p);
 }
 
-cpu::AttentionMask SelfAttention::mask() const {
-  cpu::AttentionMask m;
+AttentionMask SelfAttention::mask() const {
+  AttentionMask m;
   m.type = cfg_.attention_mask;
   m.block_size = cfg_.attention_block_size;
   m.segment_ids = batch_.segment_ids;
@@ -191,8 +191,8 @@ Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchI
   const int64_t KD = K_ * D_;
   const size_t row_bytes = static_cast<size_t>(Tn * KD) * sizeof(float);
   for (int64_t b = 0; b < B; ++b) {
-    MDLM_CHECK(offsets[b] >= 0 && offsets[b] + Tn <= S, "KV cache: rows [", offsets[b], ", ", offsets[b] + Tn,
-               ") exceed its capacity ", S);
+    MEGADLM_CHECK(offsets[b] >= 0 && offsets[b] + Tn <= S, "KV cache: rows [", offsets[b], ", ", offsets[b] + Tn,
+                  ") exceed its capacity ", S);
     be.copy(k_cache + (b * S + offsets[b]) * KD, k.data<float>() + b * Tn * KD, row_bytes);
     be.copy(v_cache + (b * S + offsets[b]) * KD, v.data<float>() + b * Tn * KD, row_bytes);
   }

@@ -35,7 +35,7 @@ class SelfAttention {
   void set_precision(MixedPrecision* p);
 
  private:
-  cpu::AttentionMask mask() const;
+  AttentionMask mask() const;
   Tensor forward_low_precision(Arena& arena, const Tensor& x_local);
   // q, k (raw projections) -> QK-norm (when configured) and RoPE, in place or into `work` tensors.
   void normalize_and_rotate(Arena& arena, Arena& work, Tensor& q, Tensor& k);

@@ -9,9 +9,9 @@ Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const Transf
     : store_(&store), ctx_(&ctx), V_(cfg.vocab_size), C_(cfg.hidden_size), P_(cfg.max_position_embeddings),
       uses_positions_(cfg.position_embedding != PositionEmbedding::None) {
   // Vocab-parallel: rank r holds rows [r*V/tp, (r+1)*V/tp) of the word embeddings.
-  MDLM_CHECK(V_ % ctx.tp.size == 0, "the vocabulary size ", V_,
-             " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ",
-             ctx.tp.size);
+  MEGADLM_CHECK(V_ % ctx.tp.size == 0, "the vocabulary size ", V_,
+                " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ",
+                ctx.tp.size);
   wte_ = store.add_sharded("embed_tokens.weight", {V_, C_}, 0, ctx.tp.size, ctx.tp.rank, Init::Normal,
                            cfg.init_method_std, true);
   vocab_start_ = store.info(wte_).shard_begin;
@@ -23,13 +23,13 @@ Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const Transf
 void Embedding::check_ids(const int32_t* tokens, const BatchInfo& batch) const {
   const int64_t N = batch.B * batch.T;
   // Positions index the learned table or the RoPE tables, both of max_position_embeddings rows.
-  MDLM_CHECK(!uses_positions_ || batch.positions != nullptr, "the model needs position ids but none were given");
+  MEGADLM_CHECK(!uses_positions_ || batch.positions != nullptr, "the model needs position ids but none were given");
   for (int64_t i = 0; i < N; ++i) {
-    MDLM_CHECK(tokens[i] >= 0 && tokens[i] < V_, "token id ", tokens[i], " at position ", i,
-               " is outside the vocabulary [0, ", V_, ")");
+    MEGADLM_CHECK(tokens[i] >= 0 && tokens[i] < V_, "token id ", tokens[i], " at position ", i,
+                  " is outside the vocabulary [0, ", V_, ")");
     if (uses_positions_)
-      MDLM_CHECK(batch.positions[i] >= 0 && batch.positions[i] < P_, "position id ", batch.positions[i],
-                 " is outside [0, ", P_, ") (--max-position-embeddings)");
+      MEGADLM_CHECK(batch.positions[i] >= 0 && batch.positions[i] < P_, "position id ", batch.positions[i],
+                    " is outside [0, ", P_, ") (--max-position-embeddings)");
   }
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/arena.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "nn/transformer_config.h"
 #include "parallel/parallel_context.h"
 

@@ -26,8 +26,8 @@ const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" 
 float fp8_max(Fp8Kind k) { return k == Fp8Kind::E4M3 ? kE4M3Max : kE5M2Max; }
 
 Fp8TensorScaling::Fp8TensorScaling(Fp8Kind kind, const Fp8Recipe& recipe) : kind_(kind), recipe_(recipe) {
-  MDLM_CHECK(recipe.amax_history_len >= 1, "--fp8-amax-history-len must be at least 1, got ",
-             recipe.amax_history_len);
+  MEGADLM_CHECK(recipe.amax_history_len >= 1, "--fp8-amax-history-len must be at least 1, got ",
+                recipe.amax_history_len);
   ring_.assign(static_cast<size_t>(recipe.amax_history_len), 0.0f);
 }
 

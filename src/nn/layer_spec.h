@@ -10,7 +10,7 @@ enum class MlpKind : uint8_t { Dense, MoE };
 
 struct LayerSpec {
   NormKind norm = NormKind::LayerNorm;
-  cpu::MaskType attention_mask = cpu::MaskType::Causal;
+  MaskType attention_mask = MaskType::Causal;
   int64_t attention_block_size = 0;
   bool qk_norm = false;
   MlpKind mlp = MlpKind::Dense;

@@ -11,15 +11,15 @@ Linear::Linear(ParamStore& store, const ParallelContext& ctx, const std::string&
   const int tp = ctx.tp.size, r = ctx.tp.rank;
   const int64_t O = out_features, I = in_features;
   if (mode == LinearParallel::Row) {
-    MDLM_CHECK(I % tp == 0, name, ": ", I, " input features are not divisible by --tensor-model-parallel-size ", tp);
+    MEGADLM_CHECK(I % tp == 0, name, ": ", I, " input features are not divisible by --tensor-model-parallel-size ", tp);
     in_ = I / tp;
     w_ = store.add_sharded(name + ".weight", {O, I}, 1, tp, r, Init::Normal, init_std, /*weight_decay=*/true);
     // Added once, after the reduction: replicated on every tp rank.
     if (bias) b_ = store.add(name + ".bias", {O}, Init::Zeros, 0.0f, /*weight_decay=*/false);
     return;
   }
-  MDLM_CHECK(fused_blocks >= 1 && O % (fused_blocks * tp) == 0, name, ": ", O, " output features (",
-             fused_blocks, " stacked block(s)) are not divisible by --tensor-model-parallel-size ", tp);
+  MEGADLM_CHECK(fused_blocks >= 1 && O % (fused_blocks * tp) == 0, name, ": ", O, " output features (",
+                fused_blocks, " stacked block(s)) are not divisible by --tensor-model-parallel-size ", tp);
   out_ = O / tp;
   if (fused_blocks == 1 || tp == 1) {
     w_ = store.add_sharded(name + ".weight", {O, I}, 0, tp, r, Init::Normal, init_std, /*weight_decay=*/true);
@@ -40,7 +40,7 @@ Tensor Linear::forward_into(Arena& arena, const Tensor& x, Tensor& out) {
 }
 
 Tensor Linear::forward_into_without_bias(Arena& arena, const Tensor& x, Tensor& out) {
-  MDLM_CHECK(mode_ == LinearParallel::Column, "Linear: only a column-parallel layer leaves its bias to the caller");
+  MEGADLM_CHECK(mode_ == LinearParallel::Column, "Linear: only a column-parallel layer leaves its bias to the caller");
   return forward_impl(arena, x, nullptr, nullptr, &out, /*add_bias=*/false);
 }
 
@@ -53,14 +53,14 @@ Tensor Linear::forward_shared_input_into(Arena& arena, const Tensor& x, const Li
 }
 
 Tensor Linear::forward_unsaved(Arena& arena, const Tensor& x, Tensor& out) {
-  MDLM_CHECK(prec_ && prec_->mode() == PrecisionMode::BF16 && !prec_->bf16_gemm(),
-             "Linear::forward_unsaved: only under bf16 storage (whose product reads the fp32 input)");
+  MEGADLM_CHECK(prec_ && prec_->mode() == PrecisionMode::BF16 && !prec_->bf16_gemm(),
+                "Linear::forward_unsaved: only under bf16 storage (whose product reads the fp32 input)");
   return forward_impl(arena, x, nullptr, nullptr, &out, /*add_bias=*/true, /*keep_input=*/false);
 }
 
 Tensor Linear::forward_with_saved_input(Arena& arena, const Tensor& x, const Tensor& saved, Tensor& out) {
-  MDLM_CHECK(can_share_saved_input(saved.dtype()), "Linear: a shared saved input of dtype ", dtype_name(saved.dtype()),
-             " does not match this layer's precision policy");
+  MEGADLM_CHECK(can_share_saved_input(saved.dtype()), "Linear: a shared saved input of dtype ", dtype_name(saved.dtype()),
+                " does not match this layer's precision policy");
   return forward_impl(arena, x, nullptr, &saved, &out);
 }
 
@@ -73,8 +73,8 @@ Tensor Linear::bias_and_reduce(Arena& arena, Tensor& y, bool add_bias) {
 }
 
 void Linear::share_saved_input(const Tensor& saved) {
-  MDLM_CHECK(saved.raw() == nullptr || can_share_saved_input(saved.dtype()), "Linear: a shared saved input of dtype ",
-             dtype_name(saved.dtype()), " does not match this layer's precision policy");
+  MEGADLM_CHECK(saved.raw() == nullptr || can_share_saved_input(saved.dtype()), "Linear: a shared saved input of dtype ",
+                dtype_name(saved.dtype()), " does not match this layer's precision policy");
   saved_x_ = saved;
   saved_scale_ = 1.0f;
 }
@@ -85,9 +85,9 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
   const Tensor x = mode_ == LinearParallel::Column && !caller_maps_input_ ? gather_rows(arena, *ctx_, x_in) : x_in;
   const Backend& be = backend_of(x);
   const int64_t N = x.numel() / in_;
-  MDLM_CHECK(x.numel() == N * in_, "Linear: input ", x.shape().str(), " is not [N, ", in_, "]");
+  MEGADLM_CHECK(x.numel() == N * in_, "Linear: input ", x.shape().str(), " is not [N, ", in_, "]");
   Tensor y = out ? *out : arena.tensor({N, out_});
-  MDLM_CHECK(y.numel() == N * out_, "Linear: output ", y.shape().str(), " is not [", N, ", ", out_, "]");
+  MEGADLM_CHECK(y.numel() == N * out_, "Linear: output ", y.shape().str(), " is not [", N, ", ", out_, "]");
   if (!low_precision()) {
     saved_x_ = x;
     const float* W = store_->value(w_).data<float>();
@@ -102,8 +102,8 @@ Tensor Linear::forward_impl(Arena& arena, const Tensor& x_in, const Linear* firs
     saved_x_ = first->saved_x_;
     saved_scale_ = first->saved_scale_;
   } else if (saved) {
-    MDLM_CHECK(saved->numel() == N * in_, "Linear: shared saved input ", saved->shape().str(), " is not [", N, ", ",
-               in_, "]");
+    MEGADLM_CHECK(saved->numel() == N * in_, "Linear: shared saved input ", saved->shape().str(), " is not [", N, ", ",
+                  in_, "]");
     saved_x_ = *saved;
     saved_scale_ = 1.0f;
   } else {
@@ -159,7 +159,7 @@ void Linear::products_bf16_dy(const Backend& be, const uint16_t* dyb, int64_t N,
 }
 
 void Linear::backward_bf16_dy(const uint16_t* dy_bf16, int64_t N, Tensor& dx_in, bool accumulate_dx) {
-  MDLM_CHECK(takes_bf16_dy(), "Linear::backward_bf16_dy: needs bf16 products and column parallelism");
+  MEGADLM_CHECK(takes_bf16_dy(), "Linear::backward_bf16_dy: needs bf16 products and column parallelism");
   products_bf16_dy(backend_of(dx_in), dy_bf16, N, dx_in, accumulate_dx);
 }
 

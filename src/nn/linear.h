@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/arena.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "nn/precision.h"
 #include "parallel/parallel_context.h"
 

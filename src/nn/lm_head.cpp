@@ -18,8 +18,8 @@ int64_t logits_chunk_bytes() {
     if (env == nullptr || *env == '\0') return int64_t{64} << 20;
     char* end = nullptr;
     const double mb = std::strtod(env, &end);
-    MDLM_CHECK(end != env && *end == '\0' && mb > 0, "MEGADLM_LOGITS_CHUNK_MB: expected a positive number of MiB, got '",
-               env, "'");
+    MEGADLM_CHECK(end != env && *end == '\0' && mb > 0, "MEGADLM_LOGITS_CHUNK_MB: expected a positive number of MiB, got '",
+                  env, "'");
     return static_cast<int64_t>(mb * (1 << 20));
   }();
   return bytes;
@@ -72,10 +72,10 @@ static const ParallelContext& single_context() {
 
 // Whether row i carries a loss: a target that is not ignored and a non-zero weight (weights null = 1).
 static bool carries_loss(const int32_t* targets, const float* weights, int64_t i) {
-  return targets[i] != -100 && (weights == nullptr || weights[i] != 0.0f);
+  return targets[i] != kIgnoreIndex && (weights == nullptr || weights[i] != 0.0f);
 }
 
-// The rows of x [N, C] that carry a loss (target != -100 and weight != 0), copied together in order:
+// The rows of x [N, C] that carry a loss (target != kIgnoreIndex and weight != 0), copied together in order:
 // x [n, C], their targets and weights [n], and index [n] = their row in x. All from the arena.
 LMHead::LossRows LMHead::loss_rows(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights) const {
   const int64_t N = x.numel() / C_;
@@ -154,13 +154,13 @@ void LMHead::scatter_rows(float* out, const float* rows, const int32_t* index, i
 LMHead::LMHead(ParamStore& store, const TransformerConfig& cfg, int tied_weight_id, const ParallelContext* ctx)
     : store_(&store), ctx_(ctx ? ctx : &single_context()), V_(cfg.vocab_size), C_(cfg.hidden_size), w_(tied_weight_id) {
   const int tp = ctx_->tp.size;
-  MDLM_CHECK(V_ % tp == 0, "the vocabulary size ", V_,
-             " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ", tp);
+  MEGADLM_CHECK(V_ % tp == 0, "the vocabulary size ", V_,
+                " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ", tp);
   if (w_ < 0)
     w_ = store.add_sharded("lm_head.weight", {V_, C_}, 0, tp, ctx_->tp.rank, Init::Normal, cfg.init_method_std, true);
   const ParamInfo& p = store.info(w_);
-  MDLM_CHECK(p.shape[0] * tp == V_ && p.shape[1] == C_, "output layer: weight '", p.name, "' has shape ",
-             p.shape.str(), ", expected this rank's [", V_ / tp, ", ", C_, "]");
+  MEGADLM_CHECK(p.shape[0] * tp == V_ && p.shape[1] == C_, "output layer: weight '", p.name, "' has shape ",
+                p.shape.str(), ", expected this rank's [", V_ / tp, ", ", C_, "]");
   vocab_start_ = p.shard_begin;
   V_local_ = V_ / tp;
 }
@@ -224,7 +224,7 @@ static const uint16_t* bf16_rows(Arena& arena, const Tensor& x, bool bf16) {
   return static_cast<const uint16_t*>(xb.raw());
 }
 
-// The rows the output layer runs on. Rows without a loss (target -100 or weight 0: the unmasked tokens
+// The rows the output layer runs on. Rows without a loss (target kIgnoreIndex or weight 0: the unmasked tokens
 // of a diffusion batch, about half of them) have zero loss and zero gradient, so both the forward-only
 // loss and the training loss run on the other rows only: the [N,V] products and the cross-entropy
 // shrink by that share, and the two paths multiply the same rows in the same shapes, so they give the
@@ -283,12 +283,12 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets_
     if (b16) {
       uint16_t* lgb = static_cast<uint16_t*>(lg.raw());
       bf16_chunk_logits(lgb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
-      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lgb, t, w, -100, 1.0f, n,
+      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lgb, t, w, kIgnoreIndex, 1.0f, n,
                                             V_local_, vocab_start_, V_);
       continue;
     }
     chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), t, w, -100,
+    total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), t, w, kIgnoreIndex,
                                  1.0f, n, V_local_, vocab_start_, V_);
   }
   if (per_token_loss) write_per_token_losses(be, kept, losses.data<float>(), per_token_loss);
@@ -336,12 +336,12 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     const float* w = weights ? weights + r0 : nullptr;
     if (b16) {
       bf16_chunk_logits(gb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
-      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, gb, gb, t, w, -100, grad_scale, n,
+      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, gb, gb, t, w, kIgnoreIndex, grad_scale, n,
                                             V_local_, vocab_start_, V_);
     } else {
       float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
       chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
-      total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, logits, logits, t, w, -100,
+      total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, logits, logits, t, w, kIgnoreIndex,
                                    grad_scale, n, V_local_, vocab_start_, V_, gb);
     }
     float* dxr = dxk.data<float>() + r0 * C_;

@@ -14,7 +14,7 @@
 
 #include "core/arena.h"
 #include "kernels/backend.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "nn/precision.h"
 #include "nn/transformer_config.h"
 #include "parallel/parallel_context.h"
@@ -58,7 +58,7 @@ class LMHead {
   void set_precision(MixedPrecision* p) { prec_ = p && p->bf16_gemm() ? p : nullptr; }
   // At most this many rows a chunk of logits (0: by bytes only, the default); for tests.
   void limit_chunk_rows(int64_t rows) { max_chunk_rows_ = rows; }
-  // Loss sum_n w_n CE_n over targets [N] (ignore_index -100) and weights [N] (null = 1); then the
+  // Loss sum_n w_n CE_n over targets [N] (kIgnoreIndex where none) and weights [N] (null = 1); then the
   // backward: dx [N, C] written, output weight gradient accumulated. grad_scale multiplies dlogits.
   double loss_and_backward(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights,
                            float grad_scale, Tensor& dx, float* per_token_loss);

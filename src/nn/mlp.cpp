@@ -11,8 +11,8 @@ MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name,
          int64_t ffn_hidden, float output_init_std)
     : act_(cfg.activation), F_(ffn_hidden), ctx_(&ctx) {
   // Tensor parallelism splits the F hidden features: F/tp per rank (SwiGLU: F/tp gate and F/tp up).
-  MDLM_CHECK(ffn_hidden % ctx.tp.size == 0, name, ": --ffn-hidden-size ", ffn_hidden,
-             " is not divisible by --tensor-model-parallel-size ", ctx.tp.size);
+  MEGADLM_CHECK(ffn_hidden % ctx.tp.size == 0, name, ": --ffn-hidden-size ", ffn_hidden,
+                " is not divisible by --tensor-model-parallel-size ", ctx.tp.size);
   const int64_t blocks = act_ == Activation::SwiGLU ? 2 : 1;
   fc1_ = Linear(store, ctx, name + ".fc1", cfg.hidden_size, blocks * ffn_hidden, cfg.add_bias_linear,
                 cfg.init_method_std, LinearParallel::Column, blocks);
@@ -29,8 +29,8 @@ void MLP::activation_forward(Tensor& a, const Tensor& h) const {
 }
 
 void MLP::activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h, const float* bias) const {
-  MDLM_CHECK(h.device() == Device::CPU, "MLP: the one-pass bf16 activation is a CPU kernel");
-  MDLM_CHECK(bias == nullptr || act_ == Activation::Gelu, "MLP: SwiGLU's activation pass adds no bias");
+  MEGADLM_CHECK(h.device() == Device::CPU, "MLP: the one-pass bf16 activation is a CPU kernel");
+  MEGADLM_CHECK(bias == nullptr || act_ == Activation::Gelu, "MLP: SwiGLU's activation pass adds no bias");
   const int64_t N = h.size(0);
   auto* out = static_cast<uint16_t*>(a.raw());
   auto* hb = h_bf16 ? static_cast<uint16_t*>(h_bf16->raw()) : nullptr;

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/arena.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {

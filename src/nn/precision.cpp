@@ -141,7 +141,7 @@ float MixedPrecision::store_input(void* out, const float* x, int64_t n, Fp8Tenso
     case PrecisionMode::BF16: be.cast_f32_to_bf16(static_cast<uint16_t*>(out), x, n); return 1.0f;
     case PrecisionMode::FP16: be.cast_f32_to_f16(static_cast<uint16_t*>(out), x, n); return 1.0f;
     case PrecisionMode::FP8: {
-      MDLM_CHECK(s != nullptr, "fp8: a Linear input was stored without its scaling state");
+      MEGADLM_CHECK(s != nullptr, "fp8: a Linear input was stored without its scaling state");
       s->record(be.abs_max(x, n));  // on a device: one synchronising download of the amax
       be.cast_f32_to_fp8(static_cast<uint8_t*>(out), x, n, s->scale(), /*e5m2=*/false);
       return s->scale();
@@ -170,7 +170,7 @@ void MixedPrecision::round_grad(float* out, const float* dy, int64_t n, Fp8Tenso
     // and skips the step).
     case PrecisionMode::FP16: be.round_to_f16(out, n); break;
     case PrecisionMode::FP8:
-      MDLM_CHECK(s != nullptr, "fp8: a gradient was quantised without its scaling state");
+      MEGADLM_CHECK(s != nullptr, "fp8: a gradient was quantised without its scaling state");
       fp8_quantize_dequantize(be, out, n, *s);
       break;
     case PrecisionMode::BF16: be.round_to_bf16(out, n); break;

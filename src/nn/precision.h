@@ -29,7 +29,7 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "nn/fp8_scaling.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 
 namespace megadlm {
 

@@ -20,7 +20,7 @@ RecomputeMethod recompute_method_from_name(const std::string& name) {
 std::vector<int64_t> recompute_group_starts(const RecomputeConfig& c, int64_t L) {
   std::vector<int64_t> start(static_cast<size_t>(L), -1);
   if (c.granularity != RecomputeGranularity::Full) return start;
-  MDLM_CHECK(c.num_layers >= 1, "--recompute-num-layers must be at least 1, got ", c.num_layers);
+  MEGADLM_CHECK(c.num_layers >= 1, "--recompute-num-layers must be at least 1, got ", c.num_layers);
   for (int64_t l = 0; l < L; ++l) {
     if (c.method == RecomputeMethod::Uniform) start[static_cast<size_t>(l)] = l - l % c.num_layers;
     else if (l < c.num_layers) start[static_cast<size_t>(l)] = l;

@@ -3,8 +3,8 @@
 // per-batch geometry that modules need besides their input.
 #include <cstdint>
 
-#include "kernels/cpu/attention.h"
-#include "nn/moe_config.h"
+#include "kernels/types.h"
+#include "nn/moe/moe_config.h"
 #include "nn/norm.h"
 
 namespace megadlm {
@@ -31,7 +31,7 @@ struct TransformerConfig {
   bool qk_layernorm = false;
   bool untie_embeddings_and_output_weights = false;
   float init_method_std = 0.02f;
-  cpu::MaskType attention_mask = cpu::MaskType::Causal;
+  MaskType attention_mask = MaskType::Causal;
   int64_t attention_block_size = 0;   // block_causal
   MoEConfig moe;                      // num_experts > 0: MoE in the layers moe.is_moe_layer() picks
 };

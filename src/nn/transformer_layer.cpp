@@ -27,8 +27,8 @@ TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx
   post_attention_norm_ = Norm(store, name + ".post_attention_layernorm", cfg.normalization, cfg.hidden_size,
                               cfg.norm_epsilon, norm_bias, &ctx);
   // A MoE block routes the rows it is given; its router statistics need all of them.
-  MDLM_CHECK(spec.mlp != MlpKind::MoE || !(ctx.sequence_parallel && ctx.tp.size > 1),
-             name, ": --sequence-parallel is not supported with MoE layers (--num-experts)");
+  MEGADLM_CHECK(spec.mlp != MlpKind::MoE || !(ctx.sequence_parallel && ctx.tp.size > 1),
+                name, ": --sequence-parallel is not supported with MoE layers (--num-experts)");
   if (spec.mlp == MlpKind::MoE) moe_ = std::make_unique<MoELayer>(store, ctx, name + ".mlp", cfg, out_std);
   else mlp_ = MLP(store, ctx, name + ".mlp", cfg, cfg.ffn_hidden_size, out_std);
 }

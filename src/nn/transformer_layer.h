@@ -7,7 +7,7 @@
 #include "nn/attention.h"
 #include "nn/layer_spec.h"
 #include "nn/mlp.h"
-#include "nn/moe_layer.h"
+#include "nn/moe/moe_layer.h"
 #include "nn/norm.h"
 
 namespace megadlm {

@@ -9,8 +9,8 @@
 namespace megadlm {
 
 static void check_split(const ParallelContext& ctx, int64_t Vl, int64_t V) {
-  MDLM_CHECK(Vl * ctx.tp.size == V, "vocab-parallel cross-entropy: ", Vl, " columns per rank x ", ctx.tp.size,
-             " ranks is not the vocabulary size ", V);
+  MEGADLM_CHECK(Vl * ctx.tp.size == V, "vocab-parallel cross-entropy: ", Vl, " columns per rank x ", ctx.tp.size,
+                " ranks is not the vocabulary size ", V);
 }
 
 static void check_shards(const ParallelContext& ctx, const int32_t* targets, int64_t ignore_index, int64_t N,
@@ -18,8 +18,8 @@ static void check_shards(const ParallelContext& ctx, const int32_t* targets, int
   check_split(ctx, Vl, V);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t t = targets[n];
-    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
-               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
+    MEGADLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
+                  " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
   }
 }
 
@@ -53,8 +53,8 @@ double vocab_parallel_cross_entropy(const ParallelContext& ctx, float* losses, f
                                     const int32_t* targets, const float* weights, int64_t ignore_index,
                                     float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start, int64_t V,
                                     uint16_t* dlogits_bf16) {
-  MDLM_CHECK(dlogits_bf16 == nullptr || dlogits != nullptr,
-             "vocab-parallel cross-entropy: a bf16 gradient needs the fp32 buffer too");
+  MEGADLM_CHECK(dlogits_bf16 == nullptr || dlogits != nullptr,
+                "vocab-parallel cross-entropy: a bf16 gradient needs the fp32 buffer too");
   if (ctx.tp.size == 1) {
     if (dlogits_bf16)
       return cpu::cross_entropy_forward_backward_bf16(losses, dlogits_bf16, logits, targets, weights, ignore_index,

@@ -29,7 +29,7 @@ double diffusion_time(const DiffusionOptions& opt, uint64_t sample_index) {
 
 void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt, float micro_batch_weight,
                               PreparedBatch& out) {
-  MDLM_CHECK(opt.mask_token >= 0, "the diffusion objective needs a mask token (--mask-token)");
+  MEGADLM_CHECK(opt.mask_token >= 0, "the diffusion objective needs a mask token (--mask-token)");
   const int64_t B = in.B, T = in.T, N = B * T;
   out.reset(B, T, opt.reset_attention_mask);
 
@@ -72,7 +72,7 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
       } else {
         inp[i] = is_masked ? opt.mask_token : row[i];
       }
-      tgt[i] = is_masked ? x0 : -100;
+      tgt[i] = is_masked ? x0 : kIgnoreIndex;
       masked += is_masked;
       if (i < L && u < umin) {
         umin = u;
@@ -82,7 +82,7 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
     if (opt.shift) {
       // Apply the masks to the inputs: position i+1's input is masked when the target at i is.
       for (int64_t i = 0; i + 1 < T; ++i)
-        if (tgt[i] != -100) inp[i + 1] = opt.mask_token;
+        if (tgt[i] != kIgnoreIndex) inp[i + 1] = opt.mask_token;
     }
     if (opt.loss == DiffusionLoss::MegaDLMs && masked == 0) {
       // At least one masked token per row: the one whose draw came closest to being masked.
@@ -105,7 +105,7 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < T; ++i) {
       const int64_t n = b * T + i;
-      out.weights[n] = out.targets[n] == -100 ? 0.0f : static_cast<float>(row_weight[b] * micro_batch_weight / denom);
+      out.weights[n] = out.targets[n] == kIgnoreIndex ? 0.0f : static_cast<float>(row_weight[b] * micro_batch_weight / denom);
     }
   out.stats.real_tokens = static_cast<double>(real_tokens);
   out.stats.sequences = static_cast<double>(B);

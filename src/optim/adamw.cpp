@@ -6,7 +6,6 @@
 #include "core/error.h"
 
 #include "kernels/backend.h"
-#include "kernels/cpu/optim.h"
 
 namespace megadlm {
 
@@ -41,7 +40,7 @@ double AdamW::step(double lr) {
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
                         int64_t begin, int64_t end, float* grads, float* m, float* v,
                         const std::vector<uint16_t*>* bf16_copies, bool zero_grads) {
-  cpu::AdamWParams h;
+  AdamWParams h;
   h.zero_grad = zero_grads;
   // Clipping scales the gradient inside the update's own pass (the gradient buffer is left as it is).
   if (cfg.clip_grad > 0 && norm > cfg.clip_grad) h.grad_scale = static_cast<float>(cfg.clip_grad / (norm + 1e-6));
@@ -59,8 +58,8 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
     if (a >= b) continue;
     h.weight_decay = p.weight_decay ? cfg.weight_decay : 0.0f;
     uint16_t* copy = bf16_copies && id < bf16_copies->size() ? (*bf16_copies)[id] : nullptr;
-    MDLM_CHECK(copy == nullptr || (a == p.offset && b == p.offset + p.shape.numel()), "AdamW: the bf16 copy of '",
-               p.name, "' needs the whole parameter in the updated range");
+    MEGADLM_CHECK(copy == nullptr || (a == p.offset && b == p.offset + p.shape.numel()), "AdamW: the bf16 copy of '",
+                  p.name, "' needs the whole parameter in the updated range");
     be.adamw_step(params.values() + a, grads + (a - begin), m + (a - begin), v + (a - begin), b - a, h, copy);
   }
 }
@@ -77,7 +76,7 @@ void AdamW::apply_and_zero_grads(double lr, double norm, const std::vector<uint1
 }
 
 void AdamW::update(double lr, double norm, const std::vector<uint16_t*>& bf16_copies, bool zero_grads) {
-  MDLM_CHECK(has_state_, "AdamW: an update after release_state()");
+  MEGADLM_CHECK(has_state_, "AdamW: an update after release_state()");
   ++step_;
   adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
                      v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, zero_grads);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 
 namespace megadlm {
 

@@ -13,8 +13,8 @@ namespace megadlm {
 
 DistributedOptimizer::DistributedOptimizer(ParamStore& params, const AdamWConfig& cfg, const ParallelContext& ctx)
     : params_(params), cfg_(cfg), ctx_(ctx) {
-  MDLM_CHECK(ctx.ep.size == 1, "--use-distributed-optimizer with --expert-model-parallel-size ", ctx.ep.size,
-             " is not supported yet");
+  MEGADLM_CHECK(ctx.ep.size == 1, "--use-distributed-optimizer with --expert-model-parallel-size ", ctx.ep.size,
+                " is not supported yet");
   const int64_t n = params.numel();
   const int dp = ctx.dp.size;
   shard_ = (n + dp - 1) / dp;
@@ -78,7 +78,7 @@ void DistributedOptimizer::gather_state(AdamW& full) {
   for (int which = 0; which < 2; ++which) {
     const Tensor& mine = which == 0 ? m_ : v_;
     Tensor& dst = which == 0 ? full.exp_avg() : full.exp_avg_sq();
-    MDLM_CHECK(dst.device() == params_.device(), "gather_state: the full AdamW state is on another device");
+    MEGADLM_CHECK(dst.device() == params_.device(), "gather_state: the full AdamW state is on another device");
     dp_comm().all_gather(mine.data<float>(), buf.data<float>(), shard_);
     backend().copy(dst.data<float>(), buf.data<float>(), static_cast<size_t>(n) * sizeof(float));
   }
@@ -89,7 +89,7 @@ void DistributedOptimizer::scatter_state(AdamW& full) {
   for (int which = 0; which < 2; ++which) {
     Tensor& mine = which == 0 ? m_ : v_;
     const Tensor& src = which == 0 ? full.exp_avg() : full.exp_avg_sq();
-    MDLM_CHECK(src.device() == params_.device(), "scatter_state: the full AdamW state is on another device");
+    MEGADLM_CHECK(src.device() == params_.device(), "scatter_state: the full AdamW state is on another device");
     backend().zero(mine.data<float>(), static_cast<size_t>(shard_) * sizeof(float));
     if (end_ > begin_)
       backend().copy(mine.data<float>(), src.data<float>() + begin_, static_cast<size_t>(end_ - begin_) * sizeof(float));

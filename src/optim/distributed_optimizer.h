@@ -17,7 +17,7 @@
 
 #include "core/tensor.h"
 #include "kernels/backend.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "optim/adamw.h"
 #include "parallel/parallel_context.h"
 

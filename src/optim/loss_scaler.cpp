@@ -9,14 +9,14 @@ namespace megadlm {
 
 LossScaler::LossScaler(const LossScalerConfig& cfg) : cfg_(cfg) {
   if (cfg.dynamic) {
-    MDLM_CHECK(cfg.initial_scale > 0, "--initial-loss-scale must be positive, got ", cfg.initial_scale);
-    MDLM_CHECK(cfg.min_scale > 0 && cfg.min_scale <= cfg.initial_scale, "--min-loss-scale ", cfg.min_scale,
-               " must be positive and at most --initial-loss-scale ", cfg.initial_scale);
-    MDLM_CHECK(cfg.window >= 1, "--loss-scale-window must be at least 1, got ", cfg.window);
-    MDLM_CHECK(cfg.hysteresis >= 1, "--hysteresis must be at least 1, got ", cfg.hysteresis);
+    MEGADLM_CHECK(cfg.initial_scale > 0, "--initial-loss-scale must be positive, got ", cfg.initial_scale);
+    MEGADLM_CHECK(cfg.min_scale > 0 && cfg.min_scale <= cfg.initial_scale, "--min-loss-scale ", cfg.min_scale,
+                  " must be positive and at most --initial-loss-scale ", cfg.initial_scale);
+    MEGADLM_CHECK(cfg.window >= 1, "--loss-scale-window must be at least 1, got ", cfg.window);
+    MEGADLM_CHECK(cfg.hysteresis >= 1, "--hysteresis must be at least 1, got ", cfg.hysteresis);
     scale_ = cfg.initial_scale;
   } else {
-    MDLM_CHECK(cfg.static_scale > 0, "--loss-scale must be positive, got ", cfg.static_scale);
+    MEGADLM_CHECK(cfg.static_scale > 0, "--loss-scale must be positive, got ", cfg.static_scale);
     scale_ = cfg.static_scale;
   }
   hysteresis_tracker_ = cfg.hysteresis;

@@ -24,8 +24,8 @@ void SelfCommunicator::recv(void*, int64_t, int src, int) {
 
 void SelfCommunicator::all_to_all_v(const float* send, const int64_t* send_counts, float* recv,
                                     const int64_t* recv_counts) {
-  MDLM_CHECK(send_counts[0] == recv_counts[0], name_, ": all_to_all_v of one rank sends ", send_counts[0],
-             " floats but receives ", recv_counts[0]);
+  MEGADLM_CHECK(send_counts[0] == recv_counts[0], name_, ": all_to_all_v of one rank sends ", send_counts[0],
+                " floats but receives ", recv_counts[0]);
   if (send != recv) std::memmove(recv, send, static_cast<size_t>(send_counts[0]) * sizeof(float));
 }
 

@@ -7,8 +7,8 @@ namespace megadlm {
 
 GradBuckets::GradBuckets(ParamStore& params, const ParallelContext& ctx, int64_t bucket_elems, bool overlap)
     : params_(params), ctx_(ctx), overlap_(overlap) {
-  MDLM_CHECK(bucket_elems >= 1, "--ddp-bucket-size must be positive, got ", bucket_elems);
-  MDLM_CHECK(params.finalized(), "gradient buckets built before the model was finalised");
+  MEGADLM_CHECK(bucket_elems >= 1, "--ddp-bucket-size must be positive, got ", bucket_elems);
+  MEGADLM_CHECK(params.finalized(), "gradient buckets built before the model was finalised");
   // Walk the parameters backwards (backward order); close a bucket when it is full or the kind
   // (dense / expert: different groups) changes. Parameters are contiguous in the flat buffer, so a
   // bucket is one range, padding included (padding gradients are zero).

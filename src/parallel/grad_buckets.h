@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_context.h"
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {

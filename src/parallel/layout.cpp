@@ -8,23 +8,23 @@
 namespace megadlm {
 
 int data_parallel_size(const ParallelLayout& l, int world) {
-  MDLM_CHECK(l.tp >= 1, "--tensor-model-parallel-size must be at least 1, got ", l.tp);
-  MDLM_CHECK(l.pp >= 1, "--pipeline-model-parallel-size must be at least 1, got ", l.pp);
-  MDLM_CHECK(l.cp >= 1, "--context-parallel-size must be at least 1, got ", l.cp);
-  MDLM_CHECK(l.ep >= 1, "--expert-model-parallel-size must be at least 1, got ", l.ep);
+  MEGADLM_CHECK(l.tp >= 1, "--tensor-model-parallel-size must be at least 1, got ", l.tp);
+  MEGADLM_CHECK(l.pp >= 1, "--pipeline-model-parallel-size must be at least 1, got ", l.pp);
+  MEGADLM_CHECK(l.cp >= 1, "--context-parallel-size must be at least 1, got ", l.cp);
+  MEGADLM_CHECK(l.ep >= 1, "--expert-model-parallel-size must be at least 1, got ", l.ep);
   const int model = l.tp * l.pp * l.cp;
-  MDLM_CHECK(world % model == 0, "the world size ", world, " is not divisible by --tensor-model-parallel-size ", l.tp,
-             " x --pipeline-model-parallel-size ", l.pp, " x --context-parallel-size ", l.cp, " = ", model);
+  MEGADLM_CHECK(world % model == 0, "the world size ", world, " is not divisible by --tensor-model-parallel-size ", l.tp,
+                " x --pipeline-model-parallel-size ", l.pp, " x --context-parallel-size ", l.cp, " = ", model);
   const int dp = world / model;
-  MDLM_CHECK(dp % l.ep == 0, "--expert-model-parallel-size ", l.ep, " does not divide the data-parallel size ", dp,
-             " (world ", world, " / tp ", l.tp, " / pp ", l.pp, " / cp ", l.cp, ")");
+  MEGADLM_CHECK(dp % l.ep == 0, "--expert-model-parallel-size ", l.ep, " does not divide the data-parallel size ", dp,
+                " (world ", world, " / tp ", l.tp, " / pp ", l.pp, " / cp ", l.cp, ")");
   return dp;
 }
 
 RankCoords rank_coords(const ParallelLayout& l, int world, int r) {
   RankCoords c;
   c.dp_size = data_parallel_size(l, world);
-  MDLM_CHECK(r >= 0 && r < world, "rank ", r, " outside a world of ", world);
+  MEGADLM_CHECK(r >= 0 && r < world, "rank ", r, " outside a world of ", world);
   c.tp = r % l.tp;
   r /= l.tp;
   c.cp = r % l.cp;
@@ -56,8 +56,8 @@ ParallelContext make_parallel_context(const ParallelLayout& l) {
     ParallelGroup g{size, coord, nullptr, nullptr};
     std::shared_ptr<Communicator> comm = split_world(color, coord, name);
     if (size > 1) g.comm = comm;
-    MDLM_CHECK(comm->size() == size && comm->rank() == coord, "group ", name, ": MPI made a group of ",
-               comm->size(), " with rank ", comm->rank(), ", expected ", size, " / ", coord);
+    MEGADLM_CHECK(comm->size() == size && comm->rank() == coord, "group ", name, ": MPI made a group of ",
+                  comm->size(), " with rank ", comm->rank(), ", expected ", size, " / ", coord);
     return g;
   };
   ctx.tp = group(l.tp, c.tp, (c.pp * dpn + c.dp) * l.cp + c.cp, "tp");

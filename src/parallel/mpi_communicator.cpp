@@ -26,7 +26,7 @@ void check_mpi(int rc, const char* what) {
 }
 
 int to_int_count(int64_t n, const char* what) {
-  MDLM_CHECK(n >= 0 && n <= INT_MAX, "MPI ", what, ": count ", n, " does not fit MPI's int count");
+  MEGADLM_CHECK(n >= 0 && n <= INT_MAX, "MPI ", what, ": count ", n, " does not fit MPI's int count");
   return static_cast<int>(n);
 }
 
@@ -132,7 +132,7 @@ int init_distributed(int* argc, char*** argv) {
   if (!launched_by_mpi()) return 1;
   int provided = 0;
   check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "Init_thread");
-  MDLM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided, ", FUNNELED is needed");
+  MEGADLM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided, ", FUNNELED is needed");
   // Errors come back as return codes (turned into Error with MPI's message) instead of aborting.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   g_initialized = true;

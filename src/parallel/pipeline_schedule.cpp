@@ -149,7 +149,7 @@ void reduce_shared_embedding_grads(LanguageModel& model, const ParallelContext& 
 
 double pipeline_1f1b_step(LanguageModel& model, const ParallelContext& ctx, int64_t num_micro_batches,
                           const PrepareMicroBatch& prepare, float grad_scale) {
-  MDLM_CHECK(num_micro_batches >= 1, "a pipeline step needs at least one micro-batch, got ", num_micro_batches);
+  MEGADLM_CHECK(num_micro_batches >= 1, "a pipeline step needs at least one micro-batch, got ", num_micro_batches);
   double loss = OneFOneB(model, ctx, prepare, grad_scale).run(num_micro_batches);
   reduce_shared_embedding_grads(model, ctx);
   broadcast_from_last_stage(ctx, loss);

@@ -11,9 +11,9 @@ namespace megadlm {
 
 int64_t local_rows(const ParallelContext& ctx, int64_t N) {
   if (!sequence_parallel(ctx)) return N;
-  MDLM_CHECK(N % ctx.tp.size == 0, "--sequence-parallel: the micro-batch's ", N,
-             " tokens (micro-batch size x sequence length) are not divisible by --tensor-model-parallel-size ",
-             ctx.tp.size);
+  MEGADLM_CHECK(N % ctx.tp.size == 0, "--sequence-parallel: the micro-batch's ", N,
+                " tokens (micro-batch size x sequence length) are not divisible by --tensor-model-parallel-size ",
+                ctx.tp.size);
   return N / ctx.tp.size;
 }
 
@@ -38,7 +38,7 @@ float* tp_scratch(int64_t n, int slot, Device device) {
   static DeviceScratch buffers[4];
   DeviceScratch& b = buffers[slot];
   const size_t bytes = sizeof(float) * static_cast<size_t>(n);
-  MDLM_CHECK(b.p == nullptr || b.device == device, "tp staging buffers on two devices");
+  MEGADLM_CHECK(b.p == nullptr || b.device == device, "tp staging buffers on two devices");
   if (b.bytes < bytes) {
     const DeviceMemory& m = device_memory(device);
     backend_for(device).synchronize();  // the old buffer may still be read by queued kernels
@@ -78,14 +78,14 @@ void reduce_rows(const ParallelContext& ctx, Tensor& partial, Tensor& dx, bool a
   float* d = dx.data<float>();
   if (sequence_parallel(ctx)) {
     const int64_t local = n / ctx.tp.size;
-    MDLM_CHECK(dx.numel() == local, "reduce_rows: ", dx.numel(), " output elements for ", n, " over ", ctx.tp.size,
-               " ranks");
+    MEGADLM_CHECK(dx.numel() == local, "reduce_rows: ", dx.numel(), " output elements for ", n, " over ", ctx.tp.size,
+                  " ranks");
     float* out = accumulate ? tp_scratch(local, 3, dev) : d;
     comm.reduce_scatter_sum(p, out, local);
     if (accumulate) be.add_inplace(d, out, local);
     return;
   }
-  MDLM_CHECK(dx.numel() == n, "reduce_rows: ", dx.numel(), " output elements for ", n);
+  MEGADLM_CHECK(dx.numel() == n, "reduce_rows: ", dx.numel(), " output elements for ", n);
   if (ctx.tp.size > 1) comm.all_reduce_sum(p, n);
   if (accumulate) {
     be.add_inplace(d, p, n);

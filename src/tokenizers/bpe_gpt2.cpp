@@ -1,4 +1,4 @@
-#include "data/bpe_gpt2.h"
+#include "tokenizers/bpe_gpt2.h"
 
 #include <algorithm>
 #include <atomic>
@@ -14,8 +14,8 @@
 #include <sys/mman.h>
 
 #include "core/error.h"
-#include "data/unicode.h"
-#include "data/vocab_json.h"
+#include "tokenizers/unicode.h"
+#include "tokenizers/vocab_json.h"
 
 namespace megadlm {
 
@@ -626,28 +626,28 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t
     : ignore_merges_(ignore_merges),
       shared_cache_(std::make_unique<SharedWordCache>(kSharedCacheEntries)),
       instance_id_(g_next_instance.fetch_add(1)) {
-  MDLM_CHECK(!vocab.empty(), source, ": the vocabulary is empty");
+  MEGADLM_CHECK(!vocab.empty(), source, ": the vocabulary is empty");
   int32_t max_id = -1;
   for (const auto& [tok, id] : vocab) {
-    MDLM_CHECK(id >= 0, source, ": token '", tok, "' has negative id ", id);
+    MEGADLM_CHECK(id >= 0, source, ": token '", tok, "' has negative id ", id);
     max_id = std::max(max_id, id);
   }
   // Tables have a slot per id: ids far beyond the number of tokens (a hostile file's 999999999) would
   // allocate gigabytes for nothing. Real vocabularies are dense; a few gaps are allowed.
   const int64_t id_limit = 2 * static_cast<int64_t>(vocab.size()) + 1024;
-  MDLM_CHECK(max_id < id_limit, source, ": id ", max_id, " is out of range (the vocabulary has ", vocab.size(),
-             " tokens; ids must be below 2 x that + 1024)");
+  MEGADLM_CHECK(max_id < id_limit, source, ": id ", max_id, " is out of range (the vocabulary has ", vocab.size(),
+                " tokens; ids must be below 2 x that + 1024)");
   // Spellings by id, so that spellings and bytes are both laid out in id order.
   std::vector<std::string_view> spelling_of(max_id + 1);
   present_.assign(max_id + 1, 0);
   size_t total = 0;
   for (const auto& [tok, id] : vocab) {
-    MDLM_CHECK(!present_[id], source, ": id ", id, " is used by both '", spelling_of[id], "' and '", tok, "'");
+    MEGADLM_CHECK(!present_[id], source, ": id ", id, " is used by both '", spelling_of[id], "' and '", tok, "'");
     present_[id] = 1;
     spelling_of[id] = tok;
     total += tok.size();
   }
-  MDLM_CHECK(total < (size_t{1} << 32), source, ": the tokens take ", total, " bytes (at most 4 GiB)");
+  MEGADLM_CHECK(total < (size_t{1} << 32), source, ": the tokens take ", total, " bytes (at most 4 GiB)");
   // The two indices are independent: raw bytes -> id (encoding) and spelling -> id (the merges below).
   // Each is built in batches with prefetches, as the merges (whose comment says why).
   constexpr int32_t kBatch = 16;
@@ -713,7 +713,7 @@ ByteLevelBPE::ByteLevelBPE(const std::vector<std::pair<std::string_view, int32_t
       const int32_t id = id0 + k;
       if (!present_[id]) continue;
       const int32_t twin = spelling_to_id_->insert(id, hash_s[k], spelling_text_, spelling_offset_);
-      MDLM_CHECK(twin < 0, source, ": token '", spelling_of[id], "' is given twice (ids ", twin, " and ", id, ")");
+      MEGADLM_CHECK(twin < 0, source, ": token '", spelling_of[id], "' is given twice (ids ", twin, " and ", id, ")");
     }
   }
   // Every byte needs a token; checked through the spelling index (a one-byte token is spelled by the
@@ -770,9 +770,9 @@ void ByteLevelBPE::build_merges(const std::vector<std::pair<std::string_view, st
       if (im < 0) im = id_of(joined);
       if (im >= 0) guess = static_cast<int64_t>(im) - static_cast<int64_t>(r);
       auto where = [&] { return detail::concat(source, ": merge ", r + 1, " ('", a, " ", b, "'): "); };
-      MDLM_CHECK(ia >= 0, where(), "'", a, "' is not in the vocabulary");
-      MDLM_CHECK(ib >= 0, where(), "'", b, "' is not in the vocabulary");
-      MDLM_CHECK(im >= 0, where(), "the merged token '", joined, "' is not in the vocabulary");
+      MEGADLM_CHECK(ia >= 0, where(), "'", a, "' is not in the vocabulary");
+      MEGADLM_CHECK(ib >= 0, where(), "'", b, "' is not in the vocabulary");
+      MEGADLM_CHECK(im >= 0, where(), "the merged token '", joined, "' is not in the vocabulary");
       id_a[k] = ia, id_b[k] = ib, id_m[k] = im;
       merges_->prefetch(ia, ib);
     }
@@ -961,8 +961,8 @@ void ByteLevelBPE::encode_pieces(const PretokenizerPattern* pattern, const uint8
 GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec, int load_threads) {
   spec_ = spec;
   spec_.added_special_tokens.clear();
-  MDLM_CHECK(!spec.vocab_file.empty(), "GPT2BPETokenizer needs --vocab-file (vocab.json)");
-  MDLM_CHECK(!spec.merge_file.empty(), "GPT2BPETokenizer needs --merge-file (merges.txt)");
+  MEGADLM_CHECK(!spec.vocab_file.empty(), "GPT2BPETokenizer needs --vocab-file (vocab.json)");
+  MEGADLM_CHECK(!spec.merge_file.empty(), "GPT2BPETokenizer needs --merge-file (merges.txt)");
 
   // merges.txt: "a b" per line after an optional "#version" line; the pairs point into merges_text.
   // With two load threads it is read and split while vocab.json is parsed.
@@ -981,9 +981,9 @@ GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec, int load_threads) 
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.empty() || (line_no == 1 && line.substr(0, 9) == "#version:")) continue;
       const size_t sp = line.find(' ');
-      MDLM_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
+      MEGADLM_CHECK(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
                      line.find(' ', sp + 1) == std::string_view::npos,
-                 "merge file '", spec.merge_file, "' line ", line_no, ": expected two tokens 'a b', got '", line, "'");
+                    "merge file '", spec.merge_file, "' line ", line_no, ": expected two tokens 'a b', got '", line, "'");
       merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
     }
   };
@@ -1013,18 +1013,18 @@ GPT2BPETokenizer::GPT2BPETokenizer(const TokenizerSpec& spec, int load_threads) 
     } catch (const nlohmann::json::exception& e) {
       fail("vocab file '", spec.vocab_file, "' is not valid JSON: ", e.what());
     }
-    MDLM_CHECK(vj.is_object(), "vocab file '", spec.vocab_file, "' must hold a JSON object {token: id}");
+    MEGADLM_CHECK(vj.is_object(), "vocab file '", spec.vocab_file, "' must hold a JSON object {token: id}");
     vocab.reserve(vj.size());
     for (auto it = vj.begin(); it != vj.end(); ++it) {
-      MDLM_CHECK(it.value().is_number_integer(), "vocab file '", spec.vocab_file, "': the id of '", it.key(),
-                 "' is not an integer");
+      MEGADLM_CHECK(it.value().is_number_integer(), "vocab file '", spec.vocab_file, "': the id of '", it.key(),
+                    "' is not an integer");
       vocab.emplace_back(it.key(), it.value().get<int32_t>());
     }
   }
 
   if (merges_done.valid()) merges_done.get();
 
-  MDLM_CHECK(!merges.empty(), "merge file '", spec.merge_file, "' holds no merges");
+  MEGADLM_CHECK(!merges.empty(), "merge file '", spec.merge_file, "' holds no merges");
   bpe_ = std::make_unique<ByteLevelBPE>(vocab, merges, /*ignore_merges=*/false,
                                         "'" + spec.vocab_file + "' + '" + spec.merge_file + "'", load_threads);
   eod_ = token_to_id("<|endoftext|>");
@@ -1064,7 +1064,7 @@ int32_t GPT2BPETokenizer::token_to_id(std::string_view token) const {
 }
 
 int32_t GPT2BPETokenizer::add_special_token(const std::string& token) {
-  MDLM_CHECK(!token.empty(), "add_special_token: the token is empty");
+  MEGADLM_CHECK(!token.empty(), "add_special_token: the token is empty");
   int32_t id = token_to_id(bytes_to_byte_level(token));
   if (id < 0) id = token_to_id(token);
   if (id < 0) {

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
 namespace megadlm {
 

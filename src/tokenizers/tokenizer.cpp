@@ -1,14 +1,14 @@
 // TokenizerSpec <-> JSON and the factory behind --tokenizer-type.
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
-#include "data/bpe_gpt2.h"
-#include "data/tokenizer_hf.h"
-#include "data/tokenizer_sentencepiece.h"
-#include "data/tokenizer_simple.h"
+#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/tokenizer_hf.h"
+#include "tokenizers/tokenizer_sentencepiece.h"
+#include "tokenizers/tokenizer_simple.h"
 
 namespace megadlm {
 
@@ -50,14 +50,14 @@ nlohmann::json TokenizerSpec::to_json() const {
 }
 
 TokenizerSpec TokenizerSpec::from_json(const nlohmann::json& j) {
-  MDLM_CHECK(j.is_object(), "tokenizer spec: expected a JSON object, got ", j.type_name());
+  MEGADLM_CHECK(j.is_object(), "tokenizer spec: expected a JSON object, got ", j.type_name());
   auto get_string = [&](const char* key, bool required, std::string& dst) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) {
-      MDLM_CHECK(!required, "tokenizer spec: key '", key, "' is missing");
+      MEGADLM_CHECK(!required, "tokenizer spec: key '", key, "' is missing");
       return;
     }
-    MDLM_CHECK(it->is_string(), "tokenizer spec: key '", key, "' must be a string, got ", it->type_name());
+    MEGADLM_CHECK(it->is_string(), "tokenizer spec: key '", key, "' must be a string, got ", it->type_name());
     dst = it->get<std::string>();
   };
   TokenizerSpec s;
@@ -67,15 +67,15 @@ TokenizerSpec TokenizerSpec::from_json(const nlohmann::json& j) {
   get_string("merge_file", needs == Needs::VocabAndMerges, s.merge_file);
   get_string("tokenizer_model", needs == Needs::Model, s.tokenizer_model);
   if (const auto it = j.find("null_vocab_size"); it != j.end() && !it->is_null()) {
-    MDLM_CHECK(it->is_number_integer(), "tokenizer spec: key 'null_vocab_size' must be an integer, got ", *it);
+    MEGADLM_CHECK(it->is_number_integer(), "tokenizer spec: key 'null_vocab_size' must be an integer, got ", *it);
     s.null_vocab_size = it->get<int64_t>();
   } else {
-    MDLM_CHECK(needs != Needs::VocabSize, "tokenizer spec: key 'null_vocab_size' is missing");
+    MEGADLM_CHECK(needs != Needs::VocabSize, "tokenizer spec: key 'null_vocab_size' is missing");
   }
   if (const auto it = j.find("added_special_tokens"); it != j.end() && !it->is_null()) {
-    MDLM_CHECK(it->is_array(), "tokenizer spec: key 'added_special_tokens' must be an array of strings");
+    MEGADLM_CHECK(it->is_array(), "tokenizer spec: key 'added_special_tokens' must be an array of strings");
     for (const auto& t : *it) {
-      MDLM_CHECK(t.is_string(), "tokenizer spec: 'added_special_tokens' holds a non-string: ", t);
+      MEGADLM_CHECK(t.is_string(), "tokenizer spec: 'added_special_tokens' holds a non-string: ", t);
       s.added_special_tokens.push_back(t.get<std::string>());
     }
   }
@@ -93,9 +93,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec, int load_th
 }
 
 std::string read_tokenizer_file(const std::string& path, std::string_view what) {
-  MDLM_CHECK(!path.empty(), "no ", what, " given");
+  MEGADLM_CHECK(!path.empty(), "no ", what, " given");
   std::ifstream f(path, std::ios::binary);
-  MDLM_CHECK(f.good(), "cannot open ", what, " '", path, "'");
+  MEGADLM_CHECK(f.good(), "cannot open ", what, " '", path, "'");
   // One read into a string of the file's size (a stringstream would copy the text twice); a file
   // that cannot tell its size (a pipe) is read as a stream.
   f.seekg(0, std::ios::end);
@@ -104,13 +104,13 @@ std::string read_tokenizer_file(const std::string& path, std::string_view what) 
     f.seekg(0, std::ios::beg);
     std::string text(static_cast<size_t>(size), '\0');
     f.read(text.data(), size);
-    MDLM_CHECK(f.gcount() == size, "cannot read ", what, " '", path, "' (", f.gcount(), " of ", size, " bytes)");
+    MEGADLM_CHECK(f.gcount() == size, "cannot read ", what, " '", path, "' (", f.gcount(), " of ", size, " bytes)");
     return text;
   }
   f.clear();
   std::ostringstream ss;
   ss << f.rdbuf();
-  MDLM_CHECK(!f.bad(), "cannot read ", what, " '", path, "'");
+  MEGADLM_CHECK(!f.bad(), "cannot read ", what, " '", path, "'");
   return ss.str();
 }
 

@@ -1,4 +1,4 @@
-#include "data/tokenizer_hf.h"
+#include "tokenizers/tokenizer_hf.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <queue>
 
 #include "core/error.h"
-#include "data/unicode.h"
+#include "tokenizers/unicode.h"
 
 namespace megadlm {
 
@@ -23,7 +23,7 @@ std::string type_of(const json& j) {
 bool get_bool(const json& obj, const char* key, bool fallback, const std::string& where) {
   const auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return fallback;
-  MDLM_CHECK(it->is_boolean(), where, ".", key, " must be true or false, got ", it->dump());
+  MEGADLM_CHECK(it->is_boolean(), where, ".", key, " must be true or false, got ", it->dump());
   return it->get<bool>();
 }
 
@@ -51,7 +51,7 @@ size_t char_start_before(const uint8_t* p, size_t lo, size_t end) {
 // ==== loading =======================================================================================
 
 HuggingFaceTokenizer::HuggingFaceTokenizer(const TokenizerSpec& spec) {
-  MDLM_CHECK(!spec.tokenizer_model.empty(), "HuggingFaceTokenizer needs --tokenizer-model (a tokenizer.json)");
+  MEGADLM_CHECK(!spec.tokenizer_model.empty(), "HuggingFaceTokenizer needs --tokenizer-model (a tokenizer.json)");
   const std::string text = read_tokenizer_file(spec.tokenizer_model, "tokenizer file");
   json j;
   try {
@@ -75,38 +75,38 @@ HuggingFaceTokenizer::~HuggingFaceTokenizer() = default;
 
 void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool from_file) {
   const std::string where = "tokenizer file '" + source + "'";
-  MDLM_CHECK(j.is_object(), where, ": expected a JSON object at the top level");
+  MEGADLM_CHECK(j.is_object(), where, ": expected a JSON object at the top level");
 
   if (const auto it = j.find("normalizer"); it != j.end() && !it->is_null()) {
-    MDLM_CHECK(it->is_object() && type_of(*it) == "NFC", where, ": normalizer ", it->dump().substr(0, 200),
-               " is not supported (only null or NFC)");
+    MEGADLM_CHECK(it->is_object() && type_of(*it) == "NFC", where, ": normalizer ", it->dump().substr(0, 200),
+                  " is not supported (only null or NFC)");
     nfc_ = true;
   }
 
   // ---- model ----
   const auto m = j.find("model");
-  MDLM_CHECK(m != j.end() && m->is_object(), where, ": the field 'model' is missing");
+  MEGADLM_CHECK(m != j.end() && m->is_object(), where, ": the field 'model' is missing");
   const std::string mw = where + ": model";
   const std::string mtype = type_of(*m);
-  MDLM_CHECK(mtype.empty() || mtype == "BPE", mw, ".type '", mtype, "' is not supported (only BPE)");
+  MEGADLM_CHECK(mtype.empty() || mtype == "BPE", mw, ".type '", mtype, "' is not supported (only BPE)");
   if (const auto it = m->find("dropout"); it != m->end() && !it->is_null())
-    MDLM_CHECK(it->is_number() && it->get<double>() == 0.0, mw, ".dropout = ", it->dump(),
-               " is not supported (only null)");
+    MEGADLM_CHECK(it->is_number() && it->get<double>() == 0.0, mw, ".dropout = ", it->dump(),
+                  " is not supported (only null)");
   require_empty(*m, "continuing_subword_prefix", mw);
   require_empty(*m, "end_of_word_suffix", mw);
   const bool ignore_merges = get_bool(*m, "ignore_merges", false, mw);
 
   const auto v = m->find("vocab");
-  MDLM_CHECK(v != m->end() && v->is_object(), mw, ".vocab is missing (or not an object)");
+  MEGADLM_CHECK(v != m->end() && v->is_object(), mw, ".vocab is missing (or not an object)");
   std::vector<std::pair<std::string, int32_t>> vocab;
   vocab.reserve(v->size());
   for (auto it = v->begin(); it != v->end(); ++it) {
-    MDLM_CHECK(it.value().is_number_integer(), mw, ".vocab: the id of '", it.key(), "' is not an integer");
+    MEGADLM_CHECK(it.value().is_number_integer(), mw, ".vocab: the id of '", it.key(), "' is not an integer");
     vocab.emplace_back(it.key(), it.value().get<int32_t>());
   }
 
   const auto mg = m->find("merges");
-  MDLM_CHECK(mg != m->end() && mg->is_array(), mw, ".merges is missing (or not an array)");
+  MEGADLM_CHECK(mg != m->end() && mg->is_array(), mw, ".merges is missing (or not an array)");
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(mg->size());
   for (size_t i = 0; i < mg->size(); ++i) {
@@ -114,12 +114,12 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
     if (e.is_string()) {  // "a b" (files written before tokenizers 0.20)
       const std::string s = e.get<std::string>();
       const size_t sp = s.find(' ');
-      MDLM_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
-                 mw, ".merges[", i, "] = '", s, "' is not two tokens 'a b'");
+      MEGADLM_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos,
+                    mw, ".merges[", i, "] = '", s, "' is not two tokens 'a b'");
       merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     } else {
-      MDLM_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), mw, ".merges[", i,
-                 "] = ", e.dump(), " is neither 'a b' nor [\"a\", \"b\"]");
+      MEGADLM_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), mw, ".merges[", i,
+                    "] = ", e.dump(), " is neither 'a b' nor [\"a\", \"b\"]");
       merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
     }
   }
@@ -128,8 +128,8 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
 
   // ---- pre_tokenizer ----
   const auto pt = j.find("pre_tokenizer");
-  MDLM_CHECK(pt != j.end() && pt->is_object(), where,
-             ": pre_tokenizer is missing or null (a byte-level BPE needs ByteLevel)");
+  MEGADLM_CHECK(pt != j.end() && pt->is_object(), where,
+                ": pre_tokenizer is missing or null (a byte-level BPE needs ByteLevel)");
   auto read_byte_level = [&](const json& b, const std::string& w) {
     add_prefix_space_ = get_bool(b, "add_prefix_space", true, w);
     split_ = get_bool(b, "use_regex", true, w);
@@ -140,7 +140,7 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
     read_byte_level(*pt, where + ": pre_tokenizer");
   } else if (ptype == "Sequence") {
     const auto list = pt->find("pretokenizers");
-    MDLM_CHECK(list != pt->end() && list->is_array(), where, ": pre_tokenizer.pretokenizers is missing");
+    MEGADLM_CHECK(list != pt->end() && list->is_array(), where, ": pre_tokenizer.pretokenizers is missing");
     std::string types;
     for (const json& p : *list) types += (types.empty() ? "" : ", ") + type_of(p);
     if (list->size() == 1 && type_of((*list)[0]) == "ByteLevel") {
@@ -149,17 +149,17 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
       const json& s = (*list)[0];
       const std::string sw = where + ": pre_tokenizer.pretokenizers[0] (Split)";
       const auto pat = s.find("pattern");
-      MDLM_CHECK(pat != s.end() && pat->is_object() && pat->contains("Regex") && (*pat)["Regex"].is_string(), sw,
-                 ": pattern must be {\"Regex\": ...}, got ", pat != s.end() ? pat->dump() : std::string("nothing"));
+      MEGADLM_CHECK(pat != s.end() && pat->is_object() && pat->contains("Regex") && (*pat)["Regex"].is_string(), sw,
+                    ": pattern must be {\"Regex\": ...}, got ", pat != s.end() ? pat->dump() : std::string("nothing"));
       pattern_ = pattern_from_regex((*pat)["Regex"].get<std::string>(), sw);
       const std::string behavior = s.value("behavior", std::string());
-      MDLM_CHECK(behavior == "Isolated", sw, ": behavior '", behavior, "' is not supported (only Isolated)");
-      MDLM_CHECK(!get_bool(s, "invert", false, sw), sw, ": invert = true is not supported");
+      MEGADLM_CHECK(behavior == "Isolated", sw, ": behavior '", behavior, "' is not supported (only Isolated)");
+      MEGADLM_CHECK(!get_bool(s, "invert", false, sw), sw, ": invert = true is not supported");
       const std::string bw = where + ": pre_tokenizer.pretokenizers[1] (ByteLevel)";
-      MDLM_CHECK(!get_bool((*list)[1], "use_regex", true, bw), bw,
-                 ": use_regex = true after a Split is not supported (set it false)");
-      MDLM_CHECK(!get_bool((*list)[1], "add_prefix_space", true, bw), bw,
-                 ": add_prefix_space = true after a Split is not supported");
+      MEGADLM_CHECK(!get_bool((*list)[1], "use_regex", true, bw), bw,
+                    ": use_regex = true after a Split is not supported (set it false)");
+      MEGADLM_CHECK(!get_bool((*list)[1], "add_prefix_space", true, bw), bw,
+                    ": add_prefix_space = true after a Split is not supported");
       split_ = true;
       add_prefix_space_ = false;
     } else {
@@ -172,27 +172,27 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
 
   // ---- decoder ----
   if (const auto d = j.find("decoder"); d != j.end() && !d->is_null())
-    MDLM_CHECK(type_of(*d) == "ByteLevel", where, ": decoder type '", type_of(*d),
-               "' is not supported (only ByteLevel)");
+    MEGADLM_CHECK(type_of(*d) == "ByteLevel", where, ": decoder type '", type_of(*d),
+                  "' is not supported (only ByteLevel)");
 
   // ---- added tokens ----
   if (const auto at = j.find("added_tokens"); at != j.end() && !at->is_null()) {
-    MDLM_CHECK(at->is_array(), where, ": added_tokens must be an array");
+    MEGADLM_CHECK(at->is_array(), where, ": added_tokens must be an array");
     // added_index_of_id_ has a slot per id: bound the ids as ByteLevelBPE bounds the vocabulary's.
     const int64_t id_limit = vocab_size_ + 2 * static_cast<int64_t>(at->size()) + 1024;
     for (size_t i = 0; i < at->size(); ++i) {
       const json& t = (*at)[i];
       const std::string tw = where + ": added_tokens[" + std::to_string(i) + "]";
-      MDLM_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
+      MEGADLM_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
                      t["content"].is_string(),
-                 tw, " needs an integer 'id' and a string 'content'");
+                    tw, " needs an integer 'id' and a string 'content'");
       AddedToken a;
       a.content = t["content"].get<std::string>();
       a.id = t["id"].get<int32_t>();
-      MDLM_CHECK(a.id >= 0 && a.id < id_limit, tw, ": id ", a.id, " is out of range (the vocabulary has ", vocab_size_,
-                 " ids; added tokens may extend it by at most 2 x their number + 1024)");
-      MDLM_CHECK(!a.content.empty(), tw, ": content is empty");
-      MDLM_CHECK(!get_bool(t, "single_word", false, tw), tw, ": single_word = true is not supported");
+      MEGADLM_CHECK(a.id >= 0 && a.id < id_limit, tw, ": id ", a.id, " is out of range (the vocabulary has ", vocab_size_,
+                    " ids; added tokens may extend it by at most 2 x their number + 1024)");
+      MEGADLM_CHECK(!a.content.empty(), tw, ": content is empty");
+      MEGADLM_CHECK(!get_bool(t, "single_word", false, tw), tw, ": single_word = true is not supported");
       a.special = get_bool(t, "special", false, tw);
       a.normalized = get_bool(t, "normalized", !a.special, tw);
       a.lstrip = get_bool(t, "lstrip", false, tw);
@@ -348,7 +348,7 @@ int32_t HuggingFaceTokenizer::token_to_id(std::string_view token) const {
 }
 
 int32_t HuggingFaceTokenizer::add_special_token(const std::string& token) {
-  MDLM_CHECK(!token.empty(), "add_special_token: the token is empty");
+  MEGADLM_CHECK(!token.empty(), "add_special_token: the token is empty");
   int32_t id = -1;
   for (const AddedToken& a : added_)
     if (a.content == token) id = a.id;
@@ -382,8 +382,8 @@ inline int32_t pair_second(Pair p) { return static_cast<int32_t>(p & 0xFFFFFFFFu
 }  // namespace
 
 nlohmann::ordered_json ByteLevelBpeTrainer::train(const BpeTrainerOptions& opt) const {
-  MDLM_CHECK(opt.vocab_size > 0, "BPE training: --vocab-size must be positive (got ", opt.vocab_size, ")");
-  MDLM_CHECK(opt.min_frequency >= 0, "BPE training: --min-frequency must be >= 0 (got ", opt.min_frequency, ")");
+  MEGADLM_CHECK(opt.vocab_size > 0, "BPE training: --vocab-size must be positive (got ", opt.vocab_size, ")");
+  MEGADLM_CHECK(opt.min_frequency >= 0, "BPE training: --min-frequency must be >= 0 (got ", opt.min_frequency, ")");
   // Tokens by id, in vocabulary spelling (specials as written).
   std::vector<std::string> spelling;
   std::unordered_map<std::string, int32_t> id_of;
@@ -393,7 +393,7 @@ nlohmann::ordered_json ByteLevelBpeTrainer::train(const BpeTrainerOptions& opt) 
     return it->second;
   };
   for (const std::string& t : opt.special_tokens) {
-    MDLM_CHECK(!t.empty(), "BPE training: a special token is empty");
+    MEGADLM_CHECK(!t.empty(), "BPE training: a special token is empty");
     add_token(t);
   }
   // The 256 byte characters in code-point order, as `tokenizers` sorts its alphabet.

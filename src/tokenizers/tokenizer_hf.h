@@ -26,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/bpe_gpt2.h"
-#include "data/tokenizer.h"
+#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/tokenizer.h"
 
 namespace megadlm {
 

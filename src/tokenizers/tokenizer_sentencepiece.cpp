@@ -1,4 +1,4 @@
-#include "data/tokenizer_sentencepiece.h"
+#include "tokenizers/tokenizer_sentencepiece.h"
 
 #include <algorithm>
 #include <string>
@@ -21,11 +21,11 @@ class SentencePieceTokenizer : public Tokenizer {
   explicit SentencePieceTokenizer(const TokenizerSpec& spec) {
     spec_ = spec;
     spec_.added_special_tokens.clear();
-    MDLM_CHECK(!spec.tokenizer_model.empty(), spec.type, " needs --tokenizer-model (a SentencePiece .model file)");
+    MEGADLM_CHECK(!spec.tokenizer_model.empty(), spec.type, " needs --tokenizer-model (a SentencePiece .model file)");
     // Read the file ourselves so a missing file and a corrupt one give distinct messages.
     const std::string bytes = read_tokenizer_file(spec.tokenizer_model, "SentencePiece model");
     const auto status = sp_.LoadFromSerializedProto(bytes);
-    MDLM_CHECK(status.ok(), "SentencePiece model '", spec.tokenizer_model, "' cannot be loaded: ", status.ToString());
+    MEGADLM_CHECK(status.ok(), "SentencePiece model '", spec.tokenizer_model, "' cannot be loaded: ", status.ToString());
     pieces_ = sp_.GetPieceSize();
     eod_ = sp_.eos_id();
     if (eod_ < 0) {  // not recorded in spec_: rebuilding the same model appends it again
@@ -41,7 +41,7 @@ class SentencePieceTokenizer : public Tokenizer {
   void encode(std::string_view text, std::vector<int32_t>& out) const override {
     std::vector<int> ids;
     const auto status = sp_.Encode(text, &ids);
-    MDLM_CHECK(status.ok(), "SentencePiece '", spec_.tokenizer_model, "': encode failed: ", status.ToString());
+    MEGADLM_CHECK(status.ok(), "SentencePiece '", spec_.tokenizer_model, "': encode failed: ", status.ToString());
     out.insert(out.end(), ids.begin(), ids.end());
   }
 
@@ -54,14 +54,14 @@ class SentencePieceTokenizer : public Tokenizer {
       if (run.empty()) return;
       std::string piece;
       const auto status = sp_.Decode(run, &piece);
-      MDLM_CHECK(status.ok(), "SentencePiece '", spec_.tokenizer_model, "': decode failed: ", status.ToString());
+      MEGADLM_CHECK(status.ok(), "SentencePiece '", spec_.tokenizer_model, "': decode failed: ", status.ToString());
       out += piece;
       run.clear();
     };
     for (size_t i = 0; i < n; ++i) {
       const int32_t id = ids[i];
-      MDLM_CHECK(id >= 0 && id < vocab_size(), "SentencePiece '", spec_.tokenizer_model, "': cannot decode id ", id,
-                 " (vocabulary size ", vocab_size(), ")");
+      MEGADLM_CHECK(id >= 0 && id < vocab_size(), "SentencePiece '", spec_.tokenizer_model, "': cannot decode id ", id,
+                    " (vocabulary size ", vocab_size(), ")");
       if (id < pieces_) {
         run.push_back(id);
       } else {
@@ -85,7 +85,7 @@ class SentencePieceTokenizer : public Tokenizer {
   }
 
   int32_t add_special_token(const std::string& token) override {
-    MDLM_CHECK(!token.empty(), "add_special_token: the token is empty");
+    MEGADLM_CHECK(!token.empty(), "add_special_token: the token is empty");
     int32_t id = token_to_id(token);
     if (id < 0) {
       id = static_cast<int32_t>(vocab_size());

@@ -8,7 +8,7 @@
 // they are not recognised inside the text (SentencePiece's user_defined_symbols are).
 #include <memory>
 
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
 namespace megadlm {
 

@@ -1,4 +1,4 @@
-#include "data/tokenizer_simple.h"
+#include "tokenizers/tokenizer_simple.h"
 
 #include <algorithm>
 #include <charconv>
@@ -27,8 +27,8 @@ int64_t parse_id(std::string_view s) {
 NullTokenizer::NullTokenizer(const TokenizerSpec& spec) {
   spec_ = spec;
   spec_.added_special_tokens.clear();
-  MDLM_CHECK(spec.null_vocab_size > 0 && spec.null_vocab_size < (int64_t{1} << 30),
-             "NullTokenizer needs --vocab-size N with 0 < N < 2^30 (got ", spec.null_vocab_size, ")");
+  MEGADLM_CHECK(spec.null_vocab_size > 0 && spec.null_vocab_size < (int64_t{1} << 30),
+                "NullTokenizer needs --vocab-size N with 0 < N < 2^30 (got ", spec.null_vocab_size, ")");
   base_ = spec.null_vocab_size;
   for (const std::string& t : spec.added_special_tokens) add_special_token(t);
 }
@@ -44,8 +44,8 @@ void NullTokenizer::encode(std::string_view text, std::vector<int32_t>& out) con
     while (j < text.size() && !is_space(text[j])) ++j;
     const std::string_view word = text.substr(i, j - i);
     const int64_t id = parse_id(word);
-    MDLM_CHECK(id >= 0 && id < vocab_size(), "NullTokenizer: '", word, "' is not an id in [0, ", vocab_size(),
-               ") (the text must hold space-separated decimal ids)");
+    MEGADLM_CHECK(id >= 0 && id < vocab_size(), "NullTokenizer: '", word, "' is not an id in [0, ", vocab_size(),
+                  ") (the text must hold space-separated decimal ids)");
     out.push_back(static_cast<int32_t>(id));
     i = j;
   }
@@ -54,8 +54,8 @@ void NullTokenizer::encode(std::string_view text, std::vector<int32_t>& out) con
 std::string NullTokenizer::decode(const int32_t* ids, size_t n) const {
   std::string out;
   for (size_t i = 0; i < n; ++i) {
-    MDLM_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "NullTokenizer: cannot decode id ", ids[i],
-               " (vocabulary size ", vocab_size(), ")");
+    MEGADLM_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "NullTokenizer: cannot decode id ", ids[i],
+                  " (vocabulary size ", vocab_size(), ")");
     if (i) out.push_back(' ');
     out += std::to_string(ids[i]);
   }
@@ -70,7 +70,7 @@ int32_t NullTokenizer::token_to_id(std::string_view token) const {
 }
 
 int32_t NullTokenizer::add_special_token(const std::string& token) {
-  MDLM_CHECK(!token.empty(), "add_special_token: the token is empty");
+  MEGADLM_CHECK(!token.empty(), "add_special_token: the token is empty");
   int32_t id = token_to_id(token);
   if (id < 0) {
     id = static_cast<int32_t>(vocab_size());
@@ -102,8 +102,8 @@ std::string ByteTokenizer::decode(const int32_t* ids, size_t n) const {
     if (id >= 0 && id < 256) {
       out.push_back(static_cast<char>(id));
     } else {
-      MDLM_CHECK(id >= 256 && id < vocab_size(), "ByteTokenizer: cannot decode id ", id, " (vocabulary size ",
-                 vocab_size(), ")");
+      MEGADLM_CHECK(id >= 256 && id < vocab_size(), "ByteTokenizer: cannot decode id ", id, " (vocabulary size ",
+                    vocab_size(), ")");
       out += specials_[id - 256];
     }
   }
@@ -118,7 +118,7 @@ int32_t ByteTokenizer::token_to_id(std::string_view token) const {
 }
 
 int32_t ByteTokenizer::add_special_token(const std::string& token) {
-  MDLM_CHECK(!token.empty(), "add_special_token: the token is empty");
+  MEGADLM_CHECK(!token.empty(), "add_special_token: the token is empty");
   int32_t id = token_to_id(token);
   if (id < 0) {
     id = static_cast<int32_t>(vocab_size());

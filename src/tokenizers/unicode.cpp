@@ -1,4 +1,4 @@
-#include "data/unicode.h"
+#include "tokenizers/unicode.h"
 
 #include <array>
 #include <algorithm>
@@ -29,7 +29,7 @@ struct Composition {
   uint32_t first, second, composite;
 };
 
-#include "data/unicode_tables.inc"
+#include "tokenizers/unicode_tables.inc"
 
 // Per code point: bits 0-1 the CharClass, bit 2 "NFC quick check is not Yes", bits 8-15 the canonical
 // combining class.

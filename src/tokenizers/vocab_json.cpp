@@ -1,8 +1,8 @@
-#include "data/vocab_json.h"
+#include "tokenizers/vocab_json.h"
 
 #include <limits>
 
-#include "data/unicode.h"
+#include "tokenizers/unicode.h"
 
 namespace megadlm {
 

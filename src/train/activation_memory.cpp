@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "nn/lm_head.h"
-#include "nn/moe_counts.h"
+#include "nn/moe/moe_counts.h"
 
 namespace megadlm {
 

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "train/hf_init.h"
 #include "train/moe_arguments.h"
 #include "train/parallel_arguments.h"
@@ -140,12 +140,12 @@ void declare(CliFlags& f) {
 }
 
 void require_unsupported_off(const CliFlags& f) {
-  MDLM_CHECK(f.get_double("hidden-dropout") == 0.0, "--hidden-dropout ", f.get_double("hidden-dropout"),
-             ": dropout is not available in this build yet (use 0)");
-  MDLM_CHECK(f.get_double("attention-dropout") == 0.0, "--attention-dropout ", f.get_double("attention-dropout"),
-             ": dropout is not available in this build yet (use 0)");
-  MDLM_CHECK(f.get_string("tensorboard-dir").empty(),
-             "--tensorboard-dir: TensorBoard output is not available in this build (metrics go to metrics.jsonl)");
+  MEGADLM_CHECK(f.get_double("hidden-dropout") == 0.0, "--hidden-dropout ", f.get_double("hidden-dropout"),
+                ": dropout is not available in this build yet (use 0)");
+  MEGADLM_CHECK(f.get_double("attention-dropout") == 0.0, "--attention-dropout ", f.get_double("attention-dropout"),
+                ": dropout is not available in this build yet (use 0)");
+  MEGADLM_CHECK(f.get_string("tensorboard-dir").empty(),
+                "--tensorboard-dir: TensorBoard output is not available in this build (metrics go to metrics.jsonl)");
 }
 
 }  // namespace
@@ -163,23 +163,23 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
 
   a.model_type = model_type_from_name(f.get_string("model-type"));
   a.model_running_mode = f.get_string("model-running-mode");
-  MDLM_CHECK(a.model_running_mode == "difflm-noshift" || a.model_running_mode == "vanilla",
-             "--model-running-mode: unknown value '", a.model_running_mode, "' (expected difflm-noshift or vanilla)");
+  MEGADLM_CHECK(a.model_running_mode == "difflm-noshift" || a.model_running_mode == "vanilla",
+                "--model-running-mode: unknown value '", a.model_running_mode, "' (expected difflm-noshift or vanilla)");
   TransformerConfig& m = a.model;
   m.num_layers = f.get_int("num-layers");
   m.hidden_size = f.get_int("hidden-size");
   m.num_attention_heads = f.get_int("num-attention-heads");
-  MDLM_CHECK(m.num_attention_heads > 0, "--num-attention-heads must be positive, got ", m.num_attention_heads);
+  MEGADLM_CHECK(m.num_attention_heads > 0, "--num-attention-heads must be positive, got ", m.num_attention_heads);
   // With --load-hf the shape comes from config.json (checked there), not from these flags' defaults.
-  MDLM_CHECK(f.given("kv-channels") || f.given("load-hf") || m.hidden_size % m.num_attention_heads == 0, "--num-attention-heads ",
-             m.num_attention_heads, " does not divide --hidden-size ", m.hidden_size);
+  MEGADLM_CHECK(f.given("kv-channels") || f.given("load-hf") || m.hidden_size % m.num_attention_heads == 0, "--num-attention-heads ",
+                m.num_attention_heads, " does not divide --hidden-size ", m.hidden_size);
   m.num_query_groups = m.num_attention_heads;
   if (f.get_bool("group-query-attention")) {
-    MDLM_CHECK(f.get_int("num-query-groups") > 0, "--group-query-attention needs --num-query-groups");
+    MEGADLM_CHECK(f.get_int("num-query-groups") > 0, "--group-query-attention needs --num-query-groups");
     m.num_query_groups = f.get_int("num-query-groups");
   }
-  MDLM_CHECK(m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0, "--num-query-groups ",
-             m.num_query_groups, " does not divide --num-attention-heads ", m.num_attention_heads);
+  MEGADLM_CHECK(m.num_query_groups > 0 && m.num_attention_heads % m.num_query_groups == 0, "--num-query-groups ",
+                m.num_query_groups, " does not divide --num-attention-heads ", m.num_attention_heads);
   m.kv_channels = f.get_int("kv-channels") > 0 ? f.get_int("kv-channels") : m.hidden_size / m.num_attention_heads;
   m.normalization = norm_kind_from_name(f.get_string("normalization"));
   m.norm_epsilon = static_cast<float>(f.get_double("norm-epsilon"));
@@ -201,18 +201,18 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   m.untie_embeddings_and_output_weights = f.get_bool("untie-embeddings-and-output-weights");
   m.init_method_std = static_cast<float>(f.get_double("init-method-std"));
   a.seq_length = f.get_int("seq-length");
-  MDLM_CHECK(a.seq_length >= 2, "--seq-length must be at least 2, got ", a.seq_length);
+  MEGADLM_CHECK(a.seq_length >= 2, "--seq-length must be at least 2, got ", a.seq_length);
   m.max_position_embeddings = f.get_int("max-position-embeddings") > 0 ? f.get_int("max-position-embeddings") : a.seq_length;
-  MDLM_CHECK(m.max_position_embeddings >= a.seq_length, "--max-position-embeddings ", m.max_position_embeddings,
-             " is smaller than --seq-length ", a.seq_length);
+  MEGADLM_CHECK(m.max_position_embeddings >= a.seq_length, "--max-position-embeddings ", m.max_position_embeddings,
+                " is smaller than --seq-length ", a.seq_length);
   a.make_vocab_size_divisible_by = f.get_int("make-vocab-size-divisible-by");
-  MDLM_CHECK(a.make_vocab_size_divisible_by >= 1, "--make-vocab-size-divisible-by must be positive");
+  MEGADLM_CHECK(a.make_vocab_size_divisible_by >= 1, "--make-vocab-size-divisible-by must be positive");
   a.attention_mask_type = f.get_string("attention-mask-type");
-  const cpu::MaskType mask = a.attention_mask_type.empty()
-                                 ? (a.model_type == ModelType::GPT ? cpu::MaskType::Causal : cpu::MaskType::None)
+  const MaskType mask = a.attention_mask_type.empty()
+                                 ? (a.model_type == ModelType::GPT ? MaskType::Causal : MaskType::None)
                                  : attention_mask_type_from_name(a.attention_mask_type);
-  MDLM_CHECK(a.model_type == ModelType::DiffLM || mask == cpu::MaskType::Causal,
-             "--model-type gpt needs causal attention, got --attention-mask-type ", a.attention_mask_type);
+  MEGADLM_CHECK(a.model_type == ModelType::DiffLM || mask == MaskType::Causal,
+                "--model-type gpt needs causal attention, got --attention-mask-type ", a.attention_mask_type);
   m.attention_mask = mask;
   m.attention_block_size = f.get_int("block-length");
   a.load_hf = f.get_string("load-hf");
@@ -221,10 +221,10 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
 
   a.mask_token = f.get_string("mask-token");
   a.diffusion.eps = static_cast<float>(f.get_double("dlm-eps"));
-  MDLM_CHECK(a.diffusion.eps >= 0 && a.diffusion.eps < 1, "--dlm-eps must be in [0, 1), got ", a.diffusion.eps);
+  MEGADLM_CHECK(a.diffusion.eps >= 0 && a.diffusion.eps < 1, "--dlm-eps must be in [0, 1), got ", a.diffusion.eps);
   a.diffusion.loss = diffusion_loss_from_name(f.get_string("dlm-loss"));
   a.diffusion.varilen_prob = static_cast<float>(f.get_double("difflm-varilen-prob"));
-  MDLM_CHECK(a.diffusion.varilen_prob >= 0 && a.diffusion.varilen_prob <= 1, "--difflm-varilen-prob must be in [0, 1]");
+  MEGADLM_CHECK(a.diffusion.varilen_prob >= 0 && a.diffusion.varilen_prob <= 1, "--difflm-varilen-prob must be in [0, 1]");
   a.diffusion.shift = a.model_running_mode == "vanilla";
 
   a.data_path = f.get_list("data-path");
@@ -232,7 +232,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.train_data_path = f.get_list("train-data-path");
   a.valid_data_path = f.get_list("valid-data-path");
   a.test_data_path = f.get_list("test-data-path");
-  MDLM_CHECK(!a.data_path.empty() || !a.train_data_path.empty(), "no training data: give --data-path (or --train-data-path)");
+  MEGADLM_CHECK(!a.data_path.empty() || !a.train_data_path.empty(), "no training data: give --data-path (or --train-data-path)");
   a.data_cache_path = f.get_string("data-cache-path");
   a.tokenizer_type = f.get_string("tokenizer-type");
   a.vocab_file = f.get_string("vocab-file");
@@ -245,12 +245,12 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.eod_mask_loss = f.get_bool("eod-mask-loss");
 
   a.micro_batch_size = f.get_int("micro-batch-size");
-  MDLM_CHECK(a.micro_batch_size >= 1, "--micro-batch-size must be positive, got ", a.micro_batch_size);
+  MEGADLM_CHECK(a.micro_batch_size >= 1, "--micro-batch-size must be positive, got ", a.micro_batch_size);
   a.global_batch_size = f.get_int("global-batch-size") > 0 ? f.get_int("global-batch-size") : a.micro_batch_size;
-  MDLM_CHECK(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size ", a.global_batch_size,
-             " is not a multiple of --micro-batch-size ", a.micro_batch_size);
+  MEGADLM_CHECK(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size ", a.global_batch_size,
+                " is not a multiple of --micro-batch-size ", a.micro_batch_size);
   a.train_iters = f.get_int("train-iters");
-  MDLM_CHECK(a.train_iters >= 1, "--train-iters must be positive, got ", a.train_iters);
+  MEGADLM_CHECK(a.train_iters >= 1, "--train-iters must be positive, got ", a.train_iters);
   a.lr.lr = f.get_double("lr");
   a.lr.min_lr = f.get_double("min-lr");
   a.lr.style = lr_decay_style_from_name(f.get_string("lr-decay-style"));
@@ -258,14 +258,14 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.lr.warmup_iters = f.get_int("lr-warmup-iters");
   a.lr_warmup_fraction = f.get_double("lr-warmup-fraction");
   if (a.lr_warmup_fraction >= 0) {
-    MDLM_CHECK(!f.given("lr-warmup-iters"), "give --lr-warmup-iters or --lr-warmup-fraction, not both");
+    MEGADLM_CHECK(!f.given("lr-warmup-iters"), "give --lr-warmup-iters or --lr-warmup-fraction, not both");
     a.lr.warmup_iters = static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(a.lr.decay_iters));
   }
   a.lr.wsd_decay_iters = f.get_int("lr-wsd-decay-iters");
   a.lr.wsd_style = wsd_decay_style_from_name(f.get_string("lr-wsd-decay-style"));
   if (a.lr.style == LrDecayStyle::WSD)
-    MDLM_CHECK(a.lr.wsd_decay_iters > 0 && a.lr.wsd_decay_iters <= a.lr.decay_iters,
-               "--lr-decay-style WSD needs 0 < --lr-wsd-decay-iters <= --lr-decay-iters");
+    MEGADLM_CHECK(a.lr.wsd_decay_iters > 0 && a.lr.wsd_decay_iters <= a.lr.decay_iters,
+                  "--lr-decay-style WSD needs 0 < --lr-wsd-decay-iters <= --lr-decay-iters");
   a.adam.weight_decay = static_cast<float>(f.get_double("weight-decay"));
   a.adam.beta1 = static_cast<float>(f.get_double("adam-beta1"));
   a.adam.beta2 = static_cast<float>(f.get_double("adam-beta2"));
@@ -294,7 +294,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   read_parallel_flags(f, a.parallel);
   read_precision_flags(f, a.precision, a.device);
   a.max_skipped_steps = f.get_int("max-skipped-steps");
-  MDLM_CHECK(a.max_skipped_steps >= 0, "--max-skipped-steps ", a.max_skipped_steps, " must be 0 (no limit) or positive");
+  MEGADLM_CHECK(a.max_skipped_steps >= 0, "--max-skipped-steps ", a.max_skipped_steps, " must be 0 (no limit) or positive");
   return true;
 }
 

@@ -25,8 +25,8 @@ TokenizerSpec resolve_tokenizer_spec(const TrainArgs& a) {
   const std::vector<std::string>& paths = a.data_path.empty() ? a.train_data_path : a.data_path;
   const DataBlend blend = parse_data_path(paths);
   const std::string sidecar = blend.prefixes.at(0) + ".tokenizer.json";
-  MDLM_CHECK(std::filesystem::exists(sidecar), "no --tokenizer-type given and no tokenizer recorded beside the data (",
-             sidecar, " is missing): pass --tokenizer-type and its files");
+  MEGADLM_CHECK(std::filesystem::exists(sidecar), "no --tokenizer-type given and no tokenizer recorded beside the data (",
+                sidecar, " is missing): pass --tokenizer-type and its files");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_file(sidecar));
@@ -41,8 +41,8 @@ int32_t resolve_mask_token(const std::string& flag, Tokenizer& tok) {
     char* end = nullptr;
     const long v = std::strtol(flag.c_str(), &end, 10);
     if (end && *end == '\0') {
-      MDLM_CHECK(v >= 0 && v < tok.vocab_size(), "--mask-token ", flag, " is outside the tokenizer's vocabulary [0, ",
-                 tok.vocab_size(), ")");
+      MEGADLM_CHECK(v >= 0 && v < tok.vocab_size(), "--mask-token ", flag, " is outside the tokenizer's vocabulary [0, ",
+                    tok.vocab_size(), ")");
       return static_cast<int32_t>(v);
     }
     const int32_t id = tok.token_to_id(flag);
@@ -121,7 +121,7 @@ Datasets build_datasets(const TrainArgs& a, int64_t train_samples, int64_t valid
       d.test = build_split(a, parse_data_path(a.test_data_path), Split::Train, "1,0,0", test_samples);
     desc << "separate train/valid/test paths";
   }
-  MDLM_CHECK(d.train != nullptr, "the training split is empty (check --data-path and --split ", a.split, ")");
+  MEGADLM_CHECK(d.train != nullptr, "the training split is empty (check --data-path and --split ", a.split, ")");
   d.description = desc.str();
   return d;
 }

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "data/token_dataset.h"
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 #include "train/arguments.h"
 
 namespace megadlm {

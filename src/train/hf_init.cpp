@@ -62,10 +62,10 @@ void apply_hf_config(TrainArgs& a, const CliFlags& f) {
   check("disable-bias-linear", !h.add_bias_linear, "true", "biases");
   check("add-qkv-bias", h.add_qkv_bias, "true", "false");
   check("untie-embeddings-and-output-weights", h.untie_embeddings_and_output_weights, "true", "tied");
-  MDLM_CHECK(diff.empty(), "--load-hf ", dir, ": flags contradict its config.json:", diff,
-             " (leave model flags out: they come from config.json)");
-  MDLM_CHECK(a.seq_length <= h.max_position_embeddings, "--seq-length ", a.seq_length, " exceeds ", where,
-             " max_position_embeddings ", h.max_position_embeddings);
+  MEGADLM_CHECK(diff.empty(), "--load-hf ", dir, ": flags contradict its config.json:", diff,
+                " (leave model flags out: they come from config.json)");
+  MEGADLM_CHECK(a.seq_length <= h.max_position_embeddings, "--seq-length ", a.seq_length, " exceeds ", where,
+                " max_position_embeddings ", h.max_position_embeddings);
   TransformerConfig c = h;
   c.attention_mask = m.attention_mask;  // from --model-type / --attention-mask-type
   c.attention_block_size = m.attention_block_size;
@@ -88,7 +88,7 @@ int64_t load_hf_into_model(const std::string& dir, LanguageModel& model) {
   HfCheckpoint ck = read_hf_checkpoint(dir);
   const int64_t V = model.config().vocab_size, C = model.config().hidden_size;
   const int64_t V0 = ck.info.config.vocab_size;
-  MDLM_CHECK(V >= V0, dir, ": the model's vocabulary (", V, ") is smaller than the checkpoint's (", V0, ")");
+  MEGADLM_CHECK(V >= V0, dir, ": the model's vocabulary (", V, ") is smaller than the checkpoint's (", V0, ")");
   for (auto& e : ck.params) {
     if (e.name != "embed_tokens.weight" && e.name != "lm_head.weight") continue;
     if (V == V0) continue;

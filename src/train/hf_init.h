@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "models/language_model.h"
 #include "train/arguments.h"
 

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/gemm.h"
-#include "nn/moe_counts.h"
+#include "nn/moe/moe_counts.h"
 
 namespace megadlm {
 
@@ -103,7 +103,7 @@ double model_flops_per_token(const TransformerConfig& c, int64_t T) {
 
 JsonlWriter::JsonlWriter(const std::string& path) {
   f_ = std::fopen(path.c_str(), "a");
-  MDLM_CHECK(f_ != nullptr, path, ": cannot open the metrics file for appending");
+  MEGADLM_CHECK(f_ != nullptr, path, ": cannot open the metrics file for appending");
 }
 
 JsonlWriter::~JsonlWriter() {

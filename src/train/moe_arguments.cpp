@@ -32,19 +32,19 @@ static bool bool_value(const std::string& flag, const std::string& v) {
 
 static void parse_layer_freq(const std::string& v, int64_t num_layers, MoEConfig& m) {
   if (!v.empty() && v.front() == '[') {
-    MDLM_CHECK(v.back() == ']', "--moe-layer-freq: list '", v, "' is not closed by ]");
+    MEGADLM_CHECK(v.back() == ']', "--moe-layer-freq: list '", v, "' is not closed by ]");
     m.layer_pattern.clear();
     std::stringstream ss(v.substr(1, v.size() - 2));
     std::string item;
     while (std::getline(ss, item, ',')) {
       const size_t a = item.find_first_not_of(' '), b = item.find_last_not_of(' ');
-      MDLM_CHECK(a != std::string::npos, "--moe-layer-freq: empty entry in '", v, "'");
+      MEGADLM_CHECK(a != std::string::npos, "--moe-layer-freq: empty entry in '", v, "'");
       item = item.substr(a, b - a + 1);
-      MDLM_CHECK(item == "0" || item == "1", "--moe-layer-freq: entries must be 0 or 1, got '", item, "'");
+      MEGADLM_CHECK(item == "0" || item == "1", "--moe-layer-freq: entries must be 0 or 1, got '", item, "'");
       m.layer_pattern.push_back(item == "1" ? 1 : 0);
     }
-    MDLM_CHECK(static_cast<int64_t>(m.layer_pattern.size()) == num_layers, "--moe-layer-freq: list has ",
-               m.layer_pattern.size(), " entries but --num-layers is ", num_layers);
+    MEGADLM_CHECK(static_cast<int64_t>(m.layer_pattern.size()) == num_layers, "--moe-layer-freq: list has ",
+                  m.layer_pattern.size(), " entries but --num-layers is ", num_layers);
     return;
   }
   size_t used = 0;
@@ -54,7 +54,7 @@ static void parse_layer_freq(const std::string& v, int64_t num_layers, MoEConfig
   } catch (const std::exception&) {
     used = 0;
   }
-  MDLM_CHECK(used == v.size() && n >= 1, "--moe-layer-freq expects a positive integer or a 0/1 list, got '", v, "'");
+  MEGADLM_CHECK(used == v.size() && n >= 1, "--moe-layer-freq expects a positive integer or a 0/1 list, got '", v, "'");
   m.layer_freq = n;
 }
 
@@ -63,12 +63,12 @@ void read_moe_flags(const CliFlags& f, TransformerConfig& model) {
   m = MoEConfig();
   m.grouped_gemm = bool_value("moe-grouped-gemm", f.get_string("moe-grouped-gemm"));
   m.num_experts = f.get_int("num-experts");
-  MDLM_CHECK(m.num_experts >= 0, "--num-experts must be 0 (dense) or positive, got ", m.num_experts);
+  MEGADLM_CHECK(m.num_experts >= 0, "--num-experts must be 0 (dense) or positive, got ", m.num_experts);
   if (m.num_experts == 0) return;
   parse_layer_freq(f.get_string("moe-layer-freq"), model.num_layers, m);
   m.topk = f.get_int("moe-router-topk");
-  MDLM_CHECK(m.topk >= 1 && m.topk <= m.num_experts, "--moe-router-topk ", m.topk, " must be in [1, --num-experts ",
-             m.num_experts, "]");
+  MEGADLM_CHECK(m.topk >= 1 && m.topk <= m.num_experts, "--moe-router-topk ", m.topk, " must be in [1, --num-experts ",
+                m.num_experts, "]");
   const std::string rt = f.get_string("moe-router-type");
   if (rt == "topk") m.router_type = MoERouterType::TopK;
   else if (rt == "expert_choice") m.router_type = MoERouterType::ExpertChoice;
@@ -78,8 +78,8 @@ void read_moe_flags(const CliFlags& f, TransformerConfig& model) {
   else if (sf == "sigmoid") m.score_function = MoEScoreFunction::Sigmoid;
   else fail("--moe-router-score-function: unknown value '", sf, "' (expected softmax or sigmoid)");
   m.pre_softmax = f.get_bool("moe-router-pre-softmax");
-  MDLM_CHECK(!m.pre_softmax || m.score_function == MoEScoreFunction::Softmax,
-             "--moe-router-pre-softmax applies to --moe-router-score-function softmax only");
+  MEGADLM_CHECK(!m.pre_softmax || m.score_function == MoEScoreFunction::Softmax,
+                "--moe-router-pre-softmax applies to --moe-router-score-function softmax only");
   const std::string lb = f.get_string("moe-router-load-balancing-type");
   if (lb == "aux_loss") m.load_balancing = MoELoadBalancing::AuxLoss;
   else if (lb == "seq_aux_loss") m.load_balancing = MoELoadBalancing::SeqAuxLoss;
@@ -87,26 +87,26 @@ void read_moe_flags(const CliFlags& f, TransformerConfig& model) {
   else fail("--moe-router-load-balancing-type: unknown value '", lb, "' (expected aux_loss, seq_aux_loss or none)");
   m.aux_loss_coeff = static_cast<float>(f.get_double("moe-aux-loss-coeff"));
   m.z_loss_coeff = static_cast<float>(f.get_double("moe-z-loss-coeff"));
-  MDLM_CHECK(m.aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0, got ", m.aux_loss_coeff);
-  MDLM_CHECK(m.z_loss_coeff >= 0, "--moe-z-loss-coeff must be >= 0, got ", m.z_loss_coeff);
+  MEGADLM_CHECK(m.aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0, got ", m.aux_loss_coeff);
+  MEGADLM_CHECK(m.z_loss_coeff >= 0, "--moe-z-loss-coeff must be >= 0, got ", m.z_loss_coeff);
   if (m.router_type == MoERouterType::ExpertChoice) {
     // Expert choice balances the load by construction; a load-balancing loss has nothing to do.
-    MDLM_CHECK(!f.given("moe-router-load-balancing-type") || m.load_balancing == MoELoadBalancing::None,
-               "--moe-router-type expert_choice takes no load-balancing loss (use --moe-router-load-balancing-type none)");
+    MEGADLM_CHECK(!f.given("moe-router-load-balancing-type") || m.load_balancing == MoELoadBalancing::None,
+                  "--moe-router-type expert_choice takes no load-balancing loss (use --moe-router-load-balancing-type none)");
     m.load_balancing = MoELoadBalancing::None;
   }
   m.capacity_factor = f.get_double("moe-expert-capacity-factor");
-  MDLM_CHECK(m.capacity_factor >= 0, "--moe-expert-capacity-factor must be >= 0, got ", m.capacity_factor);
+  MEGADLM_CHECK(m.capacity_factor >= 0, "--moe-expert-capacity-factor must be >= 0, got ", m.capacity_factor);
   const std::string dp = f.get_string("moe-token-drop-policy");
   if (dp == "probs") m.drop_policy = MoEDropPolicy::Probs;
   else if (dp == "position") m.drop_policy = MoEDropPolicy::Position;
   else fail("--moe-token-drop-policy: unknown value '", dp, "' (expected probs or position)");
   m.pad_to_capacity = f.get_bool("moe-pad-expert-input-to-capacity");
-  MDLM_CHECK(!m.pad_to_capacity || m.capacity_factor > 0,
-             "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor > 0");
+  MEGADLM_CHECK(!m.pad_to_capacity || m.capacity_factor > 0,
+                "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor > 0");
   m.ffn_hidden_size = f.get_int("moe-ffn-hidden-size") > 0 ? f.get_int("moe-ffn-hidden-size") : model.ffn_hidden_size;
   m.shared_expert_size = f.get_int("moe-shared-expert-intermediate-size");
-  MDLM_CHECK(m.shared_expert_size >= 0, "--moe-shared-expert-intermediate-size must be >= 0, got ", m.shared_expert_size);
+  MEGADLM_CHECK(m.shared_expert_size >= 0, "--moe-shared-expert-intermediate-size must be >= 0, got ", m.shared_expert_size);
 }
 
 std::string describe_moe(const TransformerConfig& model) {

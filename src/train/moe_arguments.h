@@ -1,7 +1,7 @@
 #pragma once
 // pretrain_difflm's Mixture-of-Experts flags (Megatron's names): declared and read here so that
 // arguments.cpp only calls these two functions.
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "nn/transformer_config.h"
 
 namespace megadlm {

@@ -23,13 +23,13 @@ void read_parallel_flags(const CliFlags& f, ParallelArgs& p) {
   p.layout.cp = static_cast<int>(f.get_int("context-parallel-size"));
   for (const char* n : {"tensor-model-parallel-size", "pipeline-model-parallel-size", "expert-model-parallel-size",
                         "context-parallel-size"})
-    MDLM_CHECK(f.get_int(n) >= 1, "--", n, " must be at least 1, got ", f.get_int(n));
-  MDLM_CHECK(p.layout.cp == 1, "--context-parallel-size ", p.layout.cp, ": context parallelism is not supported yet");
+    MEGADLM_CHECK(f.get_int(n) >= 1, "--", n, " must be at least 1, got ", f.get_int(n));
+  MEGADLM_CHECK(p.layout.cp == 1, "--context-parallel-size ", p.layout.cp, ": context parallelism is not supported yet");
   p.sequence_parallel = f.get_bool("sequence-parallel");
   p.use_distributed_optimizer = f.get_bool("use-distributed-optimizer");
   p.overlap_grad_reduce = f.get_bool("overlap-grad-reduce");
   p.ddp_bucket_size = f.get_int("ddp-bucket-size");
-  MDLM_CHECK(p.ddp_bucket_size >= 0, "--ddp-bucket-size must be 0 (default) or positive, got ", p.ddp_bucket_size);
+  MEGADLM_CHECK(p.ddp_bucket_size >= 0, "--ddp-bucket-size must be 0 (default) or positive, got ", p.ddp_bucket_size);
   if (p.ddp_bucket_size == 0) p.ddp_bucket_size = 40000000;
   // The sizes against the world right away (the model's checks come with the model): an error here
   // names the flag before anything is loaded.
@@ -40,24 +40,24 @@ void validate_parallel_layout(const ParallelArgs& p, int world, const Transforme
                               int64_t global) {
   const ParallelLayout& l = p.layout;
   const int dp = data_parallel_size(l, world);  // names --*-parallel-size when the world does not divide
-  MDLM_CHECK(c.num_attention_heads % l.tp == 0, "--num-attention-heads ", c.num_attention_heads,
-             " is not divisible by --tensor-model-parallel-size ", l.tp);
-  MDLM_CHECK(c.num_query_groups % l.tp == 0, "--num-query-groups ", c.num_query_groups,
-             " (kv groups) is not divisible by --tensor-model-parallel-size ", l.tp);
-  MDLM_CHECK(c.ffn_hidden_size % l.tp == 0, "--ffn-hidden-size ", c.ffn_hidden_size,
-             " is not divisible by --tensor-model-parallel-size ", l.tp);
-  MDLM_CHECK(c.vocab_size % l.tp == 0, "the padded vocabulary ", c.vocab_size,
-             " is not divisible by --tensor-model-parallel-size ", l.tp,
-             " (it is padded to a multiple of --make-vocab-size-divisible-by x tp)");
-  MDLM_CHECK(c.num_layers % l.pp == 0, "--num-layers ", c.num_layers,
-             " is not divisible by --pipeline-model-parallel-size ", l.pp);
+  MEGADLM_CHECK(c.num_attention_heads % l.tp == 0, "--num-attention-heads ", c.num_attention_heads,
+                " is not divisible by --tensor-model-parallel-size ", l.tp);
+  MEGADLM_CHECK(c.num_query_groups % l.tp == 0, "--num-query-groups ", c.num_query_groups,
+                " (kv groups) is not divisible by --tensor-model-parallel-size ", l.tp);
+  MEGADLM_CHECK(c.ffn_hidden_size % l.tp == 0, "--ffn-hidden-size ", c.ffn_hidden_size,
+                " is not divisible by --tensor-model-parallel-size ", l.tp);
+  MEGADLM_CHECK(c.vocab_size % l.tp == 0, "the padded vocabulary ", c.vocab_size,
+                " is not divisible by --tensor-model-parallel-size ", l.tp,
+                " (it is padded to a multiple of --make-vocab-size-divisible-by x tp)");
+  MEGADLM_CHECK(c.num_layers % l.pp == 0, "--num-layers ", c.num_layers,
+                " is not divisible by --pipeline-model-parallel-size ", l.pp);
   if (l.ep > 1) {
-    MDLM_CHECK(c.moe.enabled(), "--expert-model-parallel-size ", l.ep, " needs a MoE model (--num-experts)");
-    MDLM_CHECK(c.moe.num_experts % l.ep == 0, "--num-experts ", c.moe.num_experts,
-               " is not divisible by --expert-model-parallel-size ", l.ep);
+    MEGADLM_CHECK(c.moe.enabled(), "--expert-model-parallel-size ", l.ep, " needs a MoE model (--num-experts)");
+    MEGADLM_CHECK(c.moe.num_experts % l.ep == 0, "--num-experts ", c.moe.num_experts,
+                  " is not divisible by --expert-model-parallel-size ", l.ep);
   }
-  MDLM_CHECK(global % (micro * dp) == 0, "--global-batch-size ", global, " is not a multiple of --micro-batch-size ",
-             micro, " x data-parallel size ", dp, " (world ", world, " / tp ", l.tp, " / pp ", l.pp, ")");
+  MEGADLM_CHECK(global % (micro * dp) == 0, "--global-batch-size ", global, " is not a multiple of --micro-batch-size ",
+                micro, " x data-parallel size ", dp, " (world ", world, " / tp ", l.tp, " / pp ", l.pp, ")");
 }
 
 }  // namespace megadlm

@@ -7,7 +7,7 @@
 // Data parallel is what remains of the world (mpirun -np N / srun) after tp x pp x cp.
 #include <cstdint>
 
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "nn/transformer_config.h"
 #include "parallel/layout.h"
 

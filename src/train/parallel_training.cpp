@@ -215,7 +215,7 @@ void ParallelTraining::load_to_device(const std::string& dir, AdamW* opt) {
 // A CPU model of this rank's part: the whole model without a split, else its tp shard of its pp stage.
 std::unique_ptr<LanguageModel> ParallelTraining::host_twin() const {
   std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
-  MDLM_CHECK(host->params().numel() == model_->params().numel(), "the host copy's layout differs from the model's");
+  MEGADLM_CHECK(host->params().numel() == model_->params().numel(), "the host copy's layout differs from the model's");
   return host;
 }
 

@@ -36,7 +36,7 @@ void declare_precision_flags(CliFlags& f) {
 }
 
 Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, const CpuGemmRates& cpu) {
-  MDLM_CHECK(!(storage_only_flag && products_flag), "--bf16-storage-only and --bf16-products cannot be given together");
+  MEGADLM_CHECK(!(storage_only_flag && products_flag), "--bf16-storage-only and --bf16-products cannot be given together");
   Bf16Path path;
   if (storage_only_flag || products_flag) {
     path.products = products_flag;
@@ -68,9 +68,9 @@ CpuGemmRates measure_cpu_gemm_rates() {
 void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
   const bool bf16 = f.get_bool("bf16"), fp16 = f.get_bool("fp16");
   const std::string fp8 = f.get_string("fp8-format");
-  MDLM_CHECK(!(bf16 && fp16), "--bf16 and --fp16 cannot be given together");
-  MDLM_CHECK(!f.get_bool("bf16-storage-only") || bf16, "--bf16-storage-only needs --bf16");
-  MDLM_CHECK(!f.get_bool("bf16-products") || bf16, "--bf16-products needs --bf16");
+  MEGADLM_CHECK(!(bf16 && fp16), "--bf16 and --fp16 cannot be given together");
+  MEGADLM_CHECK(!f.get_bool("bf16-storage-only") || bf16, "--bf16-storage-only needs --bf16");
+  MEGADLM_CHECK(!f.get_bool("bf16-products") || bf16, "--bf16-products needs --bf16");
   PrecisionConfig& p = a.precision;
   if (bf16) p.mode = PrecisionMode::BF16;
   if (fp16) p.mode = PrecisionMode::FP16;
@@ -85,12 +85,12 @@ void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
   if (!fp8.empty()) {
     // Megatron runs fp8 inside a bf16 or fp16 model; here the fp8 emulation replaces the products'
     // precision, and everything else is fp32 either way.
-    MDLM_CHECK(!fp16, "--fp8-format with --fp16 is not available (use --fp8-format with --bf16 or alone)");
+    MEGADLM_CHECK(!fp16, "--fp8-format with --fp16 is not available (use --fp8-format with --bf16 or alone)");
     p.mode = PrecisionMode::FP8;
     p.fp8.format = fp8_format_from_name(fp8);
     p.fp8.margin = static_cast<int>(f.get_int("fp8-margin"));
     p.fp8.amax_history_len = f.get_int("fp8-amax-history-len");
-    MDLM_CHECK(p.fp8.amax_history_len >= 1, "--fp8-amax-history-len must be at least 1, got ", p.fp8.amax_history_len);
+    MEGADLM_CHECK(p.fp8.amax_history_len >= 1, "--fp8-amax-history-len must be at least 1, got ", p.fp8.amax_history_len);
     p.fp8.amax_algo = fp8_amax_algo_from_name(f.get_string("fp8-amax-compute-algo"));
   }
   LossScalerConfig& s = a.loss_scale;
@@ -107,7 +107,7 @@ void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
   r.granularity = recompute_granularity_from_name(f.get_string("recompute-granularity"));
   r.method = recompute_method_from_name(f.get_string("recompute-method"));
   r.num_layers = f.get_int("recompute-num-layers");
-  MDLM_CHECK(r.num_layers >= 1, "--recompute-num-layers must be at least 1, got ", r.num_layers);
+  MEGADLM_CHECK(r.num_layers >= 1, "--recompute-num-layers must be at least 1, got ", r.num_layers);
 }
 
 }  // namespace megadlm

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "nn/precision.h"
 #include "nn/recompute.h"
 #include "optim/loss_scaler.h"

@@ -74,7 +74,7 @@ void install_exit_signal_handlers(int signum) {
   for (int s : sigs) sigaddset(&g_set, s);
   // Block first: from here on these signals wait, pending, for exit_signal_received().
   const int rc = pthread_sigmask(SIG_BLOCK, &g_set, &g_previous_mask);
-  MDLM_CHECK(rc == 0, "cannot block ", signal_name(signum), " and SIGINT (pthread_sigmask: ", rc, ")");
+  MEGADLM_CHECK(rc == 0, "cannot block ", signal_name(signum), " and SIGINT (pthread_sigmask: ", rc, ")");
   g_masked = true;
   for (int s : sigs) {
     struct sigaction sa {};
@@ -83,7 +83,7 @@ void install_exit_signal_handlers(int signum) {
     // SA_RESTART: a signal landing in a read or fsync must not turn into an EINTR error mid-save.
     sa.sa_flags = SA_RESTART;
     Installed in{s, {}};
-    MDLM_CHECK(sigaction(s, &sa, &in.previous) == 0, "cannot install a handler for ", signal_name(s));
+    MEGADLM_CHECK(sigaction(s, &sa, &in.previous) == 0, "cannot install a handler for ", signal_name(s));
     g_installed.push_back(in);
   }
 }

@@ -65,9 +65,9 @@ void StepGuard::record(StepSkip s, int64_t iteration, double loss, double grad_n
   log_info("iteration ", iteration, ": ", skip_reason(s), " (loss ", loss, ", grad norm ", grad_norm,
            "): update skipped, parameters and optimizer state unchanged (", consecutive_, " in a row, ", total_,
            " in this run)");
-  MDLM_CHECK(max_consecutive_ <= 0 || consecutive_ < max_consecutive_, "iteration ", iteration, ": ", consecutive_,
-             " consecutive steps skipped for a non-finite loss or gradient norm (--max-skipped-steps ",
-             max_consecutive_, "): stopping without saving; the last checkpoint written is the last good one");
+  MEGADLM_CHECK(max_consecutive_ <= 0 || consecutive_ < max_consecutive_, "iteration ", iteration, ": ", consecutive_,
+                " consecutive steps skipped for a non-finite loss or gradient norm (--max-skipped-steps ",
+                max_consecutive_, "): stopping without saving; the last checkpoint written is the last good one");
 }
 
 }  // namespace megadlm

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "optim/adamw.h"
 
 namespace megadlm {

@@ -68,11 +68,11 @@ Trainer::Trainer(const TrainArgs& args)
                                              memory_options(args_.precision));
   // The host's memory bounds a CPU run; a GPU run's device memory is not estimated here.
   const double avail = args_.device == Device::CPU ? available_memory_bytes() : 0.0;
-  MDLM_CHECK(avail <= 0 || mem.total() < 0.9 * avail, "the model does not fit in memory: it needs about ",
-             human_bytes(mem.total()), " (", human_count(static_cast<double>(params)), " parameters: ",
-             human_bytes(mem.params_bytes), " for weights, gradients and AdamW state; ", human_bytes(mem.activations_bytes),
-             " of activations at --micro-batch-size ", args_.micro_batch_size, " --seq-length ", args_.seq_length,
-             ") but ", human_bytes(avail), " is available; use fewer or smaller layers, a shorter sequence or a smaller batch");
+  MEGADLM_CHECK(avail <= 0 || mem.total() < 0.9 * avail, "the model does not fit in memory: it needs about ",
+                human_bytes(mem.total()), " (", human_count(static_cast<double>(params)), " parameters: ",
+                human_bytes(mem.params_bytes), " for weights, gradients and AdamW state; ", human_bytes(mem.activations_bytes),
+                " of activations at --micro-batch-size ", args_.micro_batch_size, " --seq-length ", args_.seq_length,
+                ") but ", human_bytes(avail), " is available; use fewer or smaller layers, a shorter sequence or a smaller batch");
 
   // Data.
   const int64_t train_samples = args_.train_iters * args_.global_batch_size;
@@ -147,10 +147,10 @@ void Trainer::load() {
     got_shape.erase(k);
   }
   // The model type first: it implies config differences (the attention mask) that would hide it.
-  MDLM_CHECK(st.meta.value("model_type", "") == model_type_name(args_.model_type), dir, ": the checkpoint is a ",
-             st.meta.value("model_type", "?"), " model but --model-type is ", model_type_name(args_.model_type));
+  MEGADLM_CHECK(st.meta.value("model_type", "") == model_type_name(args_.model_type), dir, ": the checkpoint is a ",
+                st.meta.value("model_type", "?"), " model but --model-type is ", model_type_name(args_.model_type));
   const std::string diff = config_mismatch(want_shape, got_shape);
-  MDLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
+  MEGADLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
   // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).
   parallel_->load_checkpoint(dir, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
   if (!args_.finetune) {
@@ -164,8 +164,8 @@ void Trainer::load() {
 void Trainer::save(int64_t iteration) {
   // Never replace the last good checkpoint by a poisoned state (see step_guard.h).
   const std::string bad = first_non_finite_parameter(model_->params(), optimizer_.get());
-  MDLM_CHECK(bad.empty(), "not saving the checkpoint of iteration ", iteration, " to ", args_.save, ": parameter '",
-             bad, "' holds a NaN or Inf; the last checkpoint written is the last good one");
+  MEGADLM_CHECK(bad.empty(), "not saving the checkpoint of iteration ", iteration, " to ", args_.save, ": parameter '",
+                bad, "' holds a NaN or Inf; the last checkpoint written is the last good one");
   CheckpointState st;
   st.iteration = iteration;
   st.consumed_samples = consumed_samples_;

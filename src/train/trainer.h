@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/batch.h"
 #include "optim/adamw.h"

@@ -57,7 +57,7 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 
 std::unique_ptr<LanguageModel> build(const TransformerConfig& cfg, bool bidirectional = false) {
   TransformerConfig c = cfg;
-  c.attention_mask = bidirectional ? cpu::MaskType::None : cpu::MaskType::Causal;
+  c.attention_mask = bidirectional ? MaskType::None : MaskType::Causal;
   const LayerSpec spec = bidirectional ? difflm_layer_spec(c, c.attention_mask, 0) : gpt_layer_spec(c);
   return std::make_unique<LanguageModel>(c, spec, ParallelContext::single());
 }
@@ -200,13 +200,13 @@ TEST(HfConvert, LladaLayoutRoundTripsAndKeepsLogits) {
   info.layout = HfLayout::LLaDA;
   info.diffusion = true;
   info.mask_token_id = 95;
-  info.config.attention_mask = cpu::MaskType::None;
+  info.config.attention_mask = MaskType::None;
   write_hf_checkpoint(tmp / "llada", ck.params, info, {DType::F32, 0});
   const HfCheckpoint ll = read_hf_checkpoint(tmp / "llada");
   EXPECT_EQ(ll.info.layout, HfLayout::LLaDA);
   EXPECT_TRUE(ll.info.diffusion);
   EXPECT_EQ(ll.info.mask_token_id, 95);
-  EXPECT_EQ(ll.info.config.attention_mask, cpu::MaskType::None);
+  EXPECT_EQ(ll.info.config.attention_mask, MaskType::None);
   ShardedSafetensors st(tmp / "llada");
   EXPECT_TRUE(st.has("model.transformer.blocks.1.ff_proj.weight"));
   EXPECT_TRUE(st.has("model.transformer.ff_out.weight"));
@@ -222,7 +222,7 @@ TEST(HfConvert, LladaLayoutRoundTripsAndKeepsLogits) {
   HfModelInfo back = ll.info;
   back.layout = HfLayout::Llama;
   back.diffusion = false;
-  back.config.attention_mask = cpu::MaskType::Causal;
+  back.config.attention_mask = MaskType::Causal;
   write_hf_checkpoint(tmp / "llama", ll.params, back, {DType::F32, 0});
   expect_same_tensors(fixture("llama"), tmp / "llama", false);
 }
@@ -233,7 +233,7 @@ TEST(HfConvert, DiffusionExportRecordsMaskAndBidirectional) {
   HfModelInfo info = ck.info;
   info.diffusion = true;
   info.mask_token_id = 7;
-  info.config.attention_mask = cpu::MaskType::None;
+  info.config.attention_mask = MaskType::None;
   write_hf_checkpoint(tmp / "d", ck.params, info, {DType::BF16, 0});
   const nlohmann::json j = nlohmann::json::parse(read_file(tmp / "d/config.json"));
   EXPECT_EQ(j["mask_token_id"], 7);
@@ -242,7 +242,7 @@ TEST(HfConvert, DiffusionExportRecordsMaskAndBidirectional) {
   const HfCheckpoint back = read_hf_checkpoint(tmp / "d");
   EXPECT_TRUE(back.info.diffusion);
   EXPECT_EQ(back.info.mask_token_id, 7);
-  EXPECT_EQ(back.info.config.attention_mask, cpu::MaskType::None);
+  EXPECT_EQ(back.info.config.attention_mask, MaskType::None);
   EXPECT_EQ(back.dtype, DType::BF16);
 }
 

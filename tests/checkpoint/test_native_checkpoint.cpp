@@ -78,7 +78,7 @@ TransformerConfig llama_config() {
   c.qk_layernorm = true;
   c.untie_embeddings_and_output_weights = true;
   c.init_method_std = 0.3f;
-  c.attention_mask = cpu::MaskType::None;
+  c.attention_mask = MaskType::None;
   c.attention_block_size = 0;
   return c;
 }
@@ -402,11 +402,11 @@ TEST(ConfigJson, RoundTripKeepsEveryField) {
     EXPECT_EQ(r.attention_block_size, c.attention_block_size);
   }
   TransformerConfig bc = tiny_config();
-  bc.attention_mask = cpu::MaskType::BlockCausal;
+  bc.attention_mask = MaskType::BlockCausal;
   bc.attention_block_size = 4;
   bc.position_embedding = PositionEmbedding::None;
   const TransformerConfig r = config_from_json(config_to_json(bc), "x");
-  EXPECT_EQ(r.attention_mask, cpu::MaskType::BlockCausal);
+  EXPECT_EQ(r.attention_mask, MaskType::BlockCausal);
   EXPECT_EQ(r.attention_block_size, 4);
   EXPECT_EQ(r.position_embedding, PositionEmbedding::None);
 }

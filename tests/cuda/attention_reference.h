@@ -15,9 +15,9 @@ struct Shape {
   int64_t B, T, H, K, D;
 };
 
-inline bool visible(const cpu::AttentionMask& m, const std::vector<int32_t>& seg, int64_t b, int64_t T, int64_t i, int64_t j) {
-  if (m.type == cpu::MaskType::Causal && j > i) return false;
-  if (m.type == cpu::MaskType::BlockCausal && j / m.block_size > i / m.block_size) return false;
+inline bool visible(const AttentionMask& m, const std::vector<int32_t>& seg, int64_t b, int64_t T, int64_t i, int64_t j) {
+  if (m.type == MaskType::Causal && j > i) return false;
+  if (m.type == MaskType::BlockCausal && j / m.block_size > i / m.block_size) return false;
   if (!seg.empty() && seg[b * T + i] != seg[b * T + j]) return false;
   return true;
 }
@@ -27,7 +27,7 @@ struct Ref {
 };
 
 // Explicit softmax per query row, in double.
-inline Ref reference(const Shape& s, const cpu::AttentionMask& m, const std::vector<int32_t>& seg, const std::vector<float>& q,
+inline Ref reference(const Shape& s, const AttentionMask& m, const std::vector<int32_t>& seg, const std::vector<float>& q,
               const std::vector<float>& k, const std::vector<float>& v, const std::vector<float>& dout, double scale) {
   const auto [B, T, H, K, D] = s;
   Ref r;
@@ -84,8 +84,8 @@ struct ImplScope {
   ~ImplScope() { cuda::set_attention_impl(cuda::AttentionImpl::Auto); }
 };
 
-inline cpu::AttentionMask mask_of(cpu::MaskType t, int64_t block = 0) {
-  cpu::AttentionMask m;
+inline AttentionMask mask_of(MaskType t, int64_t block = 0) {
+  AttentionMask m;
   m.type = t;
   m.block_size = block;
   return m;

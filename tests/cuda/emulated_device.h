@@ -38,7 +38,7 @@ class EmulatedDeviceMemory {
   void* alloc(size_t bytes) {
     const size_t len = mapped_length(bytes);
     void* p = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    MDLM_CHECK(p != MAP_FAILED, "emulated device: out of memory");
+    MEGADLM_CHECK(p != MAP_FAILED, "emulated device: out of memory");
     std::lock_guard<std::mutex> lock(mu_);
     if (open_ > 0) mprotect(p, len, PROT_READ | PROT_WRITE);
     blocks_[reinterpret_cast<uintptr_t>(p)] = bytes;
@@ -290,26 +290,26 @@ class EmulatedCudaBackend final : public Backend {
     });
   }
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                         int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                         int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                          float scale) const override {
     on_cpu({out, lse, q, k, v, mask.segment_ids}, "attention_forward",
            [&] { return cpu().attention_forward(out, lse, q, k, v, B, T, H, K, D, mask, scale); });
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
+                          int64_t K, int64_t D, const AttentionMask& mask, float scale) const override {
     on_cpu({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward",
            [&] { return cpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale); });
   }
   void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                               float scale) const override {
     on_cpu({out, lse, q, k, v, mask.segment_ids}, "attention_forward_bf16",
            [&] { return cpu().attention_forward_bf16(out, lse, q, k, v, B, T, H, K, D, mask, scale); });
   }
   void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
                                const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse, int64_t B,
-                               int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                               int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                                float scale) const override {
     on_cpu({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward_bf16", [&] {
       return cpu().attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
@@ -349,7 +349,7 @@ class EmulatedCudaBackend final : public Backend {
   void quantize_dequantize_fp8(float* x, int64_t n, float scale, bool e5m2) const override {
     on_cpu({x}, "quantize_dequantize_fp8", [&] { return cpu().quantize_dequantize_fp8(x, n, scale, e5m2); });
   }
-  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                   uint16_t* param_bf16) const override {
     on_cpu({param, grad, m, v, param_bf16}, "adamw_step",
            [&] { return cpu().adamw_step(param, grad, m, v, n, h, param_bf16); });

@@ -32,7 +32,7 @@ class CudnnAttention : public CudaTest {
 
   // Forward (out, lse) and backward (dq, dk, dv) of one case against the reference. T = bf16_t or float.
   template <typename T>
-  void check(const Shape& s, cpu::AttentionMask mask, const std::vector<int32_t>& seg = {}) {
+  void check(const Shape& s, AttentionMask mask, const std::vector<int32_t>& seg = {}) {
     const ImplScope scope(cuda::AttentionImpl::Cudnn);
     const auto [B, Tn, H, K, D] = s;
     SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "fp32" : "bf16") << " B=" << B << " T=" << Tn
@@ -85,32 +85,32 @@ class CudnnAttention : public CudaTest {
 
 // Few distinct shapes: each one costs cuDNN a graph build (with run-time compiled kernels) per direction.
 TEST_F(CudnnAttention, BidirectionalGqa) {
-  check<bf16_t>(Shape{2, 77, 4, 1, 64}, mask_of(cpu::MaskType::None));  // T off cuDNN's 64-row tiles
-  check<bf16_t>(Shape{1, 96, 4, 2, 128}, mask_of(cpu::MaskType::None));
+  check<bf16_t>(Shape{2, 77, 4, 1, 64}, mask_of(MaskType::None));  // T off cuDNN's 64-row tiles
+  check<bf16_t>(Shape{1, 96, 4, 2, 128}, mask_of(MaskType::None));
 }
 
 TEST_F(CudnnAttention, CausalGqa) {
-  check<bf16_t>(Shape{1, 83, 6, 2, 64}, mask_of(cpu::MaskType::Causal));
-  check<bf16_t>(Shape{2, 72, 2, 1, 128}, mask_of(cpu::MaskType::Causal));
+  check<bf16_t>(Shape{1, 83, 6, 2, 64}, mask_of(MaskType::Causal));
+  check<bf16_t>(Shape{2, 72, 2, 1, 128}, mask_of(MaskType::Causal));
 }
 
 TEST_F(CudnnAttention, MultiHeadNoGqa) {
-  check<bf16_t>(Shape{1, 128, 3, 3, 128}, mask_of(cpu::MaskType::Causal));
+  check<bf16_t>(Shape{1, 128, 3, 3, 128}, mask_of(MaskType::Causal));
 }
 
 // The Cudnn setting hands what cuDNN lacks to the other implementations; the results must still be right.
 TEST_F(CudnnAttention, FallbacksForOtherMasksAndFp32) {
-  check<bf16_t>(Shape{2, 48, 4, 2, 64}, mask_of(cpu::MaskType::BlockCausal, 7));
-  check<bf16_t>(Shape{2, 48, 4, 2, 64}, mask_of(cpu::MaskType::Causal), documents(2, 48));
-  check<float>(Shape{2, 40, 4, 2, 64}, mask_of(cpu::MaskType::Causal));
+  check<bf16_t>(Shape{2, 48, 4, 2, 64}, mask_of(MaskType::BlockCausal, 7));
+  check<bf16_t>(Shape{2, 48, 4, 2, 64}, mask_of(MaskType::Causal), documents(2, 48));
+  check<float>(Shape{2, 40, 4, 2, 64}, mask_of(MaskType::Causal));
 }
 
 // Calls that alternate between cached graphs (the shapes above) on fresh inputs: a graph bound to stale
 // sizes or pointers would give wrong numbers.
 TEST_F(CudnnAttention, GraphCacheAcrossShapes) {
-  check<bf16_t>(Shape{1, 83, 6, 2, 64}, mask_of(cpu::MaskType::Causal));
-  check<bf16_t>(Shape{2, 77, 4, 1, 64}, mask_of(cpu::MaskType::None));
-  check<bf16_t>(Shape{1, 83, 6, 2, 64}, mask_of(cpu::MaskType::Causal));
+  check<bf16_t>(Shape{1, 83, 6, 2, 64}, mask_of(MaskType::Causal));
+  check<bf16_t>(Shape{2, 77, 4, 1, 64}, mask_of(MaskType::None));
+  check<bf16_t>(Shape{1, 83, 6, 2, 64}, mask_of(MaskType::Causal));
 }
 
 }  // namespace

@@ -22,11 +22,11 @@ template <typename T>
 class CudaAttention : public CudaTest {
  protected:
   // Every case through both implementations (the cuBLASLt one only where T % 8 == 0, its supported range).
-  void check(const Shape& s, cpu::AttentionMask mask, bool segments) {
+  void check(const Shape& s, AttentionMask mask, bool segments) {
     check_impl(s, mask, segments, cuda::AttentionImpl::Flash);
     if (s.T % 8 == 0) check_impl(s, mask, segments, cuda::AttentionImpl::Gemm);
   }
-  void check_impl(const Shape& s, cpu::AttentionMask mask, bool segments, cuda::AttentionImpl impl) {
+  void check_impl(const Shape& s, AttentionMask mask, bool segments, cuda::AttentionImpl impl) {
     const ImplScope scope(impl);
     const auto [B, Tn, H, K, D] = s;
     SCOPED_TRACE(::testing::Message() << impl_name(impl) << " B=" << B << " T=" << Tn << " H=" << H << " K=" << K
@@ -82,26 +82,26 @@ TYPED_TEST_SUITE(CudaAttention, Precisions);
 
 TYPED_TEST(CudaAttention, EveryMaskWithGqa) {
   for (const Shape& s : {Shape{2, 45, 4, 2, 64}, Shape{2, 48, 4, 2, 64}}) {
-  this->check(s, mask_of(cpu::MaskType::None), false);
-  this->check(s, mask_of(cpu::MaskType::Causal), false);
-  this->check(s, mask_of(cpu::MaskType::BlockCausal, 7), false);
-  this->check(s, mask_of(cpu::MaskType::None), true);
-  this->check(s, mask_of(cpu::MaskType::Causal), true);
-  this->check(s, mask_of(cpu::MaskType::BlockCausal, 5), true);
+  this->check(s, mask_of(MaskType::None), false);
+  this->check(s, mask_of(MaskType::Causal), false);
+  this->check(s, mask_of(MaskType::BlockCausal, 7), false);
+  this->check(s, mask_of(MaskType::None), true);
+  this->check(s, mask_of(MaskType::Causal), true);
+  this->check(s, mask_of(MaskType::BlockCausal, 5), true);
   }
 }
 
 TYPED_TEST(CudaAttention, HeadDims) {
-  this->check(Shape{1, 70, 2, 2, 128}, mask_of(cpu::MaskType::Causal), false);
-  this->check(Shape{1, 72, 2, 2, 128}, mask_of(cpu::MaskType::Causal), false);
-  this->check(Shape{3, 33, 6, 2, 32}, mask_of(cpu::MaskType::None), false);
-  this->check(Shape{1, 9, 3, 1, 64}, mask_of(cpu::MaskType::BlockCausal, 100), false);  // block > T
-  this->check(Shape{2, 16, 3, 1, 64}, mask_of(cpu::MaskType::BlockCausal, 100), true);
+  this->check(Shape{1, 70, 2, 2, 128}, mask_of(MaskType::Causal), false);
+  this->check(Shape{1, 72, 2, 2, 128}, mask_of(MaskType::Causal), false);
+  this->check(Shape{3, 33, 6, 2, 32}, mask_of(MaskType::None), false);
+  this->check(Shape{1, 9, 3, 1, 64}, mask_of(MaskType::BlockCausal, 100), false);  // block > T
+  this->check(Shape{2, 16, 3, 1, 64}, mask_of(MaskType::BlockCausal, 100), true);
 }
 
 // D = 48: only the cuBLASLt path takes it (the flash kernel supports 32 / 64 / 128).
 TYPED_TEST(CudaAttention, GemmPathAnyHeadDim) {
-  this->check_impl(Shape{2, 40, 4, 1, 48}, mask_of(cpu::MaskType::Causal), true, cuda::AttentionImpl::Gemm);
+  this->check_impl(Shape{2, 40, 4, 1, 48}, mask_of(MaskType::Causal), true, cuda::AttentionImpl::Gemm);
 }
 
 // Attention against a KV cache (decode_attention.cu) against the CPU kernel: a prefill of several rows
@@ -138,7 +138,7 @@ TEST_F(CudaDecodeAttention, MatchesTheCpuKernel) {
 
 TEST(CudaAttentionArgs, RejectsUnsupportedHeadDim) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: CUDA op tests skipped";
-  cpu::AttentionMask m;
+  AttentionMask m;
   const ImplScope flash(cuda::AttentionImpl::Flash);
   EXPECT_THROW(cuda::attention_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 8, 2, 2, 48, m, 1.0f),
                Error);

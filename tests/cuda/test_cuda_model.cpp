@@ -156,7 +156,7 @@ std::unique_ptr<LanguageModel> build(const Case& c, Device device, uint64_t seed
   // Recomputation changes no value: the CPU reference keeps every activation.
   TransformerConfig cfg = tiny(c.llama);
   with_moe(cfg, c.moe);
-  const LayerSpec spec = c.diffusion ? difflm_layer_spec(cfg, cpu::MaskType::None, 0) : gpt_layer_spec(cfg);
+  const LayerSpec spec = c.diffusion ? difflm_layer_spec(cfg, MaskType::None, 0) : gpt_layer_spec(cfg);
   auto m = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);
   m->params().init(seed);
   if (c.bf16 || c.recipe != Recipe::None) {

@@ -403,7 +403,7 @@ TEST_F(CudaOptim, AdamWMatchesCpu) {
     auto p = rand(n), g = rand(n), m = rand(n, -0.1f, 0.1f), v = rand(n, 0.0f, 0.01f);
     auto dp = to_device(p), dg = to_device(g), dm = to_device(m), dv = to_device(v);
     auto dbf = poisoned_bf16(n);
-    cpu::AdamWParams h;
+    AdamWParams h;
     h.lr = 3e-3f, h.weight_decay = 0.1f, h.step = 17, h.beta2 = 0.95f;
     cuda::adamw_step(dp.get(), dg.get(), dm.get(), dv.get(), n, h, dbf.get());
     cpu::adamw_step(p.data(), g.data(), m.data(), v.data(), n, h);

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
 #include "data/preprocess.h"

@@ -58,7 +58,7 @@ std::unique_ptr<LanguageModel> gpt(bool llama, uint64_t seed = 17) {
 
 std::unique_ptr<LanguageModel> dlm(bool llama, uint64_t seed = 31) {
   const TransformerConfig c = tiny(llama);
-  auto m = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, cpu::MaskType::None, 0), ParallelContext::single());
+  auto m = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, MaskType::None, 0), ParallelContext::single());
   m->params().init(seed);
   return m;
 }

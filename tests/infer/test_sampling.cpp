@@ -48,7 +48,7 @@ TransformerConfig tiny(bool untie) {
 // token and of ids >= kVocabLimit point along it.
 std::unique_ptr<LanguageModel> rigged_diffusion_model() {
   const TransformerConfig c = tiny(true);
-  auto m = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, cpu::MaskType::None, 0), ParallelContext::single());
+  auto m = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, MaskType::None, 0), ParallelContext::single());
   ParamStore& ps = m->params();
   ps.init(31);
   const int nb = ps.find("norm.bias"), nw = ps.find("norm.weight"), head = ps.find("lm_head.weight");

@@ -20,7 +20,7 @@ namespace {
 // The textbook form (which the kernel does not use: it folds the corrections as torch does):
 // p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p).
 void adamw_reference(std::vector<double>& p, const std::vector<double>& g, std::vector<double>& m,
-                     std::vector<double>& v, const cpu::AdamWParams& h) {
+                     std::vector<double>& v, const AdamWParams& h) {
   const double b1 = h.beta1, b2 = h.beta2;
   for (size_t i = 0; i < p.size(); ++i) {
     m[i] = b1 * m[i] + (1 - b1) * g[i];
@@ -40,7 +40,7 @@ TEST(AdamW, MatchesDoubleReferenceOverSteps) {
     std::vector<float> m(n, 0.0f), v(n, 0.0f);
     auto pr = megadlm::test::to_double(p);
     std::vector<double> mr(n, 0.0), vr(n, 0.0);
-    cpu::AdamWParams h;
+    AdamWParams h;
     h.lr = 1e-2f;
     h.beta1 = 0.9f;
     h.beta2 = 0.95f;
@@ -78,7 +78,7 @@ TEST(AdamW, GradScaleEqualsScaledGradients) {
   for (float& x : gs) x *= s;
   auto p1 = random_vector(n, 8), p2 = p1;
   std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
-  cpu::AdamWParams h;
+  AdamWParams h;
   h.lr = 1e-2f;
   h.weight_decay = 0.1f;
   for (int64_t step = 1; step <= 3; ++step) {
@@ -95,8 +95,8 @@ TEST(AdamW, GradScaleEqualsScaledGradients) {
 }
 
 // lr 1e-2 with weight decay 0.1 and the given gradient scale (the tests of the update's variants).
-static cpu::AdamWParams decayed_params(float grad_scale) {
-  cpu::AdamWParams h;
+static AdamWParams decayed_params(float grad_scale) {
+  AdamWParams h;
   h.lr = 1e-2f;
   h.weight_decay = 0.1f;
   h.grad_scale = grad_scale;
@@ -114,7 +114,7 @@ TEST(AdamW, Bf16CopyWrittenOnThePass) {
     auto p1 = random_vector(n, 18), p2 = p1;
     std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
     std::vector<uint16_t> copy(n + 32, 0x7FC0);
-    cpu::AdamWParams h = decayed_params(0.5f);
+    AdamWParams h = decayed_params(0.5f);
     for (int64_t step = 1; step <= 2; ++step) {
       h.step = step;
       cpu::adamw_step(p1.data(), g.data(), m1.data(), v1.data(), n, h);
@@ -137,7 +137,7 @@ TEST(AdamW, ZeroGradOnThePass) {
     auto p1 = random_vector(n, 28), p2 = p1;
     std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
     std::vector<uint16_t> copy1(n, 0), copy2(n, 0);
-    cpu::AdamWParams h = decayed_params(0.7f);
+    AdamWParams h = decayed_params(0.7f);
     for (int64_t step = 1; step <= 2; ++step) {
       h.step = step;
       std::vector<float> g1 = g, g2 = g;
@@ -161,7 +161,7 @@ TEST(AdamW, ZeroGradOnThePass) {
 TEST(AdamW, FirstStepIsSignedLearningRate) {
   std::vector<float> p = {1.0f, 1.0f, -2.0f, 0.5f}, g = {3.0f, -0.001f, 1e-3f, 0.0f};
   std::vector<float> m(4, 0.0f), v(4, 0.0f);
-  cpu::AdamWParams h;
+  AdamWParams h;
   h.lr = 0.1f;
   h.weight_decay = 0.5f;
   h.step = 1;
@@ -178,7 +178,7 @@ TEST(AdamW, FirstStepIsSignedLearningRate) {
 
 TEST(AdamW, RejectsBadHyperparameters) {
   float p = 0, g = 0, m = 0, v = 0;
-  cpu::AdamWParams h;
+  AdamWParams h;
   h.step = 0;
   EXPECT_THROW(cpu::adamw_step(&p, &g, &m, &v, 1, h), Error);
   h.step = 1;

@@ -47,7 +47,7 @@ TransformerConfig config_from_json(const nlohmann::json& j) {
   c.normalization = norm_kind_from_name(get("normalization").get<std::string>());
   c.norm_epsilon = get("norm_epsilon").get<float>();
   const std::string act = get("activation").get<std::string>();
-  MDLM_CHECK(act == "gelu" || act == "swiglu", "fixture: unknown activation '", act, "'");
+  MEGADLM_CHECK(act == "gelu" || act == "swiglu", "fixture: unknown activation '", act, "'");
   c.activation = act == "gelu" ? Activation::Gelu : Activation::SwiGLU;
   c.add_bias_linear = get("add_bias_linear").get<bool>();
   c.add_qkv_bias = get("add_qkv_bias").get<bool>();
@@ -63,7 +63,7 @@ TransformerConfig config_from_json(const nlohmann::json& j) {
   c.attention_mask = attention_mask_type_from_name(get("attention_mask").get<std::string>());
   c.attention_block_size = get("attention_block_size").get<int64_t>();
   for (auto it = j.begin(); it != j.end(); ++it)
-    MDLM_CHECK(seen.count(it.key()), "fixture: config field '", it.key(), "' is not read by the test");
+    MEGADLM_CHECK(seen.count(it.key()), "fixture: config field '", it.key(), "' is not read by the test");
   return c;
 }
 
@@ -98,7 +98,7 @@ void check_parity(const std::string& name, const std::string& expected_model_typ
                              ? gpt_layer_spec(cfg)
                              : difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size);
   if (model_type == "gpt") {
-    ASSERT_EQ(cfg.attention_mask, cpu::MaskType::Causal);
+    ASSERT_EQ(cfg.attention_mask, MaskType::Causal);
   }
   LanguageModel model(cfg, spec, ParallelContext::single());
   ParamStore& params = model.params();

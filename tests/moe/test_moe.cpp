@@ -20,8 +20,8 @@
 #include "models/config_json.h"
 #include "models/language_model.h"
 #include "nn/mlp.h"
-#include "nn/moe_counts.h"
-#include "nn/moe_layer.h"
+#include "nn/moe/moe_counts.h"
+#include "nn/moe/moe_layer.h"
 #include "test_util.h"
 
 using namespace megadlm;

@@ -28,7 +28,7 @@
 #include "nn/lm_head.h"
 #include "nn/mlp.h"
 #include "nn/norm.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "nn/transformer_layer.h"
 #include "test_util.h"
 
@@ -207,7 +207,7 @@ TransformerConfig gpt2_style() {
   c.add_bias_linear = true;
   c.position_embedding = PositionEmbedding::LearnedAbsolute;
   c.untie_embeddings_and_output_weights = false;
-  c.attention_mask = cpu::MaskType::Causal;
+  c.attention_mask = MaskType::Causal;
   return c;
 }
 
@@ -387,7 +387,7 @@ INSTANTIATE_TEST_SUITE_P(Modules, NormGrad,
 
 struct AttentionCase {
   const char* name;
-  cpu::MaskType mask;
+  MaskType mask;
   int64_t block_size;
   bool segments;
   PositionEmbedding pos;
@@ -421,7 +421,6 @@ TEST_P(AttentionGrad, FiniteDifferences) {
                                    [&](Arena& a, const Tensor& dy, Tensor& dx) { attn.backward(a, dy, dx); }));
 }
 
-using cpu::MaskType;
 using PE = PositionEmbedding;
 INSTANTIATE_TEST_SUITE_P(
     Modules, AttentionGrad,

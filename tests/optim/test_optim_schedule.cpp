@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "test_util.h"

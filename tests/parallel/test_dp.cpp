@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/cli_flags.h"
+#include "core/cli_flags.h"
 #include "checkpoint/reshard.h"
 #include "models/language_model.h"
 #include "models/layer_specs.h"
-#include "nn/moe_layer.h"
+#include "nn/moe/moe_layer.h"
 #include "optim/adamw.h"
 #include "optim/distributed_optimizer.h"
 #include "parallel/grad_buckets.h"

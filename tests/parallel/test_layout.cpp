@@ -69,7 +69,7 @@ TEST(Layout, SingleProcessContextHasGroupsOfOne) {
   EXPECT_EQ(out[1], 2.0f);
 }
 
-#include "nn/parameters.h"
+#include "core/parameters.h"
 
 // A sharded parameter gets exactly the values of its slice of the unsharded one: init is keyed by
 // the full tensor's element index, so any tensor-parallel layout starts from the same weights.

@@ -44,14 +44,14 @@ TransformerConfig tiny(Kind kind, bool tied) {
     c.activation = Activation::SwiGLU;
     c.add_bias_linear = false;
     c.position_embedding = PositionEmbedding::Rope;
-    c.attention_mask = cpu::MaskType::None;
+    c.attention_mask = MaskType::None;
   }
   c.untie_embeddings_and_output_weights = !tied;
   return c;
 }
 
 LayerSpec spec_of(Kind kind, const TransformerConfig& c) {
-  return kind == Kind::Gpt ? gpt_layer_spec(c) : difflm_layer_spec(c, cpu::MaskType::None, 0);
+  return kind == Kind::Gpt ? gpt_layer_spec(c) : difflm_layer_spec(c, MaskType::None, 0);
 }
 
 constexpr int64_t kB = 2, kT = 24;

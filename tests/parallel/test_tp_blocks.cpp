@@ -203,7 +203,7 @@ TransformerConfig attention_config(bool llama) {
   c.qk_layernorm = llama;
   c.normalization = llama ? NormKind::RMSNorm : NormKind::LayerNorm;
   c.position_embedding = llama ? PositionEmbedding::Rope : PositionEmbedding::LearnedAbsolute;
-  c.attention_mask = llama ? cpu::MaskType::None : cpu::MaskType::Causal;
+  c.attention_mask = llama ? MaskType::None : MaskType::Causal;
   return c;
 }
 

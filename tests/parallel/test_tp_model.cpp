@@ -17,11 +17,11 @@ namespace {
 
 struct Case {
   bool llama;
-  cpu::MaskType mask;
+  MaskType mask;
   bool sp;
 };
 
-TransformerConfig model_config(bool llama, cpu::MaskType mask) {
+TransformerConfig model_config(bool llama, MaskType mask) {
   TransformerConfig c;
   c.num_layers = 2;
   c.hidden_size = 64;
@@ -52,7 +52,7 @@ LayerSpec spec_of(const TransformerConfig& c) {
 
 void run_case(const Case& k, const ParallelContext& tp) {
   const TransformerConfig cfg = model_config(k.llama, k.mask);
-  const bool dlm = k.mask != cpu::MaskType::Causal;
+  const bool dlm = k.mask != MaskType::Causal;
   const int64_t B = 2, T = 8, N = B * T;
   std::vector<int32_t> tokens(N), pos(N), targets(N);
   std::vector<float> weights(N);
@@ -119,7 +119,7 @@ TEST(TensorParallelModel, Gpt2StyleAutoregressive) {
   for (bool sp : {false, true}) {
     MDLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
-    run_case({false, cpu::MaskType::Causal, sp}, *tp);
+    run_case({false, MaskType::Causal, sp}, *tp);
   }
 }
 
@@ -127,7 +127,7 @@ TEST(TensorParallelModel, Gpt2StyleDiffusion) {
   for (bool sp : {false, true}) {
     MDLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
-    run_case({false, cpu::MaskType::None, sp}, *tp);
+    run_case({false, MaskType::None, sp}, *tp);
   }
 }
 
@@ -135,7 +135,7 @@ TEST(TensorParallelModel, LlamaStyleGqaAutoregressive) {
   for (bool sp : {false, true}) {
     MDLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
-    run_case({true, cpu::MaskType::Causal, sp}, *tp);
+    run_case({true, MaskType::Causal, sp}, *tp);
   }
 }
 
@@ -143,7 +143,7 @@ TEST(TensorParallelModel, LlamaStyleGqaDiffusion) {
   for (bool sp : {false, true}) {
     MDLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
-    run_case({true, cpu::MaskType::None, sp}, *tp);
+    run_case({true, MaskType::None, sp}, *tp);
   }
 }
 
@@ -158,7 +158,7 @@ TEST(TensorParallelModel, SequenceParallelRowsMustDivide) {
 // decoded row gives the single rank's logits (gathered over the vocabulary).
 TEST(TensorParallelModel, KvCachedInferenceMatchesOneRank) {
   MDLM_REQUIRE_TP2(tp, false);
-  const TransformerConfig cfg = model_config(true, cpu::MaskType::Causal);
+  const TransformerConfig cfg = model_config(true, MaskType::Causal);
   LanguageModel single(cfg, spec_of(cfg), ParallelContext::single());
   LanguageModel model(cfg, spec_of(cfg), *tp);
   randomize(single.params(), 70, 0.1f);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/hash.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/tp_mappings.h"

@@ -17,11 +17,11 @@
 #include "checkpoint/native_checkpoint.h"
 #include "child_process.h"
 #include "core/error.h"
-#include "data/bpe_gpt2.h"
+#include "tokenizers/bpe_gpt2.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
 #include "data/preprocess.h"
-#include "data/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 #include "kernels/dispatch.h"
 #include "test_util.h"
 #include "train_fixture.h"
@@ -294,7 +294,7 @@ TEST(BadInput, MalformedGpt2VocabAndMerges) {
 // A truncated or empty SentencePiece model and a truncated tokenizer.json: Errors naming the file.
 TEST(BadInput, TruncatedTokenizerModels) {
   test::TempDir dir;
-  const std::string fixtures = std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/";
+  const std::string fixtures = std::string(MEGADLM_SOURCE_DIR) + "/tests/tokenizers/fixtures/";
   TokenizerSpec hf;
   hf.type = "HuggingFaceTokenizer";
   hf.tokenizer_model = dir / "tokenizer.json";

@@ -15,8 +15,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "data/bpe_gpt2.h"
-#include "data/tokenizer_hf.h"
+#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/tokenizer_hf.h"
 #include "test_util.h"
 
 namespace megadlm {

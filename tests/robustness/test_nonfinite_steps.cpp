@@ -14,7 +14,7 @@
 #include "checkpoint/native_checkpoint.h"
 #include "child_process.h"
 #include "core/error.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "optim/adamw.h"
 #include "test_util.h"
 #include "train/step_guard.h"

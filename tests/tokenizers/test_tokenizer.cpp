@@ -23,11 +23,11 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "data/bpe_gpt2.h"
-#include "data/tokenizer.h"
-#include "data/tokenizer_hf.h"
-#include "data/unicode.h"
-#include "data/vocab_json.h"
+#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/tokenizer.h"
+#include "tokenizers/tokenizer_hf.h"
+#include "tokenizers/unicode.h"
+#include "tokenizers/vocab_json.h"
 #include "test_util.h"
 
 using namespace megadlm;
@@ -36,7 +36,7 @@ using json = nlohmann::json;
 namespace {
 
 std::string fixture(const std::string& name) {
-  return std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/" + name;
+  return std::string(MEGADLM_SOURCE_DIR) + "/tests/tokenizers/fixtures/" + name;
 }
 
 std::vector<json> read_jsonl(const std::string& path) {

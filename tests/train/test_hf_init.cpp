@@ -37,10 +37,10 @@ TEST(HfInit, ModelFlagsComeFromConfigJson) {
   EXPECT_TRUE(a.model.qk_layernorm);
   EXPECT_EQ(a.model.activation, Activation::SwiGLU);
   EXPECT_EQ(a.model.position_embedding, PositionEmbedding::Rope);
-  EXPECT_EQ(a.model.attention_mask, cpu::MaskType::None);  // difflm: bidirectional
+  EXPECT_EQ(a.model.attention_mask, MaskType::None);  // difflm: bidirectional
   TrainArgs g;
   parse({"--load-hf", kQwen3, "--model-type", "gpt", "--data-path", "x", "--seq-length", "32"}, g);
-  EXPECT_EQ(g.model.attention_mask, cpu::MaskType::Causal);
+  EXPECT_EQ(g.model.attention_mask, MaskType::Causal);
   // Flags that agree with config.json are accepted.
   TrainArgs ok;
   parse({"--load-hf", kQwen3, "--num-layers", "2", "--swiglu", "--qk-layernorm", "--data-path", "x", "--seq-length", "32"}, ok);
@@ -75,8 +75,8 @@ TEST(HfInit, NewMaskTokenGrowsEmbeddingAndHeadWithMeanRows) {
   cfg.vocab_size = hf_adapted_vocab_size(V0, V0 + 1);  // a tokenizer with one appended mask token
   EXPECT_EQ(cfg.vocab_size, V0 + 1);
   EXPECT_EQ(hf_adapted_vocab_size(V0, V0 - 10), V0);     // an existing id: no growth
-  cfg.attention_mask = cpu::MaskType::None;
-  LanguageModel model(cfg, difflm_layer_spec(cfg, cpu::MaskType::None, 0), ParallelContext::single());
+  cfg.attention_mask = MaskType::None;
+  LanguageModel model(cfg, difflm_layer_spec(cfg, MaskType::None, 0), ParallelContext::single());
   model.params().init(1);
   EXPECT_EQ(load_hf_into_model(kQwen3, model), 1);
   for (const char* name : {"embed_tokens.weight", "lm_head.weight"}) {

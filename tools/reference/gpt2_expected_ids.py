@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """GPT-2 ids computed by HuggingFace `tokenizers` from the GPT-2 vocab.json + merges.txt:
-  tests/data/fixtures/gpt2_expected.jsonl        {"text", "ids"} for the tricky strings and 100
+  tests/tokenizers/fixtures/gpt2_expected.jsonl        {"text", "ids"} for the tricky strings and 100
                                                  random ones (fuzz_strings)
-  tests/data/fixtures/brown_gpt2_expected.jsonl  per Brown document: id, byte count, id count and the
+  tests/tokenizers/fixtures/brown_gpt2_expected.jsonl  per Brown document: id, byte count, id count and the
                                                  FNV-1a 64 of the ids (little-endian int32), so the
                                                  C++ test checks every id without a 1.4M-id fixture
 
@@ -34,7 +34,7 @@ def main():
     args = ap.parse_args()
     gpt2 = os.path.join(args.shared, "tokenizers", "gpt2")
     tok = ByteLevelBPETokenizer(os.path.join(gpt2, "vocab.json"), os.path.join(gpt2, "merges.txt"))
-    out_dir = os.path.join(root, "tests", "data", "fixtures")
+    out_dir = os.path.join(root, "tests", "tokenizers", "fixtures")
     os.makedirs(out_dir, exist_ok=True)
 
     with open(os.path.join(out_dir, "gpt2_expected.jsonl"), "w") as f:

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Small tokenizer.json files written by HuggingFace `tokenizers` from the GPT-2 files, and their ids:
-  tests/data/fixtures/hf_gpt2_small.json    ByteLevel pre-tokenizer, <|endoftext|>
-  tests/data/fixtures/hf_prefix_small.json  ByteLevel(add_prefix_space=True)
-  tests/data/fixtures/hf_llama3_small.json  Split(LLaMA-3 regex) + ByteLevel(use_regex=False),
+  tests/tokenizers/fixtures/hf_gpt2_small.json    ByteLevel pre-tokenizer, <|endoftext|>
+  tests/tokenizers/fixtures/hf_prefix_small.json  ByteLevel(add_prefix_space=True)
+  tests/tokenizers/fixtures/hf_llama3_small.json  Split(LLaMA-3 regex) + ByteLevel(use_regex=False),
                                             ignore_merges, LLaMA-3 specials, an lstrip token and a
                                             normalized (non-special) added token
-  tests/data/fixtures/hf_qwen2_small.json   NFC normalizer + Split(Qwen2 regex), merges rewritten as
+  tests/tokenizers/fixtures/hf_qwen2_small.json   NFC normalizer + Split(Qwen2 regex), merges rewritten as
                                             legacy "a b" strings, an rstrip token
-  tests/data/fixtures/hf_expected.jsonl     {"tokenizer", "text", "ids"} computed by `tokenizers` (tricky
+  tests/tokenizers/fixtures/hf_expected.jsonl     {"tokenizer", "text", "ids"} computed by `tokenizers` (tricky
                                             strings, special tokens in text, 40 random strings)
-  tests/data/fixtures/nfc_expected.jsonl    {"text", "nfc"}: `tokenizers`' NFC normalizer on random
+  tests/tokenizers/fixtures/nfc_expected.jsonl    {"text", "nfc"}: `tokenizers`' NFC normalizer on random
                                             strings rich in combining marks, Hangul and exclusions
 To stay small the BPE keeps GPT-2's first 600 merges (and the tokens they need, renumbered).
 
@@ -62,7 +62,7 @@ def main():
     keep = {t for t, i in full_vocab.items() if i < 256} | {a + b for a, b in merges} | {"<|endoftext|>"}
     vocab = {t: n for n, t in enumerate(sorted(keep, key=lambda t: full_vocab[t]))}
 
-    out_dir = os.path.join(root, "tests", "data", "fixtures")
+    out_dir = os.path.join(root, "tests", "tokenizers", "fixtures")
     split = lambda pat: pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
          pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])

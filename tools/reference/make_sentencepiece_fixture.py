@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A tiny SentencePiece model and its ids, with the `sentencepiece` pip package:
-  tests/data/fixtures/tiny_sp.model           BPE, vocab 600, byte fallback, identity normalization
+  tests/tokenizers/fixtures/tiny_sp.model           BPE, vocab 600, byte fallback, identity normalization
                                               (as LLaMA-2's), trained on tiny_corpus.jsonl
-  tests/data/fixtures/tiny_sp_expected.jsonl  {"text", "ids", "decoded"} from sentencepiece
+  tests/tokenizers/fixtures/tiny_sp_expected.jsonl  {"text", "ids", "decoded"} from sentencepiece
 Run make_trainer_fixture.py first (it writes tiny_corpus.jsonl).
 
 Usage: python3 tools/reference/make_sentencepiece_fixture.py
@@ -20,7 +20,7 @@ from tokenizer_test_strings import STRINGS  # noqa: E402
 
 def main():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    fx = os.path.join(root, "tests", "data", "fixtures")
+    fx = os.path.join(root, "tests", "tokenizers", "fixtures")
     docs = [json.loads(l)["text"] for l in open(os.path.join(fx, "tiny_corpus.jsonl"), encoding="utf-8")]
     sentences = [line for d in docs for line in d.split("\n") if line.strip()]
     model = io.BytesIO()

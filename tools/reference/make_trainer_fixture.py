@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fixtures for the BPE trainer (src/apps/train_tokenizer.cpp):
-  tests/data/fixtures/tiny_corpus.jsonl        the corpus: two Brown documents and the tricky strings
-  tests/data/fixtures/trained_tokenizer.json   written by OUR train_tokenizer (vocab 700)
-  tests/data/fixtures/trained_expected.jsonl   ids that HuggingFace `tokenizers` gives with that file
+  tests/tokenizers/fixtures/tiny_corpus.jsonl        the corpus: two Brown documents and the tricky strings
+  tests/tokenizers/fixtures/trained_tokenizer.json   written by OUR train_tokenizer (vocab 700)
+  tests/tokenizers/fixtures/trained_expected.jsonl   ids that HuggingFace `tokenizers` gives with that file
 It also trains `tokenizers`' own ByteLevelBPETokenizer on the same corpus with the same settings and
 reports whether the two vocabularies and merge lists are identical.
 
@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--shared", default=os.path.join(root, "..", "shared"))
     ap.add_argument("--train-tokenizer", default=os.path.join(root, "build", "bin", "train_tokenizer"))
     args = ap.parse_args()
-    fx = os.path.join(root, "tests", "data", "fixtures")
+    fx = os.path.join(root, "tests", "tokenizers", "fixtures")
 
     brown = [json.loads(l)["text"] for l in open(os.path.join(args.shared, "data", "brown.jsonl"), encoding="utf-8")]
     docs = brown[:2] + [s for s in STRINGS if s and len(s) <= 400]

@@ -68,7 +68,7 @@ bool available() {
   static const bool ok = [] {
     const char* env = std::getenv("MEGADLM_AMX");
     const std::string v = env ? env : "";
-    MDLM_CHECK(v.empty() || v == "0" || v == "1", "MEGADLM_AMX: expected 0 or 1, got '", v, "'");
+    MEGADLM_CHECK(v.empty() || v == "0" || v == "1", "MEGADLM_AMX: expected 0 or 1, got '", v, "'");
     if (v == "0") return false;
     return cpu_has_amx_bf16() && os_grants_tile_data();
   }();
@@ -90,8 +90,8 @@ void release() { _tile_release(); }
 
 void tile_product(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint32_t* B, int64_t ldb, int64_t rows,
                   int64_t kp, int64_t W, bool accumulate, float mul) {
-  MDLM_CHECK(rows % 32 == 0 && W % 32 == 0 && kp % 16 == 0, "amx::tile_product: rows = ", rows, " and W = ", W,
-             " must be multiples of 32 and kp = ", kp, " of 16");
+  MEGADLM_CHECK(rows % 32 == 0 && W % 32 == 0 && kp % 16 == 0, "amx::tile_product: rows = ", rows, " and W = ", W,
+                " must be multiples of 32 and kp = ", kp, " of 16");
   const int64_t cs = ldc * 4, as = lda * 2, bs = ldb * 4;  // tile row strides in bytes
   // 32 x 32 blocks of C, each four 16 x 16 accumulator tiles fed by two A and two B tiles per 16 pairs.
   for (int64_t r0 = 0; r0 < rows; r0 += 32) {

@@ -6,21 +6,9 @@
 // Legend: B batch, T sequence, H query heads, K key/value heads (H % K == 0; GQA when K < H), D head dim.
 #include <cstdint>
 
+#include "kernels/types.h"
+
 namespace megadlm::cpu {
-
-enum class MaskType : uint8_t {
-  None,         // bidirectional: every query sees every key
-  Causal,       // key j visible to query i iff j <= i
-  BlockCausal,  // key j visible to query i iff j / block_size <= i / block_size
-};
-
-struct AttentionMask {
-  MaskType type = MaskType::Causal;
-  int64_t block_size = 0;              // for BlockCausal
-  const int32_t* segment_ids = nullptr;  // [B, T] or null; when set, additionally key j is visible to
-                                         // query i only if segment_ids[b,i] == segment_ids[b,j]
-                                         // (documents packed in one sequence)
-};
 
 // q [B,T,H,D], k [B,T,K,D], v [B,T,K,D] -> out [B,T,H,D] and lse [B,H,T] (log-sum-exp of the scaled
 // scores of each query row, saved for the backward). scale is usually 1/sqrt(D). A query with no

@@ -243,7 +243,7 @@ class Scratch {
   float* take(int64_t n) {
     float* t = p_ + used_;
     used_ += (n + 15) / 16 * 16;
-    MDLM_CHECK(used_ <= n_, "attention scratch overflow: ", used_, " > ", n_);
+    MEGADLM_CHECK(used_ <= n_, "attention scratch overflow: ", used_, " > ", n_);
     return t;
   }
   // The same for 32-bit words (pairs of bf16); never read back as floats.
@@ -262,14 +262,14 @@ struct Shape {
 
 inline Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                              float scale, const char* who) {
-  MDLM_CHECK(B >= 0 && T >= 0, who, ": B = ", B, " and T = ", T, " must be >= 0");
-  MDLM_CHECK(H > 0 && K > 0 && D > 0, who, ": H = ", H, ", K = ", K, ", D = ", D, " must be > 0");
-  MDLM_CHECK(H % K == 0, who, ": query heads H = ", H, " are not a multiple of kv heads K = ", K);
-  MDLM_CHECK(mask.type == MaskType::None || mask.type == MaskType::Causal || mask.type == MaskType::BlockCausal,
-             who, ": unknown mask type ", static_cast<int>(mask.type));
-  MDLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
-             ": BlockCausal needs block_size > 0, got ", mask.block_size);
-  MDLM_CHECK(std::isfinite(scale), who, ": scale = ", scale, " is not finite");
+  MEGADLM_CHECK(B >= 0 && T >= 0, who, ": B = ", B, " and T = ", T, " must be >= 0");
+  MEGADLM_CHECK(H > 0 && K > 0 && D > 0, who, ": H = ", H, ", K = ", K, ", D = ", D, " must be > 0");
+  MEGADLM_CHECK(H % K == 0, who, ": query heads H = ", H, " are not a multiple of kv heads K = ", K);
+  MEGADLM_CHECK(mask.type == MaskType::None || mask.type == MaskType::Causal || mask.type == MaskType::BlockCausal,
+                who, ": unknown mask type ", static_cast<int>(mask.type));
+  MEGADLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
+                ": BlockCausal needs block_size > 0, got ", mask.block_size);
+  MEGADLM_CHECK(std::isfinite(scale), who, ": scale = ", scale, " is not finite");
   Shape s;
   s.B = B, s.T = T, s.H = H, s.K = K, s.D = D;
   s.Dp = (D + 15) / 16 * 16;

@@ -19,7 +19,7 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 15;
 
 void check_scale(const char* who, float scale) {
-  MDLM_CHECK(std::isfinite(scale) && scale > 0.0f, who, ": scale ", scale, " must be finite and positive");
+  MEGADLM_CHECK(std::isfinite(scale) && scale > 0.0f, who, ": scale ", scale, " must be finite and positive");
 }
 
 }  // namespace

@@ -114,8 +114,8 @@ void scaled_row_to_bf16(uint16_t* out, const float* e, int64_t V, float k, int64
 void check_targets(const int32_t* targets, int64_t ignore_index, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; ++n) {
     const int64_t t = targets[n];
-    MDLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
-               " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
+    MEGADLM_CHECK(t == ignore_index || (t >= 0 && t < V), "cross_entropy: targets[", n, "] = ", t,
+                  " is outside the vocabulary [0, ", V, ") and is not ignore_index (", ignore_index, ")");
   }
 }
 

@@ -12,10 +12,10 @@ namespace megadlm::cpu {
 void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
                               const int64_t* offsets, int64_t B, int64_t Tn, int64_t S, int64_t H, int64_t K,
                               int64_t D, bool causal, float scale) {
-  MDLM_CHECK(K >= 1 && H % K == 0, "decode attention: kv heads ", K, " do not divide query heads ", H);
+  MEGADLM_CHECK(K >= 1 && H % K == 0, "decode attention: kv heads ", K, " do not divide query heads ", H);
   for (int64_t b = 0; b < B; ++b)
-    MDLM_CHECK(offsets[b] >= 0 && offsets[b] + Tn <= S, "decode attention: rows [", offsets[b], ", ",
-               offsets[b] + Tn, ") of sequence ", b, " exceed the cache capacity ", S);
+    MEGADLM_CHECK(offsets[b] >= 0 && offsets[b] + Tn <= S, "decode attention: rows [", offsets[b], ", ",
+                  offsets[b] + Tn, ") of sequence ", b, " exceed the cache capacity ", S);
   const int64_t group = H / K;
   constexpr int64_t kRows = 16;
   constexpr int64_t kJ = 16;      // keys per register block of scores  // query rows per task: they share one transposed copy of the keys

@@ -18,7 +18,7 @@ void dequantise(float* out, const uint8_t* codes, int64_t n, bool e5m2, float sc
 
 void gemm_fp8(int64_t M, int64_t N, int64_t K, const uint8_t* A, bool a_e5m2, float a_scale, const uint8_t* B,
               bool b_e5m2, float b_scale, float beta, float* C) {
-  MDLM_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_fp8: negative shape M=", M, " N=", N, " K=", K);
+  MEGADLM_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_fp8: negative shape M=", M, " N=", N, " K=", K);
   std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
   dequantise(a.data(), A, M * K, a_e5m2, a_scale);
   dequantise(b.data(), B, N * K, b_e5m2, b_scale);

@@ -51,14 +51,14 @@ namespace {
 // stored row length; oneDNN would otherwise read out of bounds or report a bare status code.
 void check_gemm_args(const char* who, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                      int64_t lda, int64_t ldb, int64_t ldc) {
-  MDLM_CHECK(M >= 0 && N >= 0 && K >= 0, who, ": negative size (M=", M, ", N=", N, ", K=", K, ")");
+  MEGADLM_CHECK(M >= 0 && N >= 0 && K >= 0, who, ": negative size (M=", M, ", N=", N, ", K=", K, ")");
   const int64_t a_cols = trans_a ? M : K;  // A stored [K,M] when transposed, else [M,K]
   const int64_t b_cols = trans_b ? K : N;  // B stored [N,K] when transposed, else [K,N]
-  MDLM_CHECK(lda >= std::max<int64_t>(1, a_cols), who, ": lda=", lda, " is smaller than the ", a_cols,
-             " columns of A as stored (trans_a=", trans_a, ")");
-  MDLM_CHECK(ldb >= std::max<int64_t>(1, b_cols), who, ": ldb=", ldb, " is smaller than the ", b_cols,
-             " columns of B as stored (trans_b=", trans_b, ")");
-  MDLM_CHECK(ldc >= std::max<int64_t>(1, N), who, ": ldc=", ldc, " is smaller than N=", N);
+  MEGADLM_CHECK(lda >= std::max<int64_t>(1, a_cols), who, ": lda=", lda, " is smaller than the ", a_cols,
+                " columns of A as stored (trans_a=", trans_a, ")");
+  MEGADLM_CHECK(ldb >= std::max<int64_t>(1, b_cols), who, ": ldb=", ldb, " is smaller than the ", b_cols,
+                " columns of B as stored (trans_b=", trans_b, ")");
+  MEGADLM_CHECK(ldc >= std::max<int64_t>(1, N), who, ": ldc=", ldc, " is smaller than N=", N);
 }
 
 // C [M,N] (row stride ldc) = beta * C. beta == 0 writes zeros without reading, so NaN in C is cleared.
@@ -263,8 +263,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   }
   const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
                                       beta, C, ldc);
-  MDLM_CHECK(st == dnnl_success, "gemm: dnnl_sgemm failed with status ", static_cast<int>(st), " (M=", M,
-             ", N=", N, ", K=", K, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc, ")");
+  MEGADLM_CHECK(st == dnnl_success, "gemm: dnnl_sgemm failed with status ", static_cast<int>(st), " (M=", M,
+                ", N=", N, ", K=", K, ", lda=", lda, ", ldb=", ldb, ", ldc=", ldc, ")");
 }
 
 // ---- bf16 inputs, fp32 output ----------------------------------------------------------------------------
@@ -324,7 +324,7 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc,
                        float* scratch, int64_t slab) {
   check_gemm_args("gemm_bf16_to_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  MDLM_CHECK(slab > 0 && scratch != nullptr, "gemm_bf16_to_bf16: a slab of ", slab, " columns needs a scratch");
+  MEGADLM_CHECK(slab > 0 && scratch != nullptr, "gemm_bf16_to_bf16: a slab of ", slab, " columns needs a scratch");
   if (bf16_matmul_on_amx()) {  // the bf16-output product is the faster one there (gemm.h)
     gemm_bf16_to_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc);
     return;
@@ -344,16 +344,16 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
                   const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                   float beta, float* C, int64_t ldc, int64_t stride_c) {
   check_gemm_args("gemm_batched", trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  MDLM_CHECK(batch >= 0, "gemm_batched: negative batch ", batch);
-  MDLM_CHECK(stride_a >= 0 && stride_b >= 0, "gemm_batched: negative batch stride (stride_a=", stride_a,
-             ", stride_b=", stride_b, ")");
+  MEGADLM_CHECK(batch >= 0, "gemm_batched: negative batch ", batch);
+  MEGADLM_CHECK(stride_a >= 0 && stride_b >= 0, "gemm_batched: negative batch stride (stride_a=", stride_a,
+                ", stride_b=", stride_b, ")");
   // Distinct outputs must not share memory, or the products would race; shared inputs are fine. Outputs
   // may follow one another (stride_c past the last row) or interleave within rows, as heads do in a
   // [T, H, D] layout (stride_c = D, ldc = H*D).
   const bool stacked = stride_c >= (M - 1) * ldc + N;
   const bool interleaved = stride_c >= N && (batch - 1) * stride_c + N <= ldc;
-  MDLM_CHECK(batch <= 1 || M == 0 || N == 0 || stacked || interleaved, "gemm_batched: stride_c=", stride_c,
-             " makes the ", batch, " outputs of ", M, "x", N, " (ldc=", ldc, ") overlap");
+  MEGADLM_CHECK(batch <= 1 || M == 0 || N == 0 || stacked || interleaved, "gemm_batched: stride_c=", stride_c,
+                " makes the ", batch, " outputs of ", M, "x", N, " (ldc=", ldc, ") overlap");
   if (batch == 0 || M == 0 || N == 0) return;
   if (batch == 1) {
     gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

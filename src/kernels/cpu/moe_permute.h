@@ -1,5 +1,5 @@
 #pragma once
-// Row permutations between tokens and expert-grouped rows (the layout of nn/moe_router.h's MoERouting),
+// Row permutations between tokens and expert-grouped rows (the layout of nn/moe/moe_router.h's MoERouting),
 // also the output layer's gather of the rows that carry a loss. The CPU versions of
 // kernels/cuda/ops.h's moe_permute / moe_unpermute / moe_unpermute_weight_grad, the same contracts.
 // Deterministic: every sum runs in the listed order. Threaded over rows.

@@ -96,10 +96,10 @@ void adamw_loop(float* param, float* grad, float* m, float* v, uint16_t* param_b
 // moved per element, 32 when it clears the gradient too).
 void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                 uint16_t* param_bf16) {
-  MDLM_CHECK(n >= 0, "adamw_step: negative length ", n);
-  MDLM_CHECK(h.step >= 1, "adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
-  MDLM_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "adamw_step: beta1 ", h.beta1, " is outside [0, 1)");
-  MDLM_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "adamw_step: beta2 ", h.beta2, " is outside [0, 1)");
+  MEGADLM_CHECK(n >= 0, "adamw_step: negative length ", n);
+  MEGADLM_CHECK(h.step >= 1, "adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
+  MEGADLM_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "adamw_step: beta1 ", h.beta1, " is outside [0, 1)");
+  MEGADLM_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "adamw_step: beta2 ", h.beta2, " is outside [0, 1)");
   // The powers in double: beta2^t for t in the hundreds of thousands loses digits in fp32.
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
@@ -122,7 +122,7 @@ void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const 
 // ---- reductions ----------------------------------------------------------------------------------------------
 
 double sum_squares(const float* x, int64_t n) {
-  MDLM_CHECK(n >= 0, "sum_squares: negative length ", n);
+  MEGADLM_CHECK(n >= 0, "sum_squares: negative length ", n);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
@@ -141,7 +141,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 float abs_max(const float* x, int64_t n) {
-  MDLM_CHECK(n >= 0, "abs_max: negative length ", n);
+  MEGADLM_CHECK(n >= 0, "abs_max: negative length ", n);
   // max is exact and order-free; NaN is tracked apart because comparisons with NaN are false.
   float best = 0.0f;
   int nan_seen = 0;
@@ -155,7 +155,7 @@ float abs_max(const float* x, int64_t n) {
 }
 
 bool all_finite(const float* x, int64_t n) {
-  MDLM_CHECK(n >= 0, "all_finite: negative length ", n);
+  MEGADLM_CHECK(n >= 0, "all_finite: negative length ", n);
   // Tested on the bits (exponent all ones means inf or NaN), which vectorises and survives -ffast-math.
   int bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > kParallelMin)

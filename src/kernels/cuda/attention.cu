@@ -302,14 +302,14 @@ AttentionImpl current_impl() {
 // cuDNN's fused SDPA (attention_cudnn.cpp) takes bf16 with no mask or the causal one, when the build has
 // the frontend. Preferred (Auto) falls back when cuDNN declines the shape; Required (Cudnn) throws.
 enum class CudnnUse { No, Preferred, Required };
-CudnnUse cudnn_use(const char* who, const cpu::AttentionMask& mask, bool bf16) {
+CudnnUse cudnn_use(const char* who, const AttentionMask& mask, bool bf16) {
   const AttentionImpl impl = current_impl();
   if (impl != AttentionImpl::Auto && impl != AttentionImpl::Cudnn) return CudnnUse::No;
-  MDLM_CHECK(impl != AttentionImpl::Cudnn || attention_cudnn_compiled(), who,
-             ": AttentionImpl::Cudnn (MEGADLM_ATTENTION=cudnn) asked for, but this build has no cuDNN frontend "
-             "(MEGADLM_HAVE_CUDNN_FRONTEND undefined; see docs/cuda.md, Build)");
+  MEGADLM_CHECK(impl != AttentionImpl::Cudnn || attention_cudnn_compiled(), who,
+                ": AttentionImpl::Cudnn (MEGADLM_ATTENTION=cudnn) asked for, but this build has no cuDNN frontend "
+                "(MEGADLM_HAVE_CUDNN_FRONTEND undefined; see docs/cuda.md, Build)");
   const bool applies = bf16 && mask.segment_ids == nullptr &&
-                       (mask.type == cpu::MaskType::None || mask.type == cpu::MaskType::Causal);
+                       (mask.type == MaskType::None || mask.type == MaskType::Causal);
   if (!applies || !attention_cudnn_compiled()) return CudnnUse::No;
   return impl == AttentionImpl::Cudnn ? CudnnUse::Required : CudnnUse::Preferred;
 }
@@ -331,11 +331,11 @@ bool use_gemm(const char* who, int64_t B, int64_t Tn, int64_t H, int64_t D, size
   // Auto also wants 16-byte aligned rows of scores (T % 8 == 0) for cuBLASLt's tensor-core kernels.
   const bool fits = attention_gemm_scratch_bytes(B, Tn, H, elem) <= gemm_budget_bytes() && Tn % 8 == 0 && D % 8 == 0;
   if (impl == AttentionImpl::Gemm || (impl == AttentionImpl::Auto && fits)) {
-    MDLM_CHECK(D % 8 == 0, who, ": head dim D=", D, " must be a multiple of 8 for the cuBLASLt path");
+    MEGADLM_CHECK(D % 8 == 0, who, ": head dim D=", D, " must be a multiple of 8 for the cuBLASLt path");
     return true;
   }
-  MDLM_CHECK(flash_supports(D), who, ": head dim D=", D, " is not supported by the flash kernel (32, 64 or 128)",
-             impl == AttentionImpl::Auto ? " and the cuBLASLt path does not apply (T % 8, D % 8 or its scratch over "
+  MEGADLM_CHECK(flash_supports(D), who, ": head dim D=", D, " is not supported by the flash kernel (32, 64 or 128)",
+                impl == AttentionImpl::Auto ? " and the cuBLASLt path does not apply (T % 8, D % 8 or its scratch over "
                                            "MEGADLM_ATTENTION_GEMM_MAX_MB)"
                                          : "");
   return false;
@@ -344,13 +344,13 @@ bool use_gemm(const char* who, int64_t B, int64_t Tn, int64_t H, int64_t D, size
 }  // namespace
 
 MaskDev attention_check_args(const char* who, int64_t B, int64_t Tn, int64_t H, int64_t K, int64_t D,
-                             const cpu::AttentionMask& mask) {
-  MDLM_CHECK(B > 0 && Tn > 0 && H > 0 && K > 0 && D > 0, who, ": empty shape B=", B, " T=", Tn, " H=", H, " K=", K,
-             " D=", D);
-  MDLM_CHECK(H % K == 0, who, ": query heads H=", H, " not divisible by kv heads K=", K);
-  MDLM_CHECK(mask.type != cpu::MaskType::BlockCausal || mask.block_size > 0, who,
-             ": BlockCausal needs block_size > 0, got ", mask.block_size);
-  MDLM_CHECK(Tn <= 65535LL * kWarps && H <= 65535 && B <= 65535, who, ": grid too large (B=", B, " T=", Tn, " H=", H, ")");
+                             const AttentionMask& mask) {
+  MEGADLM_CHECK(B > 0 && Tn > 0 && H > 0 && K > 0 && D > 0, who, ": empty shape B=", B, " T=", Tn, " H=", H, " K=", K,
+                " D=", D);
+  MEGADLM_CHECK(H % K == 0, who, ": query heads H=", H, " not divisible by kv heads K=", K);
+  MEGADLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
+                ": BlockCausal needs block_size > 0, got ", mask.block_size);
+  MEGADLM_CHECK(Tn <= 65535LL * kWarps && H <= 65535 && B <= 65535, who, ": grid too large (B=", B, " T=", Tn, " H=", H, ")");
   return MaskDev{mask.type, std::min(mask.block_size, Tn), mask.segment_ids};
 }
 
@@ -366,12 +366,12 @@ bool attention_cudnn_compiled() {
 
 template <typename T>
 void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t Tn, int64_t H,
-                       int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale, cudaStream_t stream) {
+                       int64_t K, int64_t D, const AttentionMask& mask, float scale, cudaStream_t stream) {
   const char* who = "cuda attention_forward";
   const MaskDev m = attention_check_args(who, B, Tn, H, K, D, mask);
   const CudnnUse cu = cudnn_use(who, mask, std::is_same_v<T, bf16_t>);
   if constexpr (std::is_same_v<T, bf16_t>)
-    if (cu != CudnnUse::No && attention_cudnn_forward(out, lse, q, k, v, B, Tn, H, K, D, mask.type == cpu::MaskType::Causal,
+    if (cu != CudnnUse::No && attention_cudnn_forward(out, lse, q, k, v, B, Tn, H, K, D, mask.type == MaskType::Causal,
                                                       scale, cu == CudnnUse::Required, stream))
       return;
   if (use_gemm(who, B, Tn, H, D, sizeof(T))) {
@@ -386,13 +386,13 @@ void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, i
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const float* lse, int64_t B, int64_t Tn, int64_t H, int64_t K, int64_t D,
-                        const cpu::AttentionMask& mask, float scale, cudaStream_t stream) {
+                        const AttentionMask& mask, float scale, cudaStream_t stream) {
   const char* who = "cuda attention_backward";
   const MaskDev m = attention_check_args(who, B, Tn, H, K, D, mask);
   const CudnnUse cu = cudnn_use(who, mask, std::is_same_v<T, bf16_t>);
   if constexpr (std::is_same_v<T, bf16_t>)
     if (cu != CudnnUse::No && attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tn, H, K, D,
-                                                       mask.type == cpu::MaskType::Causal, scale,
+                                                       mask.type == MaskType::Causal, scale,
                                                        cu == CudnnUse::Required, stream))
       return;
   const bool gemm = use_gemm(who, B, Tn, H, D, sizeof(T));
@@ -410,9 +410,9 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
 
 #define MDLM_INSTANTIATE(T)                                                                                       \
   template void attention_forward<T>(T*, float*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
-                                     int64_t, const cpu::AttentionMask&, float, cudaStream_t);                    \
+                                     int64_t, const AttentionMask&, float, cudaStream_t);                    \
   template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const float*,  \
-                                      int64_t, int64_t, int64_t, int64_t, int64_t, const cpu::AttentionMask&,     \
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, const AttentionMask&,     \
                                       float, cudaStream_t);
 MDLM_INSTANTIATE(float)
 MDLM_INSTANTIATE(bf16_t)

@@ -66,7 +66,7 @@ bool deterministic_wanted() {
   static const bool want = [] {
     const char* e = std::getenv("MEGADLM_CUDNN_DETERMINISTIC");
     const std::string v = e ? e : "1";
-    MDLM_CHECK(v == "0" || v == "1", "MEGADLM_CUDNN_DETERMINISTIC=", v, " (want 0 or 1)");
+    MEGADLM_CHECK(v == "0" || v == "1", "MEGADLM_CUDNN_DETERMINISTIC=", v, " (want 0 or 1)");
     return v == "1";
   }();
   return want;
@@ -238,8 +238,8 @@ bool run(bool backward, const Shape& s, bool causal, float scale, std::unordered
          bool required, cudaStream_t stream) {
   const char* who = backward ? "cuda attention_backward (cuDNN SDPA)" : "cuda attention_forward (cuDNN SDPA)";
   const auto decline = [&](const std::string& why) {
-    MDLM_CHECK(!required, who, ": cuDNN cannot run ", describe(s, causal), ": ", why,
-               " (MEGADLM_ATTENTION=flash or gemm selects another implementation)");
+    MEGADLM_CHECK(!required, who, ": cuDNN cannot run ", describe(s, causal), ": ", why,
+                  " (MEGADLM_ATTENTION=flash or gemm selects another implementation)");
     return false;
   };
   // cuDNN reads rows in 16-byte vectors: D * 2 bytes and every base pointer must be multiples of 16.
@@ -263,11 +263,11 @@ bool run(bool backward, const Shape& s, bool causal, float scale, std::unordered
     return decline(p.error);
   }
   const cudnnStatus_t rc = cudnnSetStream(handle, stream);
-  MDLM_CHECK(rc == CUDNN_STATUS_SUCCESS, who, ": cudnnSetStream failed: ", cudnnGetErrorString(rc));
+  MEGADLM_CHECK(rc == CUDNN_STATUS_SUCCESS, who, ": cudnnSetStream failed: ", cudnnGetErrorString(rc));
   void* workspace = p.workspace > 0 ? device_alloc_async(static_cast<size_t>(p.workspace), stream) : nullptr;
   fe::error_t e = p.graph->execute(handle, pack, workspace);
   device_free_async(workspace, stream);
-  MDLM_CHECK(e.is_good(), who, ": execute failed for ", describe(s, causal), ": ", e.get_message());
+  MEGADLM_CHECK(e.is_good(), who, ": execute failed for ", describe(s, causal), ": ", e.get_message());
   return true;
 }
 

@@ -2,39 +2,39 @@
 // The attention masks of kernels/cpu/attention.h on the device, shared by the flash kernel
 // (attention.cu) and the cuBLASLt path (attention_gemm.cu).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cpu/attention.h"
+#include "kernels/types.h"
 
 namespace megadlm::cuda {
 
 struct MaskDev {
-  cpu::MaskType type;
+  MaskType type;
   int64_t block;
   const int32_t* seg;  // [B, T] device pointer or null
 };
 
 // Key j visible to query i (seg: this batch row's segment ids or null).
 __device__ __forceinline__ bool visible(const MaskDev& m, const int32_t* seg, int64_t i, int64_t j) {
-  if (m.type == cpu::MaskType::Causal && j > i) return false;
-  if (m.type == cpu::MaskType::BlockCausal && j / m.block > i / m.block) return false;
+  if (m.type == MaskType::Causal && j > i) return false;
+  if (m.type == MaskType::BlockCausal && j / m.block > i / m.block) return false;
   if (seg && seg[i] != seg[j]) return false;
   return true;
 }
 // One past the last key any query <= i_max can see.
 __device__ __forceinline__ int64_t key_end(const MaskDev& m, int64_t i_max, int64_t Tn) {
-  if (m.type == cpu::MaskType::Causal) return i_max + 1;
-  if (m.type == cpu::MaskType::BlockCausal) return min(Tn, (i_max / m.block + 1) * m.block);
+  if (m.type == MaskType::Causal) return i_max + 1;
+  if (m.type == MaskType::BlockCausal) return min(Tn, (i_max / m.block + 1) * m.block);
   return Tn;
 }
 // The first query that can see a key >= j_min.
 __device__ __forceinline__ int64_t query_begin(const MaskDev& m, int64_t j_min) {
-  if (m.type == cpu::MaskType::Causal) return j_min;
-  if (m.type == cpu::MaskType::BlockCausal) return j_min / m.block * m.block;
+  if (m.type == MaskType::Causal) return j_min;
+  if (m.type == MaskType::BlockCausal) return j_min / m.block * m.block;
   return 0;
 }
 
 // Argument checks shared by both implementations; returns the device form of the mask.
 MaskDev attention_check_args(const char* who, int64_t B, int64_t Tn, int64_t H, int64_t K, int64_t D,
-                             const cpu::AttentionMask& mask);
+                             const AttentionMask& mask);
 
 // The cuBLASLt path (attention_gemm.cu): scores materialised per (batch, head), tensor-core products.
 // Scratch: 12 bytes per score (fp32 scores, fp32 dP, T-typed P and dS) for the backward, 6-8 for the forward.

@@ -212,7 +212,7 @@ class CudaBackend final : public Backend {
                                     const int32_t* targets, const float* weights, int64_t ignore_index,
                                     float grad_scale, int64_t vocab_start, int64_t V, int64_t N,
                                     int64_t Vl) const override {
-    MDLM_CHECK(losses != nullptr || N == 0, "cuda cross_entropy_shard_finish: the sum needs the losses buffer");
+    MEGADLM_CHECK(losses != nullptr || N == 0, "cuda cross_entropy_shard_finish: the sum needs the losses buffer");
     cuda::cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index, grad_scale,
                                      vocab_start, V, N, Vl, kStream);
     cuda::sum(scalar_, losses, N, kStream);
@@ -220,19 +220,19 @@ class CudaBackend final : public Backend {
   }
 
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
-                         int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                         int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                          float scale) const override {
     cuda::attention_forward<float>(out, lse, q, k, v, B, T, H, K, D, mask, scale, kStream);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale) const override {
+                          int64_t K, int64_t D, const AttentionMask& mask, float scale) const override {
     cuda::attention_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale, kStream);
   }
   // The bf16 kernels (cuDNN's where Auto picks it) between casts: the output, dout and the gradients go
   // through stream-ordered bf16 scratch.
   void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                              int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                               float scale) const override {
     const int64_t n = B * T * H * D;
     bf16_t* o = scratch_bf16(n);
@@ -242,7 +242,7 @@ class CudaBackend final : public Backend {
   }
   void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
                                const uint16_t* k, const uint16_t* v, const uint16_t* out, const float* lse, int64_t B,
-                               int64_t T, int64_t H, int64_t K, int64_t D, const cpu::AttentionMask& mask,
+                               int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                                float scale) const override {
     const int64_t nq = B * T * H * D, nk = B * T * K * D;
     bf16_t* s = scratch_bf16(2 * nq + 2 * nk);  // dout, dq, dk, dv
@@ -289,7 +289,7 @@ class CudaBackend final : public Backend {
     else cuda::quantize_dequantize_e4m3(x, n, scale, kStream);
   }
 
-  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+  void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                   uint16_t* param_bf16) const override {
     cuda::adamw_step(param, grad, m, v, n, h, reinterpret_cast<bf16_t*>(param_bf16), kStream);
   }

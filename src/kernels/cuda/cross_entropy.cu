@@ -149,7 +149,7 @@ void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits, 
                                     const float* weights, int64_t ignore_index, float grad_scale, int64_t N, int64_t V,
                                     cudaStream_t stream) {
   if (N <= 0) return;
-  MDLM_CHECK(V > 0, "cuda cross_entropy: vocabulary size ", V, " must be positive");
+  MEGADLM_CHECK(V > 0, "cuda cross_entropy: vocabulary size ", V, " must be positive");
   using D = Dev<T>;
   const int threads = V >= 8192 ? 1024 : (V >= 1024 ? 256 : 64);
   if (vec_ok<D>(V, {dlogits, logits}))

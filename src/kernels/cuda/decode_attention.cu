@@ -68,8 +68,8 @@ __global__ void decode_attention_kernel(float* out, const float* q, const float*
 void decode_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
                               const int64_t* offsets, int64_t B, int64_t Tn, int64_t S, int64_t H, int64_t K,
                               int64_t D, bool causal, float scale, cudaStream_t stream) {
-  MDLM_CHECK(K >= 1 && H % K == 0, "decode attention: kv heads ", K, " do not divide query heads ", H);
-  MDLM_CHECK(D >= 1 && D <= 32 * kMaxPerLane, "decode attention: head dim ", D, " is above ", 32 * kMaxPerLane);
+  MEGADLM_CHECK(K >= 1 && H % K == 0, "decode attention: kv heads ", K, " do not divide query heads ", H);
+  MEGADLM_CHECK(D >= 1 && D <= 32 * kMaxPerLane, "decode attention: head dim ", D, " is above ", 32 * kMaxPerLane);
   const int64_t warps = B * Tn * H;
   if (warps <= 0) return;
   constexpr int kThreads = 128;

@@ -75,33 +75,33 @@ cublasLtEpilogue_t lt_epilogue(const GemmArgs& g) {
 }
 
 void validate(const GemmArgs& g) {
-  MDLM_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "cuda gemm: negative shape M=", g.M, " N=", g.N, " K=", g.K);
-  MDLM_CHECK(g.c_type == DType::F32 || g.c_type == DType::BF16, "cuda gemm: output type ", dtype_name(g.c_type),
-             " (want float32 or bfloat16)");
-  MDLM_CHECK(is_fp8(g.a_type) == is_fp8(g.b_type), "cuda gemm: A is ", dtype_name(g.a_type), " but B is ",
-             dtype_name(g.b_type), " (fp8 needs both)");
+  MEGADLM_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "cuda gemm: negative shape M=", g.M, " N=", g.N, " K=", g.K);
+  MEGADLM_CHECK(g.c_type == DType::F32 || g.c_type == DType::BF16, "cuda gemm: output type ", dtype_name(g.c_type),
+                " (want float32 or bfloat16)");
+  MEGADLM_CHECK(is_fp8(g.a_type) == is_fp8(g.b_type), "cuda gemm: A is ", dtype_name(g.a_type), " but B is ",
+                dtype_name(g.b_type), " (fp8 needs both)");
   if (!is_fp8(g.a_type))
-    MDLM_CHECK(g.a_type == g.b_type, "cuda gemm: A is ", dtype_name(g.a_type), " but B is ", dtype_name(g.b_type));
+    MEGADLM_CHECK(g.a_type == g.b_type, "cuda gemm: A is ", dtype_name(g.a_type), " but B is ", dtype_name(g.b_type));
   if (g.a_type == DType::F32)
-    MDLM_CHECK(g.c_type == DType::F32, "cuda gemm: float32 inputs need a float32 output, got ", dtype_name(g.c_type));
+    MEGADLM_CHECK(g.c_type == DType::F32, "cuda gemm: float32 inputs need a float32 output, got ", dtype_name(g.c_type));
   if (is_fp8(g.a_type)) {
-    MDLM_CHECK(!(g.a_type == DType::F8E5M2 && g.b_type == DType::F8E5M2), "cuda gemm: e5m2 x e5m2 is not supported");
-    MDLM_CHECK(!g.trans_a && g.trans_b, "cuda gemm: fp8 products need trans_a = false and trans_b = true (C = A B^T)");
-    MDLM_CHECK(compute_capability() >= 89, "cuda gemm: fp8 needs sm_89 or newer, this device is sm_",
-               compute_capability());
-    MDLM_CHECK(g.epilogue == Epilogue::None || g.epilogue == Epilogue::Bias,
-               "cuda gemm: fp8 products support only the None and Bias epilogues");
+    MEGADLM_CHECK(!(g.a_type == DType::F8E5M2 && g.b_type == DType::F8E5M2), "cuda gemm: e5m2 x e5m2 is not supported");
+    MEGADLM_CHECK(!g.trans_a && g.trans_b, "cuda gemm: fp8 products need trans_a = false and trans_b = true (C = A B^T)");
+    MEGADLM_CHECK(compute_capability() >= 89, "cuda gemm: fp8 needs sm_89 or newer, this device is sm_",
+                  compute_capability());
+    MEGADLM_CHECK(g.epilogue == Epilogue::None || g.epilogue == Epilogue::Bias,
+                  "cuda gemm: fp8 products support only the None and Bias epilogues");
   }
   const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
   const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
-  MDLM_CHECK(g.lda >= a_cols && g.ldb >= b_cols && g.ldc >= g.N, "cuda gemm: leading dimensions lda=", g.lda,
-             " ldb=", g.ldb, " ldc=", g.ldc, " too small for A [", a_rows, ",", a_cols, "], B [", b_rows, ",", b_cols,
-             "], C [", g.M, ",", g.N, "]");
+  MEGADLM_CHECK(g.lda >= a_cols && g.ldb >= b_cols && g.ldc >= g.N, "cuda gemm: leading dimensions lda=", g.lda,
+                " ldb=", g.ldb, " ldc=", g.ldc, " too small for A [", a_rows, ",", a_cols, "], B [", b_rows, ",", b_cols,
+                "], C [", g.M, ",", g.N, "]");
   const bool needs_bias = g.epilogue == Epilogue::Bias || g.epilogue == Epilogue::BiasGelu;
-  MDLM_CHECK(!needs_bias || g.bias, "cuda gemm: the bias epilogue needs a bias pointer");
-  MDLM_CHECK(g.epilogue != Epilogue::DGelu || g.aux, "cuda gemm: the DGelu epilogue needs aux (the pre-activation)");
-  MDLM_CHECK(g.batch >= 1, "cuda gemm: batch ", g.batch, " must be >= 1");
-  MDLM_CHECK(!g.D || g.D != g.C, "cuda gemm: D aliases C (leave D null for an in-place product)");
+  MEGADLM_CHECK(!needs_bias || g.bias, "cuda gemm: the bias epilogue needs a bias pointer");
+  MEGADLM_CHECK(g.epilogue != Epilogue::DGelu || g.aux, "cuda gemm: the DGelu epilogue needs aux (the pre-activation)");
+  MEGADLM_CHECK(g.batch >= 1, "cuda gemm: batch ", g.batch, " must be >= 1");
+  MEGADLM_CHECK(!g.D || g.D != g.C, "cuda gemm: D aliases C (leave D null for an in-place product)");
 }
 
 int align_class(const void* p) {
@@ -165,7 +165,7 @@ void gemm(const GemmArgs& g, cudaStream_t stream) {
     if (cudaMalloc(&s.workspace, kWorkspaceBytes) != cudaSuccess) fail("cuda gemm: cannot allocate the workspace");
     s.device = device;
   }
-  MDLM_CHECK(device == s.device, "cuda gemm: the cuBLASLt state lives on device ", s.device, ", called on ", device);
+  MEGADLM_CHECK(device == s.device, "cuda gemm: the cuBLASLt state lives on device ", s.device, ", called on ", device);
 
   Descs d;
   const bool fp8 = is_fp8(g.a_type);
@@ -226,7 +226,7 @@ void gemm(const GemmArgs& g, cudaStream_t stream) {
     return detail::concat("M=", g.M, " N=", g.N, " K=", g.K, " A ", dtype_name(g.a_type), " B ", dtype_name(g.b_type),
                           " C ", dtype_name(g.c_type), " epilogue ", static_cast<int>(g.epilogue));
   };
-  MDLM_CHECK(found > 0, "cuda gemm: cuBLASLt has no algorithm for ", describe());
+  MEGADLM_CHECK(found > 0, "cuda gemm: cuBLASLt has no algorithm for ", describe());
   // The first ranked candidate cublasLtMatmul accepts; the call itself is the product.
   std::string refused;
   for (int i = 0; i < found; ++i) {

@@ -1,4 +1,4 @@
-// MoE token permutation (nn/moe_router.h's MoERouting layout): gather tokens into expert-grouped rows,
+// MoE token permutation (nn/moe/moe_router.h's MoERouting layout): gather tokens into expert-grouped rows,
 // and combine the expert outputs back per token through a CSR inverse index (deterministic, no atomics).
 // One thread per 16-byte pack of a row.
 #include "kernels/cuda/common.cuh"

@@ -285,7 +285,7 @@ template <typename T, bool kRms>
 void norm_forward(T* out, float* mean, float* rstd, const T* inp, const float* weight, const float* bias, int64_t N,
                   int64_t C, float eps, const T* residual, T* sum_out, cudaStream_t stream) {
   if (N <= 0) return;
-  MDLM_CHECK(C > 0 && C <= kMaxC, "cuda norm: C = ", C, " outside the supported 1..", kMaxC);
+  MEGADLM_CHECK(C > 0 && C <= kMaxC, "cuda norm: C = ", C, " outside the supported 1..", kMaxC);
   using D = Dev<T>;
   const bool vec = vec_ok<D>(C, {out, inp, residual, sum_out});
   if (vec && vec_ok<float>(C, {weight, bias}) && with_row_shape<D>(C, [&](auto l, auto i) {
@@ -313,7 +313,7 @@ template <typename T, bool kRms>
 void norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const float* weight,
                    const float* mean, const float* rstd, int64_t N, int64_t C, const T* dresidual, cudaStream_t stream) {
   if (N <= 0) return;
-  MDLM_CHECK(C > 0 && C <= kMaxC, "cuda norm backward: C = ", C, " outside the supported 1..", kMaxC);
+  MEGADLM_CHECK(C > 0 && C <= kMaxC, "cuda norm backward: C = ", C, " outside the supported 1..", kMaxC);
   using D = Dev<T>;
   if (vec_ok<D>(C, {dinp, dout, inp, dresidual}) && vec_ok<float>(C, {weight}) && with_row_shape<D>(C, [&](auto l, auto i) {
         constexpr int L = decltype(l)::value, I = decltype(i)::value;

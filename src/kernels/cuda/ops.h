@@ -20,8 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/dtype.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/types.h"
 
 namespace megadlm::cuda {
 
@@ -218,7 +217,7 @@ void cross_entropy_shard_finish(float* losses, float* dlogits, const double* sta
 // As cpu::adamw_step on flat fp32 buffers [n]; when param_bf16 is not null it also receives the updated
 // parameters rounded to bf16 (the compute copy of a bf16 run), saving a cast pass; with h.zero_grad
 // grad [n] is zeroed on the same pass.
-void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                 bf16_t* param_bf16 = nullptr, cudaStream_t stream = 0);
 // out[0] (device double) = sum of x [n] / sum of x^2 / max |x| (NaN if any NaN), in a fixed order.
 void sum(double* out, const float* x, int64_t n, cudaStream_t stream = 0);
@@ -269,14 +268,14 @@ AttentionImpl attention_impl();
 bool attention_cudnn_compiled();  // true when this build has the cuDNN path (MEGADLM_HAVE_CUDNN_FRONTEND)
 template <typename T>
 void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B, int64_t Tn, int64_t H,
-                       int64_t K, int64_t D, const cpu::AttentionMask& mask, float scale, cudaStream_t stream = 0);
+                       int64_t K, int64_t D, const AttentionMask& mask, float scale, cudaStream_t stream = 0);
 // dq [B,T,H,D], dk, dv [B,T,K,D] written. Uses a scratch [B,H,T] fp32 allocated stream-ordered.
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const float* lse, int64_t B, int64_t Tn, int64_t H, int64_t K, int64_t D,
-                        const cpu::AttentionMask& mask, float scale, cudaStream_t stream = 0);
+                        const AttentionMask& mask, float scale, cudaStream_t stream = 0);
 
-// ---- MoE token permutation (moe.cu), the layout of nn/moe_router.h's MoERouting -------------------
+// ---- MoE token permutation (moe.cu), the layout of nn/moe/moe_router.h's MoERouting -------------------
 // rows [P,C] = x[token[p]] (* weight[p] when weight is not null); rows with token[p] < 0 (padding) = 0.
 template <typename T>
 void moe_permute(T* rows, const T* x, const int32_t* token, const float* weight, int64_t P, int64_t C,

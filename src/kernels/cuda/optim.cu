@@ -137,12 +137,12 @@ void reduce(Out* out, const float* x, int64_t n, cudaStream_t stream) {
 
 }  // namespace
 
-void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const cpu::AdamWParams& h,
+void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const AdamWParams& h,
                 bf16_t* param_bf16, cudaStream_t stream) {
-  MDLM_CHECK(n >= 0, "cuda adamw_step: negative length ", n);
-  MDLM_CHECK(h.step >= 1, "cuda adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
-  MDLM_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "cuda adamw_step: beta1 ", h.beta1, " is outside [0, 1)");
-  MDLM_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "cuda adamw_step: beta2 ", h.beta2, " is outside [0, 1)");
+  MEGADLM_CHECK(n >= 0, "cuda adamw_step: negative length ", n);
+  MEGADLM_CHECK(h.step >= 1, "cuda adamw_step: step ", h.step, " must be >= 1 (it is 1-based)");
+  MEGADLM_CHECK(h.beta1 >= 0.0f && h.beta1 < 1.0f, "cuda adamw_step: beta1 ", h.beta1, " is outside [0, 1)");
+  MEGADLM_CHECK(h.beta2 >= 0.0f && h.beta2 < 1.0f, "cuda adamw_step: beta2 ", h.beta2, " is outside [0, 1)");
   if (n == 0) return;
   // The same constants as the CPU kernel, so both round alike (bias corrections in double).
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));

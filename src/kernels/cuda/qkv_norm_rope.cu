@@ -153,8 +153,8 @@ void with_lanes(int64_t D, const char* who, F&& f) {
     if constexpr (decltype(i)::value == 1) f(l), one_pack = true;
   });
   constexpr int kV = Pack<T>::kN;
-  MDLM_CHECK(one_pack, who, ": head dim ", D, " not supported for this type (want ", 8 * kV, ", ", 16 * kV, " or ",
-             32 * kV, ")");
+  MEGADLM_CHECK(one_pack, who, ": head dim ", D, " not supported for this type (want ", 8 * kV, ", ", 16 * kV, " or ",
+                32 * kV, ")");
 }
 
 }  // namespace
@@ -165,9 +165,9 @@ void qkv_norm_rope_forward(T* q, T* k, T* v, float* rstd_q, float* rstd_k, const
                            int64_t N, int64_t H, int64_t K, int64_t D, float eps, cudaStream_t stream) {
   if (N <= 0) return;
   using Dv = Dev<T>;
-  MDLM_CHECK(vec_ok<Dv>(D, {q, k, v, qkv}) && vec_ok<float>(D, {q_norm_weight, k_norm_weight, cos, sin}),
-             "qkv_norm_rope_forward: tensors and tables must be 16-byte aligned");
-  MDLM_CHECK(N * (H + 2 * K) < (int64_t{1} << 31), "qkv_norm_rope_forward: ", N * (H + 2 * K), " head rows (max 2^31 - 1)");
+  MEGADLM_CHECK(vec_ok<Dv>(D, {q, k, v, qkv}) && vec_ok<float>(D, {q_norm_weight, k_norm_weight, cos, sin}),
+                "qkv_norm_rope_forward: tensors and tables must be 16-byte aligned");
+  MEGADLM_CHECK(N * (H + 2 * K) < (int64_t{1} << 31), "qkv_norm_rope_forward: ", N * (H + 2 * K), " head rows (max 2^31 - 1)");
   with_lanes<Dv>(D, "qkv_norm_rope_forward", [&](auto l) {
     constexpr int L = decltype(l)::value;
     const int64_t rows = N * (H + 2 * K), per_block = kRowThreads / L;
@@ -185,9 +185,9 @@ void qkv_norm_rope_backward(T* dqkv, float* dq_norm_weight, float* dk_norm_weigh
                             const float* sin, int64_t N, int64_t H, int64_t K, int64_t D, cudaStream_t stream) {
   if (N <= 0) return;
   using Dv = Dev<T>;
-  MDLM_CHECK(vec_ok<Dv>(D, {dqkv, dq, dk, dv, qkv}) && vec_ok<float>(D, {q_norm_weight, k_norm_weight, cos, sin}),
-             "qkv_norm_rope_backward: tensors and tables must be 16-byte aligned");
-  MDLM_CHECK(N * (H + 2 * K) < (int64_t{1} << 31), "qkv_norm_rope_backward: ", N * (H + 2 * K), " head rows (max 2^31 - 1)");
+  MEGADLM_CHECK(vec_ok<Dv>(D, {dqkv, dq, dk, dv, qkv}) && vec_ok<float>(D, {q_norm_weight, k_norm_weight, cos, sin}),
+                "qkv_norm_rope_backward: tensors and tables must be 16-byte aligned");
+  MEGADLM_CHECK(N * (H + 2 * K) < (int64_t{1} << 31), "qkv_norm_rope_backward: ", N * (H + 2 * K), " head rows (max 2^31 - 1)");
   with_lanes<Dv>(D, "qkv_norm_rope_backward", [&](auto l) {
     constexpr int L = decltype(l)::value;
     const auto [rows_per_group, blocks] = group_walk(N * (H + 2 * K), kRowThreads / L);

@@ -48,7 +48,7 @@ __global__ void rope_kernel(T* out, const T* inp, const int32_t* positions, cons
 template <typename T>
 void rope(T* out, const T* inp, const int32_t* positions, const float* cos_t, const float* sin_t, int64_t N, int64_t H,
           int64_t D, float sign, cudaStream_t stream) {
-  MDLM_CHECK(D > 0 && D % 2 == 0, "cuda rope: head dim D = ", D, " must be even");
+  MEGADLM_CHECK(D > 0 && D % 2 == 0, "cuda rope: head dim D = ", D, " must be even");
   if (N <= 0 || H <= 0) return;
   using Dv = Dev<T>;
   constexpr int kN = Pack<Dv>::kN;

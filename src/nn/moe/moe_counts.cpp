@@ -1,4 +1,4 @@
-#include "nn/moe_counts.h"
+#include "nn/moe/moe_counts.h"
 
 namespace megadlm {
 

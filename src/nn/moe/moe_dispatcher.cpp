@@ -1,4 +1,4 @@
-#include "nn/moe_dispatcher.h"
+#include "nn/moe/moe_dispatcher.h"
 
 #include "kernels/backend.h"
 
@@ -17,7 +17,7 @@ static const T* on_backend(Arena& arena, const Backend& be, const std::vector<T>
 Tensor TokenDispatcher::dispatch(Arena& arena, const Tensor& x, const MoERouting& r) {
   const int64_t N = r.N, P = r.rows();
   C_ = x.numel() / N;
-  MDLM_CHECK(x.numel() == N * C_, "TokenDispatcher: input ", x.shape().str(), " is not [", N, ", C]");
+  MEGADLM_CHECK(x.numel() == N * C_, "TokenDispatcher: input ", x.shape().str(), " is not [", N, ", C]");
   // token -> rows (counting sort keeps each token's rows in ascending row order: deterministic sums)
   token_offsets_.assign(static_cast<size_t>(N + 1), 0);
   for (int64_t row = 0; row < P; ++row)

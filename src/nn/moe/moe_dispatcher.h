@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "nn/moe_router.h"
+#include "nn/moe/moe_router.h"
 
 namespace megadlm {
 

@@ -1,4 +1,4 @@
-#include "nn/moe_ep_exchange.h"
+#include "nn/moe/moe_ep_exchange.h"
 
 #include <algorithm>
 
@@ -9,7 +9,7 @@ namespace megadlm {
 
 ExpertExchange::ExpertExchange(const ParallelContext& ctx, int64_t num_experts, int64_t hidden)
     : ctx_(&ctx), ep_(ctx.ep.size), rank_(ctx.ep.rank), E_(num_experts), C_(hidden) {
-  MDLM_CHECK(E_ % ep_ == 0, "--num-experts ", E_, " is not divisible by --expert-model-parallel-size ", ep_);
+  MEGADLM_CHECK(E_ % ep_ == 0, "--num-experts ", E_, " is not divisible by --expert-model-parallel-size ", ep_);
   El_ = E_ / ep_;
 }
 
@@ -43,8 +43,8 @@ void ExpertExchange::regroup(Device device, const float* in, float* out, bool to
 
 Tensor ExpertExchange::send_to_experts(Arena& arena, const Tensor& xp, const std::vector<int64_t>& offsets,
                                        std::vector<int64_t>& local_offsets) {
-  MDLM_CHECK(static_cast<int64_t>(offsets.size()) == E_ + 1, "expert exchange: ", offsets.size() - 1,
-             " expert segments, expected ", E_);
+  MEGADLM_CHECK(static_cast<int64_t>(offsets.size()) == E_ + 1, "expert exchange: ", offsets.size() - 1,
+                " expert segments, expected ", E_);
   P_ = offsets.back();
   // Per-expert row counts to the owners: rank r receives, from every source, the counts of its El experts.
   std::vector<float> mine(static_cast<size_t>(E_)), theirs(static_cast<size_t>(ep_ * El_));

@@ -1,4 +1,4 @@
-#include "nn/moe_experts.h"
+#include "nn/moe/moe_experts.h"
 
 #include "kernels/backend.h"
 
@@ -7,7 +7,7 @@ namespace megadlm {
 MoEExperts::MoEExperts(ParamStore& store, const std::string& name, const TransformerConfig& cfg, int64_t num_experts,
                        int64_t ffn_hidden, float output_init_std, bool grouped, int64_t first_expert)
     : store_(&store), act_(cfg.activation), E_(num_experts), C_(cfg.hidden_size), F_(ffn_hidden), grouped_(grouped) {
-  MDLM_CHECK(F_ >= 1, name, ": --moe-ffn-hidden-size must be positive, got ", F_);
+  MEGADLM_CHECK(F_ >= 1, name, ": --moe-ffn-hidden-size must be positive, got ", F_);
   F1_ = act_ == Activation::SwiGLU ? 2 * F_ : F_;
   for (int64_t e = 0; e < E_; ++e) {
     const std::string p = name + "." + std::to_string(first_expert + e);
@@ -47,8 +47,8 @@ void MoEExperts::act_backward(float* dh, const float* h, const float* da, int64_
 
 Tensor MoEExperts::forward(Arena& arena, const Tensor& xp, const std::vector<int64_t>& offsets) {
   const int64_t P = offsets.back();
-  MDLM_CHECK(static_cast<int64_t>(offsets.size()) == E_ + 1 && xp.numel() == P * C_, "MoEExperts: input ",
-             xp.shape().str(), " does not match ", P, " dispatched rows of width ", C_);
+  MEGADLM_CHECK(static_cast<int64_t>(offsets.size()) == E_ + 1 && xp.numel() == P * C_, "MoEExperts: input ",
+                xp.shape().str(), " does not match ", P, " dispatched rows of width ", C_);
   offsets_ = offsets;
   xp_ = xp;
   Tensor out = arena.tensor({P, C_});

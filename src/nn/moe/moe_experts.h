@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "nn/parameters.h"
+#include "core/parameters.h"
 #include "nn/transformer_config.h"
 
 namespace megadlm {

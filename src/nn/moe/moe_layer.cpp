@@ -1,4 +1,4 @@
-#include "nn/moe_layer.h"
+#include "nn/moe/moe_layer.h"
 
 #include "kernels/backend.h"
 

@@ -12,10 +12,10 @@
 
 #include "core/arena.h"
 #include "nn/mlp.h"
-#include "nn/moe_dispatcher.h"
-#include "nn/moe_ep_exchange.h"
-#include "nn/moe_experts.h"
-#include "nn/moe_router.h"
+#include "nn/moe/moe_dispatcher.h"
+#include "nn/moe/moe_ep_exchange.h"
+#include "nn/moe/moe_experts.h"
+#include "nn/moe/moe_router.h"
 #include "nn/transformer_config.h"
 
 namespace megadlm {

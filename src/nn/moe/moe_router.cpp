@@ -1,4 +1,4 @@
-#include "nn/moe_router.h"
+#include "nn/moe/moe_router.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,8 +19,8 @@ const char* moe_drop_policy_name(MoEDropPolicy p) { return p == MoEDropPolicy::P
 
 MoERouter::MoERouter(ParamStore& store, const std::string& name, const MoEConfig& cfg, int64_t hidden, float init_std)
     : store_(&store), cfg_(cfg), C_(hidden), E_(cfg.num_experts), k_(cfg.topk) {
-  MDLM_CHECK(E_ >= 1, name, ": --num-experts must be positive, got ", E_);
-  MDLM_CHECK(k_ >= 1 && k_ <= E_, name, ": --moe-router-topk ", k_, " must be in [1, --num-experts ", E_, "]");
+  MEGADLM_CHECK(E_ >= 1, name, ": --num-experts must be positive, got ", E_);
+  MEGADLM_CHECK(k_ >= 1 && k_ <= E_, name, ": --moe-router-topk ", k_, " must be in [1, --num-experts ", E_, "]");
   w_ = store.add(name + ".weight", {E_, C_}, Init::Normal, init_std, /*weight_decay=*/true);
 }
 
@@ -31,8 +31,8 @@ static int64_t expert_capacity(int64_t tokens, int64_t E, double factor) {
 
 void MoERouter::forward(Arena& arena, const Tensor& x, int64_t B, int64_t T, MoERouting& r) {
   const int64_t N = x.numel() / C_;
-  MDLM_CHECK(x.numel() == N * C_ && N == B * T, "MoERouter: input ", x.shape().str(), " is not [B*T=", B * T,
-             ", ", C_, "]");
+  MEGADLM_CHECK(x.numel() == N * C_ && N == B * T, "MoERouter: input ", x.shape().str(), " is not [B*T=", B * T,
+                ", ", C_, "]");
   N_ = N, B_ = B, T_ = T;
   x_ = x;
   const int64_t E = E_;

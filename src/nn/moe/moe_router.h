@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "nn/moe_config.h"
-#include "nn/parameters.h"
+#include "nn/moe/moe_config.h"
+#include "core/parameters.h"
 
 namespace megadlm {
 
