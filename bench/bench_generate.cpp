@@ -20,7 +20,8 @@
 #include "core/cli_flags.h"
 #include "tokenizers/tokenizer.h"
 #include "infer/sampling.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 
 using namespace megadlm;
 
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
         what = lm.dir;
       } else {
         const TransformerConfig c = random_config(f.get_int("random-layers"), f.get_int("random-hidden"), f.get_double("random-init-std"));
-        own = std::make_unique<LanguageModel>(c, gpt_layer_spec(c), ParallelContext::single());
+        own = std::make_unique<LanguageModel>(c, gpt_model_spec(c), ParallelContext::single());
         own->params().init(1);
         m = own.get();
       }
@@ -170,7 +171,7 @@ int main(int argc, char** argv) {
         what = lm.dir;
       } else {
         const TransformerConfig c = random_config(f.get_int("random-layers"), f.get_int("random-hidden"), f.get_double("random-init-std"));
-        own = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, MaskType::None, 0), ParallelContext::single());
+        own = std::make_unique<LanguageModel>(c, decoder_model_spec(c, difflm_layer_spec(c, MaskType::None, 0)), ParallelContext::single());
         own->params().init(2);
         m = own.get();
       }

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
 
   // dense MLP of 2F
   ParamStore dense_store;
-  MLP dense(dense_store, ctx, "mlp", cfg, k * F, 0.02f);
+  MLP dense(dense_store, ctx, "mlp", cfg, cfg.activation, k * F, 0.02f);
   dense_store.finalize();
   dense_store.init(1234);
   Arena arena;
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   };
 
   ParamStore moe_store;
-  MoELayer moe(moe_store, ctx, "mlp", cfg, 0.02f);
+  MoELayer moe(moe_store, ctx, "mlp", cfg, cfg.activation, 0.02f);
   moe_store.finalize();
   moe_store.init(1234);
   int64_t max_load = 0;

@@ -113,6 +113,6 @@ inline std::string error_of(const std::function<void()>& f) {
 }  // namespace megadlm::test
 
 // Skips the current test with a clear message when a file from ../shared/ is missing.
-#define MDLM_REQUIRE_SHARED(var, rel)                                                         \
+#define MEGADLM_REQUIRE_SHARED(var, rel)                                                         \
   const std::string var = ::megadlm::test::shared_path(rel);                                  \
   if (var.empty()) GTEST_SKIP() << "../shared/" << rel << " is absent (a fresh clone has no shared/)"

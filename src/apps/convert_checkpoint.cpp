@@ -23,7 +23,8 @@
 #include "core/cli_flags.h"
 #include "tokenizers/tokenizer.h"
 #include "models/config_json.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 
 using namespace megadlm;
 namespace fs = std::filesystem;
@@ -45,9 +46,7 @@ void hf_to_native(const CliFlags& f) {
   TransformerConfig cfg = ck.info.config;
   if (type == ModelType::GPT) cfg.attention_mask = MaskType::Causal;
   else if (!ck.info.diffusion) cfg.attention_mask = MaskType::None;  // an AR model adapted: bidirectional
-  const LayerSpec spec = type == ModelType::DiffLM ? difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size)
-                                                   : gpt_layer_spec(cfg);
-  LanguageModel model(cfg, spec, ParallelContext::single());
+  LanguageModel model(cfg, model_spec(type, cfg), ParallelContext::single());
   load_params_into(ck.params, model, src);
   const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
   int32_t mask = f.given("mask-token") ? static_cast<int32_t>(f.get_int("mask-token")) : ck.info.mask_token_id;

@@ -8,6 +8,7 @@
 #include "checkpoint/safetensors_sharded.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "models/gpt_spec.h"
 
 namespace megadlm {
 
@@ -576,11 +577,7 @@ std::vector<std::pair<std::string, Shape>> our_shapes(const TransformerConfig& c
   TransformerConfig cc = c;
   (void)diffusion;
   cc.attention_mask = MaskType::Causal;
-  LayerSpec spec;
-  spec.norm = cc.normalization;
-  spec.qk_norm = cc.qk_layernorm;
-  spec.activation = cc.activation;
-  LanguageModel m(cc, spec, ParallelContext::single());
+  LanguageModel m(cc, gpt_model_spec(cc), ParallelContext::single());
   std::vector<std::pair<std::string, Shape>> out;
   for (const auto& p : m.params().infos()) out.emplace_back(p.name, p.shape);
   return out;

@@ -3,7 +3,8 @@
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "models/config_json.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 
 namespace megadlm {
 
@@ -27,8 +28,7 @@ LoadedModel load_model(const std::string& path, Device device) {
   m.diffusion = type == ModelType::DiffLM;
   m.mask_token = meta.value("mask_token", -1);
   m.eod = meta.value("eod", -1);
-  const LayerSpec spec = m.diffusion ? difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size)
-                                     : gpt_layer_spec(cfg);
+  const ModelSpec spec = model_spec(type, cfg);
   m.model = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
   load_checkpoint_tensors(m.dir, *m.model, nullptr);
   if (device != Device::CPU) {

@@ -30,7 +30,7 @@ template <typename... Args>
 }  // namespace megadlm
 
 // MEGADLM_CHECK(cond, pieces...): throws megadlm::Error naming the pieces when cond is false.
-#define MEGADLM_CHECK(cond, ...)                          \
+#define MEGADLM_CHECK(cond, ...)                       \
   do {                                                 \
     if (!(cond)) ::megadlm::fail(__VA_ARGS__);         \
   } while (0)

@@ -84,6 +84,12 @@ class Backend {
   }
   virtual void scale_inplace(float* a, float s, int64_t n) const = 0;
 
+  // ---- softmax over rows (kernels/cpu/softmax.h): x, out [N, V] ----
+  // out = softmax(inp) per row (may alias inp).
+  virtual void softmax_forward(float* out, const float* inp, int64_t N, int64_t V) const = 0;
+  // din = out * (dout - rowsum(dout * out)), written (may alias dout); out the forward's output.
+  virtual void softmax_backward(float* din, const float* out, const float* dout, int64_t N, int64_t V) const = 0;
+
   // ---- norms (kernels/cpu/norm.h): out, inp [N,C]; mean, rstd [N]; weight, bias [C] ----
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                  const float* bias, int64_t N, int64_t C, float eps) const = 0;
@@ -96,6 +102,9 @@ class Backend {
                                 const float* rstd, int64_t N, int64_t C) const = 0;
 
   // ---- rotary embedding (kernels/cpu/rope.h): x [N,H,D], positions [N], cos/sin [P, D/2] ----
+  // cos, sin [P, D/2] for positions 0..P-1 (angles in double, rounded once): the tables the two ops
+  // below read. By default made on the host (kernels/cpu/rope.h) and copied to the device.
+  virtual void rope_tables(float* cos, float* sin, int64_t P, int64_t D, double base) const;
   virtual void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos,
                             const float* sin, int64_t N, int64_t H, int64_t D) const = 0;
   virtual void rope_backward(float* dinp, const float* dout, const int32_t* positions, const float* cos,

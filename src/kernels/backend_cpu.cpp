@@ -15,6 +15,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/softmax.h"
 
 namespace megadlm {
 namespace {
@@ -107,6 +108,16 @@ class CpuBackend final : public Backend {
     cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
   }
 
+  void softmax_forward(float* out, const float* inp, int64_t N, int64_t V) const override {
+    cpu::softmax_forward(out, inp, N, V);
+  }
+  void softmax_backward(float* din, const float* out, const float* dout, int64_t N, int64_t V) const override {
+    cpu::softmax_backward(din, out, dout, N, V);
+  }
+
+  void rope_tables(float* cos, float* sin, int64_t P, int64_t D, double base) const override {
+    cpu::rope_tables(cos, sin, P, D, base);
+  }
   void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
                     int64_t N, int64_t H, int64_t D) const override {
     cpu::rope_forward(out, inp, positions, cos, sin, N, H, D);

@@ -4,7 +4,6 @@
 #include <type_traits>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/cross_entropy.h"
 #include "nn/moe/moe_counts.h"
 #include "parallel/tp_mappings.h"
 
@@ -50,13 +49,18 @@ LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int 
   return LayerRange{pp_rank * per_stage, (pp_rank + 1) * per_stage};
 }
 
-LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec, const ParallelContext& ctx,
+LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec, const ParallelContext& ctx,
                              bool pre_process, bool post_process, Device device)
     : cfg_(cfg),
       ctx_(ctx),
       pre_process_(pre_process && ctx.is_first_stage()),
       post_process_(post_process && ctx.is_last_stage()) {
   validate_config(cfg);
+  MEGADLM_CHECK(spec.stacks.size() == 1 && spec.heads.size() == 1 && spec.heads[0].kind == HeadKind::LM,
+                "LanguageModel builds decoder-only models: a spec of one stack and an LM head");
+  const StackSpec& stack = spec.stacks[0];
+  MEGADLM_CHECK(stack.num_layers == cfg.num_layers && stack.final_norm, "LanguageModel: the stack of ",
+                stack.num_layers, " layers must be --num-layers ", cfg.num_layers, " and end in a final norm");
   if (device != Device::CPU) {
     backend_for(device);  // throws when the build has no CUDA or no GPU is visible
     // Data, tensor, pipeline and expert parallelism (train/parallel_training.cpp gives their groups
@@ -67,19 +71,13 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
     arena_.set_device(device);
   }
   layer_range_ = pipeline_stage_layers(cfg, ctx.pp.size, ctx.pp.rank);
-  if (pre_process_) embedding_ = Embedding(params_, ctx_, cfg_);
-  for (int64_t l = layer_range_.begin; l < layer_range_.end; ++l) {
-    LayerSpec layer_spec = spec;
-    if (cfg.moe.is_moe_layer(l)) layer_spec.mlp = MlpKind::MoE;  // --num-experts with --moe-layer-freq
-    layer_first_param_.push_back(params_.count());
-    layers_.push_back(
-        std::make_unique<TransformerLayer>(params_, ctx_, "layers." + std::to_string(l), cfg_, layer_spec));
-  }
-  const bool tied = !cfg.untie_embeddings_and_output_weights;
+  if (pre_process_) embedding_ = Embedding(params_, ctx_, cfg_, spec.embedding);
+  decoder_ = TransformerBlock(params_, ctx_, cfg_, stack, layer_range_);
+  const bool tied = spec.heads[0].tied;
   final_norm_first_param_ = params_.count();
   if (post_process_) {
-    final_norm_ = Norm(params_, "norm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon,
-                       cfg.normalization == NormKind::LayerNorm, &ctx_);
+    final_norm_ = Norm(params_, stack.final_norm_name, stack.final_norm_kind, cfg.hidden_size, cfg.norm_epsilon,
+                       stack.final_norm_kind == NormKind::LayerNorm, &ctx_);
     int head_weight = -1;
     if (tied && pre_process_) {
       head_weight = embedding_.word_embeddings_id();
@@ -95,6 +93,19 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec
   if (tied && ctx.pp.size > 1 && pre_process_ != post_process_)
     shared_embedding_ = pre_process_ ? embedding_.word_embeddings_id() : params_.find("embed_tokens.weight");
   params_.finalize();
+}
+
+void LanguageModel::set_precision(const PrecisionConfig& cfg) {
+  precision_ = std::make_unique<MixedPrecision>(params_, cfg);
+  MixedPrecision* p = cfg.mode == PrecisionMode::FP32 ? nullptr : precision_.get();
+  decoder_.set_precision(p);
+  if (post_process_) head_.set_precision(p);
+}
+
+void LanguageModel::set_recompute(const RecomputeConfig& cfg) {
+  MEGADLM_CHECK(cfg.granularity != RecomputeGranularity::Full || !cfg_.moe.enabled(),
+                "--recompute-granularity full is not available with MoE layers yet");
+  decoder_.set_recompute(cfg);
 }
 
 // Temporaries that no later step reads (the output layer's chunks of logits): the precision policy's
@@ -151,7 +162,7 @@ Tensor LanguageModel::forward_stage(const MicroBatch& host_mb, const float* inpu
     x = arena_.tensor({local_rows(ctx_, mb.B * mb.T), cfg_.hidden_size});  // N/tp rows under sequence parallel
     backend_for(device()).copy(x.data<float>(), input, sizeof(float) * static_cast<size_t>(x.numel()));
   }
-  x = forward_all_layers(x, info);  // with recomputation when set (models/language_model_recompute.cpp)
+  x = decoder_.forward(arena_, x, info);  // with recomputation when set
   return post_process_ ? final_norm_.forward(arena_, x) : x;
 }
 
@@ -176,7 +187,9 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
     MEGADLM_CHECK(output_grad != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the next stage's gradient");
     backend_for(device()).copy(g1.data<float>(), output_grad, sizeof(float) * static_cast<size_t>(g1.numel()));
   }
-  backward_all_layers(mb.info(), dy, dx);
+  decoder_.backward(arena_, mb.info(), dy, dx, [this](int64_t l) {
+    if (grads_ready_) grads_ready_(decoder_.first_param(l));
+  });
   if (pre_process_) {
     embedding_.backward(*dy);
   } else {
@@ -210,12 +223,7 @@ double LanguageModel::forward_loss(const MicroBatch& mb, float* per_token_loss) 
   return loss_stage(mb, forward_hidden(mb), per_token_loss);
 }
 
-std::vector<MoELayer*> LanguageModel::moe_layers() {
-  std::vector<MoELayer*> out;
-  for (auto& layer : layers_)
-    if (layer->moe()) out.push_back(layer->moe());
-  return out;
-}
+std::vector<MoELayer*> LanguageModel::moe_layers() { return decoder_.moe_layers(); }
 
 // On a device the logits come back to the host for the samplers and scorers (infer/): one download.
 Tensor LanguageModel::logits_on_host(const Tensor& logits) const {
@@ -247,10 +255,8 @@ Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache
                 "KV cache was not allocated for this model");
   const MicroBatch dmb = device_batch(mb);  // on a device: the tokens and positions uploaded
   const BatchInfo info = dmb.info();
-  Tensor x = embedding_.forward(arena_, dmb.tokens, info);
-  for (size_t l = 0; l < layers_.size(); ++l)
-    x = layers_[l]->forward_cached(arena_, x, info, cache.k_at(static_cast<int64_t>(l), first_seq),
-                                   cache.v_at(static_cast<int64_t>(l), first_seq), cache.S, offsets, causal);
+  Tensor x = decoder_.forward_cached(arena_, embedding_.forward(arena_, dmb.tokens, info), info, cache, first_seq,
+                                     offsets, causal);
   if (last_only && mb.T > 1) {
     // Only the last row of each sequence feeds the head: the [T, V] logits are not needed.
     const int64_t C = cfg_.hidden_size;

@@ -1,6 +1,7 @@
 #pragma once
 // A decoder-only language model (GPT-2 or LLaMA/Qwen3 style, autoregressive or diffusion) built from
-// a TransformerConfig and a LayerSpec, per pipeline stage: stage s of ctx.pp owns the layers
+// a TransformerConfig and a ModelSpec of one stack and an LM head (models/model_spec.h), per pipeline
+// stage: stage s of ctx.pp owns the layers
 // [s L/pp, (s+1) L/pp) (pipeline_stage_layers), the first stage the embedding (pre_process), the last
 // the final norm and the output layer (post_process). With one stage it owns everything.
 //
@@ -26,11 +27,12 @@
 #include "nn/embedding.h"
 #include "nn/kv_cache.h"
 #include "nn/lm_head.h"
-#include "nn/norm.h"
 #include "core/parameters.h"
+#include "models/model_spec.h"
+#include "nn/norm.h"
 #include "nn/precision.h"
 #include "nn/recompute.h"
-#include "nn/transformer_layer.h"
+#include "nn/transformer_block.h"
 
 namespace megadlm {
 
@@ -47,14 +49,13 @@ struct MicroBatch {
 
 // The layers [begin, end) of pipeline stage `pp_rank` of `pp_size`; an Error naming both flags when
 // --num-layers is not a multiple of --pipeline-model-parallel-size.
-struct LayerRange {
-  int64_t begin = 0, end = 0;
-};
 LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int pp_rank);
 
 class LanguageModel {
  public:
-  LanguageModel(const TransformerConfig& cfg, const LayerSpec& spec, const ParallelContext& ctx,
+  // spec: one stack and an LM head (decoder_model_spec, gpt_model_spec, difflm_model_spec); an Error
+  // otherwise.
+  LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec, const ParallelContext& ctx,
                 bool pre_process = true, bool post_process = true, Device device = Device::CPU);
   Device device() const { return params_.device(); }
 
@@ -130,19 +131,6 @@ class LanguageModel {
   const MicroBatch& staged(const MicroBatch& mb) const;
   MicroBatch staged_;
   const int32_t* staged_from_ = nullptr;  // the host tokens staged_ was made from
-  // This stage's layers forward from x; under full recomputation each recomputed group of layers
-  // keeps only its input (group_inputs_[its first layer]) and frees the rest.
-  Tensor forward_all_layers(Tensor x, const BatchInfo& info);
-  // Runs layers [first, last] forward from x; their activations stay in the arena.
-  Tensor forward_layers(int64_t first, int64_t last, Tensor x, const BatchInfo& info);
-  // The backward of this stage's layers from *dy, recomputing groups first; ends with the input
-  // gradient in *dy (dy, dx ping-pong, swapped after each layer).
-  void backward_all_layers(const BatchInfo& info, Tensor*& dy, Tensor*& dx);
-  // Calls the grads-ready hook for the local layer l just back-propagated.
-  void notify_grads_ready(int64_t l) {
-    if (grads_ready_) grads_ready_(layer_first_param_[static_cast<size_t>(l)]);
-  }
-
   TransformerConfig cfg_;
   ParallelContext ctx_;
   ParamStore params_;
@@ -151,14 +139,11 @@ class LanguageModel {
   LayerRange layer_range_;
   int shared_embedding_ = -1;
   Embedding embedding_;
-  std::vector<std::unique_ptr<TransformerLayer>> layers_;
+  TransformerBlock decoder_;  // this stage's layers
   Norm final_norm_;
   LMHead head_;
   std::unique_ptr<MixedPrecision> precision_;
   Arena& work_arena();
-  std::vector<int64_t> recompute_start_;  // per layer: first layer of its recomputed group, or -1
-  std::vector<Tensor> group_inputs_;      // per layer: the kept input of a recomputed group
-  std::vector<int> layer_first_param_;    // per layer: the id of its first parameter
   int final_norm_first_param_ = 0;
   std::function<void(int)> grads_ready_;
 };

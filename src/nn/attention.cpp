@@ -1,7 +1,6 @@
 #include "nn/attention.h"
 
 #include "kernels/backend.h"
-#include "kernels/cpu/rope.h"
 #include "parallel/tp_mappings.h"
 
 #include <algorithm>
@@ -10,8 +9,8 @@
 namespace megadlm {
 
 SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
-                             const TransformerConfig& cfg, float output_init_std)
-    : store_(&store), ctx_(&ctx), cfg_(cfg), H_(cfg.num_attention_heads), K_(cfg.num_query_groups),
+                             const TransformerConfig& cfg, const SelfAttentionSpec& spec, float output_init_std)
+    : store_(&store), ctx_(&ctx), cfg_(cfg), spec_(spec), H_(cfg.num_attention_heads), K_(cfg.num_query_groups),
       D_(cfg.kv_channels) {
   const int64_t C = cfg.hidden_size;
   // Tensor parallelism gives each rank H/tp heads and the K/tp KV groups they read (heads of a group
@@ -29,23 +28,16 @@ SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, cons
   for (Linear* l : {&q_proj_, &k_proj_, &v_proj_}) l->set_input_mapped_by_caller();
   H_ /= tp;
   K_ /= tp;
-  if (cfg.qk_layernorm) {
+  if (spec.qk_norm) {
     q_norm_ = store.add(name + ".q_norm.weight", {D_}, Init::Ones, 0.0f, false);
     k_norm_ = store.add(name + ".k_norm.weight", {D_}, Init::Ones, 0.0f, false);
   }
   if (cfg.position_embedding == PositionEmbedding::Rope) {
     const int64_t P = cfg.max_position_embeddings;
-    rope_cos_ = Tensor::empty({P, D_ / 2}, DType::F32);
-    rope_sin_ = Tensor::empty({P, D_ / 2}, DType::F32);
-    cpu::rope_tables(rope_cos_.data<float>(), rope_sin_.data<float>(), P, D_, cfg.rotary_base);
-    if (store.device() != Device::CPU) {  // made on the host, kept on the parameters' device
-      Tensor cos = Tensor::empty(rope_cos_.shape(), DType::F32, store.device());
-      Tensor sin = Tensor::empty(rope_sin_.shape(), DType::F32, store.device());
-      cos.copy_from(rope_cos_);
-      sin.copy_from(rope_sin_);
-      rope_cos_ = cos;
-      rope_sin_ = sin;
-    }
+    rope_cos_ = Tensor::empty({P, D_ / 2}, DType::F32, store.device());
+    rope_sin_ = Tensor::empty({P, D_ / 2}, DType::F32, store.device());
+    backend_for(store.device())
+        .rope_tables(rope_cos_.data<float>(), rope_sin_.data<float>(), P, D_, cfg.rotary_base);
   }
 }
 
@@ -56,8 +48,8 @@ void SelfAttention::set_precision(MixedPrecision* p) {
 
 AttentionMask SelfAttention::mask() const {
   AttentionMask m;
-  m.type = cfg_.attention_mask;
-  m.block_size = cfg_.attention_block_size;
+  m.type = spec_.mask;
+  m.block_size = spec_.block_size;
   m.segment_ids = batch_.segment_ids;
   return m;
 }
@@ -163,9 +155,11 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   return y;
 }
 
-Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
-                                     float* v_cache, int64_t S, const int64_t* offsets, bool causal) {
-  const int64_t B = batch.B, Tn = batch.T, N = B * Tn;
+Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, const CacheRows& cache) {
+  const int64_t B = batch.B, Tn = batch.T, N = B * Tn, S = cache.S;
+  const int64_t* offsets = cache.offsets;
+  float* k_cache = cache.k;
+  float* v_cache = cache.v;
   const Backend& be = backend_of(x);
   Tensor q = q_proj_.forward(arena, x);  // [N, H*D]
   Tensor k = k_proj_.forward(arena, x);  // [N, K*D]
@@ -203,7 +197,7 @@ Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchI
     offs = d;
   }
   Tensor o = arena.tensor({N, H_ * D_});
-  be.decode_attention_forward(o.data<float>(), q.data<float>(), k_cache, v_cache, offs, B, Tn, S, H_, K_, D_, causal,
+  be.decode_attention_forward(o.data<float>(), q.data<float>(), k_cache, v_cache, offs, B, Tn, S, H_, K_, D_, cache.causal,
                               1.0f / std::sqrt(static_cast<float>(D_)));
   return o_proj_.forward(arena, o);
 }

@@ -9,30 +9,31 @@
 #include <string>
 
 #include "core/arena.h"
+#include "nn/module_specs.h"
 #include "nn/linear.h"
-#include "nn/transformer_config.h"
+#include "nn/sublayer.h"
 
 namespace megadlm {
 
-class SelfAttention {
+class SelfAttention : public Sublayer {
  public:
   SelfAttention() = default;
+  // Sizes from cfg (heads, groups, head dim, biases, RoPE); the mask and QK-norm from the spec.
   SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
-                const TransformerConfig& cfg, float output_init_std);
+                const TransformerConfig& cfg, const SelfAttentionSpec& spec, float output_init_std);
 
   // x [N, C] -> y [N, C]
-  Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch);
+  Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch) override;
   // dy [N, C] -> dx [N, C] written. Temporaries come from the arena.
-  void backward(Arena& arena, const Tensor& dy, Tensor& dx);
+  void backward(Arena& arena, const Tensor& dy, Tensor& dx) override;
   // Inference only (nothing saved for a backward): x [B*Tn, C] are new rows; their keys and values
-  // are written to rows offsets[b] .. offsets[b]+Tn of k_cache, v_cache [B, S, K*D], and their queries
-  // attend to the cache (cpu::decode_attention_forward: causal or full). -> y [B*Tn, C].
-  Tensor forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache, float* v_cache,
-                        int64_t S, const int64_t* offsets, bool causal);
+  // are written to rows offsets[b] .. offsets[b]+Tn of the cache's k, v [B, S, K*D], and their queries
+  // attend to the cache (Backend::decode_attention_forward: causal or full). -> y [B*Tn, C].
+  Tensor forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, const CacheRows& cache) override;
   // The precision policy of the four projections (nn/precision.h). Under a policy, q, k, v and the
   // attention output are also kept in its narrow activation format (bf16, fp16 under --fp16) for the
   // backward, which loads them back in fp32; the forward runs on the fp32 values.
-  void set_precision(MixedPrecision* p);
+  void set_precision(MixedPrecision* p) override;
 
  private:
   AttentionMask mask() const;
@@ -43,6 +44,7 @@ class SelfAttention {
   ParamStore* store_ = nullptr;
   const ParallelContext* ctx_ = nullptr;
   TransformerConfig cfg_;
+  SelfAttentionSpec spec_;
   int64_t H_ = 0, K_ = 0, D_ = 0;  // this rank's heads and KV groups (H/tp, K/tp), head dim
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   int q_norm_ = -1, k_norm_ = -1;  // per-head RMSNorm weights [D]

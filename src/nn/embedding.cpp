@@ -5,9 +5,12 @@
 
 namespace megadlm {
 
-Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg)
+Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg,
+                     const EmbeddingSpec& spec)
     : store_(&store), ctx_(&ctx), V_(cfg.vocab_size), C_(cfg.hidden_size), P_(cfg.max_position_embeddings),
       uses_positions_(cfg.position_embedding != PositionEmbedding::None) {
+  MEGADLM_CHECK(spec.token_types == 0, "token-type embeddings (BERT) are not built yet");
+  MEGADLM_CHECK(!spec.patches, "patch embeddings (vision-language models) are not built yet");
   // Vocab-parallel: rank r holds rows [r*V/tp, (r+1)*V/tp) of the word embeddings.
   MEGADLM_CHECK(V_ % ctx.tp.size == 0, "the vocabulary size ", V_,
                 " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ",
@@ -16,7 +19,7 @@ Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const Transf
                            cfg.init_method_std, true);
   vocab_start_ = store.info(wte_).shard_begin;
   V_local_ = V_ / ctx.tp.size;
-  if (cfg.position_embedding == PositionEmbedding::LearnedAbsolute)
+  if (spec.learned_positions)
     wpe_ = store.add("embed_positions.weight", {P_, C_}, Init::Normal, cfg.init_method_std, true);
 }
 

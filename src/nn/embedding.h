@@ -7,7 +7,7 @@
 
 #include "core/arena.h"
 #include "core/parameters.h"
-#include "nn/transformer_config.h"
+#include "nn/module_specs.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {
@@ -15,7 +15,8 @@ namespace megadlm {
 class Embedding {
  public:
   Embedding() = default;
-  Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg);
+  // Sizes from cfg; which tables from the spec (a token-type table or patches: refused, not built yet).
+  Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg, const EmbeddingSpec& spec);
 
   // tokens [N] -> x [N, C] (all tokens on every tp rank; x has this rank's N/tp rows under sequence
   // parallelism). Token ids must be in [0, V) and positions in [0, P): checked, with an

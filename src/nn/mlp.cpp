@@ -8,8 +8,8 @@
 namespace megadlm {
 
 MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
-         int64_t ffn_hidden, float output_init_std)
-    : act_(cfg.activation), F_(ffn_hidden), ctx_(&ctx) {
+         Activation activation, int64_t ffn_hidden, float output_init_std)
+    : act_(activation), F_(ffn_hidden), ctx_(&ctx) {
   // Tensor parallelism splits the F hidden features: F/tp per rank (SwiGLU: F/tp gate and F/tp up).
   MEGADLM_CHECK(ffn_hidden % ctx.tp.size == 0, name, ": --ffn-hidden-size ", ffn_hidden,
                 " is not divisible by --tensor-model-parallel-size ", ctx.tp.size);

@@ -10,19 +10,21 @@
 
 #include "core/arena.h"
 #include "nn/linear.h"
-#include "nn/transformer_config.h"
+#include "nn/sublayer.h"
 
 namespace megadlm {
 
-class MLP {
+class MLP : public Sublayer {
  public:
   MLP() = default;
+  // Sizes and biases from cfg; the activation and the hidden size F as given.
   MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
-      int64_t ffn_hidden, float output_init_std);
+      Activation activation, int64_t ffn_hidden, float output_init_std);
 
-  Tensor forward(Arena& arena, const Tensor& x);                // x [N, C] -> [N, C]
-  void backward(Arena& arena, const Tensor& dy, Tensor& dx);    // dx [N, C] written
-  void set_precision(MixedPrecision* p) {                       // nn/precision.h
+  Tensor forward(Arena& arena, const Tensor& x);  // x [N, C] -> [N, C]
+  Tensor forward(Arena& arena, const Tensor& x, const BatchInfo&) override { return forward(arena, x); }
+  void backward(Arena& arena, const Tensor& dy, Tensor& dx) override;  // dx [N, C] written
+  void set_precision(MixedPrecision* p) override {                     // nn/precision.h
     prec_ = p;
     fc1_.set_precision(p);
     fc2_.set_precision(p);

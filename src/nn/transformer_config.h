@@ -41,6 +41,12 @@ struct BatchInfo {
   int64_t B = 0, T = 0;
   const int32_t* positions = nullptr;    // [B*T] position ids (RoPE / learned positions)
   const int32_t* segment_ids = nullptr;  // [B*T] document ids for per-document masks, or null
+  // Encoder-decoder models: the other stack's output that cross-attention reads, memory [B*S, C] (S
+  // rows a sequence), and memory_grad [B*S, C] where the backward accumulates its gradient (+=, so
+  // several cross-attention layers add theirs). Null in a decoder-only model.
+  const float* memory = nullptr;
+  float* memory_grad = nullptr;
+  int64_t memory_T = 0;  // S
 };
 
 }  // namespace megadlm

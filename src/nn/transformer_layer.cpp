@@ -1,65 +1,102 @@
 #include "nn/transformer_layer.h"
 
-#include <cmath>
-
 #include "kernels/backend.h"
+#include "nn/attention.h"
+#include "nn/cross_attention.h"
+#include "nn/mlp.h"
 
 namespace megadlm {
 
-static TransformerConfig apply_spec(TransformerConfig cfg, const LayerSpec& spec) {
-  cfg.normalization = spec.norm;
-  cfg.attention_mask = spec.attention_mask;
-  cfg.attention_block_size = spec.attention_block_size;
-  cfg.qk_layernorm = spec.qk_norm;
-  cfg.activation = spec.activation;
-  return cfg;
-}
-
 TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx, const std::string& name,
-                                   const TransformerConfig& config, const LayerSpec& spec) {
-  const TransformerConfig cfg = apply_spec(config, spec);
-  // Megatron scales the init of the projections that write into the residual stream by 1/sqrt(2L).
-  const float out_std = cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers));
-  const bool norm_bias = cfg.normalization == NormKind::LayerNorm;
-  input_norm_ = Norm(store, name + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.norm_epsilon, norm_bias,
-                     &ctx);
-  attn_ = SelfAttention(store, ctx, name + ".self_attn", cfg, out_std);
-  post_attention_norm_ = Norm(store, name + ".post_attention_layernorm", cfg.normalization, cfg.hidden_size,
-                              cfg.norm_epsilon, norm_bias, &ctx);
-  // A MoE block routes the rows it is given; its router statistics need all of them.
-  MEGADLM_CHECK(spec.mlp != MlpKind::MoE || !(ctx.sequence_parallel && ctx.tp.size > 1),
-                name, ": --sequence-parallel is not supported with MoE layers (--num-experts)");
-  if (spec.mlp == MlpKind::MoE) moe_ = std::make_unique<MoELayer>(store, ctx, name + ".mlp", cfg, out_std);
-  else mlp_ = MLP(store, ctx, name + ".mlp", cfg, cfg.ffn_hidden_size, out_std);
+                                   const TransformerConfig& cfg, const LayerSpec& spec, float output_init_std)
+    : norm_(spec.norm) {
+  // Each branch registers its norm, then its module: the parameters' order in the flat buffers.
+  add_branch(store, ctx, name + ".input_layernorm", cfg, [&]() -> std::unique_ptr<Sublayer> {
+    return std::make_unique<SelfAttention>(store, ctx, name + ".self_attn", cfg, spec.self_attention,
+                                           output_init_std);
+  });
+  if (spec.cross_attention)
+    add_branch(store, ctx, name + ".pre_cross_attn_layernorm", cfg, [&]() -> std::unique_ptr<Sublayer> {
+      return std::make_unique<CrossAttention>(store, ctx, name + ".cross_attn", cfg, output_init_std);
+    });
+  add_branch(store, ctx, name + ".post_attention_layernorm", cfg, [&]() -> std::unique_ptr<Sublayer> {
+    if (spec.mlp.kind == FeedForwardKind::Dense)
+      return std::make_unique<MLP>(store, ctx, name + ".mlp", cfg, spec.mlp.activation, cfg.ffn_hidden_size,
+                                   output_init_std);
+    auto moe = std::make_unique<MoELayer>(store, ctx, name + ".mlp", cfg, spec.mlp.activation, output_init_std);
+    moe_ = moe.get();
+    return moe;
+  });
 }
 
-Tensor TransformerLayer::mlp_forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
-  return moe_ ? moe_->forward(arena, x, batch) : mlp_.forward(arena, x);
+void TransformerLayer::add_branch(ParamStore& store, const ParallelContext& ctx, const std::string& norm_name,
+                                  const TransformerConfig& cfg, const std::function<std::unique_ptr<Sublayer>()>& make) {
+  Branch b;
+  b.norm = Norm(store, norm_name, norm_.kind, cfg.hidden_size, cfg.norm_epsilon, norm_.kind == NormKind::LayerNorm,
+                &ctx);
+  b.module = make();
+  branches_.push_back(std::move(b));
+}
+
+void TransformerLayer::set_precision(MixedPrecision* p) {
+  prec_ = p && p->mode() != PrecisionMode::FP32 ? p : nullptr;
+  for (Branch& b : branches_) b.module->set_precision(p);
+}
+
+Tensor TransformerLayer::Branch::forward(Arena& arena, Arena& out_arena, const Tensor& x, const BatchInfo& batch,
+                                         NormPlacement at) {
+  const Backend& be = backend_of(x);
+  if (at == NormPlacement::Post) {
+    Tensor s = module->forward(arena, x, batch);
+    be.add_inplace(s.data<float>(), x.data<float>(), s.numel());  // s := x + f(x)
+    return norm.forward(arena, s);
+  }
+  // The norm's output is read only by the module: in out_arena unless the module keeps it.
+  Tensor y = module->forward(arena, norm.forward(arena, x, module->keeps_input() ? arena : out_arena), batch);
+  be.add_inplace(y.data<float>(), x.data<float>(), y.numel());  // y := x + f(norm(x))
+  return y;
+}
+
+void TransformerLayer::Branch::backward(Arena& arena, const Tensor& dy, Tensor& dx, Tensor& tmp, NormPlacement at) {
+  const Backend& be = backend_of(dy);
+  if (at == NormPlacement::Post) {
+    norm.backward(dy, tmp);        // tmp := ds, the gradient of s = x + f(x)
+    module->backward(arena, tmp, dx);
+    be.add_inplace(dx.data<float>(), tmp.data<float>(), dx.numel());
+    return;
+  }
+  module->backward(arena, dy, tmp);
+  norm.backward(tmp, dx);
+  be.add_inplace(dx.data<float>(), dy.data<float>(), dx.numel());
 }
 
 Tensor TransformerLayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
   // Under a precision policy the norm outputs are read only by Linear layers, which keep their own
-  // narrow copies: the fp32 outputs go to the transient arena (not for MoE, whose experts stay fp32
-  // and keep a view of their input).
+  // narrow copies: the fp32 outputs go to the transient arena, emptied when the layer is done.
   Arena& tmp = prec_ ? prec_->transient() : arena;
-  const Backend& be = backend_of(x);
   const size_t mark = tmp.mark();
-  Tensor a = attn_.forward(arena, input_norm_.forward(arena, x, tmp), batch);
-  be.add_inplace(a.data<float>(), x.data<float>(), a.numel());  // a := x1 = x + attn
-  Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a, moe_ ? arena : tmp), batch);
-  be.add_inplace(m.data<float>(), a.data<float>(), m.numel());  // m := y = x1 + mlp
+  Tensor h = x;
+  for (Branch& b : branches_) h = b.forward(arena, tmp, h, batch, norm_.placement);
   if (prec_) tmp.release(mark);
-  return m;
+  return h;
 }
 
-Tensor TransformerLayer::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch, float* k_cache,
-                                        float* v_cache, int64_t S, const int64_t* offsets, bool causal) {
-  const Backend& be = backend_of(x);
-  Tensor a = attn_.forward_cached(arena, input_norm_.forward(arena, x), batch, k_cache, v_cache, S, offsets, causal);
-  be.add_inplace(a.data<float>(), x.data<float>(), a.numel());
-  Tensor m = mlp_forward(arena, post_attention_norm_.forward(arena, a), batch);
-  be.add_inplace(m.data<float>(), a.data<float>(), m.numel());
-  return m;
+Tensor TransformerLayer::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch,
+                                        const CacheRows& cache) {
+  Tensor h = x;
+  for (Branch& b : branches_) {
+    const Backend& be = backend_of(h);
+    if (norm_.placement == NormPlacement::Post) {
+      Tensor s = b.module->forward_cached(arena, h, batch, cache);
+      be.add_inplace(s.data<float>(), h.data<float>(), s.numel());
+      h = b.norm.forward(arena, s);
+    } else {
+      Tensor y = b.module->forward_cached(arena, b.norm.forward(arena, h), batch, cache);
+      be.add_inplace(y.data<float>(), h.data<float>(), y.numel());
+      h = y;
+    }
+  }
+  return h;
 }
 
 void TransformerLayer::backward(Arena& model_arena, const Tensor& dy, Tensor& dx) {
@@ -67,18 +104,15 @@ void TransformerLayer::backward(Arena& model_arena, const Tensor& dy, Tensor& dx
   // there are gone by now), so that they do not add to the saved activations.
   Arena& arena = prec_ ? prec_->transient() : model_arena;
   const size_t mark = arena.mark();
-  const Backend& be = backend_of(dy);
+  // Between branches the gradient ping-pongs between two buffers; the first branch writes dx.
   Tensor tmp = arena.tensor(dy.shape());
-  Tensor dx1 = arena.tensor(dy.shape());
-  // dx1 = dy + norm2^T(mlp^T(dy))
-  if (moe_) moe_->backward(arena, dy, tmp);
-  else mlp_.backward(arena, dy, tmp);
-  post_attention_norm_.backward(tmp, dx1);
-  be.add_inplace(dx1.data<float>(), dy.data<float>(), dx1.numel());
-  // dx = dx1 + norm1^T(attn^T(dx1))
-  attn_.backward(arena, dx1, tmp);
-  input_norm_.backward(tmp, dx);
-  be.add_inplace(dx.data<float>(), dx1.data<float>(), dx.numel());
+  Tensor between[2] = {arena.tensor(dy.shape()), branches_.size() > 2 ? arena.tensor(dy.shape()) : Tensor()};
+  const Tensor* g = &dy;
+  for (size_t k = branches_.size(); k-- > 0;) {
+    Tensor& out = k == 0 ? dx : between[(branches_.size() - 1 - k) % 2];
+    branches_[k].backward(arena, *g, out, tmp, norm_.placement);
+    g = &out;
+  }
   arena.release(mark);
 }
 

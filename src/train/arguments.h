@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "nn/transformer_config.h"
 #include "objectives/masked_diffusion.h"
 #include "optim/adamw.h"

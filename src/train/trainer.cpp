@@ -82,9 +82,7 @@ Trainer::Trainer(const TrainArgs& args)
   (void)evals;
 
   // Model and optimizer.
-  const LayerSpec spec = args_.model_type == ModelType::GPT
-                             ? gpt_layer_spec(args_.model)
-                             : difflm_layer_spec(args_.model, args_.model.attention_mask, args_.model.attention_block_size);
+  const ModelSpec spec = model_spec(args_.model_type, args_.model);
   // The groups (collective over the world); Megatron pads the vocabulary to a multiple of
   // --make-vocab-size-divisible-by x tp, above, so every tp rank gets an equal slice.
   parallel_ = std::make_unique<ParallelTraining>(args_.parallel, args_.model, args_.micro_batch_size,

@@ -18,7 +18,8 @@
 #include "checkpoint/safetensors_sharded.h"
 #include "core/error.h"
 #include "models/config_json.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "test_util.h"
 
 using namespace megadlm;
@@ -58,7 +59,7 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 std::unique_ptr<LanguageModel> build(const TransformerConfig& cfg, bool bidirectional = false) {
   TransformerConfig c = cfg;
   c.attention_mask = bidirectional ? MaskType::None : MaskType::Causal;
-  const LayerSpec spec = bidirectional ? difflm_layer_spec(c, c.attention_mask, 0) : gpt_layer_spec(c);
+  const ModelSpec spec = bidirectional ? decoder_model_spec(c, difflm_layer_spec(c, c.attention_mask, 0)) : gpt_model_spec(c);
   return std::make_unique<LanguageModel>(c, spec, ParallelContext::single());
 }
 

@@ -69,7 +69,7 @@ TEST(HfTokenizer, ExportAddsAppendedMaskToken) {
 }
 
 TEST(HfTokenizer, Gpt2VocabAndMerges) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   const std::string tmp = temp_dir();
   fs::copy_file(vocab, tmp + "/vocab.json");
   fs::copy_file(fs::path(vocab).parent_path() / "merges.txt", tmp + "/merges.txt");

@@ -18,7 +18,8 @@
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "models/config_json.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "test_util.h"
 
 using namespace megadlm;
@@ -84,7 +85,7 @@ TransformerConfig llama_config() {
 }
 
 std::unique_ptr<LanguageModel> make_model(const TransformerConfig& c, uint64_t seed) {
-  auto m = std::make_unique<LanguageModel>(c, gpt_layer_spec(c), ParallelContext::single());
+  auto m = std::make_unique<LanguageModel>(c, gpt_model_spec(c), ParallelContext::single());
   m->params().init(seed);
   return m;
 }
@@ -436,7 +437,7 @@ TEST(ConfigJson, MissingOrBadFieldsNameTheFieldAndTheFile) {
 TEST(ModelLoader, RebuildsAnIdenticalModelFromTheCheckpointAlone) {
   CkptDir dir;
   const TransformerConfig cfg = llama_config();
-  auto m = std::make_unique<LanguageModel>(cfg, difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size),
+  auto m = std::make_unique<LanguageModel>(cfg, decoder_model_spec(cfg, difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size)),
                                            ParallelContext::single());
   m->params().init(5);
   CheckpointState st;

@@ -95,7 +95,7 @@ constexpr double kTolBF16 = 1.6e-2;
 
 // Registered in every build, so that a CPU-only build says why there is nothing to run.
 #ifndef MEGADLM_HAVE_CUDA
-#define MDLM_CUDA_NOT_BUILT_TEST(suite)                                                                    \
+#define MEGADLM_CUDA_NOT_BUILT_TEST(suite)                                                                    \
   TEST(suite, NotBuilt) {                                                                                  \
     GTEST_SKIP() << "this build has no CUDA backend (configure with -DMEGADLM_CUDA=ON, e.g. "              \
                     "scripts/build_cuda.sh): CUDA op tests skipped";                                       \

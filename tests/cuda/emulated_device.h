@@ -177,6 +177,12 @@ class EmulatedCudaBackend final : public Backend {
   void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const override {
     on_cpu({out, in}, "transpose_u8", [&] { return cpu().transpose_u8(out, in, R, C); });
   }
+  void softmax_forward(float* out, const float* inp, int64_t N, int64_t V) const override {
+    on_cpu({out, inp}, "softmax_forward", [&] { return cpu().softmax_forward(out, inp, N, V); });
+  }
+  void softmax_backward(float* din, const float* out, const float* dout, int64_t N, int64_t V) const override {
+    on_cpu({din, out, dout}, "softmax_backward", [&] { return cpu().softmax_backward(din, out, dout, N, V); });
+  }
   void gelu_forward(float* out, const float* inp, int64_t n) const override {
     on_cpu({out, inp}, "gelu_forward", [&] { return cpu().gelu_forward(out, inp, n); });
   }

@@ -11,7 +11,7 @@
 #include "cuda/cuda_test_util.h"
 
 #ifndef MEGADLM_HAVE_CUDA
-MDLM_CUDA_NOT_BUILT_TEST(CudnnAttention)
+MEGADLM_CUDA_NOT_BUILT_TEST(CudnnAttention)
 #else
 
 namespace megadlm::test {

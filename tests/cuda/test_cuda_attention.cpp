@@ -8,7 +8,7 @@
 #include "kernels/cpu/decode_attention.h"
 
 #ifndef MEGADLM_HAVE_CUDA
-MDLM_CUDA_NOT_BUILT_TEST(CudaAttention)
+MEGADLM_CUDA_NOT_BUILT_TEST(CudaAttention)
 #else
 
 namespace megadlm::test {

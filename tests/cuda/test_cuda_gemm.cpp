@@ -9,7 +9,7 @@
 #include "cuda/cuda_test_util.h"
 
 #ifndef MEGADLM_HAVE_CUDA
-MDLM_CUDA_NOT_BUILT_TEST(CudaGemm)
+MEGADLM_CUDA_NOT_BUILT_TEST(CudaGemm)
 #else
 #include "kernels/backend.h"
 

@@ -22,7 +22,8 @@
 #include "infer/sampling.h"
 #include "kernels/dispatch.h"
 #include "models/language_model.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "model_util.h"
 #include "optim/adamw.h"
 #include "test_util.h"
@@ -156,7 +157,8 @@ std::unique_ptr<LanguageModel> build(const Case& c, Device device, uint64_t seed
   // Recomputation changes no value: the CPU reference keeps every activation.
   TransformerConfig cfg = tiny(c.llama);
   with_moe(cfg, c.moe);
-  const LayerSpec spec = c.diffusion ? difflm_layer_spec(cfg, MaskType::None, 0) : gpt_layer_spec(cfg);
+  const ModelSpec spec = c.diffusion ? decoder_model_spec(cfg, difflm_layer_spec(cfg, MaskType::None, 0))
+                                     : gpt_model_spec(cfg);
   auto m = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);
   m->params().init(seed);
   if (c.bf16 || c.recipe != Recipe::None) {
@@ -644,7 +646,7 @@ TEST(CudaModel, ModelOnCudaWithoutAGpuThrows) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is visible";
   const TransformerConfig cfg = tiny(false);
   const std::string err = test::error_of(
-      [&] { LanguageModel m(cfg, gpt_layer_spec(cfg), ParallelContext::single(), true, true, Device::CUDA); });
+      [&] { LanguageModel m(cfg, gpt_model_spec(cfg), ParallelContext::single(), true, true, Device::CUDA); });
   EXPECT_NE(err.find(cuda_compiled() ? "no GPU is visible" : "no CUDA backend"), std::string::npos) << err;
 }
 

@@ -3,7 +3,7 @@
 #include "cuda/cuda_test_util.h"
 
 #if !defined(MEGADLM_HAVE_CUDA)
-MDLM_CUDA_NOT_BUILT_TEST(CudaNccl)
+MEGADLM_CUDA_NOT_BUILT_TEST(CudaNccl)
 #elif !defined(MEGADLM_HAVE_NCCL)
 TEST(CudaNccl, NotBuilt) { GTEST_SKIP() << "this CUDA build found no NCCL (set NCCL_ROOT): NCCL tests skipped"; }
 #else

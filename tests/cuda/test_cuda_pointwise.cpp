@@ -17,7 +17,7 @@
 #include "kernels/cpu/rope.h"
 
 #ifndef MEGADLM_HAVE_CUDA
-MDLM_CUDA_NOT_BUILT_TEST(CudaPointwise)
+MEGADLM_CUDA_NOT_BUILT_TEST(CudaPointwise)
 #else
 
 namespace megadlm::test {

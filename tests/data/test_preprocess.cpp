@@ -256,8 +256,8 @@ TEST(Preprocess, WorkersGiveByteIdenticalOutput) {
 // output is still byte-identical for 1, 2 and 3 workers over many small chunks (with a bad and a
 // blank line), and every document holds exactly the ids of encoding its text alone.
 TEST(Preprocess, SharedGpt2TokenizerGivesByteIdenticalOutput) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  MDLM_REQUIRE_SHARED(merges, "tokenizers/gpt2/merges.txt");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(merges, "tokenizers/gpt2/merges.txt");
   TempDir dir("shared_tok");
   const std::string head = make_corpus(400, 5), tail = make_corpus(60, 6);
   write_text(dir / "in.jsonl", head + "{\"text\": 3}\n\n" + tail);
@@ -354,9 +354,9 @@ TEST(Preprocess, LargeVocabularyWritesInt32) {
 }
 
 TEST(Preprocess, Gpt2OnBrownDecodesBack) {
-  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  MDLM_REQUIRE_SHARED(merges, "tokenizers/gpt2/merges.txt");
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(merges, "tokenizers/gpt2/merges.txt");
   TempDir dir("brown");
   // The first 12 documents keep the test fast.
   std::ifstream in(brown);

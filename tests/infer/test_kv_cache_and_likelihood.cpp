@@ -16,7 +16,8 @@
 #include "infer/likelihood.h"
 #include "infer/sampling.h"
 #include "models/language_model.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "model_util.h"
 
 using namespace megadlm;
@@ -51,14 +52,14 @@ TransformerConfig tiny(bool llama) {
 
 std::unique_ptr<LanguageModel> gpt(bool llama, uint64_t seed = 17) {
   const TransformerConfig c = tiny(llama);
-  auto m = std::make_unique<LanguageModel>(c, gpt_layer_spec(c), ParallelContext::single());
+  auto m = std::make_unique<LanguageModel>(c, gpt_model_spec(c), ParallelContext::single());
   m->params().init(seed);
   return m;
 }
 
 std::unique_ptr<LanguageModel> dlm(bool llama, uint64_t seed = 31) {
   const TransformerConfig c = tiny(llama);
-  auto m = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, MaskType::None, 0), ParallelContext::single());
+  auto m = std::make_unique<LanguageModel>(c, decoder_model_spec(c, difflm_layer_spec(c, MaskType::None, 0)), ParallelContext::single());
   m->params().init(seed);
   return m;
 }

@@ -17,7 +17,8 @@
 #include "core/error.h"
 #include "infer/sampling.h"
 #include "models/language_model.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "model_util.h"
 
 using namespace megadlm;
@@ -48,7 +49,7 @@ TransformerConfig tiny(bool untie) {
 // token and of ids >= kVocabLimit point along it.
 std::unique_ptr<LanguageModel> rigged_diffusion_model() {
   const TransformerConfig c = tiny(true);
-  auto m = std::make_unique<LanguageModel>(c, difflm_layer_spec(c, MaskType::None, 0), ParallelContext::single());
+  auto m = std::make_unique<LanguageModel>(c, decoder_model_spec(c, difflm_layer_spec(c, MaskType::None, 0)), ParallelContext::single());
   ParamStore& ps = m->params();
   ps.init(31);
   const int nb = ps.find("norm.bias"), nw = ps.find("norm.weight"), head = ps.find("lm_head.weight");
@@ -65,7 +66,7 @@ std::unique_ptr<LanguageModel> rigged_diffusion_model() {
 
 std::unique_ptr<LanguageModel> gpt_model() {
   const TransformerConfig c = tiny(false);
-  auto m = std::make_unique<LanguageModel>(c, gpt_layer_spec(c), ParallelContext::single());
+  auto m = std::make_unique<LanguageModel>(c, gpt_model_spec(c), ParallelContext::single());
   m->params().init(17);
   return m;
 }

@@ -15,7 +15,8 @@
 
 #include "checkpoint/safetensors.h"
 #include "models/language_model.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 
 using namespace megadlm;
 
@@ -94,9 +95,7 @@ void check_parity(const std::string& name, const std::string& expected_model_typ
   ASSERT_EQ(model_type, expected_model_type);
   const int64_t B = std::stoll(meta.at("B")), T = std::stoll(meta.at("T")), N = B * T;
 
-  const LayerSpec spec = model_type_from_name(model_type) == ModelType::GPT
-                             ? gpt_layer_spec(cfg)
-                             : difflm_layer_spec(cfg, cfg.attention_mask, cfg.attention_block_size);
+  const ModelSpec spec = model_spec(model_type_from_name(model_type), cfg);
   if (model_type == "gpt") {
     ASSERT_EQ(cfg.attention_mask, MaskType::Causal);
   }

@@ -61,7 +61,7 @@ struct Harness {
   std::unique_ptr<MoELayer> layer;
   int64_t B = 0, T = 0;
   Harness(const TransformerConfig& c, int64_t b, int64_t t, uint64_t seed = 7) : cfg(c), B(b), T(t) {
-    layer = std::make_unique<MoELayer>(store, kSingle, "mlp", cfg, 0.02f);
+    layer = std::make_unique<MoELayer>(store, kSingle, "mlp", cfg, cfg.activation, 0.02f);
     store.finalize();
     randomize(store, seed);
   }
@@ -187,7 +187,7 @@ TEST(MoE, OneExpertTop1EqualsDenseMLP) {
       const int64_t N = 13, C = 16;
       Harness h(cfg, 1, N);
       ParamStore ds;
-      MLP mlp(ds, kSingle, "mlp", cfg, 24, 0.02f);
+      MLP mlp(ds, kSingle, "mlp", cfg, cfg.activation, 24, 0.02f);
       ds.finalize();
       for (const char* p : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}) {
         Tensor src = h.store.value(h.store.find(std::string("mlp.experts.0.") + p));
@@ -447,8 +447,7 @@ TEST(MoE, ModelParameterNamesAndCounts) {
   cfg.moe.layer_freq = 2;
   cfg.moe.ffn_hidden_size = 8;
   cfg.moe.shared_expert_size = 12;
-  LayerSpec spec;
-  LanguageModel model(cfg, spec, kSingle);
+  LanguageModel model(cfg, decoder_model_spec(cfg, LayerSpec{}), kSingle);
   const ParamStore& p = model.params();
   EXPECT_GE(p.find("layers.0.mlp.router.weight"), 0);
   EXPECT_GE(p.find("layers.0.mlp.experts.3.fc2.weight"), 0);

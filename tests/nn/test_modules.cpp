@@ -21,7 +21,8 @@
 #include "core/tensor.h"
 #include "kernels/cpu/cast.h"
 #include "models/language_model.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "nn/attention.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
@@ -30,161 +31,27 @@
 #include "nn/norm.h"
 #include "core/parameters.h"
 #include "nn/transformer_layer.h"
+#include "grad_check.h"
 #include "test_util.h"
 
 using namespace megadlm;
 using megadlm::test::random_vector;
+using namespace megadlm::test::grad_check;
 
 namespace {
 
 const ParallelContext kSingle = ParallelContext::single();
+
+// The init of the projections that write into the residual stream, as a stack of cfg.num_layers sets it.
+float output_std(const TransformerConfig& c) {
+  return c.init_method_std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+}
 
 // The --bf16 policy (bf16 products), for the tests that run a module with and without it.
 PrecisionConfig bf16_products() {
   PrecisionConfig pc;
   pc.mode = PrecisionMode::BF16;
   return pc;
-}
-
-constexpr double kStep = 1e-2;  // finite-difference step, in fp32
-constexpr double kTol = 2e-2;   // relative to the largest |gradient| of the tensor
-
-// Gives every parameter values large enough that every nonlinearity is exercised: weights ~ U(-0.4,
-// 0.4), norm weights around 1 but not equal to it, nonzero biases. Keyed by name like init().
-void randomize(ParamStore& store, uint64_t seed) {
-  for (const ParamInfo& p : store.infos()) {
-    const std::vector<float> r = random_vector(p.shape.numel(), seed ^ fnv1a64(p.name));
-    float* w = store.values() + p.offset;
-    for (size_t i = 0; i < r.size(); ++i) {
-      switch (p.init) {
-        case Init::Ones: w[i] = 1.0f + 0.3f * r[i]; break;
-        case Init::Zeros: w[i] = 0.2f * r[i]; break;
-        case Init::Normal: w[i] = 0.4f * r[i]; break;
-      }
-    }
-  }
-}
-
-// Indices of the elements of an n-element tensor to probe: all of them when n <= max_samples, else
-// one pseudo-random element in each of max_samples equal strides (so every region is visited).
-std::vector<int64_t> sample_indices(int64_t n, int max_samples, uint64_t seed) {
-  std::vector<int64_t> idx;
-  if (n <= max_samples) {
-    for (int64_t i = 0; i < n; ++i) idx.push_back(i);
-    return idx;
-  }
-  CounterRng rng(seed, RngPurpose::Test);
-  for (int k = 0; k < max_samples; ++k) {
-    const int64_t lo = k * n / max_samples, hi = (k + 1) * n / max_samples;
-    idx.push_back(lo + static_cast<int64_t>(rng.uniform(k, 1) * static_cast<float>(hi - lo)) % (hi - lo));
-  }
-  return idx;
-}
-
-// max |analytic - numeric| over the probed elements of `values`, relative to the tensor's largest
-// gradient (analytic over all elements, numeric over the probed ones) floored at `floor`. The floor
-// matters for gradients that are zero in exact arithmetic (the k_proj bias shifts every score of a
-// query row alike and softmax ignores it): there only the finite-difference noise is left.
-double fd_relative_error(float* values, const float* analytic, int64_t n, const std::function<double()>& loss,
-                         int max_samples, uint64_t seed, double floor) {
-  double scale = floor, err = 0.0;
-  for (int64_t i = 0; i < n; ++i) scale = std::fmax(scale, std::fabs(analytic[i]));
-  for (int64_t i : sample_indices(n, max_samples, seed)) {
-    const float saved = values[i];
-    values[i] = static_cast<float>(saved + kStep);
-    const double up = loss();
-    values[i] = static_cast<float>(saved - kStep);
-    const double down = loss();
-    values[i] = saved;
-    // The probe points are rounded to fp32; divide by the step actually taken.
-    const double step = static_cast<double>(static_cast<float>(saved + kStep)) -
-                        static_cast<double>(static_cast<float>(saved - kStep));
-    const double numeric = (up - down) / step;
-    scale = std::fmax(scale, std::fabs(numeric));
-    const double e = std::fabs(numeric - analytic[i]);
-    if (!(e <= err)) err = e;  // NaN propagates
-  }
-  return err / std::fmax(scale, 1e-6);
-}
-
-double max_abs(const std::vector<float>& x) {
-  double m = 0.0;
-  for (float v : x) m = std::fmax(m, std::fabs(v));
-  return m;
-}
-
-// A module under test as a scalar function: runs the forward on x and returns the loss; when dx is
-// not null also runs the backward (parameter gradients accumulated in the store) and writes dL/dx
-// into *dx (an undefined Tensor for modules without a float input).
-using RunFn = std::function<double(Arena& arena, const Tensor& x, Tensor* dx)>;
-
-// Checks every parameter gradient in `store` and (when x0 is not empty) the input gradient.
-void check_gradients(const std::string& what, ParamStore& store, Arena& arena, std::vector<float> x0,
-                     const Shape& x_shape, const RunFn& run, int max_samples = 64) {
-  Tensor x, dx;
-  if (!x0.empty()) {
-    ASSERT_EQ(x_shape.numel(), static_cast<int64_t>(x0.size()));
-    x = Tensor::empty(x_shape, DType::F32);
-    dx = Tensor::empty(x_shape, DType::F32);
-    dx.fill_(std::numeric_limits<float>::quiet_NaN());  // poisoned: every element must be written
-  }
-  auto load_x = [&] {
-    if (!x0.empty()) std::copy(x0.begin(), x0.end(), x.data<float>());
-  };
-  // Analytic gradients.
-  store.zero_grads();
-  arena.reset();
-  load_x();
-  const double l0 = run(arena, x, &dx);
-  ASSERT_TRUE(std::isfinite(l0)) << what;
-  const std::vector<float> param_grads(store.grads(), store.grads() + store.numel());
-  std::vector<float> input_grad;
-  if (!x0.empty()) input_grad.assign(dx.data<float>(), dx.data<float>() + dx.numel());
-  for (size_t i = 0; i < input_grad.size(); ++i)
-    ASSERT_TRUE(std::isfinite(input_grad[i])) << what << ": dx[" << i << "] not written or not finite";
-  for (float g : param_grads) ASSERT_TRUE(std::isfinite(g)) << what << ": a parameter gradient is not finite";
-
-  // The forward alone must give the same loss as the forward inside forward + backward.
-  const std::function<double()> loss = [&] {
-    arena.reset();
-    load_x();
-    return run(arena, x, nullptr);
-  };
-  EXPECT_NEAR(loss(), l0, 1e-6 * std::fabs(l0) + 1e-9) << what;
-  // Floor of the per-tensor scale: 1e-2 of the largest gradient of the whole module.
-  const double floor = 1e-2 * std::fmax(max_abs(param_grads), max_abs(input_grad));
-  ASSERT_GT(floor, 0.0) << what << ": every gradient is zero";
-
-  for (const ParamInfo& p : store.infos()) {
-    const double err = fd_relative_error(store.values() + p.offset, param_grads.data() + p.offset,
-                                         p.shape.numel(), loss, max_samples, fnv1a64(p.name), floor);
-    EXPECT_LT(err, kTol) << what << ": gradient of " << p.name;
-  }
-  if (!x0.empty()) {
-    const double err = fd_relative_error(x0.data(), input_grad.data(), static_cast<int64_t>(x0.size()), loss,
-                                         max_samples, 7, floor);
-    EXPECT_LT(err, kTol) << what << ": input gradient";
-  }
-}
-
-// Wraps a module with forward(arena, x) -> y and backward(arena, dy, dx) into a RunFn with
-// L = sum(y * R), R fixed and random.
-RunFn sum_times_random(int64_t out_numel, uint64_t seed, std::function<Tensor(Arena&, const Tensor&)> forward,
-                       std::function<void(Arena&, const Tensor&, Tensor&)> backward) {
-  auto R = std::make_shared<std::vector<float>>(random_vector(out_numel, seed));
-  return [=](Arena& arena, const Tensor& x, Tensor* dx) {
-    Tensor y = forward(arena, x);
-    EXPECT_EQ(y.numel(), out_numel);
-    double l = 0.0;
-    const float* yp = y.data<float>();
-    for (int64_t i = 0; i < out_numel; ++i) l += static_cast<double>(yp[i]) * (*R)[i];
-    if (dx) {
-      Tensor dy = arena.tensor(y.shape());
-      std::copy(R->begin(), R->end(), dy.data<float>());
-      backward(arena, dy, *dx);
-    }
-    return l;
-  };
 }
 
 TransformerConfig tiny_config() {
@@ -410,7 +277,8 @@ TEST_P(AttentionGrad, FiniteDifferences) {
   cfg.add_qkv_bias = !p.bias && p.segments;  // Qwen2-style q/k/v biases in some cases
   const int64_t N = kB * kT, C = cfg.hidden_size;
   ParamStore store;
-  SelfAttention attn(store, kSingle, "attn", cfg, 0.02f);
+  SelfAttention attn(store, kSingle, "attn", cfg,
+                     SelfAttentionSpec{cfg.attention_mask, cfg.attention_block_size, cfg.qk_layernorm}, 0.02f);
   store.finalize();
   randomize(store, 21);
   EXPECT_EQ(store.find("attn.q_norm.weight") >= 0, p.qk_norm);
@@ -452,7 +320,7 @@ TEST_P(MlpGrad, FiniteDifferences) {
   cfg.add_bias_linear = GetParam().bias;
   const int64_t N = kB * kT, C = cfg.hidden_size;
   ParamStore store;
-  MLP mlp(store, kSingle, "mlp", cfg, cfg.ffn_hidden_size, 0.02f);
+  MLP mlp(store, kSingle, "mlp", cfg, cfg.activation, cfg.ffn_hidden_size, 0.02f);
   store.finalize();
   randomize(store, 31);
   const int fc1 = store.find("mlp.fc1.weight");
@@ -474,7 +342,7 @@ TEST(TransformerLayerGrad, Gpt2StyleCausal) {
   const TransformerConfig cfg = gpt2_style();
   const int64_t N = kB * kT, C = cfg.hidden_size;
   ParamStore store;
-  TransformerLayer layer(store, kSingle, "layers.0", cfg, gpt_layer_spec(cfg));
+  TransformerLayer layer(store, kSingle, "layers.0", cfg, gpt_layer_spec(cfg), output_std(cfg));
   store.finalize();
   randomize(store, 41);
   EXPECT_GE(store.find("layers.0.input_layernorm.bias"), 0);
@@ -490,7 +358,7 @@ TEST(TransformerLayerGrad, LlamaStyleDiffusionWithSegments) {
   const TransformerConfig cfg = llama_style();
   const int64_t N = kB * kT, C = cfg.hidden_size;
   ParamStore store;
-  TransformerLayer layer(store, kSingle, "layers.0", cfg, difflm_layer_spec(cfg, MaskType::None, 0));
+  TransformerLayer layer(store, kSingle, "layers.0", cfg, difflm_layer_spec(cfg, MaskType::None, 0), output_std(cfg));
   store.finalize();
   randomize(store, 44);
   EXPECT_GE(store.find("layers.0.self_attn.k_norm.weight"), 0);
@@ -508,7 +376,7 @@ TEST(EmbeddingGrad, TokensAndLearnedPositions) {
   const TransformerConfig cfg = gpt2_style();
   const int64_t N = kB * kT, C = cfg.hidden_size;
   ParamStore store;
-  Embedding emb(store, kSingle, cfg);
+  Embedding emb(store, kSingle, cfg, decoder_model_spec(cfg, gpt_layer_spec(cfg)).embedding);
   store.finalize();
   randomize(store, 51);
   ASSERT_GE(store.find("embed_positions.weight"), 0);
@@ -527,7 +395,7 @@ TEST(EmbeddingGrad, TokensOnlyWithRope) {
   const TransformerConfig cfg = llama_style();
   const int64_t N = kB * kT, C = cfg.hidden_size;
   ParamStore store;
-  Embedding emb(store, kSingle, cfg);
+  Embedding emb(store, kSingle, cfg, decoder_model_spec(cfg, gpt_layer_spec(cfg)).embedding);
   store.finalize();
   randomize(store, 53);
   EXPECT_EQ(store.count(), 1);
@@ -721,7 +589,7 @@ LmBatch lm_batch() {
   return b;
 }
 
-void check_language_model(const std::string& what, const TransformerConfig& cfg, const LayerSpec& spec,
+void check_language_model(const std::string& what, const TransformerConfig& cfg, const ModelSpec& spec,
                           bool segments) {
   LanguageModel model(cfg, spec, kSingle);
   randomize(model.params(), 72);
@@ -757,17 +625,17 @@ void check_language_model(const std::string& what, const TransformerConfig& cfg,
 
 TEST(LanguageModelGrad, Gpt2StyleTiedLearnedPositions) {
   const TransformerConfig cfg = gpt2_style();
-  check_language_model("LanguageModel gpt2", cfg, gpt_layer_spec(cfg), false);
+  check_language_model("LanguageModel gpt2", cfg, gpt_model_spec(cfg), false);
 }
 
 TEST(LanguageModelGrad, LlamaStyleUntiedRopeGqaQkNorm) {
   const TransformerConfig cfg = llama_style();
-  check_language_model("LanguageModel llama", cfg, gpt_layer_spec(cfg), false);
+  check_language_model("LanguageModel llama", cfg, gpt_model_spec(cfg), false);
 }
 
 TEST(LanguageModelGrad, LlamaStyleDiffusionBidirectionalWithSegments) {
   const TransformerConfig cfg = llama_style();
-  check_language_model("LanguageModel difflm", cfg, difflm_layer_spec(cfg, MaskType::None, 0), true);
+  check_language_model("LanguageModel difflm", cfg, decoder_model_spec(cfg, difflm_layer_spec(cfg, MaskType::None, 0)), true);
 }
 
 // ---- parameter initialisation and arena use -------------------------------------------------------------
@@ -817,7 +685,7 @@ TEST(ParamStoreInit, ValuesDependOnNameNotRegistrationOrder) {
   EXPECT_NE(a2.data<float>()[0], a1.data<float>()[0]);
   // The same model built twice initialises identically.
   const TransformerConfig cfg = llama_style();
-  LanguageModel m1(cfg, gpt_layer_spec(cfg), kSingle), m2(cfg, gpt_layer_spec(cfg), kSingle);
+  LanguageModel m1(cfg, gpt_model_spec(cfg), kSingle), m2(cfg, gpt_model_spec(cfg), kSingle);
   m1.params().init(7);
   m2.params().init(7);
   for (int64_t i = 0; i < m1.params().numel(); ++i) ASSERT_EQ(m1.params().values()[i], m2.params().values()[i]);
@@ -826,7 +694,7 @@ TEST(ParamStoreInit, ValuesDependOnNameNotRegistrationOrder) {
 TEST(LanguageModelArena, NoHeapAllocationAfterTheFirstStep) {
   for (const bool llama : {false, true}) {
     const TransformerConfig cfg = llama ? llama_style() : gpt2_style();
-    LanguageModel model(cfg, gpt_layer_spec(cfg), kSingle);
+    LanguageModel model(cfg, gpt_model_spec(cfg), kSingle);
     model.params().init(3);
     const LmBatch batch = lm_batch();
     const MicroBatch mb = batch.mb(false);

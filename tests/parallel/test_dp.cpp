@@ -15,7 +15,8 @@
 #include "core/cli_flags.h"
 #include "checkpoint/reshard.h"
 #include "models/language_model.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "nn/moe/moe_layer.h"
 #include "optim/adamw.h"
 #include "optim/distributed_optimizer.h"
@@ -108,7 +109,7 @@ TEST(GradBuckets, ModelCallsTheGradsReadyHookWithDecreasingIdsEndingAtZero) {
   c.ffn_hidden_size = 64;
   c.vocab_size = 48;
   c.max_position_embeddings = 16;
-  LanguageModel m(c, gpt_layer_spec(c), ParallelContext::single());
+  LanguageModel m(c, gpt_model_spec(c), ParallelContext::single());
   m.params().init(3);
   std::vector<int> calls;
   m.set_grads_ready_hook([&](int k) { calls.push_back(k); });
@@ -314,8 +315,8 @@ TEST_F(DataParallelMpi, ExpertParallelLayerMatchesTheSingleProcessLayer) {
   const ParallelContext ep_ctx = make_parallel_context(ParallelLayout{1, 1, 1, 2});
   ASSERT_EQ(ep_ctx.ep.size, 2);
   ParamStore split_store, full_store;
-  MoELayer split(split_store, ep_ctx, "layers.0.mlp", c, 0.02f);
-  MoELayer full(full_store, ParallelContext::single(), "layers.0.mlp", c, 0.02f);
+  MoELayer split(split_store, ep_ctx, "layers.0.mlp", c, c.activation, 0.02f);
+  MoELayer full(full_store, ParallelContext::single(), "layers.0.mlp", c, c.activation, 0.02f);
   split_store.finalize();
   full_store.finalize();
   split_store.init(5);

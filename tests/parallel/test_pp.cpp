@@ -13,7 +13,8 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
 #include "parallel/layout.h"
@@ -50,8 +51,8 @@ TransformerConfig tiny(Kind kind, bool tied) {
   return c;
 }
 
-LayerSpec spec_of(Kind kind, const TransformerConfig& c) {
-  return kind == Kind::Gpt ? gpt_layer_spec(c) : difflm_layer_spec(c, MaskType::None, 0);
+ModelSpec spec_of(Kind kind, const TransformerConfig& c) {
+  return kind == Kind::Gpt ? gpt_model_spec(c) : decoder_model_spec(c, difflm_layer_spec(c, MaskType::None, 0));
 }
 
 constexpr int64_t kB = 2, kT = 24;

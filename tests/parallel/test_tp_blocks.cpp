@@ -130,7 +130,7 @@ void check_row(const ParallelContext& tp) {
 
 TEST(TensorParallel, ColumnLinear) {
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     check_column(*tp, 1);
   }
@@ -138,7 +138,7 @@ TEST(TensorParallel, ColumnLinear) {
 
 TEST(TensorParallel, ColumnLinearStackedBlocksShardEachBlock) {
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     check_column(*tp, 2);
   }
@@ -146,7 +146,7 @@ TEST(TensorParallel, ColumnLinearStackedBlocksShardEachBlock) {
 
 TEST(TensorParallel, RowLinear) {
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     check_row(*tp);
   }
@@ -216,26 +216,30 @@ TEST(TensorParallel, AttentionHeadsAndKvGroupsSplit) {
   const BatchInfo batch{B, T, pos.data(), nullptr};
   for (bool llama : {false, true})
     for (bool sp : {false, true}) {
-      MDLM_REQUIRE_TP2(tp, sp);
+      MEGADLM_REQUIRE_TP2(tp, sp);
       SCOPED_TRACE(std::string(llama ? "GQA + QK-norm + RoPE, bidirectional" : "MHA, causal") +
                    (sp ? ", sequence parallel" : ""));
       const TransformerConfig cfg = attention_config(llama);
       check_block<SelfAttention>(
           *tp, N, cfg.hidden_size,
-          [&](ParamStore& s, const ParallelContext& c) { return SelfAttention(s, c, "attn", cfg, 0.02f); },
+          [&](ParamStore& s, const ParallelContext& c) {
+            return SelfAttention(s, c, "attn", cfg,
+                                 SelfAttentionSpec{cfg.attention_mask, cfg.attention_block_size, cfg.qk_layernorm}, 0.02f);
+          },
           [&](SelfAttention& m, Arena& a, const Tensor& x) { return m.forward(a, x, batch); },
           [&](SelfAttention& m, Arena& a, const Tensor& dy, Tensor& dx) { m.backward(a, dy, dx); }, 10);
     }
 }
 
 TEST(TensorParallel, HeadsNotDivisibleNameBothFlags) {
-  MDLM_REQUIRE_TP2(tp, false);
+  MEGADLM_REQUIRE_TP2(tp, false);
   TransformerConfig cfg = attention_config(true);
   cfg.num_attention_heads = 6;
   cfg.num_query_groups = 3;
   ParamStore s;
   try {
-    SelfAttention(s, *tp, "attn", cfg, 0.02f);
+    SelfAttention(s, *tp, "attn", cfg, SelfAttentionSpec{cfg.attention_mask, cfg.attention_block_size, cfg.qk_layernorm},
+                  0.02f);
     FAIL() << "6 heads / 3 groups over tp 2 were accepted";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -249,13 +253,13 @@ TEST(TensorParallel, MlpGeluAndSwiGLU) {
   const int64_t N = 8;
   for (Activation act : {Activation::Gelu, Activation::SwiGLU})
     for (bool sp : {false, true}) {
-      MDLM_REQUIRE_TP2(tp, sp);
+      MEGADLM_REQUIRE_TP2(tp, sp);
       SCOPED_TRACE(std::string(act == Activation::Gelu ? "GELU" : "SwiGLU") + (sp ? ", sequence parallel" : ""));
       TransformerConfig cfg = attention_config(false);
       cfg.activation = act;
       check_block<MLP>(
           *tp, N, cfg.hidden_size,
-          [&](ParamStore& s, const ParallelContext& c) { return MLP(s, c, "mlp", cfg, 24, 0.02f); },
+          [&](ParamStore& s, const ParallelContext& c) { return MLP(s, c, "mlp", cfg, cfg.activation, 24, 0.02f); },
           [&](MLP& m, Arena& a, const Tensor& x) { return m.forward(a, x); },
           [&](MLP& m, Arena& a, const Tensor& dy, Tensor& dx) { m.backward(a, dy, dx); }, 20);
     }
@@ -274,11 +278,12 @@ TEST(TensorParallel, VocabParallelEmbedding) {
   tokens[5] = tokens[1];
   const BatchInfo batch{B, T, pos.data(), nullptr};
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     const ParallelContext single;
     ParamStore fs, ts;
-    Embedding ef(fs, single, cfg), et(ts, *tp, cfg);
+    const EmbeddingSpec spec{cfg.position_embedding == PositionEmbedding::LearnedAbsolute};
+    Embedding ef(fs, single, cfg, spec), et(ts, *tp, cfg, spec);
     fs.finalize();
     ts.finalize();
     randomize(fs, 30, 1.0f);
@@ -352,7 +357,7 @@ TEST(TensorParallel, VocabParallelCrossEntropyInTheHead) {
   targets[7] = -100;
   const std::vector<float> weights = random_vector(N, 40, 0.1f, 2.0f);
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     HeadPair heads(tp, 41);
     LMHead &hf = heads.hf, &ht = heads.ht;
@@ -394,7 +399,7 @@ TEST(TensorParallel, VocabParallelCrossEntropyInTheHeadBf16) {
   const int64_t N = 10, C = kHeadC;
   const std::vector<int32_t> targets = head_targets(N);
   const std::vector<float> weights = random_vector(N, 50, 0.1f, 2.0f);
-  MDLM_REQUIRE_TP2(tp, false);
+  MEGADLM_REQUIRE_TP2(tp, false);
   HeadPair heads(tp, 51);
   LMHead &hf = heads.hf, &ht = heads.ht;
   PrecisionConfig pc;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "models/gpt_spec.h"
 #include "models/language_model.h"
 #include "test_tp_util.h"
 
@@ -41,13 +42,10 @@ TransformerConfig model_config(bool llama, MaskType mask) {
   return c;
 }
 
-LayerSpec spec_of(const TransformerConfig& c) {
-  LayerSpec s;
-  s.norm = c.normalization;
-  s.attention_mask = c.attention_mask;
-  s.qk_norm = c.qk_layernorm;
-  s.activation = c.activation;
-  return s;
+ModelSpec spec_of(const TransformerConfig& c) {
+  LayerSpec s = gpt_layer_spec(c);
+  s.self_attention.mask = c.attention_mask;
+  return decoder_model_spec(c, s);
 }
 
 void run_case(const Case& k, const ParallelContext& tp) {
@@ -117,7 +115,7 @@ void run_case(const Case& k, const ParallelContext& tp) {
 
 TEST(TensorParallelModel, Gpt2StyleAutoregressive) {
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     run_case({false, MaskType::Causal, sp}, *tp);
   }
@@ -125,7 +123,7 @@ TEST(TensorParallelModel, Gpt2StyleAutoregressive) {
 
 TEST(TensorParallelModel, Gpt2StyleDiffusion) {
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     run_case({false, MaskType::None, sp}, *tp);
   }
@@ -133,7 +131,7 @@ TEST(TensorParallelModel, Gpt2StyleDiffusion) {
 
 TEST(TensorParallelModel, LlamaStyleGqaAutoregressive) {
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     run_case({true, MaskType::Causal, sp}, *tp);
   }
@@ -141,7 +139,7 @@ TEST(TensorParallelModel, LlamaStyleGqaAutoregressive) {
 
 TEST(TensorParallelModel, LlamaStyleGqaDiffusion) {
   for (bool sp : {false, true}) {
-    MDLM_REQUIRE_TP2(tp, sp);
+    MEGADLM_REQUIRE_TP2(tp, sp);
     SCOPED_TRACE(sp ? "sequence parallel" : "tp");
     run_case({true, MaskType::None, sp}, *tp);
   }
@@ -149,7 +147,7 @@ TEST(TensorParallelModel, LlamaStyleGqaDiffusion) {
 
 // Sequence parallelism needs the micro-batch's tokens to divide over the tp ranks.
 TEST(TensorParallelModel, SequenceParallelRowsMustDivide) {
-  MDLM_REQUIRE_TP2(tp, true);
+  MEGADLM_REQUIRE_TP2(tp, true);
   EXPECT_THROW(local_rows(*tp, 7), Error);
   EXPECT_EQ(local_rows(*tp, 8), 4);
 }
@@ -157,7 +155,7 @@ TEST(TensorParallelModel, SequenceParallelRowsMustDivide) {
 // Inference with a KV cache under tp: each rank caches only its KV groups; a prefill followed by one
 // decoded row gives the single rank's logits (gathered over the vocabulary).
 TEST(TensorParallelModel, KvCachedInferenceMatchesOneRank) {
-  MDLM_REQUIRE_TP2(tp, false);
+  MEGADLM_REQUIRE_TP2(tp, false);
   const TransformerConfig cfg = model_config(true, MaskType::Causal);
   LanguageModel single(cfg, spec_of(cfg), ParallelContext::single());
   LanguageModel model(cfg, spec_of(cfg), *tp);

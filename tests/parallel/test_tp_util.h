@@ -32,7 +32,7 @@ inline const ParallelContext* tp2_context(bool sp) {
   return sp ? &sp_ctx : &ctx;
 }
 
-#define MDLM_REQUIRE_TP2(var, sp)                             \
+#define MEGADLM_REQUIRE_TP2(var, sp)                             \
   const ParallelContext* var = ::megadlm::test::tp2_context(sp); \
   if (!var) GTEST_SKIP() << "needs mpirun -np 2 (ctest runs it as mpi_tp_np2)"
 

@@ -4,7 +4,8 @@
 #include <vector>
 
 #include "models/language_model.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "test_util.h"
 
 namespace megadlm::test {

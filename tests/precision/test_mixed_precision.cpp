@@ -37,7 +37,7 @@ struct RunResult {
 // One forward_backward after `warmup` steps that only advance the precision state (fp8 scales).
 RunResult run_once(bool llama, const PrecisionConfig& p, int warmup = 0) {
   const TransformerConfig cfg = test::tiny_model(llama);
-  LanguageModel m(cfg, gpt_layer_spec(cfg), kSingle);
+  LanguageModel m(cfg, gpt_model_spec(cfg), kSingle);
   m.params().init(5);
   m.set_precision(p);
   const TinyBatch b(3, 17, cfg.vocab_size, 9);
@@ -100,13 +100,13 @@ TEST(MixedPrecision, RepeatedStepIsBitwiseAndMoELayersTrain) {
       loss = m.forward_backward(b.mb(), 1.0f / (3 * 17));
       return test::grads_of(m);
     };
-    LanguageModel ref(cfg, gpt_layer_spec(cfg), kSingle);
+    LanguageModel ref(cfg, gpt_model_spec(cfg), kSingle);
     ref.params().init(5);
     double ref_loss = 0;
     const std::vector<float> ref_grads = grads_of_step(ref, ref_loss);
     for (const PrecisionConfig& p : {mode(PrecisionMode::BF16), mode(PrecisionMode::BF16, false),
                                      mode(PrecisionMode::FP16), mode(PrecisionMode::FP8)}) {
-      LanguageModel m(cfg, gpt_layer_spec(cfg), kSingle);
+      LanguageModel m(cfg, gpt_model_spec(cfg), kSingle);
       m.params().init(5);
       m.set_precision(p);
       double l1 = 0, l2 = 0;
@@ -134,7 +134,7 @@ TEST(MixedPrecision, AdamWWritesTheBf16Copies) {
   for (const bool llama : {false, true}) {
     const TransformerConfig cfg = test::tiny_model(llama);
     const TinyBatch b(3, 17, cfg.vocab_size, 9);
-    LanguageModel a(cfg, gpt_layer_spec(cfg), kSingle), c(cfg, gpt_layer_spec(cfg), kSingle);
+    LanguageModel a(cfg, gpt_model_spec(cfg), kSingle), c(cfg, gpt_model_spec(cfg), kSingle);
     AdamWConfig oc;
     AdamW opt_a(a.params(), oc), opt_c(c.params(), oc);
     for (LanguageModel* m : {&a, &c}) {
@@ -170,7 +170,7 @@ TEST(MixedPrecision, AdamWWritesTheBf16Copies) {
 TEST(MixedPrecision, WeightCopiesAreRemadeOncePerStep) {
   const TransformerConfig cfg = test::tiny_model(false);
   for (const PrecisionMode pm : {PrecisionMode::BF16, PrecisionMode::FP16, PrecisionMode::FP8}) {
-    LanguageModel m(cfg, gpt_layer_spec(cfg), kSingle);
+    LanguageModel m(cfg, gpt_model_spec(cfg), kSingle);
     m.params().init(5);
     m.set_precision(mode(pm));
     const TinyBatch b(2, 9, cfg.vocab_size, 3);
@@ -190,7 +190,7 @@ TEST(MixedPrecision, WeightCopiesAreRemadeOncePerStep) {
 // A few dozen AdamW steps on one batch: the loss must fall well below its start.
 double train(bool llama, const PrecisionConfig& p, int steps, double* first_loss, int64_t* skipped = nullptr) {
   const TransformerConfig cfg = test::tiny_model(llama, 2);
-  LanguageModel m(cfg, gpt_layer_spec(cfg), kSingle);
+  LanguageModel m(cfg, gpt_model_spec(cfg), kSingle);
   m.params().init(11);
   m.set_precision(p);
   AdamWConfig ac;

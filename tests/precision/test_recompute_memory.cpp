@@ -33,7 +33,7 @@ struct Measured {
 
 Measured measure(const TransformerConfig& cfg, const PrecisionConfig& p, const RecomputeConfig& r, int64_t B,
                  int64_t T) {
-  LanguageModel m(cfg, gpt_layer_spec(cfg), kSingle);
+  LanguageModel m(cfg, gpt_model_spec(cfg), kSingle);
   m.params().init(17);
   m.set_precision(p);
   m.set_recompute(r);

@@ -22,7 +22,7 @@ namespace megadlm::test {
 
 inline std::string binary_path(const std::string& name) { return std::string(MEGADLM_BINARY_DIR) + "/bin/" + name; }
 
-#define MDLM_REQUIRE_BINARY(name)                                                                      \
+#define MEGADLM_REQUIRE_BINARY(name)                                                                      \
   do {                                                                                                 \
     if (!std::filesystem::exists(::megadlm::test::binary_path(name)))                                  \
       GTEST_SKIP() << ::megadlm::test::binary_path(name) << " not built (build the " << name << " target)"; \

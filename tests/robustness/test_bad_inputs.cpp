@@ -145,7 +145,7 @@ TEST(BadInput, JsonlHundredMegabyteLine) {
 // Through the program: --strict stops at the first bad line naming file and line (exit 1); an empty
 // input is a valid empty dataset (exit 0).
 TEST(BadInput, PreprocessProgramOnBadJsonl) {
-  MDLM_REQUIRE_BINARY("preprocess_data");
+  MEGADLM_REQUIRE_BINARY("preprocess_data");
   test::TempDir dir;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{\"text\": \"ok\"}\n{\"text\": \"no end\n", ":2: invalid JSON"},
@@ -175,8 +175,8 @@ TEST(BadInput, PreprocessProgramOnBadJsonl) {
 // ---- .idx / .bin through the programs (every corruption is covered in tests/data) ----------------
 
 TEST(BadInput, CorruptIndexThroughThePrograms) {
-  MDLM_REQUIRE_BINARY("pretrain_difflm");
-  MDLM_REQUIRE_BINARY("inspect_data");
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_BINARY("inspect_data");
   test::TempDir dir;
   const std::string data = test::make_counting_dataset(dir.str(), 40);
   std::string idx = test::read_log(data + ".idx"), bin = test::read_log(data + ".bin");
@@ -319,7 +319,7 @@ TEST(BadInput, TruncatedTokenizerModels) {
 // tests/checkpoint/test_safetensors.cpp) -------------------------------------------------------------
 
 TEST(BadInput, LyingSafetensorsHeaderThroughConvertCheckpoint) {
-  MDLM_REQUIRE_BINARY("convert_checkpoint");
+  MEGADLM_REQUIRE_BINARY("convert_checkpoint");
   test::TempDir dir;
   const std::string src = std::string(MEGADLM_SOURCE_DIR) + "/tests/checkpoint/fixtures/hf_qwen2";
   const std::string file = test::read_log(src + "/model.safetensors");
@@ -409,7 +409,7 @@ TEST(BadInput, CheckpointWithMissingOrTruncatedShard) {
 }
 
 TEST(BadInput, CheckpointConfigNotMatchingTheModelFlags) {
-  MDLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   test::TempDir dir;
   const std::string data = test::make_counting_dataset(dir.str(), 40);
   const std::string save = dir / "ckpt";
@@ -439,7 +439,7 @@ TEST(BadInput, CheckpointConfigNotMatchingTheModelFlags) {
 
 // Each: exit 1 with an error naming the flag (the parser's own cases are in tests/train).
 TEST(BadInput, ImpossibleFlagsThroughThePrograms) {
-  MDLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   test::TempDir dir;
   const std::string data = test::make_counting_dataset(dir.str(), 40);
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
@@ -469,8 +469,8 @@ TEST(BadInput, ImpossibleFlagsThroughThePrograms) {
 // generate and evaluate take --device: an unknown value names the flag; cuda where the build or the
 // machine has none says which, naming --device cuda, before any checkpoint is read.
 TEST(BadInput, InferenceDeviceFlagThroughThePrograms) {
-  MDLM_REQUIRE_BINARY("generate");
-  MDLM_REQUIRE_BINARY("evaluate");
+  MEGADLM_REQUIRE_BINARY("generate");
+  MEGADLM_REQUIRE_BINARY("evaluate");
   test::TempDir dir;
   for (const char* program : {"generate", "evaluate"}) {
     SCOPED_TRACE(program);

@@ -20,7 +20,7 @@ using namespace megadlm;
 using test::plus;
 
 TEST(FullDisk, FailedSaveReportsTheFileAndKeepsThePreviousCheckpoint) {
-  MDLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   test::TempDir tmp;
   const std::string data = test::make_counting_dataset(tmp.str(), 60);
   const std::string save = tmp / "ckpt";

@@ -201,7 +201,7 @@ TEST(NonFiniteSteps, ConsecutiveSkipsStopTheRunAndKeepTheLastGoodCheckpoint) {
 // The same through the program: a checkpoint whose weights hold a NaN makes every step non-finite;
 // pretrain_difflm exits with status 1 and the --max-skipped-steps message.
 TEST(NonFiniteSteps, ProgramExitsNonZeroAfterMaxSkippedSteps) {
-  MDLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   test::TempDir tmp;
   const std::string data = test::make_counting_dataset(tmp.str(), 60);
   const std::string save = tmp / "ckpt";

@@ -224,7 +224,7 @@ TEST(Pretokenizer, Llama3AndQwen2PatternsByHand) {
 // ---- GPT-2 -------------------------------------------------------------------------------------------
 
 TEST(GPT2BPE, ExactIdsOnTrickyStrings) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   const auto cases = read_jsonl(fixture("gpt2_expected.jsonl"));
   ASSERT_GE(cases.size(), 40u);
@@ -237,8 +237,8 @@ TEST(GPT2BPE, ExactIdsOnTrickyStrings) {
 }
 
 TEST(GPT2BPE, ExactIdsAndRoundTripOnBrownCorpus) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
   const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   const auto texts = brown_texts(brown);
   const auto expected = read_jsonl(fixture("brown_gpt2_expected.jsonl"));
@@ -255,8 +255,8 @@ TEST(GPT2BPE, ExactIdsAndRoundTripOnBrownCorpus) {
 }
 
 TEST(GPT2BPE, ThreadsGiveTheSameIds) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
   const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   auto texts = brown_texts(brown);
   texts.resize(60);
@@ -268,7 +268,7 @@ TEST(GPT2BPE, ThreadsGiveTheSameIds) {
 }
 
 TEST(GPT2BPE, ArbitraryBytesRoundTrip) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   for (size_t n : {1, 2, 7, 64, 333, 5000}) {
     const std::string s = random_bytes(n, 100 + n);
@@ -284,7 +284,7 @@ TEST(GPT2BPE, ArbitraryBytesRoundTrip) {
 // The two merge implementations (array for short pieces, heap for long ones) agree on any input, and
 // a 100k-character word without spaces is encoded (the heap keeps it O(n log n)).
 TEST(GPT2BPE, MergeVariantsAgreeAndLongWordsWork) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   const GPT2BPETokenizer& tok = shared_gpt2(vocab);
   const TokenizerSpec spec = gpt2_spec(vocab);
   std::unique_ptr<ByteLevelBPE> bpe;
@@ -370,7 +370,7 @@ std::vector<std::vector<int32_t>> plain_bpe(const ByteLevelBPE& bpe, const std::
 // cleared when full): 90k distinct words give the ids of BPE on each word alone, cold, warm, and from
 // two threads at once.
 TEST(GPT2BPE, PieceCachesGiveTheIdsOfPlainBpe) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   const std::unique_ptr<ByteLevelBPE> model = gpt2_model(vocab);
   const ByteLevelBPE& bpe = *model;
   const std::vector<std::string> words = distinct_words(90000, 5);
@@ -417,8 +417,8 @@ void on_threads(int threads, size_t n, F&& encode_one) {
 // them concurrently) give exactly the ids of one thread with a fresh tokenizer. Run under
 // -fsanitize=thread, this is also the data-race check of the shared cache.
 TEST(GPT2BPE, SharedCacheFourThreadsGiveTheIdsOfOneThread) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
   const auto texts = brown_texts(brown);
   std::vector<std::vector<int32_t>> serial(texts.size());
   {
@@ -442,8 +442,8 @@ TEST(GPT2BPE, SharedCacheFourThreadsGiveTheIdsOfOneThread) {
 // (each of 65536 entries, cleared when full). Brown (55k distinct pieces) and then 90k distinct
 // random words on four threads give the ids of one thread with a default-sized cache, and of plain BPE.
 TEST(GPT2BPE, FullSharedCacheFallsBackToThreadCaches) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
   auto texts = brown_texts(brown);
   texts.resize(150);
   std::unique_ptr<ByteLevelBPE> bpe = gpt2_model(vocab);
@@ -476,7 +476,7 @@ TEST(GPT2BPE, FullSharedCacheFallsBackToThreadCaches) {
 }
 
 TEST(GPT2BPE, VocabularyEodAndAddedTokens) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   GPT2BPETokenizer tok(gpt2_spec(vocab));
   EXPECT_EQ(tok.vocab_size(), 50257);
   EXPECT_EQ(tok.eod(), 50256);
@@ -501,7 +501,7 @@ TEST(GPT2BPE, VocabularyEodAndAddedTokens) {
 }
 
 TEST(GPT2BPE, MalformedFilesNameTheFile) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   const TokenizerSpec good = gpt2_spec(vocab);
   TempFile bad_json("vocab_bad.json", "{\"a\": 1, ");
   TempFile bad_merges("merges_bad.txt", "#version: 0.2\n\xC4\xA0 t\nonlyone\n");
@@ -670,7 +670,7 @@ TEST(VocabJson, HandParserDeclinesAnythingElse) {
 // The released GPT-2 vocabulary takes the fast path and gives nlohmann's map; a key given twice makes
 // GPT2BPETokenizer fail naming it (nlohmann::json would silently keep the last).
 TEST(VocabJson, Gpt2VocabFastPathAndDuplicateKeys) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
   const std::string text = read_tokenizer_file(vocab, "vocab");
   std::vector<std::pair<std::string, int64_t>> a, b;
   ASSERT_TRUE(fast_vocab(text, b));
@@ -715,8 +715,8 @@ TEST(HuggingFace, FixturesGiveTheIdsOfTokenizers) {
 // The GPT-2 files as a tokenizer.json (written here as `tokenizers` writes them) give exactly what
 // GPT2BPETokenizer gives.
 TEST(HuggingFace, Gpt2AsTokenizerJsonMatchesGpt2Tokenizer) {
-  MDLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
-  MDLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
   const TokenizerSpec spec = gpt2_spec(vocab);
   json j;
   j["model"] = {{"type", "BPE"}, {"vocab", json::parse(read_tokenizer_file(spec.vocab_file, "vocab"))}};

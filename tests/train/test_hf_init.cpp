@@ -7,7 +7,8 @@
 
 #include "checkpoint/hf_convert.h"
 #include "core/error.h"
-#include "models/layer_specs.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
 #include "train/arguments.h"
 #include "train/hf_init.h"
 
@@ -76,7 +77,7 @@ TEST(HfInit, NewMaskTokenGrowsEmbeddingAndHeadWithMeanRows) {
   EXPECT_EQ(cfg.vocab_size, V0 + 1);
   EXPECT_EQ(hf_adapted_vocab_size(V0, V0 - 10), V0);     // an existing id: no growth
   cfg.attention_mask = MaskType::None;
-  LanguageModel model(cfg, difflm_layer_spec(cfg, MaskType::None, 0), ParallelContext::single());
+  LanguageModel model(cfg, decoder_model_spec(cfg, difflm_layer_spec(cfg, MaskType::None, 0)), ParallelContext::single());
   model.params().init(1);
   EXPECT_EQ(load_hf_into_model(kQwen3, model), 1);
   for (const char* name : {"embed_tokens.weight", "lm_head.weight"}) {

@@ -234,7 +234,7 @@ void forward_d(T* out, float* lse, const T* q, const T* k, const T* v, int64_t B
   const dim3 grid(static_cast<unsigned>((Tn + kWarps - 1) / kWarps), static_cast<unsigned>(H), static_cast<unsigned>(B));
   attention_forward_kernel<Dev<T>, D><<<grid, kWarps * 32, 0, stream>>>(dev(out), lse, dev(q), dev(k), dev(v), Tn, H,
                                                                          K, m, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T, int D>
@@ -244,11 +244,11 @@ void backward_d(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, cons
   const unsigned rows = static_cast<unsigned>((Tn + kWarps - 1) / kWarps);
   attention_dq_kernel<Dev<T>, D><<<dim3(rows, static_cast<unsigned>(H), static_cast<unsigned>(B)), kWarps * 32, 0,
                                    stream>>>(dev(dq), dev(dout), dev(q), dev(k), dev(v), lse, delta, Tn, H, K, m, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
   attention_dkv_kernel<Dev<T>, D><<<dim3(rows, static_cast<unsigned>(K), static_cast<unsigned>(B)), kWarps * 32, 0,
                                     stream>>>(dev(dk), dev(dv), dev(dout), dev(q), dev(k), dev(v), lse, delta, Tn, H, K,
                                               m, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -400,22 +400,22 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
   const int64_t rows = B * Tn * H;
   attention_delta_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(delta, dev(dout), dev(out), B, Tn,
                                                                                    H, D);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
   if (gemm) attention_gemm_backward(dq, dk, dv, dout, q, k, v, lse, delta, B, Tn, H, K, D, m, scale, stream);
   else if (D == 32) backward_d<T, 32>(dq, dk, dv, dout, q, k, v, lse, delta, B, Tn, H, K, m, scale, stream);
   else if (D == 64) backward_d<T, 64>(dq, dk, dv, dout, q, k, v, lse, delta, B, Tn, H, K, m, scale, stream);
   else backward_d<T, 128>(dq, dk, dv, dout, q, k, v, lse, delta, B, Tn, H, K, m, scale, stream);
-  MDLM_CUDA_CHECK(cudaFreeAsync(delta, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(delta, stream));
 }
 
-#define MDLM_INSTANTIATE(T)                                                                                       \
+#define MEGADLM_INSTANTIATE(T)                                                                                       \
   template void attention_forward<T>(T*, float*, const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, \
                                      int64_t, const AttentionMask&, float, cudaStream_t);                    \
   template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const float*,  \
                                       int64_t, int64_t, int64_t, int64_t, int64_t, const AttentionMask&,     \
                                       float, cudaStream_t);
-MDLM_INSTANTIATE(float)
-MDLM_INSTANTIATE(bf16_t)
-#undef MDLM_INSTANTIATE
+MEGADLM_INSTANTIATE(float)
+MEGADLM_INSTANTIATE(bf16_t)
+#undef MEGADLM_INSTANTIATE
 
 }  // namespace megadlm::cuda

@@ -159,14 +159,14 @@ void attention_gemm_forward(T* out, float* lse, const T* q, const T* k, const T*
   const unsigned rows = static_cast<unsigned>(B * H * Tn);
   if (vec) softmax_rows_kernel<Dev<T>, true><<<rows, row_threads(Tn), 0, stream>>>(dev(P), lse, S, Tn, H, mask, scale);
   else softmax_rows_kernel<Dev<T>, false><<<rows, row_threads(Tn), 0, stream>>>(dev(P), lse, S, Tn, H, mask, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
   // O_h = P_h V_g
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = 0; r < d.G(); ++r)
       batched(d, b, r, false, false, Tn, D, Tn, 1.0f, 0.0f, {P, Operand::Scores}, {v, Operand::KvHeads},
               {out, Operand::QueryHeads}, dtype_of<T>(), dtype_of<T>(), stream);
-  MDLM_CUDA_CHECK(cudaFreeAsync(P, stream));
-  MDLM_CUDA_CHECK(cudaFreeAsync(S, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(P, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(S, stream));
 }
 
 template <typename T>
@@ -188,7 +188,7 @@ void attention_gemm_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, con
   else
     dscores_rows_kernel<Dev<T>, false><<<rows, row_threads(Tn), 0, stream>>>(dev(P), dev(dS), S, dP, lse, delta, Tn, H,
                                                                              mask, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
   const DType t = dtype_of<T>();
   // dQ_h = scale dS_h K_g
   for (int64_t b = 0; b < B; ++b)
@@ -213,23 +213,23 @@ void attention_gemm_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, con
   if (!direct) {
     cast_f32_to_bf16(reinterpret_cast<bf16_t*>(dk), acc_k, B * Tn * K * D, stream);
     cast_f32_to_bf16(reinterpret_cast<bf16_t*>(dv), acc_v, B * Tn * K * D, stream);
-    MDLM_CUDA_CHECK(cudaFreeAsync(acc_v, stream));
-    MDLM_CUDA_CHECK(cudaFreeAsync(acc_k, stream));
+    MEGADLM_CUDA_CHECK(cudaFreeAsync(acc_v, stream));
+    MEGADLM_CUDA_CHECK(cudaFreeAsync(acc_k, stream));
   }
-  MDLM_CUDA_CHECK(cudaFreeAsync(dS, stream));
-  MDLM_CUDA_CHECK(cudaFreeAsync(P, stream));
-  MDLM_CUDA_CHECK(cudaFreeAsync(dP, stream));
-  MDLM_CUDA_CHECK(cudaFreeAsync(S, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(dS, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(P, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(dP, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(S, stream));
 }
 
-#define MDLM_INSTANTIATE(T)                                                                                        \
+#define MEGADLM_INSTANTIATE(T)                                                                                        \
   template void attention_gemm_forward<T>(T*, float*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
                                           int64_t, int64_t, const MaskDev&, float, cudaStream_t);                  \
   template void attention_gemm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const float*,       \
                                            const float*, int64_t, int64_t, int64_t, int64_t, int64_t,              \
                                            const MaskDev&, float, cudaStream_t);
-MDLM_INSTANTIATE(float)
-MDLM_INSTANTIATE(bf16_t)
-#undef MDLM_INSTANTIATE
+MEGADLM_INSTANTIATE(float)
+MEGADLM_INSTANTIATE(bf16_t)
+#undef MEGADLM_INSTANTIATE
 
 }  // namespace megadlm::cuda

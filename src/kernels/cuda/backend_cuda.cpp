@@ -172,6 +172,13 @@ class CudaBackend final : public Backend {
     cuda::rmsnorm_backward<float>(dinp, dweight, dout, inp, weight, rstd, N, C, nullptr, kStream);
   }
 
+  void softmax_forward(float* out, const float* inp, int64_t N, int64_t V) const override {
+    cuda::softmax_forward(out, inp, N, V, kStream);
+  }
+  void softmax_backward(float* din, const float* out, const float* dout, int64_t N, int64_t V) const override {
+    cuda::softmax_backward(din, out, dout, N, V, kStream);
+  }
+
   void rope_forward(float* out, const float* inp, const int32_t* positions, const float* cos, const float* sin,
                     int64_t N, int64_t H, int64_t D) const override {
     cuda::rope_forward<float>(out, inp, positions, cos, sin, N, H, D, kStream);

@@ -41,7 +41,7 @@ template <Kind K, typename In, typename Out>
 void cast(Out* out, const In* inp, int64_t n, float scale, cudaStream_t stream) {
   if (n <= 0) return;
   cast_kernel<K><<<grid_for(n, 256), 256, 0, stream>>>(out, inp, n, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 // x = the value the format holds for x: bf16, fp16, or fp8's dq(q(x * scale)) / scale (a division, as
@@ -72,7 +72,7 @@ template <Trip K>
 void round_trip(float* x, int64_t n, float scale, cudaStream_t stream) {
   if (n <= 0) return;
   round_trip_kernel<K><<<grid_for(n, 256), 256, 0, stream>>>(x, n, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ static __global__ void col_finish_kernel(float* dst, const float* partial, int64
 inline void col_finish_strided(float* dst, const float* partial, int64_t chunks, int64_t C, int64_t ld,
                                cudaStream_t stream) {
   col_finish_kernel<<<static_cast<unsigned>((C + 31) / 32), dim3(32, 8), 0, stream>>>(dst, partial, chunks, C, ld);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 inline void col_finish(float* dst, const float* partial, int64_t chunks, int64_t C, cudaStream_t stream) {
   col_finish_strided(dst, partial, chunks, C, C, stream);
@@ -63,9 +63,9 @@ void column_sum_accumulate(float* dst, int64_t N, int64_t C, F f, cudaStream_t s
   float* partial = stream_alloc<float>(chunks * C, stream);
   col_partial_kernel<<<dim3(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks)), dim3(32, 8), 0,
                        stream>>>(partial, N, C, rows_per_chunk, f);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
   col_finish(dst, partial, chunks, C, stream);
-  MDLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
 }
 
 }  // namespace megadlm::cuda

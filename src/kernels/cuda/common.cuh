@@ -13,14 +13,14 @@
 #include "kernels/cuda/ops.h"
 
 // Throws megadlm::Error naming the call, the file and line and CUDA's message.
-#define MDLM_CUDA_CHECK(call)                                                                          \
+#define MEGADLM_CUDA_CHECK(call)                                                                       \
   do {                                                                                                 \
     cudaError_t err_ = (call);                                                                         \
     if (err_ != cudaSuccess)                                                                           \
       ::megadlm::fail(#call, " failed at ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(err_));  \
   } while (0)
 // After a kernel launch: launch-configuration errors surface here, execution errors at the next sync.
-#define MDLM_CUDA_LAUNCH_CHECK() MDLM_CUDA_CHECK(cudaGetLastError())
+#define MEGADLM_CUDA_LAUNCH_CHECK() MEGADLM_CUDA_CHECK(cudaGetLastError())
 
 namespace megadlm::cuda {
 

@@ -158,7 +158,7 @@ void cross_entropy_forward_backward(float* losses, T* dlogits, const T* logits, 
   else
     cross_entropy_kernel<D, false><<<static_cast<unsigned>(N), threads, 0, stream>>>(
         losses, dev(dlogits), dev(logits), targets, weights, ignore_index, grad_scale, V);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 template void cross_entropy_forward_backward<float>(float*, float*, const float*, const int32_t*, const float*, int64_t,
@@ -171,7 +171,7 @@ void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t*
   if (N <= 0) return;
   shard_max_kernel<<<static_cast<unsigned>(N), shard_threads(Vl), 0, stream>>>(row_max, logits, targets, ignore_index,
                                                                                 Vl);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
@@ -180,7 +180,7 @@ void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, co
   if (N <= 0) return;
   shard_sumexp_kernel<<<static_cast<unsigned>(N), shard_threads(Vl), 0, stream>>>(
       stats, e, logits, row_max, targets, ignore_index, vocab_start, V, Vl);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 void cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
@@ -189,7 +189,7 @@ void cross_entropy_shard_finish(float* losses, float* dlogits, const double* sta
   if (N <= 0) return;
   shard_finish_kernel<<<static_cast<unsigned>(N), shard_threads(Vl), 0, stream>>>(
       losses, dlogits, stats, row_max, targets, weights, ignore_index, grad_scale, vocab_start, V, Vl);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace megadlm::cuda

@@ -76,7 +76,7 @@ void decode_attention_forward(float* out, const float* q, const float* k_cache, 
   const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
   decode_attention_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(out, q, k_cache, v_cache, offsets, B,
                                                                                  Tn, S, H, K, D, causal, scale);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace megadlm::cuda

@@ -67,7 +67,7 @@ void map2(T* out, const T* a, const T* b, int64_t n, F f, cudaStream_t stream) {
   using D = Dev<T>;
   const bool vec = vec_ok<D>(Pack<D>::kN, {out, a, b});
   map2_kernel<D, F><<<grid_for(n / (vec ? Pack<D>::kN : 1), 256), 256, 0, stream>>>(dev(out), dev(a), dev(b), n, vec, f);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 // SwiGLU over packs of F columns: one thread per pack of `kN` output columns (scalar when kN == 1).
@@ -126,7 +126,7 @@ void swiglu(T* dst, const T* gate_up, const T* dout, int64_t N, int64_t F, cudaS
   } else {
     swiglu_kernel<D, 1, kBackward><<<grid_for(N * F, 256), 256, 0, stream>>>(dev(dst), dev(gate_up), dev(dout), N, F);
   }
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
@@ -167,7 +167,7 @@ void swiglu_backward(T* dgate_up, const T* gate_up, const T* dout, int64_t N, in
 template <typename T> void bias_add_forward(T* out, const float* bias, int64_t N, int64_t C, cudaStream_t s) {
   if (N <= 0 || C <= 0) return;
   bias_add_kernel<<<grid_for(N * C, 256), 256, 0, s>>>(dev(out), bias, N, C);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 template <typename T> void bias_backward(float* dbias, const T* dout, int64_t N, int64_t C, cudaStream_t s) {
   column_sum_accumulate(dbias, N, C, ReadF32<Dev<T>>{dev(dout), C}, s);
@@ -180,7 +180,7 @@ template <typename T> void scale_inplace(T* a, float sc, int64_t n, cudaStream_t
   map2(a, a, static_cast<const T*>(nullptr), n, Scale{sc}, s);
 }
 
-#define MDLM_INSTANTIATE(T)                                                                              \
+#define MEGADLM_INSTANTIATE(T)                                                                              \
   template void gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                                    \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                         \
   template void silu_forward<T>(T*, const T*, int64_t, cudaStream_t);                                    \
@@ -192,8 +192,8 @@ template <typename T> void scale_inplace(T* a, float sc, int64_t n, cudaStream_t
   template void residual_add<T>(T*, const T*, const T*, int64_t, cudaStream_t);                          \
   template void add_inplace<T>(T*, const T*, int64_t, cudaStream_t);                                     \
   template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);
-MDLM_INSTANTIATE(float)
-MDLM_INSTANTIATE(bf16_t)
-#undef MDLM_INSTANTIATE
+MEGADLM_INSTANTIATE(float)
+MEGADLM_INSTANTIATE(bf16_t)
+#undef MEGADLM_INSTANTIATE
 
 }  // namespace megadlm::cuda

@@ -119,7 +119,7 @@ void embedding_forward(T* out, const int32_t* tokens, const float* wte, int64_t 
   else
     embedding_forward_kernel<Dev<T>, 1><<<grid_for(N * C, 256), 256, 0, stream>>>(dev(out), tokens, wte, vocab_start, V,
                                                                                    positions, wpe, N, C);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
@@ -130,22 +130,22 @@ void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* 
     const dim3 grid(static_cast<unsigned>((V + kRowsPerBlock - 1) / kRowsPerBlock),
                     static_cast<unsigned>((C + kColsPerBlock - 1) / kColsPerBlock));
     token_table_backward_kernel<<<grid, kColsPerBlock, 0, stream>>>(dwte, dev(dout), tokens, vocab_start, V, N, C);
-    MDLM_CUDA_LAUNCH_CHECK();
+    MEGADLM_CUDA_LAUNCH_CHECK();
   }
   if (dwpe) {
     position_table_backward_kernel<<<static_cast<unsigned>((C + 127) / 128), 128, 0, stream>>>(dwpe, dev(dout),
                                                                                                positions, N, C);
-    MDLM_CUDA_LAUNCH_CHECK();
+    MEGADLM_CUDA_LAUNCH_CHECK();
   }
 }
 
-#define MDLM_INSTANTIATE(T)                                                                                      \
+#define MEGADLM_INSTANTIATE(T)                                                                                      \
   template void embedding_forward<T>(T*, const int32_t*, const float*, int64_t, int64_t, const int32_t*,         \
                                      const float*, int64_t, int64_t, cudaStream_t);                              \
   template void embedding_backward<T>(float*, float*, const T*, const int32_t*, int64_t, int64_t, const int32_t*, \
                                       int64_t, int64_t, cudaStream_t);
-MDLM_INSTANTIATE(float)
-MDLM_INSTANTIATE(bf16_t)
-#undef MDLM_INSTANTIATE
+MEGADLM_INSTANTIATE(float)
+MEGADLM_INSTANTIATE(bf16_t)
+#undef MEGADLM_INSTANTIATE
 
 }  // namespace megadlm::cuda

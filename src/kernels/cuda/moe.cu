@@ -86,7 +86,7 @@ void moe_permute(T* rows, const T* x, const int32_t* token, const float* weight,
     permute_kernel<D, kN><<<grid_for(P * C / kN, 256), 256, 0, stream>>>(dev(rows), dev(x), token, weight, P, C);
   else
     permute_kernel<D, 1><<<grid_for(P * C, 256), 256, 0, stream>>>(dev(rows), dev(x), token, weight, P, C);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
@@ -101,7 +101,7 @@ void moe_unpermute(T* out, const T* rows, const int32_t* token_offsets, const in
   else
     unpermute_kernel<D, 1><<<grid_for(N * C, 256), 256, 0, stream>>>(dev(out), dev(rows), token_offsets, token_rows,
                                                                       weight, N, C);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
@@ -109,17 +109,17 @@ void moe_unpermute_weight_grad(float* dweight, const T* dout, const T* rows, con
                                cudaStream_t stream) {
   if (P <= 0) return;
   weight_grad_kernel<<<static_cast<unsigned>((P + 7) / 8), 256, 0, stream>>>(dweight, dev(dout), dev(rows), token, P, C);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
-#define MDLM_INSTANTIATE(T)                                                                                       \
+#define MEGADLM_INSTANTIATE(T)                                                                                       \
   template void moe_permute<T>(T*, const T*, const int32_t*, const float*, int64_t, int64_t, cudaStream_t);       \
   template void moe_unpermute<T>(T*, const T*, const int32_t*, const int32_t*, const float*, int64_t, int64_t,    \
                                  cudaStream_t);                                                                   \
   template void moe_unpermute_weight_grad<T>(float*, const T*, const T*, const int32_t*, int64_t, int64_t,        \
                                              cudaStream_t);
-MDLM_INSTANTIATE(float)
-MDLM_INSTANTIATE(bf16_t)
-#undef MDLM_INSTANTIATE
+MEGADLM_INSTANTIATE(float)
+MEGADLM_INSTANTIATE(bf16_t)
+#undef MEGADLM_INSTANTIATE
 
 }  // namespace megadlm::cuda

@@ -295,7 +295,7 @@ void norm_forward(T* out, float* mean, float* rstd, const T* inp, const float* w
             <<<static_cast<unsigned>((N + rows_per_block - 1) / rows_per_block), kRowThreads, 0, stream>>>(
                 dev(out), mean, rstd, dev(inp), dev(residual), dev(sum_out), weight, bias, N, eps);
       })) {
-    MDLM_CUDA_LAUNCH_CHECK();
+    MEGADLM_CUDA_LAUNCH_CHECK();
     return;
   }
   const size_t smem = C * sizeof(float);
@@ -306,7 +306,7 @@ void norm_forward(T* out, float* mean, float* rstd, const T* inp, const float* w
   else
     norm_forward_kernel<D, false, kRms><<<static_cast<unsigned>(N), threads, smem, stream>>>(
         dev(out), mean, rstd, dev(inp), dev(residual), dev(sum_out), weight, bias, C, eps);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T, bool kRms>
@@ -323,10 +323,10 @@ void norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T
         // dinp may alias dout: each group reads a row in full before writing it, and no other group reads it.
         norm_backward_rows_kernel<D, L, I, kRms><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
             dev(dinp), partial, partial_b, dev(dout), dev(inp), weight, mean, rstd, dev(dresidual), N, rows_per_group);
-        MDLM_CUDA_LAUNCH_CHECK();
+        MEGADLM_CUDA_LAUNCH_CHECK();
         col_finish(dweight, partial, blocks, C, stream);
         if (dbias) col_finish(dbias, partial_b, blocks, C, stream);
-        MDLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
+        MEGADLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
       }))
     return;
   // Parameter gradients first: dinp may alias dout.
@@ -334,7 +334,7 @@ void norm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T
   if (dbias) column_sum_accumulate(dbias, N, C, ReadCol<D>{dev(dout), C}, stream);
   norm_backward_kernel<D, kRms><<<static_cast<unsigned>(N), threads_for(C), C * sizeof(float), stream>>>(
       dev(dinp), dev(dout), dev(inp), weight, mean, rstd, dev(dresidual), C);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -361,7 +361,7 @@ void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, cons
   norm_backward<T, true>(dinp, dweight, nullptr, dout, inp, weight, nullptr, rstd, N, C, dresidual, stream);
 }
 
-#define MDLM_INSTANTIATE(T)                                                                                      \
+#define MEGADLM_INSTANTIATE(T)                                                                                      \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const float*, const float*, int64_t, int64_t, \
                                      float, const T*, T*, cudaStream_t);                                         \
   template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const float*, const float*,        \
@@ -370,8 +370,8 @@ void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, cons
                                    cudaStream_t);                                                                \
   template void rmsnorm_backward<T>(T*, float*, const T*, const T*, const float*, const float*, int64_t, int64_t, \
                                     const T*, cudaStream_t);
-MDLM_INSTANTIATE(float)
-MDLM_INSTANTIATE(bf16_t)
-#undef MDLM_INSTANTIATE
+MEGADLM_INSTANTIATE(float)
+MEGADLM_INSTANTIATE(bf16_t)
+#undef MEGADLM_INSTANTIATE
 
 }  // namespace megadlm::cuda

@@ -155,6 +155,12 @@ template <typename T>
 void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const float* weight, const float* rstd,
                       int64_t N, int64_t C, const T* dresidual = nullptr, cudaStream_t stream = 0);
 
+// ---- softmax over rows (softmax.cu), as kernels/cpu/softmax.h ---------------------------------------
+// out [N, V] = softmax(inp) per row (may alias inp).
+void softmax_forward(float* out, const float* inp, int64_t N, int64_t V, cudaStream_t stream = 0);
+// din [N, V] = out * (dout - rowsum(dout * out)), written (may alias dout).
+void softmax_backward(float* din, const float* out, const float* dout, int64_t N, int64_t V, cudaStream_t stream = 0);
+
 // ---- rotary embedding (rope.cu), rotate-half convention of kernels/cpu/rope.h ----------------------
 // x [N,H,D] (row stride H*D), positions [N], cos/sin [P, D/2] (fill them with cpu::rope_tables and copy).
 template <typename T>

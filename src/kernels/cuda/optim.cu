@@ -129,10 +129,10 @@ template <Reduce R, typename Out>
 void reduce(Out* out, const float* x, int64_t n, cudaStream_t stream) {
   double* partial = stream_alloc<double>(kReduceBlocks, stream);
   reduce_partial_kernel<R><<<kReduceBlocks, kReduceThreads, 0, stream>>>(partial, x, n);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
   reduce_finish_kernel<R, Out><<<1, 1, 0, stream>>>(out, partial, kReduceBlocks);
-  MDLM_CUDA_LAUNCH_CHECK();
-  MDLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
+  MEGADLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
 }
 
 }  // namespace
@@ -152,7 +152,7 @@ void adamw_step(float* param, float* grad, float* m, float* v, int64_t n, const 
   const bool vec = vec_ok<float>(4, {param, grad, m, v}) && reinterpret_cast<uintptr_t>(param_bf16) % 8 == 0;
   adamw_kernel<<<grid_for(vec ? n / 4 : n, 256), 256, 0, stream>>>(param, grad, m, v, dev(param_bf16), n, vec,
                                                                     h.zero_grad, k);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 void sum(double* out, const float* x, int64_t n, cudaStream_t stream) { reduce<Reduce::Sum>(out, x, n, stream); }

@@ -174,7 +174,7 @@ void qkv_norm_rope_forward(T* q, T* k, T* v, float* rstd_q, float* rstd_k, const
     qkv_forward_kernel<Dv, L><<<static_cast<unsigned>((rows + per_block - 1) / per_block), kRowThreads, 0, stream>>>(
         dev(q), dev(k), dev(v), rstd_q, rstd_k, dev(qkv), q_norm_weight, k_norm_weight, positions, cos, sin, N, H, K,
         eps);
-    MDLM_CUDA_LAUNCH_CHECK();
+    MEGADLM_CUDA_LAUNCH_CHECK();
   });
 }
 
@@ -195,23 +195,23 @@ void qkv_norm_rope_backward(T* dqkv, float* dq_norm_weight, float* dk_norm_weigh
     qkv_backward_kernel<Dv, L><<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(
         dev(dqkv), partial, dev(dq), dev(dk), dev(dv), dev(qkv), q_norm_weight, k_norm_weight, rstd_q, rstd_k,
         positions, cos, sin, N, H, K, rows_per_group);
-    MDLM_CUDA_LAUNCH_CHECK();
+    MEGADLM_CUDA_LAUNCH_CHECK();
     // partial rows alternate q, k: as [blocks, 2D] its first D columns are the q sums, the next D the k sums.
     col_finish_strided(dq_norm_weight, partial, blocks, D, 2 * D, stream);
     col_finish_strided(dk_norm_weight, partial + D, blocks, D, 2 * D, stream);
-    MDLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
+    MEGADLM_CUDA_CHECK(cudaFreeAsync(partial, stream));
   });
 }
 
-#define MDLM_INSTANTIATE(T)                                                                                         \
+#define MEGADLM_INSTANTIATE(T)                                                                                         \
   template void qkv_norm_rope_forward<T>(T*, T*, T*, float*, float*, const T*, const float*, const float*,         \
                                          const int32_t*, const float*, const float*, int64_t, int64_t, int64_t,    \
                                          int64_t, float, cudaStream_t);                                            \
   template void qkv_norm_rope_backward<T>(T*, float*, float*, const T*, const T*, const T*, const T*, const float*, \
                                           const float*, const float*, const float*, const int32_t*, const float*,   \
                                           const float*, int64_t, int64_t, int64_t, int64_t, cudaStream_t);
-MDLM_INSTANTIATE(float)
-MDLM_INSTANTIATE(bf16_t)
-#undef MDLM_INSTANTIATE
+MEGADLM_INSTANTIATE(float)
+MEGADLM_INSTANTIATE(bf16_t)
+#undef MEGADLM_INSTANTIATE
 
 }  // namespace megadlm::cuda

@@ -58,7 +58,7 @@ void rope(T* out, const T* inp, const int32_t* positions, const float* cos_t, co
   else
     rope_kernel<Dv, 1><<<grid_for(N * H * (D / 2), 256), 256, 0, stream>>>(dev(out), dev(inp), positions, cos_t, sin_t,
                                                                             N, H, D, sign);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace

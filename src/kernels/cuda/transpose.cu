@@ -33,7 +33,7 @@ void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C, cudaStr
   MEGADLM_CHECK(tiles_r <= 65535, "cuda transpose_u8: ", R, " rows exceed the grid (", tiles_r, " row tiles)");
   const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(tiles_r)), block(kTile, kRowsPerPass);
   transpose_u8_kernel<<<grid, block, 0, stream>>>(out, in, R, C);
-  MDLM_CUDA_LAUNCH_CHECK();
+  MEGADLM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace megadlm::cuda

@@ -4,9 +4,10 @@
 
 namespace megadlm {
 
-MoEExperts::MoEExperts(ParamStore& store, const std::string& name, const TransformerConfig& cfg, int64_t num_experts,
-                       int64_t ffn_hidden, float output_init_std, bool grouped, int64_t first_expert)
-    : store_(&store), act_(cfg.activation), E_(num_experts), C_(cfg.hidden_size), F_(ffn_hidden), grouped_(grouped) {
+MoEExperts::MoEExperts(ParamStore& store, const std::string& name, const TransformerConfig& cfg, Activation activation,
+                       int64_t num_experts, int64_t ffn_hidden, float output_init_std, bool grouped,
+                       int64_t first_expert)
+    : store_(&store), act_(activation), E_(num_experts), C_(cfg.hidden_size), F_(ffn_hidden), grouped_(grouped) {
   MEGADLM_CHECK(F_ >= 1, name, ": --moe-ffn-hidden-size must be positive, got ", F_);
   F1_ = act_ == Activation::SwiGLU ? 2 * F_ : F_;
   for (int64_t e = 0; e < E_; ++e) {

@@ -23,8 +23,8 @@ class MoEExperts {
   MoEExperts() = default;
   // Experts first_expert .. first_expert + num_experts - 1 of the layer (expert parallelism registers
   // only its rank's), named by their global index and marked ParamInfo.expert.
-  MoEExperts(ParamStore& store, const std::string& name, const TransformerConfig& cfg, int64_t num_experts,
-             int64_t ffn_hidden, float output_init_std, bool grouped, int64_t first_expert = 0);
+  MoEExperts(ParamStore& store, const std::string& name, const TransformerConfig& cfg, Activation activation,
+             int64_t num_experts, int64_t ffn_hidden, float output_init_std, bool grouped, int64_t first_expert = 0);
 
   // xp [P, C] -> out [P, C] from the arena; offsets [E+1] segment bounds. Saves what backward needs.
   Tensor forward(Arena& arena, const Tensor& xp, const std::vector<int64_t>& offsets);

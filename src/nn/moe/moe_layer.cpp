@@ -5,20 +5,25 @@
 namespace megadlm {
 
 MoELayer::MoELayer(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
-                   float output_init_std)
+                   Activation activation, float output_init_std)
     : name_(name), cfg_(cfg.moe), C_(cfg.hidden_size) {
+  // The router's statistics need all of the rows of the batch, which sequence parallelism splits.
+  MEGADLM_CHECK(!(ctx.sequence_parallel && ctx.tp.size > 1), name,
+                ": --sequence-parallel is not supported with MoE layers (--num-experts)");
   const int64_t F = cfg_.ffn_hidden_size > 0 ? cfg_.ffn_hidden_size : cfg.ffn_hidden_size;
   router_ = MoERouter(store, name + ".router", cfg_, C_, cfg.init_method_std);
   expert_parallel_ = ctx.ep.size > 1;
   if (expert_parallel_) {
     exchange_ = ExpertExchange(ctx, cfg_.num_experts, C_);
-    experts_ = MoEExperts(store, name + ".experts", cfg, exchange_.local_experts(), F, output_init_std,
+    experts_ = MoEExperts(store, name + ".experts", cfg, activation, exchange_.local_experts(), F, output_init_std,
                           cfg_.grouped_gemm, exchange_.first_expert());
   } else {
-    experts_ = MoEExperts(store, name + ".experts", cfg, cfg_.num_experts, F, output_init_std, cfg_.grouped_gemm);
+    experts_ = MoEExperts(store, name + ".experts", cfg, activation, cfg_.num_experts, F, output_init_std,
+                          cfg_.grouped_gemm);
   }
   if (cfg_.shared_expert_size > 0)
-    shared_ = std::make_unique<MLP>(store, ctx, name + ".shared_experts", cfg, cfg_.shared_expert_size, output_init_std);
+    shared_ = std::make_unique<MLP>(store, ctx, name + ".shared_experts", cfg, activation, cfg_.shared_expert_size,
+                                    output_init_std);
   stats_.tokens_per_expert.assign(static_cast<size_t>(cfg_.num_experts), 0.0);
 }
 

@@ -16,6 +16,7 @@
 #include "nn/moe/moe_ep_exchange.h"
 #include "nn/moe/moe_experts.h"
 #include "nn/moe/moe_router.h"
+#include "nn/sublayer.h"
 #include "nn/transformer_config.h"
 
 namespace megadlm {
@@ -28,13 +29,18 @@ struct MoEStats {
   double dropped_fraction() const { return assignments > 0 ? dropped / assignments : 0.0; }
 };
 
-class MoELayer {
+class MoELayer : public Sublayer {
  public:
+  // The experts' (and shared experts') activation as given; the sizes and routing from cfg and cfg.moe.
   MoELayer(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
-           float output_init_std);
+           Activation activation, float output_init_std);
 
-  Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch);  // x [N, C] -> [N, C]
-  void backward(Arena& arena, const Tensor& dy, Tensor& dx);              // dx [N, C] written
+  Tensor forward(Arena& arena, const Tensor& x, const BatchInfo& batch) override;  // x [N, C] -> [N, C]
+  void backward(Arena& arena, const Tensor& dy, Tensor& dx) override;              // dx [N, C] written
+  // The experts and the shared experts run fp32 products under every precision policy.
+  void set_precision(MixedPrecision*) override {}
+  // The experts keep views of their dispatched rows, which are made from x.
+  bool keeps_input() const override { return true; }
 
   // Gradient scale of the aux and z losses: the trainer sets 1 / micro-batches, as Megatron does, so
   // the step's gradient is that of the mean over micro-batches.
