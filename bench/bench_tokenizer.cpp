@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/gpt2_bpe_tokenizer.h"
 
 using namespace megadlm;
 

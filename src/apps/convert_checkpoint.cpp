@@ -13,6 +13,7 @@
 #include <exception>
 #include <filesystem>
 
+#include "checkpoint/hf_config.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_tokenizer.h"
 #include "checkpoint/model_loader.h"

@@ -1,54 +1,21 @@
 #pragma once
 // HuggingFace checkpoints <-> our parameters. A HuggingFace directory holds config.json, the weights
-// (model.safetensors, or shards + model.safetensors.index.json) and tokenizer files. Supported layouts:
-//   gpt2   GPT2LMHeadModel     transformer.wte/wpe, h.N.ln_1/ln_2, attn.c_attn (fused QKV) / c_proj,
-//                              mlp.c_fc / c_proj as Conv1D ([in, out]: transposed), ln_f; tied head
-//   llama  LlamaForCausalLM    model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
-//                              post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head
-//   qwen2  Qwen2ForCausalLM    llama + q/k/v biases (our add_qkv_bias)
-//   qwen3  Qwen3ForCausalLM    llama + self_attn.{q,k}_norm (our qk_layernorm), head_dim free (kv_channels)
-//   llada  LLaDAModelLM        model.transformer.{wte, ln_f, ff_out}, blocks.N.{attn_norm, q_proj, k_proj,
-//                              v_proj, attn_out, ff_norm, ff_proj (gate), up_proj, ff_out}
-//   mixtral    MixtralForCausalLM   llama + block_sparse_moe.{gate, experts.E.{w1 (gate), w3 (up), w2 (down)}}
-//   qwen3_moe  Qwen3MoeForCausalLM  qwen3 + mlp.{gate, experts.E.{gate,up,down}_proj} (mlp_only_layers dense)
-// MoE routing: softmax, top-k, renormalised over the k (Mixtral; Qwen3-MoE with norm_topk_prob) is
-// our pre_softmax = false; Qwen3-MoE without norm_topk_prob is pre_softmax = true.
-// Our fc1 holds [gate; up] rows; fc2 is down_proj. Every tensor of ours is a concatenation of row
-// ranges of (possibly transposed) HF tensors, so import and export are exact inverses: a round trip
-// reproduces every HF tensor bit for bit in F32, and in BF16 / F16 too (those widen to F32 exactly).
+// (model.safetensors, or shards + model.safetensors.index.json) and tokenizer files. This file reads
+// and writes such directories; config.json is translated by hf_config.h, the tensors are mapped by
+// hf_tensor_map.h (the supported layouts are listed there). Import and export are exact inverses: a
+// round trip reproduces every HF tensor bit for bit in F32, and in BF16 / F16 too (those widen to F32
+// exactly).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "models/language_model.h"
 
 namespace megadlm {
-
-enum class HfLayout : uint8_t { GPT2, Llama, Qwen2, Qwen3, LLaDA, Mixtral, Qwen3Moe };
-const char* hf_layout_name(HfLayout l);              // "gpt2", "llama", "qwen2", "qwen3", "llada", "mixtral", "qwen3_moe"
-HfLayout hf_layout_from_name(const std::string& s);  // Error listing the names
-const char* hf_architecture_name(HfLayout l);        // "GPT2LMHeadModel", ...
-
-// What config.json says besides the TransformerConfig.
-struct HfModelInfo {
-  HfLayout layout = HfLayout::Llama;
-  TransformerConfig config;   // attention_mask: Causal, or None for a bidirectional (diffusion) model
-  bool diffusion = false;     // LLaDA, or a model exported by us with bidirectional attention
-  int32_t mask_token_id = -1;
-  int32_t bos_token_id = -1, eos_token_id = -1;
-};
-
-// Maps config.json to our config. Unsupported settings (rope scaling, an active sliding window,
-// activations other than the layout's, ...) are Errors naming `where` and the field.
-HfModelInfo hf_config_to_info(const nlohmann::json& cfg, const std::string& where);
-// The config.json of a model of ours in `layout`. Errors name what the layout cannot express.
-nlohmann::json hf_config_from_info(const HfModelInfo& info, DType dtype);
-// The layout a model of ours exports to by default: gpt2 for LayerNorm + learned positions, qwen3
-// with QK-norm, qwen2 with QKV biases, else llama.
-HfLayout default_hf_layout(const TransformerConfig& cfg);
 
 struct HfCheckpoint {
   HfModelInfo info;

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/gpt2_bpe_tokenizer.h"
 #include "tokenizers/tokenizer_hf.h"
 #include "tokenizers/tokenizer_sentencepiece.h"
 #include "tokenizers/tokenizer_simple.h"

@@ -9,7 +9,7 @@
 //                    (unk_token, byte_fallback and fuse_unk never act: all 256 bytes have tokens.)
 //   normalizer       null or NFC (GPT-NeoX, Qwen2).
 //   pre_tokenizer    ByteLevel{add_prefix_space, use_regex}, or Sequence[Split{Regex: one of the
-//                    patterns of bpe_gpt2.h, behavior Isolated}, ByteLevel{use_regex: false}].
+//                    patterns of pretokenizer.h, behavior Isolated}, ByteLevel{use_regex: false}].
 //   decoder          ByteLevel (or null, read as ByteLevel).
 //   added_tokens     split out of the text before BPE (leftmost-longest; first the tokens with
 //                    normalized = false, then the others, as `tokenizers` does), lstrip / rstrip
@@ -26,7 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/byte_level_bpe.h"
+#include "tokenizers/pretokenizer.h"
 #include "tokenizers/tokenizer.h"
 
 namespace megadlm {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "checkpoint/hf_config.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_tokenizer.h"
 #include "core/error.h"

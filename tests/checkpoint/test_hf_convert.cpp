@@ -12,6 +12,7 @@
 #include <functional>
 #include <numeric>
 
+#include "checkpoint/hf_config.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/model_loader.h"
 #include "checkpoint/native_checkpoint.h"

@@ -17,7 +17,7 @@
 #include "checkpoint/native_checkpoint.h"
 #include "child_process.h"
 #include "core/error.h"
-#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/gpt2_bpe_tokenizer.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
 #include "data/preprocess.h"

@@ -15,7 +15,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/byte_level_bpe.h"
 #include "tokenizers/tokenizer_hf.h"
 #include "test_util.h"
 

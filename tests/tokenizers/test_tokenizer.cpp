@@ -23,7 +23,9 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "tokenizers/bpe_gpt2.h"
+#include "tokenizers/byte_level_bpe.h"
+#include "tokenizers/gpt2_bpe_tokenizer.h"
+#include "tokenizers/pretokenizer.h"
 #include "tokenizers/tokenizer.h"
 #include "tokenizers/tokenizer_hf.h"
 #include "tokenizers/unicode.h"

@@ -1,15 +1,12 @@
 #pragma once
-// Byte-level BPE as GPT-2 defined it, in three parts:
-//   1. the pre-tokenizer: a regex splits text into pieces ("words"); we match the few regexes that real
-//      tokenizers use by hand (std::regex has no \p{L} and is slow);
-//   2. the byte-level model: each piece is taken as bytes, every byte is a base token, and the merge
-//      list (pairs of tokens, by rank) is applied lowest rank first until no pair of neighbours merges;
-//   3. GPT2BPETokenizer: Megatron's --tokenizer-type GPT2BPETokenizer over vocab.json + merges.txt.
-// The HuggingFace tokenizer.json loader (tokenizer_hf.h) reuses parts 1 and 2.
+// Byte-level BPE as GPT-2 defined it: each piece of the pre-tokenizer (pretokenizer.h) is taken as
+// bytes, every byte is a base token, and the merge list (pairs of tokens, by rank) is applied lowest
+// rank first until no pair of neighbours merges. GPT2BPETokenizer (gpt2_bpe_tokenizer.h) and the
+// HuggingFace tokenizer.json loader (tokenizer_hf.h) are built on it.
 //
-// Any bytes can be encoded: the regexes run on code points, and a byte that is not valid UTF-8 counts
-// as one character of its own that is neither letter, number nor space (see unicode.h); byte-level BPE
-// then encodes it like any byte, and decode(encode(x)) == x for every byte string x.
+// Any bytes can be encoded: a byte that is not valid UTF-8 is a character of its own for the
+// pre-tokenizer, byte-level BPE encodes it like any byte, and decode(encode(x)) == x for every byte
+// string x.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -18,31 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizers/tokenizer.h"
+#include "tokenizers/pretokenizer.h"
 
 namespace megadlm {
-
-// ---- 1. pre-tokenizer -----------------------------------------------------------------------------
-
-// The split regexes we know (exact strings in kPretokenizerRegex):
-//   Gpt2    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//           (GPT-2, GPT-J, GPT-NeoX, RoBERTa: also what ByteLevel{use_regex: true} means)
-//   Llama3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//   Qwen2   the same with \p{N} (single digits) in place of \p{N}{1,3}
-enum class PretokenizerPattern { Gpt2, Llama3, Qwen2 };
-extern const char* const kPretokenizerRegex[3];
-
-// The pattern whose regex is exactly `regex`; throws Error quoting it and naming `where` otherwise.
-PretokenizerPattern pattern_from_regex(const std::string& regex, const std::string& where);
-
-// End (exclusive byte offset) of the piece that starts at `pos` < n, i.e. of the regex match found
-// there: every pattern above matches at every position, so pieces tile the text.
-size_t next_piece(PretokenizerPattern pattern, const uint8_t* text, size_t n, size_t pos);
-
-// Splits `text` into pieces: [begin, end) byte offsets (test and debug helper).
-std::vector<std::pair<size_t, size_t>> split_pieces(PretokenizerPattern pattern, std::string_view text);
-
-// ---- 2. the byte-level BPE model -----------------------------------------------------------------
 
 // GPT-2's bytes_to_unicode: byte b is written as the code point byte_to_unicode()[b] in vocab and
 // merges files (printable bytes stand for themselves, the others are shifted to U+0100 and up).
@@ -129,32 +104,6 @@ class ByteLevelBPE {
   bool ignore_merges_ = false;
   mutable std::unique_ptr<SharedWordCache> shared_cache_;  // filled by encode (thread-safe)
   uint64_t instance_id_ = 0;  // keys the per-thread caches (never reused, unlike addresses)
-};
-
-// ---- 3. GPT2BPETokenizer -------------------------------------------------------------------------
-
-// vocab.json + merges.txt as released with GPT-2. Text is split with the GPT-2 pattern; special tokens
-// in the text are not recognised (as in Megatron's GPT2BPETokenizer). eod is <|endoftext|> (50256 for
-// GPT-2); a vocabulary without it gets it appended as a special token.
-class GPT2BPETokenizer : public Tokenizer {
- public:
-  // load_threads > 1: merges.txt is parsed while vocab.json is, and the tables are built on two threads.
-  explicit GPT2BPETokenizer(const TokenizerSpec& spec, int load_threads = 1);
-  ~GPT2BPETokenizer() override;
-
-  using Tokenizer::decode;
-  using Tokenizer::encode;
-  void encode(std::string_view text, std::vector<int32_t>& out) const override;
-  std::string decode(const int32_t* ids, size_t n) const override;
-  int64_t vocab_size() const override { return bpe_->size() + static_cast<int64_t>(added_.size()); }
-  int32_t eod() const override { return eod_; }
-  int32_t token_to_id(std::string_view token) const override;
-  int32_t add_special_token(const std::string& token) override;
-
- private:
-  std::unique_ptr<ByteLevelBPE> bpe_;
-  std::vector<std::string> added_;  // ids bpe_->size() + i
-  int32_t eod_ = -1;
 };
 
 }  // namespace megadlm
