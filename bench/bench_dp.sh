@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel throughput on this machine (issue #8): the same small model and global batch trained
+# Data-parallel throughput on this machine: the same small model and global batch trained
 # by 2 ranks x 1 OpenMP thread (mpirun, dp2) and by 1 rank x 2 threads. Reports tokens/s of each
 # (mean over the steps after the first few) and, for dp2, the share of step time spent in
 # communication (CommStats of the dp group, from metrics.jsonl).

@@ -3,8 +3,8 @@
 # speed-up. The goal: --workers 2 at least 1.6x faster than --workers 1 (on a machine with 2 free
 # cores; other load on the machine shows up directly in the numbers).
 #
-# Brown is 6 MB and tokenizes in about 0.1 s, of which the tokenizer start-up (loading vocab.json and
-# merges.txt once, ~0.012 s, shared by the workers; the other workers parse JSON meanwhile) is a
+# Brown is 6 MB and tokenizes in a fraction of a second, of which the tokenizer start-up (loading
+# vocab.json and merges.txt once, shared by the workers; the other workers parse JSON meanwhile) is a
 # fixed part that more workers cannot shorten. The table therefore shows the start-up and the
 # processing after it separately, and two speed-ups: wall-clock and after start-up. REPEAT=k (default
 # 1) concatenates the corpus k times (repeated text is mostly served by the tokenizer's word cache,

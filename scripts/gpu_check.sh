@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One command for a lent GPU machine (H200; CUDA 13, CMake, ninja, g++ and Python with PyTorch, no
-# package registry): test_cuda (every suite, one process each), the DLM training-step benchmark and its
-# PyTorch peer side by side, and a few pretrain_difflm --device cuda runs; meanwhile it builds the CUDA
-# backend stand-alone there (bench/cuda/CMakeLists.txt: no oneDNN, MPI, json or zlib needed) and reports
-# that build. 75 s on the H200 (2026-11-30); the timeouts cap it near 9 minutes.
+# One command for a lent GPU machine (sm_90, e.g. an H100 or H200; CUDA 13, CMake, ninja, g++ and
+# Python with PyTorch, no package registry): test_cuda (every suite, one process each), the DLM
+# training-step benchmark and its PyTorch peer side by side, and a few pretrain_difflm --device cuda
+# runs; meanwhile it builds the CUDA backend stand-alone there (bench/cuda/CMakeLists.txt: no oneDNN,
+# MPI, json or zlib needed) and reports that build. Its usual duration is in docs/cuda.md; the
+# timeouts cap it near 9 minutes.
 #
 # The binaries come from the carried bundle (scripts/gpu_dispatch_bundle.sh: test_cuda, bench_dlm_step,
 # pretrain_difflm, built here for x86-64-v4 and sm_90) when they start there, else from the stand-alone

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layout-equivalence matrix (issue #8): one fixed tiny fp32 config trained N steps (default 20) under
+# Layout-equivalence matrix: one fixed tiny fp32 config trained N steps (default 20) under
 # every parallel layout (1, dp2, tp2, pp2, pp4, tp2xpp2, dp2xtp2, dp2xpp2, tp2 + sequence parallel,
 # dp2 + distributed optimizer, dp2 + overlapped buckets), for gpt and difflm, plus MoE under dp2, ep2
 # and ep2 + overlap, plus checkpoints resumed across layouts; each layout's losses (metrics.jsonl)

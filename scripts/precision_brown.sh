@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 9's numerics check (docs/precision.md, "Numerics on the Brown corpus"): the ~11M-parameter
+# Numerics of the precision modes (docs/precision.md, "Numerics on the Brown corpus"): the ~11M-parameter
 # GPT-2-style model of scripts/train_brown.sh trained 300 steps on the Brown corpus in every precision
 # mode, two runs at a time on one OpenMP thread each, then a table of the validation loss at the last
 # step and the mean training loss of the last 50 steps, each against fp32's. Needs ../shared/ and a built

@@ -1,11 +1,11 @@
 // Two builds of the attention kernels in one process, called alternately: the A/B comparison for a
-// machine whose speed drifts from second to second (stop 24's Zen 4 moved by up to 2x within minutes,
-// so two benchmark runs a minute apart do not resolve a 5% change). run_attention_ab.sh builds the two
-// shared objects (a git revision's kernels and the working tree's) and this driver; each is loaded with
-// RTLD_LOCAL | RTLD_DEEPBIND, so both define the same symbols side by side. Per repetition each build
-// runs bf16 forward, bf16 backward (automatic schedule), fp32 forward and fp32 backward, the two builds
-// in alternating order; the report is each phase's median and minimum, and the median over repetitions
-// of new / old of the calls made back to back (drift cancels in the pair).
+// machine whose speed drifts from second to second (a shared machine's can move by up to 2x within
+// minutes, so two benchmark runs a minute apart do not resolve a 5% change). run_attention_ab.sh builds
+// the two shared objects (a git revision's kernels and the working tree's) and this driver; each is
+// loaded with RTLD_LOCAL | RTLD_DEEPBIND, so both define the same symbols side by side. Per repetition
+// each build runs bf16 forward, bf16 backward (automatic schedule), fp32 forward and fp32 backward, the
+// two builds in alternating order; the report is each phase's median and minimum, and the median over
+// repetitions of new / old of the calls made back to back (drift cancels in the pair).
 // The driver is compiled with the working tree's headers: the two revisions must agree on the kernels'
 // signatures and on AttentionMask.
 // Legend: B batch, T sequence, H heads (= kv heads here), D head dim.

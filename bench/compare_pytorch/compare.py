@@ -319,7 +319,7 @@ def round_lines(results):
 
 
 def goal_lines(results):
-    """Issue 9's goals, row by row from this run's results."""
+    """The goals this benchmark checks (the thresholds below), row by row from this run's results."""
     ok = lambda b: "met" if b else "NOT met"
     lines = []
     for (name, obj, prec, impl), r in sorted(results.items()):

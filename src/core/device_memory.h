@@ -23,8 +23,8 @@ struct DeviceMemory {
 // when out of memory (callers name what they were allocating). A block of 4 MiB or more is 2 MiB-aligned
 // and advised for transparent huge pages (MADV_HUGEPAGE): where THP is in "madvise" mode (Debian's
 // default) the big flat buffers (weights, gradients, moments, activation arenas) then sit in 2 MiB pages,
-// which spares the products and passes over them most TLB misses (gpt2-small DLM, 2 cores: a step 2%
-// shorter in bf16, 1.4% in fp32). Advice only: where THP is off nothing changes.
+// which spares the products and passes over them most TLB misses (a training step a little shorter:
+// docs/bench/decisions.md). Advice only: where THP is off nothing changes.
 void* host_alloc_aligned(size_t bytes);
 
 // Registers the table of a non-CPU device (replaces an earlier one).

@@ -1,9 +1,10 @@
 #pragma once
-// FP8 delayed scaling (Transformer Engine's recipe), emulated: a tensor that feeds a matrix product is
-// quantised to E4M3 (or, for gradients under the hybrid format, E5M2) with a per-tensor scale computed
-// from the history of its absolute maxima, then dequantised and multiplied in fp32 (on the CPU, or on a
-// device through its backend). So the recipe and its numerics run and are tested everywhere; the
-// modules do not use fp8 matrix products yet.
+// FP8 delayed scaling (Transformer Engine's recipe): a tensor that feeds a matrix product is quantised
+// to E4M3 (or, for gradients under the hybrid format, E5M2) with a per-tensor scale computed from the
+// history of its absolute maxima, then dequantised and multiplied in fp32 (on the CPU, or on a device
+// through its backend), so the recipe and its numerics run and are tested everywhere. Where the device
+// has fp8 products (Backend::fp8_products()), the Linear layers multiply the codes themselves with the
+// same scales (nn/precision.h, fp8_products).
 //
 // Delayed scaling: the scale used in step i comes from the amax history of steps before i:
 //   amax  = max(history)            (--fp8-amax-compute-algo max)

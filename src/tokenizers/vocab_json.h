@@ -1,8 +1,8 @@
 #pragma once
-// vocab.json (GPT-2's {"token": id, ...}) parsed by hand. A generic JSON DOM spends ~25 ms on GPT-2's
-// 50k entries (a map node and a string per entry); this scanner reads the flat object in ~2 ms and
-// copies only the keys that hold escapes, which is what makes a tokenizer cheap enough to load that
-// preprocess_data's start-up stops dominating short runs.
+// vocab.json (GPT-2's {"token": id, ...}) parsed by hand. A generic JSON DOM spends about ten times as
+// long on GPT-2's 50k entries (a map node and a string per entry); this scanner reads the flat object
+// and copies only the keys that hold escapes, which is what makes a tokenizer cheap enough to load that
+// preprocess_data's start-up does not dominate short runs (docs/bench/decisions.md).
 //
 // It accepts only the plain subset: one object whose values are integers that fit int32, strings
 // with valid UTF-8 and well-formed escapes, JSON whitespace. Anything else (a float or nested value,

@@ -53,13 +53,13 @@ void declare(CliFlags& f) {
   // model
   f.add_string("model-type", "difflm", "difflm (masked diffusion, bidirectional) or gpt (autoregressive)");
   f.add_string("model-running-mode", "difflm-noshift", "difflm-noshift (predict masked tokens in place) or vanilla (shifted)");
-  f.add_int("num-layers", 12, "transformer layers (also --num-layers)");
+  f.add_int("num-layers", 12, "transformer layers");
   f.add_int("hidden-size", 768, "hidden size C");
   f.add_int("num-attention-heads", 12, "attention heads H (guide spelling: --num-heads)");
   f.add_bool("group-query-attention", "use grouped-query attention with --num-query-groups");
   f.add_int("num-query-groups", 0, "key/value heads K under --group-query-attention");
   f.add_int("kv-channels", 0, "head dimension D (default hidden / heads)");
-  f.add_int("ffn-hidden-size", 0, "MLP hidden size F (default 4C, or 8C/3 rounded for SwiGLU... see docs)");
+  f.add_int("ffn-hidden-size", 0, "MLP hidden size F (default 4C, also with --swiglu, as Megatron)");
   f.add_int("seq-length", 1024, "sequence length T");
   f.add_int("max-position-embeddings", 0, "position table size (default --seq-length)");
   f.add_string("normalization", "LayerNorm", "LayerNorm or RMSNorm");
@@ -116,7 +116,8 @@ void declare(CliFlags& f) {
   f.add_double("adam-eps", 1e-8, "AdamW epsilon");
   f.add_double("clip-grad", 1.0, "clip the global gradient norm (0 = off)");
   f.add_int("seed", 1234, "run seed: initialisation, data order, diffusion noise");
-  f.add_string("device", "cpu", "cpu or cuda (one GPU per rank; data and pipeline parallelism across ranks; docs/cuda.md)");
+  f.add_string("device", "cpu",
+               "cpu or cuda (one GPU per rank; data, tensor, pipeline and expert parallelism across ranks; docs/cuda.md)");
   // evaluation, logging
   f.add_int("eval-interval", 1000, "iterations between evaluations");
   f.add_int("eval-iters", 10, "validation micro-batches per evaluation");

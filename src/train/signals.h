@@ -7,9 +7,9 @@
 // The signals are taken synchronously: install_exit_signal_handlers() blocks them in the calling
 // thread, so the threads it creates afterwards (OpenMP workers, the data loader) inherit the block,
 // and exit_signal_received() collects a pending one with a zero-timeout sigtimedwait(). No handler
-// interrupts the computation: with an asynchronous handler, even one that only sets a flag (or does
-// nothing), training runs aborted on glibc heap corruption about once in 30 SIGTERMs, and every time
-// under a stream of signals; the code at fault was not identified (docs/robustness.md).
+// interrupts the computation, which rules out the glibc heap corruption that an asynchronous handler,
+// even one that only sets a flag (or does nothing), can bring about in a training run; the code at
+// fault is not identified (docs/robustness.md).
 // A flag-setting handler stays installed as the fallback for threads that existed before and do not
 // block the signals.
 #include <string>

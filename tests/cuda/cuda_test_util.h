@@ -17,8 +17,8 @@
 
 namespace megadlm::test {
 
-// A new seed every run (the issue asks for fresh random inputs), shown in the failure message so that a
-// failing case can be replayed by hand.
+// A new seed every run (fresh random inputs each time, so that repeated runs cover more cases), shown in
+// the failure message so that a failing case can be replayed by hand.
 inline uint64_t fresh_seed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();

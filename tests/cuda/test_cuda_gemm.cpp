@@ -139,8 +139,8 @@ TEST_F(CudaGemm, OutOfPlaceAddsC) {
 
 TEST_F(CudaGemm, Fp8WithScales) {
   if (cuda::compute_capability() < 89) GTEST_SKIP() << "fp8 products need sm_89+, this GPU is sm_" << cuda::compute_capability();
-  // Scales in buffers of their own (16-byte aligned): the first H200 run, with both in one buffer (the
-  // second 4 bytes in), had cuBLASLt refuse every algorithm for 64 x 80 x 128 (status 15).
+  // Scales in buffers of their own (16-byte aligned): with both in one buffer (the second 4 bytes in)
+  // cuBLASLt can refuse every algorithm (status 15, NOT_SUPPORTED), e.g. for 64 x 80 x 128.
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{64, 80, 128}, {256, 192, 256}})
   for (DType bt : {DType::F8E4M3, DType::F8E5M2}) {
     SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);

@@ -90,7 +90,7 @@ void run_case(const Case& k, const ParallelContext& tp) {
   const double egrad2 = world_max(grad_error(single.params(), model.params(), &worst2));
   EXPECT_LT(eloss, 1e-6) << loss_t << " vs " << loss_f;
   EXPECT_LT(world_max(etok), 1e-6);
-  // Gradients through two layers: fp32 sums in another order (k_proj's nearly cancel, ~5e-6 seen).
+  // Gradients through two layers: fp32 sums in another order (k_proj's nearly cancel: errors near 5e-6).
   EXPECT_LT(egrad, 5e-5) << worst;
   EXPECT_LT(egrad2, 5e-5) << worst2;
   // Forward only and the logits gathered over the vocabulary (evaluation and generation tools).

@@ -123,9 +123,9 @@ TEST(MemoryEstimate, MatchesMeasuredWithin15Percent) {
 }
 
 // The bench/compare_pytorch models (whose measured activations the benchmark reports): under --bf16,
-// with bf16 products and with bf16 storage, the modelled activations are at most 60% of fp32's (issue
-// 9), so a change that makes a layer keep more in bf16 shows here. The model itself is held to the
-// measurement by the test above.
+// with bf16 products and with bf16 storage, the modelled activations are at most 60% of fp32's (the
+// benchmark's memory goal), so a change that makes a layer keep more in bf16 shows here. The model
+// itself is held to the measurement by the test above.
 TEST(MemoryEstimate, Bf16ActivationsAtMost60PercentOfFp32OnTheBenchmarkModels) {
   struct Bench {
     const char* name;

@@ -1,5 +1,5 @@
-// Bad input (issue 10, item 1): the cases of the issue's matrix that the data, tokenizer and
-// checkpoint suites do not already cover (docs/robustness.md maps every case to its test), and a
+// Bad input: the cases of docs/robustness.md's "Bad input" table that the data, tokenizer and
+// checkpoint suites do not already cover (the table names every case's test), and a
 // few of each family through the built programs: an error naming the file or flag and what is
 // wrong, exit status 1 (an Error, not a crash or an internal error), no hang.
 #include <gtest/gtest.h>

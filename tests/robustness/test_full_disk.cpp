@@ -1,4 +1,4 @@
-// A full disk during a save (issue 10, item 2), simulated at the OS level without root: the real
+// A full disk during a save, simulated at the OS level without root: the real
 // pretrain_difflm runs with RLIMIT_FSIZE below the size of a checkpoint file and SIGXFSZ ignored, so
 // its write() fails with EFBIG exactly where a full disk fails with ENOSPC. The save must report the
 // file, the program exit non-zero, and the previous checkpoint stay the latest, intact and loadable,

@@ -30,8 +30,8 @@ std::string bytes_of(std::initializer_list<int> b) {
 }
 
 // fuzz_safetensors, first input: a header of 93 bytes (not a multiple of 8, which the format allows)
-// puts a BF16 tensor at an odd address; read_into loaded it through a uint16_t* (UBSan: misaligned
-// load). The reader now gives misaligned tensors an aligned copy.
+// puts a BF16 tensor at an odd address, where a load through a uint16_t* is misaligned (UBSan). The
+// reader gives misaligned tensors an aligned copy.
 TEST(FuzzRegressions, SafetensorsMisalignedBf16) {
   const std::string header = R"({"b": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}, "__metadata__": {"k": "v"}})";
   ASSERT_EQ(header.size(), 93u);
@@ -55,7 +55,7 @@ TEST(FuzzRegressions, SafetensorsMisalignedBf16) {
 }
 
 // fuzz_safetensors, second input: an empty F32 tensor (shape [0, 4], data_offsets [0, 0]) beside an F16
-// one; read_into an empty destination called memcpy with a null pointer (UBSan: nonnull argument).
+// one; read_into an empty destination must not call memcpy with a null pointer (UBSan: nonnull argument).
 TEST(FuzzRegressions, SafetensorsEmptyTensorReadInto) {
   const std::string header =
       R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},"h":{"dtype":"F16","shape":[5],"data_offsets":[0,10]}}  )";
@@ -84,8 +84,8 @@ nlohmann::json byte_level_tokenizer(const nlohmann::json& added_tokens) {
           {"added_tokens", added_tokens}};
 }
 
-// fuzz_tokenizer_hf: a vocabulary entry with id 999999999 made ByteLevelBPE size its tables by the
-// largest id (16 GB for one token; libFuzzer: malloc beyond -malloc_limit_mb). Ids must now be nearly
+// fuzz_tokenizer_hf: a vocabulary entry with id 999999999 would make ByteLevelBPE size its tables by
+// the largest id (16 GB for one token; libFuzzer: malloc beyond -malloc_limit_mb). Ids must be nearly
 // dense (below 2 x tokens + 1024).
 TEST(FuzzRegressions, TokenizerHugeVocabularyId) {
   const auto j = nlohmann::json::parse(

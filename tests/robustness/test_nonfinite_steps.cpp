@@ -1,4 +1,4 @@
-// Non-finite steps (issue 10, item 4): a NaN or Inf loss or gradient norm skips the update with the
+// Non-finite steps: a NaN or Inf loss or gradient norm skips the update with the
 // parameters, the AdamW moments and the step count bitwise untouched, is logged and counted in
 // metrics.jsonl, and --max-skipped-steps consecutive skips stop the run with an error, nothing saved
 // after the last good checkpoint. NaNs are injected for real: into one gradient element through the

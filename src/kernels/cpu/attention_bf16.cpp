@@ -333,7 +333,7 @@ void round_dout_and_delta(bf16_t* do16, float* delta, const float* dout, const b
       dot = _mm512_fmadd_ps(widen16(a16), widen16(_mm256_maskz_loadu_epi16(m, o + d)), dot);
     }
     const int64_t h = r % s.H, bt = r / s.H;  // r = (b*T + t)*H + h
-    // The lanes added as a tree: a chain of 16 dependent scalar adds per row was a third of this pass.
+    // The lanes added as a tree: a chain of 16 dependent scalar adds per row costs far more.
     delta[(bt / s.T * s.H + h) * s.T + bt % s.T] = _mm512_reduce_add_ps(dot);
   }
 }
@@ -663,9 +663,9 @@ void backward_dq_pass(const BackwardOperands& o) {
 // group and their query tiles in the fused schedule's order; each pair's score tiles are made with keys
 // as rows as there (load_query_tile, score_tiles) and its dV and dK products are the fused schedule's
 // (add_dk_dv), so the results are bitwise backward_fused's, with B*K*nkt tasks. (Scores with queries as
-// rows would pair P and dS along queries, which AMX's A operand cannot take. Packing Q^T and dO^T for
-// every pair here, where such a pass packed K^T and V^T once per task, left the two-pass backward at
-// 0.95-1.12x its former time on the Xeon of stop 30 with vdpbf16ps, three alternating runs.)
+// rows would pair P and dS along queries, which AMX's A operand cannot take. Both product paths share
+// this pass: with vdpbf16ps it runs about as fast as a queries-as-rows pass that packs K^T and V^T once
+// per task, although it packs Q^T and dO^T for every pair; docs/bench/decisions.md.)
 void backward_dk_dv_pass(const BackwardOperands& o) {
   const Shape& s = o.s;
   const int64_t Dp = s.Dp, ntasks = s.nkt * s.B * s.K;

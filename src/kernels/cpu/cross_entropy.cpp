@@ -146,7 +146,7 @@ double cross_entropy_forward_backward(float* losses, float* dlogits, const float
     const float xt = x[t];  // read before pass 2 overwrites it when dlogits aliases logits
 
     // Pass 2: sum of exp(x - max), in fp32 blocks summed in double (a double reduction over the whole
-    // row runs ~8x slower: the conversions defeat the vectoriser).
+    // row runs several times slower: the conversions defeat the vectoriser).
     const double sum = sum_exp_blocked(x, V, mx, d);
     const double logsumexp = static_cast<double>(mx) + std::log(sum);
     const double loss = w * (logsumexp - static_cast<double>(xt));

@@ -266,12 +266,11 @@ constexpr int64_t kRowGroup = 16;
 // null; values(r, c, m) gives row r's columns c .. c + m - 1 (m <= 16) in the first m lanes. A column's
 // rows are summed in groups of kRowGroup (rows 0..15, 16..31, ...) in fp32, in row order, and the groups'
 // sums in group order in double, so the bits do not depend on the thread count. (A double add for every
-// value cost a third of the GELU backward's pass: on AVX-512 each is two conversions and two adds of 8
-// lanes.) Threads own whole row groups, walked row by row along memory, and write each group's fp32 sums
-// to a row of `partial` [groups, C]; the double sums over the groups come after, by columns. (Owning
-// blocks of 64 columns instead, as this did before, walked every row at a stride of C elements, a new
-// 4 KiB page at each row for the MLP's F columns, where the hardware prefetchers stop: the GELU backward
-// ran at a third of the memory's rate.)
+// value would be a large share of the GELU backward's pass: on AVX-512 each is two conversions and two
+// adds of 8 lanes.) Threads own whole row groups, walked row by row along memory, and write each group's
+// fp32 sums to a row of `partial` [groups, C]; the double sums over the groups come after, by columns.
+// (Threads owning blocks of 64 columns would walk every row at a stride of C elements, a new 4 KiB page
+// at each row for the MLP's F columns, where the hardware prefetchers stop; docs/bench/decisions.md.)
 template <class Values>
 void column_sums(float* dbias, uint16_t* out, int64_t N, int64_t C, Values&& values) {
   const int64_t groups = (N + kRowGroup - 1) / kRowGroup, Cp = (C + 15) / 16 * 16;

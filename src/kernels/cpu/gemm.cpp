@@ -10,9 +10,9 @@
 // with a sum post-op of scale 1.
 //
 // Which bf16 matmul: oneDNN lists its brgemm implementation first, but on a CPU with AVX512-BF16 and no
-// AMX its gemm-based matmul ("gemm:jit") is faster on every product of our models (2 threads: 2-20% on
-// the layers' products, 1.6-1.8x on the output layer's weight gradient, whose reduction runs over a
-// chunk of a few hundred rows; compare `bench_kernels gemm` with MEGADLM_BF16_MATMUL=brgemm and without).
+// AMX its gemm-based matmul ("gemm:jit") is faster on every product of our models, most of all on the
+// output layer's weight gradient, whose reduction runs over a chunk of a few hundred rows (compare
+// `bench_kernels gemm` with MEGADLM_BF16_MATMUL=brgemm and without; docs/bench/decisions.md).
 // brgemm in this oneDNN takes no run-time output scale, so a primitive that carries one is the
 // gemm-based matmul; that is how it is chosen. With AMX, brgemm's AMX kernels stay, and so does brgemm
 // for a bf16 output (the gemm-based matmul accumulates a bf16 output in an fp32 copy of the whole of
@@ -302,8 +302,8 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   check_gemm_args("gemm_bf16_to_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K > 0 && alpha != 0.0f) {
-    // In slabs of kSlab rows: brgemm's bf16-output kernels run at 470-670 GFLOP/s on row counts off its
-    // blocking (517, 518 rows of gpt2-124m logits) against ~830 in slabs of 256 (2 threads).
+    // In slabs of kSlab rows: brgemm's bf16-output kernels run well below their speed on row counts off
+    // their blocking (such as a diffusion step's 517 or 518 rows of logits); docs/bench/decisions.md.
     constexpr int64_t kSlab = 256;
     bool ran = true;
     for (int64_t r0 = 0; r0 < M && ran; r0 += kSlab) {

@@ -5,10 +5,11 @@
 // With AVX-512 a vector is one register, a GCC vector extension type, and a few steps use intrinsics
 // (exp2v: the same bits; expv and round_bf16_fast: see there). Without it (AVX2) a vector is a pair of
 // 8-lane halves (Pair below) with the same operators: GCC keeps a 64-byte vector extension value in
-// memory where the CPU has no register that wide, and every operation then went through the stack (the
-// attention ran at 7% of the GEMM rate on an AMD Zen 3, the cross-entropy's exponentials a scalar call a
-// lane). Kernels use only this header's API (arithmetic, comparisons, select, lane reads, the loads and
-// stores), so one source serves both and computes the same formulas, lane by lane.
+// memory where the CPU has no register that wide, so every operation would go through the stack (the
+// attention would run at a small fraction of the GEMM rate, the cross-entropy's exponentials as a scalar
+// call a lane; docs/bench/decisions.md). Kernels use only this header's API (arithmetic, comparisons,
+// select, lane reads, the loads and stores), so one source serves both and computes the same formulas,
+// lane by lane.
 // Internal to src/kernels/cpu.
 //
 // Chunked loops: a kernel walks n elements in chunks of 16; whole chunks load and store in place, the

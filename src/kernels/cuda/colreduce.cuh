@@ -26,8 +26,8 @@ __global__ void col_partial_kernel(float* partial, int64_t N, int64_t C, int64_t
 }
 
 // dst[c] += the chunk partials of column c. A 32x8 block: thread row y adds chunks y, y + 8, ... in order,
-// then the 8 sums are added in y order. (A thread per column walking all chunks alone was latency-bound:
-// 512 chunks of 2048 columns ran on 8 blocks.)
+// then the 8 sums are added in y order. (A thread per column walking all chunks alone is latency-bound:
+// 2048 columns make only 8 blocks of 256 threads, each walking every chunk.)
 static __global__ void col_finish_kernel(float* dst, const float* partial, int64_t chunks, int64_t C, int64_t ld) {
   __shared__ float acc[8][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;

@@ -57,8 +57,8 @@ template <typename T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) { *reinterpret_cast<Pack<T>*>(p) = x; }
 
 // kV fp32 values (kV a multiple of 4) from 16-byte aligned p, as float4 loads: per-column parameters
-// (norm weights, RoPE tables) read by every row; one scalar load per value made the row kernels bound by
-// L1 instructions on an H200 (ncu: DRAM at 15-33% of its peak).
+// (norm weights, RoPE tables) read by every row; with one scalar load per value the row kernels are bound
+// by L1 instructions rather than by memory (docs/bench/decisions.md).
 template <int kV>
 __device__ __forceinline__ void load_floats(float* out, const float* p) {
   static_assert(kV % 4 == 0, "load_floats reads float4s");

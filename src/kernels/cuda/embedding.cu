@@ -4,8 +4,8 @@
 // order, adding the gradient rows of the tokens in its range; a thread owns a column, so repeated tokens
 // add up in token order without atomics (the same bits on every run). Position table: one thread per
 // column walks the tokens in order (P is not passed, so its rows cannot be split the same way).
-// The token walk replaced that thread-per-column walk for the token table too, which took 3.9 ms for
-// 8192 tokens x 2048 columns on an H200 (16 blocks, latency-bound).
+// The token table does not use the thread-per-column walk: a 2048-wide table would run on 16 blocks of
+// 128 threads, each walking every token, which is latency-bound (docs/bench/decisions.md).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 

@@ -11,9 +11,9 @@
 // same process share the workspace, so they must be issued on one stream at a time.
 //
 // The algorithm of a new key: cuBLASLt's heuristic ranks up to kCandidates; the first that cublasLtMatmul
-// accepts is kept (a ranked algorithm can still be refused with NOT_SUPPORTED: seen for fp8 on an H200).
-// Timing the candidates on first use instead was tried on the H200 for the 1.7B benchmark's shapes and
-// gained nothing (190.1 vs 189.4 ms a step), so the ranking's first accepted one stays.
+// accepts is kept (a ranked algorithm can still be refused with NOT_SUPPORTED, e.g. for some fp8 products).
+// The candidates are not timed on first use: for the step benchmark's shapes that gains nothing over the
+// ranking's first accepted one (docs/bench/decisions.md).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 

@@ -7,8 +7,8 @@
 // CPU, without re-reading memory). Its backward also sums the weight / bias gradients: each lane adds up
 // its own columns over the rows its group walks, the groups of a block add theirs in group order, and a
 // second kernel adds the block partials in a fixed order (colreduce.cuh): no atomics, the same bits on
-// every run. Measured on an H200 before this path: 65 us for a head-dim (128) RMSNorm over 131072 rows,
-// 124 us for a 2048-wide one with the residual's backward over 8192 rows (the bench's profile).
+// every run. The row in registers spares the general path's second read of the row from memory
+// (docs/bench/decisions.md has the timings).
 //
 // General path (any other row): one block per row, the row staged in shared memory as fp32; weight and
 // bias gradients are separate column sums (colreduce.cuh).
@@ -202,8 +202,9 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // Each group walks rows_per_group consecutive rows. dinp as norm_backward_kernel below; the weight (and
 // bias) gradient sums of the block go to partial_w / partial_b [gridDim.x, kC].
-// RMSNorm: two blocks per multiprocessor at least: at 130 registers a 2048-wide bf16 row ran one block (8
-// warps) per multiprocessor and took 25% longer. (LayerNorm's bias sums need more registers than that.)
+// RMSNorm: two blocks per multiprocessor at least, which caps the registers: at the ~130 registers the
+// compiler otherwise takes for a 2048-wide bf16 row only one block (8 warps) fits per multiprocessor,
+// which is slower (docs/bench/decisions.md). (LayerNorm's bias sums need more registers than that.)
 template <typename T, int L, int I, bool kRms>
 __global__ void __launch_bounds__(kRowThreads, kRms ? 2 : 1)
     norm_backward_rows_kernel(T* dinp, float* partial_w, float* partial_b, const T* dout, const T* inp,
