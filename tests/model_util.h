@@ -14,8 +14,8 @@ inline std::vector<float> sequence_logits(LanguageModel& m, const std::vector<in
   MicroBatch mb;
   mb.B = 1;
   mb.T = static_cast<int64_t>(seq.size());
-  mb.tokens = seq.data();
-  mb.positions = pos.data();
+  mb.tokens = seq;
+  mb.positions = pos;
   const Tensor lg = m.forward_logits(mb);
   std::vector<float> out(lg.data<float>(), lg.data<float>() + lg.numel());
   m.arena().reset();

@@ -136,9 +136,9 @@ int main(int argc, char** argv) {
           MicroBatch mb;
           mb.B = B;
           mb.T = T;
-          mb.tokens = in.data();
-          mb.targets = tgt.data();
-          mb.positions = pos.data();
+          mb.tokens = in;
+          mb.targets = tgt;
+          mb.positions = pos;
           std::vector<float> loss(static_cast<size_t>(B * T));
           model.forward_loss(mb, loss.data());
           for (int64_t b = 0; b < B; ++b) {

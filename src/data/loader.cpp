@@ -29,26 +29,25 @@ int64_t BatchLoader::consumed_samples() const {
   return config_.consumed_samples + taken_ * config_.micro_batch_size * config_.dp_size;
 }
 
-void BatchLoader::build(int64_t k, Batch& out) const {
+void BatchLoader::build(int64_t k, SampleBatch& out) const {
   const int64_t B = config_.micro_batch_size, T = dataset_->seq_length();
   out.B = B;
   out.T = T;
-  out.first_consumed_sample = config_.consumed_samples + k * B * config_.dp_size;
-  const int64_t base = out.first_consumed_sample + config_.dp_rank * B;
+  // consumed_samples when this micro-batch's global batch began, then this rank's B of it.
+  const int64_t base = config_.consumed_samples + k * B * config_.dp_size + config_.dp_rank * B;
+  out.first_sample = static_cast<uint64_t>(base);
   out.tokens.resize(static_cast<size_t>(B * (T + 1)));
-  out.sample_ids.resize(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t id = base + b;
     MEGADLM_CHECK(id < dataset_->size(), "the data loader needs sample ", id, " but the dataset has only ",
                   dataset_->size(), " (train for fewer iterations or build the dataset with more samples)");
-    out.sample_ids[b] = id;
     dataset_->sample(id, out.tokens.data() + b * (T + 1));
   }
 }
 
 void BatchLoader::prefetch_loop() {
   for (int64_t k = 0;; ++k) {
-    Batch b;
+    SampleBatch b;
     try {
       build(k, b);
     } catch (...) {
@@ -67,8 +66,8 @@ void BatchLoader::prefetch_loop() {
   }
 }
 
-Batch BatchLoader::next() {
-  Batch out;
+SampleBatch BatchLoader::next() {
+  SampleBatch out;
   if (!config_.prefetch) {
     build(taken_, out);
   } else {

@@ -15,16 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "data/sample_batch.h"
 #include "data/token_dataset.h"
 
 namespace megadlm {
-
-struct Batch {
-  int64_t B = 0, T = 0;                // tokens are [B, T + 1]
-  std::vector<int32_t> tokens;         // [B, T + 1] row-major
-  std::vector<int64_t> sample_ids;     // [B] global sample index of each row
-  int64_t first_consumed_sample = 0;   // consumed_samples when this micro-batch's global batch began
-};
 
 struct LoaderConfig {
   int64_t micro_batch_size = 1;   // B
@@ -42,7 +36,7 @@ class BatchLoader {
 
   // The next micro-batch of this rank. Throws Error when it would run past the end of the dataset
   // (naming the sample index), or rethrows what the prefetch thread hit.
-  Batch next();
+  SampleBatch next();
 
   // Number of micro-batches this rank has taken so far.
   int64_t micro_batches_taken() const { return taken_; }
@@ -50,7 +44,7 @@ class BatchLoader {
   int64_t consumed_samples() const;
 
  private:
-  void build(int64_t k, Batch& out) const;  // micro-batch number k since the start
+  void build(int64_t k, SampleBatch& out) const;  // micro-batch number k since the start
   void prefetch_loop();
 
   std::shared_ptr<const TokenDataset> dataset_;
@@ -63,7 +57,7 @@ class BatchLoader {
   std::condition_variable cv_;
   bool stop_ = false, has_ready_ = false;
   int64_t ready_k_ = -1;
-  Batch ready_;
+  SampleBatch ready_;
   std::exception_ptr error_;
 };
 

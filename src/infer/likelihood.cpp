@@ -37,8 +37,8 @@ double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& token
   MicroBatch mb;
   mb.B = 1;
   mb.T = T;
-  mb.tokens = tokens.data();
-  mb.positions = pos.data();
+  mb.tokens = tokens;
+  mb.positions = pos;
   const int64_t V = model.config().vocab_size;
   Tensor lg = model.forward_logits(mb);
   double ll = 0;
@@ -97,8 +97,8 @@ MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& token
     MicroBatch mb;
     mb.B = R;
     mb.T = T;
-    mb.tokens = seq.data();
-    mb.positions = pos.data();
+    mb.tokens = seq;
+    mb.positions = pos;
     Tensor lg = model.forward_logits(mb);
     std::vector<float> comb(static_cast<size_t>(V));
     for (int64_t r = 0; r < n; ++r) {

@@ -45,8 +45,8 @@ Tensor logits_of(LanguageModel& model, const std::vector<int32_t>& seq, int64_t 
   MicroBatch mb;
   mb.B = R;
   mb.T = T;
-  mb.tokens = seq.data();
-  mb.positions = positions.data();
+  mb.tokens = seq;
+  mb.positions = positions;
   return model.forward_logits(mb);
 }
 
@@ -133,8 +133,8 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
         MicroBatch mb;
         mb.B = R;
         mb.T = Tw;
-        mb.tokens = window.data();
-        mb.positions = positions.data();
+        mb.tokens = window;
+        mb.positions = positions;
         lg = model.forward_logits_cached(mb, cache, 0, offsets.data(), /*causal=*/false, /*last_only=*/false);
       }
       if (opt.stats) {
@@ -333,8 +333,8 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
     MicroBatch mb;
     mb.B = 1;
     mb.T = T;
-    mb.tokens = p.data();
-    mb.positions = positions.data();
+    mb.tokens = p;
+    mb.positions = positions;
     const int64_t zero = 0;
     Tensor lg = model.forward_logits_cached(mb, cache, b, &zero, /*causal=*/true, /*last_only=*/true);
     const int32_t next = pick_next(lg.data<float>(), Vlim, opt, rngs[static_cast<size_t>(b)], 0);
@@ -364,8 +364,8 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
     MicroBatch mb;
     mb.B = B;
     mb.T = 1;
-    mb.tokens = tok.data();
-    mb.positions = pos.data();
+    mb.tokens = tok;
+    mb.positions = pos;
     Tensor lg = model.forward_logits_cached(mb, cache, 0, offs.data(), /*causal=*/true, /*last_only=*/true);
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;

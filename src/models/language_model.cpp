@@ -114,9 +114,16 @@ Arena& LanguageModel::work_arena() {
   return precision_ && precision_->mode() != PrecisionMode::FP32 ? precision_->transient() : arena_;
 }
 
-MicroBatch LanguageModel::device_batch(const MicroBatch& mb) {
-  if (device() == Device::CPU) return mb;
-  if (pre_process_) embedding_.check_ids(mb.tokens, mb.info());
+LanguageModel::Staged LanguageModel::host_arrays(const MicroBatch& mb) {
+  const BatchInfo info{mb.B, mb.T, mb.positions.empty() ? nullptr : mb.positions.data(), mb.segments(),
+                       nullptr, nullptr, 0, mb.weight};
+  return Staged{mb.tokens.data(), mb.targets.empty() ? nullptr : mb.targets.data(), mb.weights_or_null(), info};
+}
+
+LanguageModel::Staged LanguageModel::stage(const MicroBatch& mb) {
+  Staged s = host_arrays(mb);
+  if (device() == Device::CPU) return s;
+  if (pre_process_) embedding_.check_ids(s.tokens, s.info);
   const Backend& be = backend_for(device());
   const size_t N = static_cast<size_t>(mb.B * mb.T);
   auto upload = [&](const auto* host) {
@@ -126,40 +133,43 @@ MicroBatch LanguageModel::device_batch(const MicroBatch& mb) {
     be.copy_to_device(p, host, N * sizeof(T));
     return static_cast<const T*>(p);
   };
-  MicroBatch d = mb;
-  staged_from_ = mb.tokens;
-  d.tokens = upload(mb.tokens);
-  d.positions = upload(mb.positions);
-  d.segment_ids = upload(mb.segment_ids);
-  d.targets = upload(mb.targets);
-  d.weights = upload(mb.weights);
-  staged_ = d;
-  return d;
+  staged_from_ = mb.tokens.data();
+  s.tokens = upload(s.tokens);
+  s.info.positions = upload(s.info.positions);
+  s.info.segment_ids = upload(s.info.segment_ids);
+  s.targets = upload(s.targets);
+  s.weights = upload(s.weights);
+  staged_ = s;
+  return s;
 }
 
-const MicroBatch& LanguageModel::staged(const MicroBatch& mb) const {
-  if (device() == Device::CPU) return mb;
-  MEGADLM_CHECK(staged_from_ != nullptr && staged_from_ == mb.tokens,
+LanguageModel::Staged LanguageModel::staged(const MicroBatch& mb) const {
+  if (device() == Device::CPU) return host_arrays(mb);
+  MEGADLM_CHECK(staged_from_ != nullptr && staged_from_ == mb.tokens.data(),
                 "LanguageModel: backward_stage / loss_stage of a micro-batch that forward_stage did not upload");
   return staged_;
 }
 
+int64_t LanguageModel::activation_floats(const MicroBatch& mb) const {
+  return local_rows(ctx_, mb.B * mb.T) * cfg_.hidden_size;
+}
+
 Tensor LanguageModel::forward_hidden(const MicroBatch& mb) {
   MEGADLM_CHECK(pre_process_ && post_process_, "pipeline stage ", ctx_.pp.rank,
-                ": whole-model calls need one stage; use the pipeline schedule (parallel/pipeline_schedule.h)");
+                ": whole-model calls need one stage; use the pipeline schedule (train/pipeline_schedule.h)");
   return forward_stage(mb, nullptr);
 }
 
-Tensor LanguageModel::forward_stage(const MicroBatch& host_mb, const float* input) {
-  const MicroBatch mb = device_batch(host_mb);
-  const BatchInfo info = mb.info();
+Tensor LanguageModel::forward_stage(const MicroBatch& mb_host, const float* input) {
+  const Staged mb = stage(mb_host);
+  const BatchInfo& info = mb.info;
   Tensor x;
   if (pre_process_) {
     x = embedding_.forward(arena_, mb.tokens, info);
   } else {
     MEGADLM_CHECK(input != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the previous stage's activation");
     // Copied: the layers keep pointers to their inputs until backward.
-    x = arena_.tensor({local_rows(ctx_, mb.B * mb.T), cfg_.hidden_size});  // N/tp rows under sequence parallel
+    x = arena_.tensor({local_rows(ctx_, info.B * info.T), cfg_.hidden_size});  // N/tp rows under sequence parallel
     backend_for(device()).copy(x.data<float>(), input, sizeof(float) * static_cast<size_t>(x.numel()));
   }
   x = decoder_.forward(arena_, x, info);  // with recomputation when set
@@ -168,7 +178,7 @@ Tensor LanguageModel::forward_stage(const MicroBatch& host_mb, const float* inpu
 
 double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& out, const float* output_grad,
                                      float grad_scale, float* input_grad, float* per_token_loss) {
-  const MicroBatch& mb = staged(host_mb);
+  const Staged mb = staged(host_mb);
   const Shape shape = out.shape();
   // Two gradient buffers, ping-ponged down the layers, so the backward's memory is O(N*C) on top of
   // the saved activations.
@@ -178,7 +188,7 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
   double loss = 0;
   if (post_process_) {
     // On a device the head also gets the host labels, to run the output layer on the rows with a loss.
-    if (device() != Device::CPU) head_.set_host_labels(host_mb.targets, host_mb.weights);
+    if (device() != Device::CPU) head_.set_host_labels(host_mb.targets.data(), host_mb.weights_or_null());
     loss = head_.loss_and_backward(work_arena(), out, mb.targets, mb.weights, grad_scale, g0, per_token_loss);
     head_.set_host_labels(nullptr, nullptr);
     final_norm_.backward(g0, g1);
@@ -187,7 +197,7 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
     MEGADLM_CHECK(output_grad != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the next stage's gradient");
     backend_for(device()).copy(g1.data<float>(), output_grad, sizeof(float) * static_cast<size_t>(g1.numel()));
   }
-  decoder_.backward(arena_, mb.info(), dy, dx, [this](int64_t l) {
+  decoder_.backward(arena_, mb.info, dy, dx, [this](int64_t l) {
     if (grads_ready_) grads_ready_(decoder_.first_param(l));
   });
   if (pre_process_) {
@@ -203,10 +213,10 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
 }
 
 double LanguageModel::loss_stage(const MicroBatch& host_mb, const Tensor& out, float* per_token_loss) {
-  const MicroBatch& mb = staged(host_mb);
+  const Staged mb = staged(host_mb);
   MEGADLM_CHECK(post_process_, "pipeline stage ", ctx_.pp.rank, " is not the last: it has no loss");
   // As in backward_stage: on a device the host labels select the rows with a loss, the same rows.
-  if (device() != Device::CPU) head_.set_host_labels(host_mb.targets, host_mb.weights);
+  if (device() != Device::CPU) head_.set_host_labels(host_mb.targets.data(), host_mb.weights_or_null());
   const double loss = head_.loss(work_arena(), out, mb.targets, mb.weights, per_token_loss);  // vocab-parallel
   head_.set_host_labels(nullptr, nullptr);
   arena_.reset();
@@ -253,8 +263,8 @@ Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache
                 first_seq + mb.B, ") exceed its batch ", cache.B);
   MEGADLM_CHECK(static_cast<int64_t>(cache.k.size()) == cfg_.num_layers && cache.device == device(),
                 "KV cache was not allocated for this model");
-  const MicroBatch dmb = device_batch(mb);  // on a device: the tokens and positions uploaded
-  const BatchInfo info = dmb.info();
+  const Staged dmb = stage(mb);  // on a device: the tokens and positions uploaded
+  const BatchInfo& info = dmb.info;
   Tensor x = decoder_.forward_cached(arena_, embedding_.forward(arena_, dmb.tokens, info), info, cache, first_seq,
                                      offsets, causal);
   if (last_only && mb.T > 1) {

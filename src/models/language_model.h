@@ -28,7 +28,9 @@
 #include "nn/kv_cache.h"
 #include "nn/lm_head.h"
 #include "core/parameters.h"
+#include "models/micro_batch.h"
 #include "models/model_spec.h"
+#include "models/pipeline_stage.h"
 #include "nn/norm.h"
 #include "nn/precision.h"
 #include "nn/recompute.h"
@@ -36,28 +38,17 @@
 
 namespace megadlm {
 
-// One micro-batch as the model consumes it. All arrays are [B*T].
-struct MicroBatch {
-  int64_t B = 0, T = 0;
-  const int32_t* tokens = nullptr;       // input ids (for DLM: with masks applied)
-  const int32_t* positions = nullptr;    // position ids
-  const int32_t* segment_ids = nullptr;  // document ids for per-document attention, or null
-  const int32_t* targets = nullptr;      // label ids, kIgnoreIndex where no loss
-  const float* weights = nullptr;        // per-token loss weights, or null for 1
-  BatchInfo info() const { return BatchInfo{B, T, positions, segment_ids}; }
-};
-
 // The layers [begin, end) of pipeline stage `pp_rank` of `pp_size`; an Error naming both flags when
 // --num-layers is not a multiple of --pipeline-model-parallel-size.
 LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int pp_rank);
 
-class LanguageModel {
+class LanguageModel : public PipelineStage {
  public:
   // spec: one stack and an LM head (decoder_model_spec, gpt_model_spec, difflm_model_spec); an Error
   // otherwise.
   LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec, const ParallelContext& ctx,
                 bool pre_process = true, bool post_process = true, Device device = Device::CPU);
-  Device device() const { return params_.device(); }
+  Device device() const override { return params_.device(); }
 
   const TransformerConfig& config() const { return cfg_; }
   ParamStore& params() { return params_; }
@@ -100,36 +91,47 @@ class LanguageModel {
   // Activation recomputation in forward_backward (nn/recompute.h).
   void set_recompute(const RecomputeConfig& cfg);
 
-  // ---- Pipeline stage API (parallel/pipeline_schedule.h drives it). Activations are [N, C], N = B*T;
-  // input, output_grad and input_grad live on the model's device.
-  bool is_first_stage() const { return pre_process_; }
-  bool is_last_stage() const { return post_process_; }
+  // ---- The pipeline stage (models/pipeline_stage.h; train/pipeline_schedule.h drives it). Activations
+  // are [N, C], N = B*T; input, output_grad and input_grad live on the model's device.
+  bool is_first_stage() const override { return pre_process_; }
+  bool is_last_stage() const override { return post_process_; }
   LayerRange layers() const { return layer_range_; }
+  int64_t activation_floats(const MicroBatch& mb) const override;
   // Forward of this stage: from mb.tokens on the first stage, else from `input` [N, C] (the previous
   // stage's output; copied into the arena). Returns the output [N, C] in the arena: the last layer's
   // output, or on the last stage the final norm's (the head runs in backward_stage / loss_stage,
   // since the fused cross-entropy computes the loss and dlogits in one pass).
-  Tensor forward_stage(const MicroBatch& mb, const float* input);
+  Tensor forward_stage(const MicroBatch& mb, const float* input) override;
   // Backward of the forward_stage just run (no other forward in between: layers keep their saved
   // activations in members). On the last stage it starts from the loss (returned; output_grad
   // unused), else from output_grad [N, C]. Writes input_grad [N, C] on a non-first stage (the first
   // stage ends in the embedding). Accumulates parameter gradients; resets the arena.
   double backward_stage(const MicroBatch& mb, const Tensor& out, const float* output_grad, float grad_scale,
-                        float* input_grad, float* per_token_loss = nullptr);
+                        float* input_grad, float* per_token_loss = nullptr) override;
   // Last stage, forward only: the loss of `out` (from forward_stage). Resets the arena.
-  double loss_stage(const MicroBatch& mb, const Tensor& out, float* per_token_loss = nullptr);
-  // The word-embedding matrix this stage shares with the other end of the pipeline (tied embeddings,
-  // pp > 1, first or last stage), whose gradient is summed over ctx.embd; -1 otherwise.
+  double loss_stage(const MicroBatch& mb, const Tensor& out, float* per_token_loss = nullptr) override;
+  void release_activations() override { arena_.reset(); }
+  // The gradient of the word-embedding matrix this stage shares with the other end of the pipeline
+  // (tied embeddings, pp > 1, first or last stage); undefined otherwise.
+  Tensor shared_gradient() override { return shared_embedding_ >= 0 ? params_.grad(shared_embedding_) : Tensor(); }
   int shared_embedding_id() const { return shared_embedding_; }
 
  private:
   Tensor forward_hidden(const MicroBatch& mb);  // whole model (one stage), through the final norm
-  // mb itself on the CPU; on a device, its arrays checked on the host and uploaded into the arena
-  // (kept in staged_ for the backward_stage / loss_stage of the same micro-batch).
-  MicroBatch device_batch(const MicroBatch& mb);
+  // A micro-batch's arrays where the kernels read them: the host vectors themselves on the CPU; on a
+  // device, copies uploaded into the arena (the ids checked on the host first), kept for the
+  // backward_stage / loss_stage of the same micro-batch.
+  struct Staged {
+    const int32_t* tokens = nullptr;
+    const int32_t* targets = nullptr;
+    const float* weights = nullptr;
+    BatchInfo info;
+  };
+  static Staged host_arrays(const MicroBatch& mb);  // mb's own arrays
+  Staged stage(const MicroBatch& mb);         // forward_stage: uploads on a device
+  Staged staged(const MicroBatch& mb) const;  // backward_stage, loss_stage: what stage() made for mb
   Tensor logits_on_host(const Tensor& logits) const;  // itself on the CPU, a downloaded copy on a device
-  const MicroBatch& staged(const MicroBatch& mb) const;
-  MicroBatch staged_;
+  Staged staged_;
   const int32_t* staged_from_ = nullptr;  // the host tokens staged_ was made from
   TransformerConfig cfg_;
   ParallelContext ctx_;

@@ -47,6 +47,9 @@ struct BatchInfo {
   const float* memory = nullptr;
   float* memory_grad = nullptr;
   int64_t memory_T = 0;  // S
+  // The micro-batch's share of the step (MicroBatch::weight): the gradient scale of the losses a
+  // module adds on its own (the MoE aux and z losses), as the objective scales the LM loss.
+  float weight = 1.0f;
 };
 
 }  // namespace megadlm

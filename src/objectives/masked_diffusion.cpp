@@ -2,12 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "objectives/documents.h"
 
 namespace megadlm {
+
+namespace {
+// Validation noise is drawn from its own seed so that it never repeats the training draws.
+constexpr uint64_t kEvalSeedSalt = 0x9e3779b97f4a7c15ull;
+}  // namespace
 
 DiffusionLoss diffusion_loss_from_name(const std::string& name) {
   if (name == "llada") return DiffusionLoss::LLaDA;
@@ -27,11 +35,17 @@ double diffusion_time(const DiffusionOptions& opt, uint64_t sample_index) {
   return t - std::floor(t);
 }
 
-void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt, float micro_batch_weight,
-                              PreparedBatch& out) {
+ObjectiveStats MaskedDiffusion::prepare(const SampleBatch& in, float micro_batch_weight, MicroBatch& out) const {
+  const DiffusionOptions& opt = opt_;
   MEGADLM_CHECK(opt.mask_token >= 0, "the diffusion objective needs a mask token (--mask-token)");
   const int64_t B = in.B, T = in.T, N = B * T;
-  out.reset(B, T, opt.reset_attention_mask);
+  out.B = B;
+  out.T = T;
+  out.weight = micro_batch_weight;
+  for (auto* v : {&out.tokens, &out.positions, &out.segment_ids, &out.targets}) v->resize(static_cast<size_t>(N));
+  out.weights.resize(static_cast<size_t>(N));
+  bool use_segments = opt.reset_attention_mask;
+  ObjectiveStats stats;
 
   const CounterRng mask_rng(opt.seed, RngPurpose::DiffusionMask);
   const CounterRng len_rng(opt.seed, RngPurpose::VariableLength);
@@ -42,7 +56,7 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
   for (int64_t b = 0; b < B; ++b) {
     const uint64_t sample = in.first_sample + static_cast<uint64_t>(b);
     const int32_t* row = in.tokens.data() + b * (T + 1);
-    int32_t* inp = out.inputs.data() + b * T;
+    int32_t* inp = out.tokens.data() + b * T;
     int32_t* tgt = out.targets.data() + b * T;
     document_positions_and_segments(row, T, opt.eod, opt.reset_position_ids, opt.reset_attention_mask,
                                     out.positions.data() + b * T, out.segment_ids.data() + b * T);
@@ -51,7 +65,7 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
     if (opt.varilen_prob > 0 && len_rng.uniform_double(sample, 0) < opt.varilen_prob) {
       L = 1 + static_cast<int64_t>(len_rng.uniform_double(sample, 1) * static_cast<double>(T));
       L = std::min(L, T);
-      out.use_segments = true;
+      use_segments = true;
       for (int64_t i = L; i < T; ++i) out.segment_ids[b * T + i] = std::numeric_limits<int32_t>::max();
     }
     row_len[b] = L;
@@ -96,8 +110,8 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
     }
     const double p_eff = opt.loss == DiffusionLoss::MegaDLMs ? static_cast<double>(masked) / L : p;
     row_weight[b] = static_cast<float>(1.0 / p_eff);
-    out.stats.loss_tokens += static_cast<double>(masked);
-    out.stats.sum_t += t;
+    stats.loss_tokens += static_cast<double>(masked);
+    stats.sum_t += t;
   }
   // Normalisation: LLaDA and MegaDLMs divide by B*L, MDLM by the real tokens of the micro-batch.
   const double denom = opt.loss == DiffusionLoss::MDLM ? static_cast<double>(std::max<int64_t>(1, real_tokens))
@@ -107,8 +121,36 @@ void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt
       const int64_t n = b * T + i;
       out.weights[n] = out.targets[n] == kIgnoreIndex ? 0.0f : static_cast<float>(row_weight[b] * micro_batch_weight / denom);
     }
-  out.stats.real_tokens = static_cast<double>(real_tokens);
-  out.stats.sequences = static_cast<double>(B);
+  if (!use_segments) out.segment_ids.clear();
+  stats.real_tokens = static_cast<double>(real_tokens);
+  stats.sequences = static_cast<double>(B);
+  return stats;
+}
+
+std::unique_ptr<Objective> MaskedDiffusion::for_evaluation() const {
+  DiffusionOptions o = opt_;
+  o.seed ^= kEvalSeedSalt;
+  o.varilen_prob = 0;  // evaluate at full length
+  return std::make_unique<MaskedDiffusion>(o);
+}
+
+std::string MaskedDiffusion::describe() const {
+  std::ostringstream os;
+  os << "diffusion: mask token " << opt_.mask_token << ", eps " << opt_.eps << ", loss "
+     << (opt_.loss == DiffusionLoss::LLaDA ? "llada" : opt_.loss == DiffusionLoss::MDLM ? "mdlm" : "megadlms")
+     << ", varilen prob " << opt_.varilen_prob << ", mode " << (opt_.shift ? "vanilla" : "difflm-noshift");
+  return os.str();
+}
+
+std::string MaskedDiffusion::log_fields(const ObjectiveStats& s) const {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " | mean t %.3f | masked %.3f", s.sum_t / s.sequences, s.loss_tokens / s.real_tokens);
+  return buf;
+}
+
+void MaskedDiffusion::add_metrics(const ObjectiveStats& s, nlohmann::json& j) const {
+  j["mean_t"] = s.sum_t / s.sequences;
+  j["masked_fraction"] = s.loss_tokens / s.real_tokens;
 }
 
 }  // namespace megadlm

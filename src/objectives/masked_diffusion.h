@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "objectives/batch.h"
+#include "objectives/objective.h"
 
 namespace megadlm {
 
@@ -37,7 +37,22 @@ struct DiffusionOptions {
 // The noise level t of a sample (before the eps floor); exposed for tests and for evaluation.
 double diffusion_time(const DiffusionOptions& opt, uint64_t sample_index);
 
-void prepare_masked_diffusion(const SampleBatch& in, const DiffusionOptions& opt, float micro_batch_weight,
-                              PreparedBatch& out);
+class MaskedDiffusion final : public Objective {
+ public:
+  explicit MaskedDiffusion(const DiffusionOptions& opt) : opt_(opt) {}
+  // The masked inputs, the targets at the masked positions, and the weights of the chosen loss with
+  // micro_batch_weight folded in.
+  ObjectiveStats prepare(const SampleBatch& samples, float micro_batch_weight, MicroBatch& out) const override;
+  // Evaluation draws its noise from a seed of its own (never the training draws) at full length.
+  std::unique_ptr<Objective> for_evaluation() const override;
+  std::string describe() const override;
+  // " | mean t 0.503 | masked 0.497": the mean noise level and the masked fraction of the real tokens.
+  std::string log_fields(const ObjectiveStats& interval) const override;
+  void add_metrics(const ObjectiveStats& interval, nlohmann::json& j) const override;
+  const char* perplexity_name() const override { return "ppl (ELBO bound)"; }
+
+ private:
+  DiffusionOptions opt_;
+};
 
 }  // namespace megadlm

@@ -1,28 +1,42 @@
 #include "objectives/next_token.h"
 
+#include "objectives/documents.h"
+
 namespace megadlm {
 
-void prepare_next_token(const SampleBatch& in, const NextTokenOptions& opt, float micro_batch_weight,
-                        PreparedBatch& out) {
+ObjectiveStats NextToken::prepare(const SampleBatch& in, float micro_batch_weight, MicroBatch& out) const {
   const int64_t B = in.B, T = in.T, N = B * T;
-  out.reset(B, T, opt.reset_attention_mask);
+  out.B = B;
+  out.T = T;
+  out.weight = micro_batch_weight;
+  for (auto* v : {&out.tokens, &out.positions, &out.segment_ids, &out.targets}) v->resize(static_cast<size_t>(N));
+  out.weights.resize(static_cast<size_t>(N));
   int64_t loss_tokens = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int32_t* row = in.tokens.data() + b * (T + 1);
     for (int64_t i = 0; i < T; ++i) {
-      out.inputs[b * T + i] = row[i];
-      const bool masked = opt.eod_mask_loss && row[i] == opt.eod;
+      out.tokens[b * T + i] = row[i];
+      const bool masked = opt_.eod_mask_loss && row[i] == opt_.eod;
       out.targets[b * T + i] = masked ? kIgnoreIndex : row[i + 1];
       loss_tokens += masked ? 0 : 1;
     }
-    document_positions_and_segments(row, T, opt.eod, opt.reset_position_ids, opt.reset_attention_mask,
+    document_positions_and_segments(row, T, opt_.eod, opt_.reset_position_ids, opt_.reset_attention_mask,
                                     out.positions.data() + b * T, out.segment_ids.data() + b * T);
   }
+  if (!opt_.reset_attention_mask) out.segment_ids.clear();
   const float w = loss_tokens > 0 ? micro_batch_weight / static_cast<float>(loss_tokens) : 0.0f;
   for (int64_t n = 0; n < N; ++n) out.weights[n] = out.targets[n] == kIgnoreIndex ? 0.0f : w;
-  out.stats.loss_tokens = static_cast<double>(loss_tokens);
-  out.stats.real_tokens = static_cast<double>(N);
-  out.stats.sequences = static_cast<double>(B);
+  ObjectiveStats stats;
+  stats.loss_tokens = static_cast<double>(loss_tokens);
+  stats.real_tokens = static_cast<double>(N);
+  stats.sequences = static_cast<double>(B);
+  return stats;
+}
+
+std::string NextToken::describe() const {
+  return std::string("next-token: mean cross-entropy of the loss tokens") + (opt_.eod_mask_loss ? ", end-of-document positions masked" : "") +
+         (opt_.reset_attention_mask ? ", documents attend within themselves" : "") +
+         (opt_.reset_position_ids ? ", positions restart per document" : "");
 }
 
 }  // namespace megadlm

@@ -1,8 +1,8 @@
 #pragma once
-// The autoregressive objective: predict token i+1 from tokens <= i, mean cross-entropy over the
-// tokens of the micro-batch (Megatron's loss mask; --eod-mask-loss drops the targets that follow an
-// end-of-document token... as Megatron: the loss at positions whose *input* is eod is masked).
-#include "objectives/batch.h"
+// The autoregressive objective: predict token i+1 from tokens <= i, the mean cross-entropy over the
+// tokens of the micro-batch. Megatron's loss mask: --eod-mask-loss drops the loss at positions whose
+// input is the end-of-document token.
+#include "objectives/objective.h"
 
 namespace megadlm {
 
@@ -13,9 +13,20 @@ struct NextTokenOptions {
   bool eod_mask_loss = false;
 };
 
-// Weights are 1 / (number of loss tokens) * micro_batch_weight, so that the micro-batch losses of a
-// global batch, each scaled by micro_batch_weight = 1 / num_micro_batches, sum to the mean loss.
-void prepare_next_token(const SampleBatch& in, const NextTokenOptions& opt, float micro_batch_weight,
-                        PreparedBatch& out);
+class NextToken final : public Objective {
+ public:
+  explicit NextToken(const NextTokenOptions& opt) : opt_(opt) {}
+  // Weights are micro_batch_weight / (number of loss tokens), so that the micro-batch losses of a
+  // global batch, each scaled by micro_batch_weight = 1 / micro-batches, sum to the mean loss.
+  ObjectiveStats prepare(const SampleBatch& samples, float micro_batch_weight, MicroBatch& out) const override;
+  std::unique_ptr<Objective> for_evaluation() const override { return std::make_unique<NextToken>(opt_); }
+  std::string describe() const override;
+  std::string log_fields(const ObjectiveStats&) const override { return ""; }
+  void add_metrics(const ObjectiveStats&, nlohmann::json&) const override {}
+  const char* perplexity_name() const override { return "ppl"; }
+
+ private:
+  NextTokenOptions opt_;
+};
 
 }  // namespace megadlm

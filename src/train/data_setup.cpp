@@ -9,8 +9,20 @@
 #include "core/log.h"
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
+#include "objectives/masked_diffusion.h"
+#include "objectives/next_token.h"
 
 namespace megadlm {
+
+std::unique_ptr<Objective> make_objective(const TrainArgs& args) {
+  if (args.model_type == ModelType::DiffLM) return std::make_unique<MaskedDiffusion>(args.diffusion);
+  NextTokenOptions o;
+  o.eod = args.diffusion.eod;
+  o.reset_position_ids = args.reset_position_ids;
+  o.reset_attention_mask = args.reset_attention_mask;
+  o.eod_mask_loss = args.eod_mask_loss;
+  return std::make_unique<NextToken>(o);
+}
 
 TokenizerSpec resolve_tokenizer_spec(const TrainArgs& a) {
   if (!a.tokenizer_type.empty()) {

@@ -1,11 +1,13 @@
 #pragma once
 // From arguments to what the trainer consumes: the tokenizer (from flags, or from the sidecar that
-// preprocess_data wrote beside the data), the mask token, the padded vocabulary, and the train /
-// validation / test datasets (Megatron's BlendedMegatronDatasetBuilder semantics).
+// preprocess_data wrote beside the data), the mask token, the padded vocabulary, the objective of
+// --model-type, and the train / validation / test datasets (Megatron's BlendedMegatronDatasetBuilder
+// semantics).
 #include <memory>
 #include <string>
 
 #include "data/token_dataset.h"
+#include "objectives/objective.h"
 #include "tokenizers/tokenizer.h"
 #include "train/arguments.h"
 
@@ -19,6 +21,10 @@ TokenizerSpec resolve_tokenizer_spec(const TrainArgs& args);
 int32_t resolve_mask_token(const std::string& flag, Tokenizer& tok);
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by);
+
+// The objective of --model-type with its flags: next-token for gpt (--eod-mask-loss, the document
+// resets), masked diffusion for difflm (args.diffusion, its mask token and eod already resolved).
+std::unique_ptr<Objective> make_objective(const TrainArgs& args);
 
 struct Datasets {
   std::shared_ptr<const TokenDataset> train, valid, test;  // valid / test may be null

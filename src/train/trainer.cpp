@@ -8,26 +8,17 @@
 
 #include "checkpoint/native_checkpoint.h"
 #include "core/log.h"
-#include "data/loader.h"
 #include "kernels/dispatch.h"
 #include "models/config_json.h"
-#include "objectives/masked_diffusion.h"
-#include "objectives/next_token.h"
+#include "parallel/mpi_communicator.h"
+#include "train/hf_init.h"
 #include "train/moe_arguments.h"
 #include "train/moe_metrics.h"
-#include "train/hf_init.h"
-#include "train/signals.h"
-#include "train/step_guard.h"
-#include "train/parallel_training.h"
-#include "parallel/mpi_communicator.h"
-#include "parallel/pipeline_schedule.h"
+#include "train/pipeline_schedule.h"
 
 namespace megadlm {
 
 namespace {
-
-// Validation noise is drawn from its own seed so that it never repeats the training draws.
-constexpr uint64_t kEvalSeedSalt = 0x9e3779b97f4a7c15ull;
 
 std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got) {
   std::string out;
@@ -60,12 +51,15 @@ Trainer::Trainer(const TrainArgs& args)
                                : hf_adapted_vocab_size(args_.model.vocab_size, tokenizer_->vocab_size());
   args_.diffusion.mask_token = mask_token_;
   args_.diffusion.eod = eod_;
+  objective_ = make_objective(args_);
+  eval_objective_ = objective_->for_evaluation();
 
   // Refuse a model that cannot fit before allocating anything large.
   validate_config(args_.model);
   const int64_t params = parameter_count(args_.model);
-  const MemoryEstimate mem = estimate_memory(args_.model, params, args_.micro_batch_size, args_.seq_length,
-                                             memory_options(args_.precision));
+  memory_ = estimate_memory(args_.model, params, args_.micro_batch_size, args_.seq_length,
+                            memory_options(args_.precision));
+  const MemoryEstimate& mem = memory_;
   // The host's memory bounds a CPU run; a GPU run's device memory is not estimated here.
   const double avail = args_.device == Device::CPU ? available_memory_bytes() : 0.0;
   MEGADLM_CHECK(avail <= 0 || mem.total() < 0.9 * avail, "the model does not fit in memory: it needs about ",
@@ -76,10 +70,8 @@ Trainer::Trainer(const TrainArgs& args)
 
   // Data.
   const int64_t train_samples = args_.train_iters * args_.global_batch_size;
-  const int64_t evals = args_.eval_interval > 0 ? args_.train_iters / args_.eval_interval + 1 : 1;
   data_ = build_datasets(args_, train_samples, args_.eval_iters * args_.micro_batch_size,
                          args_.eval_iters * args_.micro_batch_size);
-  (void)evals;
 
   // Model and optimizer.
   const ModelSpec spec = model_spec(args_.model_type, args_.model);
@@ -175,37 +167,9 @@ void Trainer::save(int64_t iteration) {
   log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
 }
 
-// A loader's micro-batch as the objectives take it: rows are consecutive global samples.
-static SampleBatch to_sample_batch(Batch&& b) {
-  SampleBatch sb;
-  sb.B = b.B;
-  sb.T = b.T;
-  sb.tokens = std::move(b.tokens);
-  sb.first_sample = static_cast<uint64_t>(b.sample_ids.at(0));
-  return sb;
-}
-
-void Trainer::prepare(const SampleBatch& samples, float weight, bool eval, PreparedBatch& out) const {
-  if (args_.model_type == ModelType::GPT) {
-    NextTokenOptions o;
-    o.eod = eod_;
-    o.reset_position_ids = args_.reset_position_ids;
-    o.reset_attention_mask = args_.reset_attention_mask;
-    o.eod_mask_loss = args_.eod_mask_loss;
-    prepare_next_token(samples, o, weight, out);
-  } else {
-    DiffusionOptions o = args_.diffusion;
-    if (eval) {
-      o.seed ^= kEvalSeedSalt;
-      o.varilen_prob = 0;  // evaluate at full length
-    }
-    prepare_masked_diffusion(samples, o, weight, out);
-  }
-}
-
 EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
   EvalResult r;
-  PreparedBatch pb;
+  MicroBatch mb;
   const int64_t available = data.size() / args_.micro_batch_size;
   batches = std::min(batches, available);
   // The same first `batches` micro-batches at every evaluation, so the curve compares like with like.
@@ -214,8 +178,8 @@ EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
   lc.prefetch = false;
   BatchLoader loader(std::shared_ptr<const TokenDataset>(&data, [](const TokenDataset*) {}), lc);
   for (int64_t i = 0; i < batches; ++i) {
-    prepare(to_sample_batch(loader.next()), 1.0f, /*eval=*/true, pb);
-    r.loss += pipeline_forward_loss(*model_, parallel_->context(), pb.micro_batch());  // forward_loss at pp = 1
+    eval_objective_->prepare(loader.next(), 1.0f, mb);
+    r.loss += pipeline_forward_loss(*model_, parallel_->context(), mb);  // forward_loss at pp = 1
   }
   r.batches = batches;
   if (batches > 0) r.loss /= static_cast<double>(batches);
@@ -226,8 +190,7 @@ EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
 void Trainer::print_header() const {
   const TransformerConfig& c = args_.model;
   const int64_t params = model_->params().numel();
-  const MemoryEstimate mem = estimate_memory(c, parameter_count(c), args_.micro_batch_size, args_.seq_length,
-                                             memory_options(args_.precision));
+  const MemoryEstimate& mem = memory_;
   log_info("MegaDLMs C++: ", model_type_name(args_.model_type), " model, ", human_count(static_cast<double>(parameter_count(c))),
            " parameters (", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads / ",
            c.num_query_groups, " kv groups, head dim ", c.kv_channels, ", ffn ", c.ffn_hidden_size, ", vocab ",
@@ -242,10 +205,7 @@ void Trainer::print_header() const {
            precision_->describe());
   log_info("batch: micro ", args_.micro_batch_size, " x seq ", args_.seq_length, ", global ", args_.global_batch_size,
            " (", args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_.description);
-  if (args_.model_type == ModelType::DiffLM)
-    log_info("diffusion: mask token ", mask_token_, ", eps ", args_.diffusion.eps, ", loss ",
-             args_.diffusion.loss == DiffusionLoss::LLaDA ? "llada" : args_.diffusion.loss == DiffusionLoss::MDLM ? "mdlm" : "megadlms",
-             ", varilen prob ", args_.diffusion.varilen_prob, ", mode ", args_.model_running_mode);
+  log_info(objective_->describe());
   char buf[64];
   if (args_.device == Device::CPU) std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", peak_flops_ / 1e9);
   else if (peak_flops_ > 0) std::snprintf(buf, sizeof buf, "%.1f TFLOP/s", peak_flops_ / 1e12);
@@ -262,17 +222,12 @@ void Trainer::print_header() const {
 
 int64_t Trainer::run() {
   print_header();
-  // Each data-parallel rank runs M of the global batch's micro-batches (Megatron's num_micro_batches).
+  // Each data-parallel rank runs M of the global batch's micro-batches (Megatron's num_micro_batches),
+  // each weighing 1/M of the step.
   const int64_t M = args_.global_batch_size / (args_.micro_batch_size * parallel_->dp_size());
   const float micro_weight = 1.0f / static_cast<float>(M);
-  // MoE aux / z losses: each micro-batch's gradient counts 1/M, like its share of the LM loss.
-  for (MoELayer* layer : model_->moe_layers()) layer->set_aux_loss_scale(micro_weight);
   const double tokens_per_step = static_cast<double>(args_.global_batch_size * args_.seq_length);
   const double flops_per_token = model_flops_per_token(args_.model, args_.seq_length);
-  Timer run_timer, interval_timer;
-  double interval_loss = 0, interval_t = 0, interval_masked = 0, interval_tokens = 0, interval_seqs = 0;
-  int64_t interval_steps = 0;
-  PreparedBatch prepared;
   // Micro-batches in Megatron's sampler order from consumed_samples on; the next one is assembled in
   // the background while the current one computes.
   LoaderConfig lc;
@@ -282,153 +237,139 @@ int64_t Trainer::run() {
   lc.dp_size = parallel_->dp_size();
   BatchLoader loader(data_.train, lc);
 
-  if (iteration_ == 0 && data_.valid && args_.eval_interval > 0 && args_.eval_iters > 0) {
-    const EvalResult e = evaluate(*data_.valid, args_.eval_iters);
-    log_info("validation at iteration 0: loss ", e.loss, " | ppl", args_.model_type == ModelType::DiffLM ? " (ELBO bound) " : " ", e.ppl);
-    if (metrics_) metrics_->write({{"iteration", 0}, {"val_loss", e.loss}, {"val_ppl", e.ppl}});
-  }
-
+  Timer run_timer;  // --exit-duration-in-mins
+  if (iteration_ == 0 && data_.valid && args_.eval_interval > 0 && args_.eval_iters > 0) evaluate_and_log(0);
+  Interval interval;
   while (iteration_ < args_.train_iters) {
-    Timer step_timer;
-    model_->params().zero_grads();
-    double step_loss = 0;
-    const double interval_t0 = interval_t, interval_masked0 = interval_masked, interval_tokens0 = interval_tokens,
-                 interval_seqs0 = interval_seqs;
-    // The next micro-batch from the loader, its objective statistics counted.
-    auto next_micro_batch = [&](PreparedBatch& pb) {
-      prepare(to_sample_batch(loader.next()), micro_weight, false, pb);
-      interval_t += pb.stats.sum_t;
-      interval_masked += pb.stats.loss_tokens;
-      interval_tokens += pb.stats.real_tokens;
-      interval_seqs += pb.stats.sequences;
-    };
-    if (parallel_->context().pp.size > 1) {
-      // 1F1B over the pipeline stages, each preparing every micro-batch itself; the loss comes from
-      // the last stage (parallel/pipeline_schedule.h). The dp reduction is not overlapped here: the
-      // tied embedding's gradient is summed over the stages first.
-      step_loss = pipeline_1f1b_step(*model_, parallel_->context(), M,
-                                     [&](int64_t, PreparedBatch& pb) { next_micro_batch(pb); },
-                                     precision_->grad_scale());
-      parallel_->before_micro_batch(M - 1, M);  // arms the buckets after every backward: no overlap
-    } else {
-      for (int64_t m = 0; m < M; ++m) {
-        next_micro_batch(prepared);
-        parallel_->before_micro_batch(m, M);
-        step_loss += model_->forward_backward(prepared.micro_batch(), precision_->grad_scale());
-      }
-    }
-    // Gradients become the data-parallel mean; the loss and statistics the global batch's.
-    parallel_->reduce_gradients();
-    {
-      double v[5] = {step_loss, interval_t - interval_t0, interval_masked - interval_masked0,
-                     interval_tokens - interval_tokens0, interval_seqs - interval_seqs0};
-      parallel_->sum_over_dp(v, 5);
-      step_loss = v[0] / parallel_->dp_size();
-      interval_t = interval_t0 + v[1];
-      interval_masked = interval_masked0 + v[2];
-      interval_tokens = interval_tokens0 + v[3];
-      interval_seqs = interval_seqs0 + v[4];
-    }
-    if (after_backward_hook_) after_backward_hook_(iteration_ + 1, *this);
-    const double lr = args_.lr.at(iteration_ + 1);
-    // A non-finite loss or gradient norm skips the update rather than poison the weights (step_guard.h);
-    // too many in a row throw from record(), before this iteration can save anything.
-    // An fp16 overflow is the loss scaler's business (precision_runtime.h): skipped and counted there.
-    const bool overflow = precision_->overflowed();
-    const double gnorm = std::isfinite(step_loss) && !overflow ? parallel_->grad_norm() : NAN;
-    const StepSkip skip = classify_step(step_loss, overflow ? 0.0 : gnorm);
-    bool copies_written = false;  // the bf16 weight copies, by AdamW on its pass (precision_runtime.h)
-    if (skip == StepSkip::None && !overflow)
-      copies_written = parallel_->apply(*optimizer_, lr, gnorm, precision_->bf16_copy_targets());
-    step_guard_.record(skip, iteration_ + 1, step_loss, gnorm);
-    precision_->after_step(copies_written);
-    precision_->report_memory_once(estimate_memory(args_.model, parameter_count(args_.model), args_.micro_batch_size,
-                                                   args_.seq_length, memory_options(args_.precision)));
-    consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
-    ++iteration_;
-    interval_loss += step_loss;
-    ++interval_steps;
-    const double step_s = step_timer.seconds();
-
-    if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
-      const double secs = interval_timer.seconds();
-      const double tps = tokens_per_step * static_cast<double>(interval_steps) / secs;
-      // tps counts every rank's tokens; the peak is one rank's.
-      const double mfu = peak_flops_ > 0 ? tps * flops_per_token / (peak_flops_ * parallel_->context().world_size) : 0;
-      const double loss = interval_loss / static_cast<double>(interval_steps);
-      char line[512];
-      int n = std::snprintf(line, sizeof line,
-                            " iteration %8lld/%8lld | consumed tokens %12.0f | lr %.3E | loss %.4E",
-                            static_cast<long long>(iteration_), static_cast<long long>(args_.train_iters),
-                            static_cast<double>(consumed_samples_) * static_cast<double>(args_.seq_length), lr, loss);
-      if (args_.model_type == ModelType::DiffLM)
-        n += std::snprintf(line + n, sizeof line - n, " | mean t %.3f | masked %.3f", interval_t / interval_seqs,
-                           interval_masked / interval_tokens);
-      std::snprintf(line + n, sizeof line - n,
-                    " | grad norm %.3f | tokens/s %.0f | MFU %.1f%% | step time %.1f ms | skipped %lld", gnorm, tps,
-                    100.0 * mfu, 1000.0 * secs / static_cast<double>(interval_steps),
-                    static_cast<long long>(step_guard_.total() + precision_->overflow_skips()));
-      const MoEReport moe = collect_moe_report(*model_);
-      std::string comm_text;
-      nlohmann::json comm_json = nlohmann::json::object();
-      parallel_->take_comm_report(interval_steps, comm_text, comm_json);
-      log_line(std::string(line) + precision_->log_suffix() + moe_line_suffix(moe) + comm_text);
-      for (const std::string& l : moe_layer_lines(moe)) log_line(l);
-      if (metrics_) {
-        nlohmann::json j = {{"iteration", iteration_},
-                            {"consumed_tokens", static_cast<double>(consumed_samples_) * args_.seq_length},
-                            {"lr", lr},
-                            {"loss", loss},
-                            {"grad_norm", std::isfinite(gnorm) ? gnorm : -1.0},
-                            {"tokens_per_s", tps},
-                            {"mfu", mfu},
-                            {"step_time_s", secs / static_cast<double>(interval_steps)},
-                            {"skipped_steps", step_guard_.total() + precision_->overflow_skips()}};
-        precision_->add_metrics(j);
-        if (args_.model_type == ModelType::DiffLM) {
-          j["mean_t"] = interval_t / interval_seqs;
-          j["masked_fraction"] = interval_masked / interval_tokens;
-        }
-        add_moe_metrics(moe, j);
-        if (comm_json.contains("comm")) j["comm"] = comm_json["comm"];
-        metrics_->write(j);
-      }
-      interval_loss = interval_t = interval_masked = interval_tokens = interval_seqs = 0;
-      interval_steps = 0;
-      interval_timer.reset();
-    }
-    (void)step_s;
-
+    const Step step = train_step(loader, micro_weight);
+    interval += step;
+    if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters)
+      log_interval(step, interval, tokens_per_step, flops_per_token);
     if (data_.valid && args_.eval_interval > 0 && iteration_ % args_.eval_interval == 0) {
-      const EvalResult e = evaluate(*data_.valid, args_.eval_iters);
-      log_info("validation at iteration ", iteration_, ": loss ", e.loss, " | ppl",
-               args_.model_type == ModelType::DiffLM ? " (ELBO bound) " : " ", e.ppl);
-      if (metrics_) metrics_->write({{"iteration", iteration_}, {"val_loss", e.loss}, {"val_ppl", e.ppl}});
-      interval_timer.reset();  // keep evaluation out of the throughput
+      evaluate_and_log(iteration_);
+      interval.timer.reset();  // keep evaluation out of the throughput
     }
-    // Polled once per iteration: the step just taken is complete, so the checkpoint is consistent.
-    // Under MPI every rank must take the same decision (a rank alone in a save or an exit would leave
-    // the others waiting in a collective): the signal and the clock are taken as the max over ranks.
-    float local_exit[2] = {static_cast<float>(args_.exit_signal_handler ? exit_signal_received() : 0),
-                           args_.exit_duration_in_mins > 0 && run_timer.seconds() > 60.0 * args_.exit_duration_in_mins
-                               ? 1.0f : 0.0f};
-    parallel_->max_over_world(local_exit, 2);
-    const int signum = static_cast<int>(local_exit[0]);
-    const bool exit_now = (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0) || local_exit[1] != 0 ||
-                          signum != 0;
-    if (!args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
-                                iteration_ == args_.train_iters || exit_now))
-      save(iteration_);
-    if (exit_now) {
-      if (signum != 0)
-        log_info("exiting at iteration ", iteration_, " on ", signal_name(signum), " (--exit-signal-handler)",
-                 args_.save.empty() ? "; no --save, nothing saved" : "");
-      else
-        log_info("exiting at iteration ", iteration_, " (--exit-interval / --exit-duration-in-mins)");
-      break;
-    }
+    if (save_or_exit(run_timer)) break;
   }
   return iteration_;
+}
+
+Trainer::Step Trainer::train_step(BatchLoader& loader, float micro_weight) {
+  const int64_t M = args_.global_batch_size / (args_.micro_batch_size * parallel_->dp_size());
+  model_->params().zero_grads();
+  Step step;
+  // The next micro-batch from the loader, its objective statistics counted.
+  auto next_micro_batch = [&](MicroBatch& mb) { step.stats += objective_->prepare(loader.next(), micro_weight, mb); };
+  if (parallel_->context().pp.size > 1) {
+    // 1F1B over the pipeline stages, each preparing every micro-batch itself; the loss comes from
+    // the last stage (train/pipeline_schedule.h). The dp reduction is not overlapped here: the
+    // tied embedding's gradient is summed over the stages first.
+    step.loss = pipeline_1f1b_step(*model_, parallel_->context(), M,
+                                   [&](int64_t, MicroBatch& mb) { next_micro_batch(mb); }, precision_->grad_scale());
+    parallel_->before_micro_batch(M - 1, M);  // arms the buckets after every backward: no overlap
+  } else {
+    for (int64_t m = 0; m < M; ++m) {
+      next_micro_batch(micro_batch_);
+      parallel_->before_micro_batch(m, M);
+      step.loss += model_->forward_backward(micro_batch_, precision_->grad_scale());
+    }
+  }
+  // Gradients become the data-parallel mean; the loss and statistics the global batch's.
+  parallel_->reduce_gradients();
+  {
+    double v[5] = {step.loss, step.stats.sum_t, step.stats.loss_tokens, step.stats.real_tokens, step.stats.sequences};
+    parallel_->sum_over_dp(v, 5);
+    step.loss = v[0] / parallel_->dp_size();
+    step.stats = ObjectiveStats{v[2], v[3], v[1], v[4]};
+  }
+  if (after_backward_hook_) after_backward_hook_(iteration_ + 1, *this);
+  step.lr = args_.lr.at(iteration_ + 1);
+  // A non-finite loss or gradient norm skips the update rather than poison the weights (step_guard.h);
+  // too many in a row throw from record(), before this iteration can save anything.
+  // An fp16 overflow is the loss scaler's business (precision_runtime.h): skipped and counted there.
+  const bool overflow = precision_->overflowed();
+  step.grad_norm = std::isfinite(step.loss) && !overflow ? parallel_->grad_norm() : NAN;
+  const StepSkip skip = classify_step(step.loss, overflow ? 0.0 : step.grad_norm);
+  bool copies_written = false;  // the bf16 weight copies, by AdamW on its pass (precision_runtime.h)
+  if (skip == StepSkip::None && !overflow)
+    copies_written = parallel_->apply(*optimizer_, step.lr, step.grad_norm, precision_->bf16_copy_targets());
+  step_guard_.record(skip, iteration_ + 1, step.loss, step.grad_norm);
+  precision_->after_step(copies_written);
+  precision_->report_memory_once(memory_);
+  consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
+  ++iteration_;
+  return step;
+}
+
+void Trainer::log_interval(const Step& last, Interval& interval, double tokens_per_step, double flops_per_token) {
+  const double secs = interval.timer.seconds();
+  const double steps = static_cast<double>(interval.steps);
+  const double tps = tokens_per_step * steps / secs;
+  // tps counts every rank's tokens; the peak is one rank's.
+  const double mfu = peak_flops_ > 0 ? tps * flops_per_token / (peak_flops_ * parallel_->context().world_size) : 0;
+  const double loss = interval.loss / steps;
+  const double consumed_tokens = static_cast<double>(consumed_samples_) * static_cast<double>(args_.seq_length);
+  char line[512];
+  int n = std::snprintf(line, sizeof line, " iteration %8lld/%8lld | consumed tokens %12.0f | lr %.3E | loss %.4E",
+                        static_cast<long long>(iteration_), static_cast<long long>(args_.train_iters), consumed_tokens,
+                        last.lr, loss);
+  n += std::snprintf(line + n, sizeof line - n, "%s", objective_->log_fields(interval.stats).c_str());
+  std::snprintf(line + n, sizeof line - n,
+                " | grad norm %.3f | tokens/s %.0f | MFU %.1f%% | step time %.1f ms | skipped %lld", last.grad_norm,
+                tps, 100.0 * mfu, 1000.0 * secs / steps,
+                static_cast<long long>(step_guard_.total() + precision_->overflow_skips()));
+  const MoEReport moe = collect_moe_report(*model_);
+  std::string comm_text;
+  nlohmann::json comm_json = nlohmann::json::object();
+  parallel_->take_comm_report(interval.steps, comm_text, comm_json);
+  log_line(std::string(line) + precision_->log_suffix() + moe_line_suffix(moe) + comm_text);
+  for (const std::string& l : moe_layer_lines(moe)) log_line(l);
+  if (metrics_) {
+    nlohmann::json j = {{"iteration", iteration_},
+                        {"consumed_tokens", consumed_tokens},
+                        {"lr", last.lr},
+                        {"loss", loss},
+                        {"grad_norm", std::isfinite(last.grad_norm) ? last.grad_norm : -1.0},
+                        {"tokens_per_s", tps},
+                        {"mfu", mfu},
+                        {"step_time_s", secs / steps},
+                        {"skipped_steps", step_guard_.total() + precision_->overflow_skips()}};
+    precision_->add_metrics(j);
+    objective_->add_metrics(interval.stats, j);
+    add_moe_metrics(moe, j);
+    if (comm_json.contains("comm")) j["comm"] = comm_json["comm"];
+    metrics_->write(j);
+  }
+  interval = Interval();
+}
+
+void Trainer::evaluate_and_log(int64_t iteration) {
+  const EvalResult e = evaluate(*data_.valid, args_.eval_iters);
+  log_info("validation at iteration ", iteration, ": loss ", e.loss, " | ", objective_->perplexity_name(), " ", e.ppl);
+  if (metrics_) metrics_->write({{"iteration", iteration}, {"val_loss", e.loss}, {"val_ppl", e.ppl}});
+}
+
+bool Trainer::save_or_exit(const Timer& run_timer) {
+  // Polled once per iteration: the step just taken is complete, so the checkpoint is consistent.
+  // Under MPI every rank must take the same decision (a rank alone in a save or an exit would leave
+  // the others waiting in a collective): the signal and the clock are taken as the max over ranks.
+  float local_exit[2] = {static_cast<float>(args_.exit_signal_handler ? exit_signal_received() : 0),
+                         args_.exit_duration_in_mins > 0 && run_timer.seconds() > 60.0 * args_.exit_duration_in_mins
+                             ? 1.0f : 0.0f};
+  parallel_->max_over_world(local_exit, 2);
+  const int signum = static_cast<int>(local_exit[0]);
+  const bool exit_now = (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0) || local_exit[1] != 0 ||
+                        signum != 0;
+  if (!args_.save.empty() && ((args_.save_interval > 0 && iteration_ % args_.save_interval == 0) ||
+                              iteration_ == args_.train_iters || exit_now))
+    save(iteration_);
+  if (!exit_now) return false;
+  if (signum != 0)
+    log_info("exiting at iteration ", iteration_, " on ", signal_name(signum), " (--exit-signal-handler)",
+             args_.save.empty() ? "; no --save, nothing saved" : "");
+  else
+    log_info("exiting at iteration ", iteration_, " (--exit-interval / --exit-duration-in-mins)");
+  return true;
 }
 
 }  // namespace megadlm

@@ -1,21 +1,25 @@
 #pragma once
-// The training loop of pretrain_difflm: data -> objective -> forward/backward over micro-batches ->
-// clip -> AdamW -> log, evaluate, checkpoint. One process, one pipeline stage for now.
+// The training loop of pretrain_difflm: data -> objective -> forward/backward over micro-batches (the
+// 1F1B schedule under pipeline parallelism) -> gradient reduction over the data-parallel ranks -> clip
+// -> AdamW -> log, evaluate, checkpoint. Any parallel layout (train/parallel_training.h); the model type
+// shows only in the objective and the model spec it was built from.
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "tokenizers/tokenizer.h"
+#include "core/log.h"
+#include "data/loader.h"
 #include "models/language_model.h"
-#include "objectives/batch.h"
+#include "objectives/objective.h"
 #include "optim/adamw.h"
+#include "tokenizers/tokenizer.h"
 #include "train/arguments.h"
 #include "train/data_setup.h"
 #include "train/metrics.h"
-#include "train/signals.h"
-#include "train/precision_runtime.h"
-#include "train/step_guard.h"
 #include "train/parallel_training.h"
+#include "train/precision_runtime.h"
+#include "train/signals.h"
+#include "train/step_guard.h"
 
 namespace megadlm {
 
@@ -45,8 +49,35 @@ class Trainer {
   int32_t mask_token() const { return mask_token_; }
 
  private:
+  // What one step leaves for the log: its loss and gradient norm (NaN when skipped), its learning rate
+  // and what its micro-batches held, over every data-parallel rank.
+  struct Step {
+    double loss = 0, grad_norm = 0, lr = 0;
+    ObjectiveStats stats;
+  };
+  // The sums of a log interval: reset after each log line.
+  struct Interval {
+    double loss = 0;
+    int64_t steps = 0;
+    ObjectiveStats stats;
+    Timer timer;
+    Interval& operator+=(const Step& s) {
+      loss += s.loss;
+      ++steps;
+      stats += s.stats;
+      return *this;
+    }
+  };
+
   void print_header() const;
-  void prepare(const SampleBatch& samples, float micro_batch_weight, bool eval, PreparedBatch& out) const;
+  // One optimizer step: the micro-batches from the loader, forward and backward, the reduction, the
+  // update (or the skip of a non-finite step).
+  Step train_step(BatchLoader& loader, float micro_weight);
+  void log_interval(const Step& last, Interval& interval, double tokens_per_step, double flops_per_token);
+  void evaluate_and_log(int64_t iteration);
+  // Saves when --save-interval, the last iteration or an exit asks; true when the run must stop
+  // (--exit-interval, --exit-duration-in-mins, a signal), decided alike on every rank.
+  bool save_or_exit(const Timer& run_timer);
   void save(int64_t iteration);
   void load();
   nlohmann::json checkpoint_meta() const;
@@ -58,6 +89,8 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   int32_t mask_token_ = -1, eod_ = -1;
   Datasets data_;
+  std::unique_ptr<Objective> objective_, eval_objective_;
+  MemoryEstimate memory_;  // of the model at --micro-batch-size, checked against the host's memory
   std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<ParallelTraining> parallel_;  // groups, gradient reduction, global norm (parallel_training.h)
@@ -70,6 +103,7 @@ class Trainer {
   bool peak_is_bf16_ = false;  // the peak is the bf16 products' rate
   int gpu_index_ = 0;  // the node's GPU this rank drives (select_device), on a device
   std::unique_ptr<JsonlWriter> metrics_;
+  MicroBatch micro_batch_;  // the storage every training micro-batch is prepared into
 };
 
 }  // namespace megadlm

@@ -76,8 +76,8 @@ double logits_error(LanguageModel& model, const std::string& dir, const char* wh
   MicroBatch mb;
   mb.B = 1;
   mb.T = T;
-  mb.tokens = tok.data();
-  mb.positions = pos.data();
+  mb.tokens = tok;
+  mb.positions = pos;
   Tensor got = model.forward_logits(mb);
   EXPECT_EQ(got.numel(), T * V);
   std::vector<double> r(want.data<float>(), want.data<float>() + T * V);

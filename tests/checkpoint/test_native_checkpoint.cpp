@@ -464,8 +464,8 @@ TEST(ModelLoader, RebuildsAnIdenticalModelFromTheCheckpointAlone) {
   MicroBatch mb;
   mb.B = B;
   mb.T = T;
-  mb.tokens = tokens.data();
-  mb.positions = positions.data();
+  mb.tokens = tokens;
+  mb.positions = positions;
   const Tensor la = m->forward_logits(mb);
   const Tensor lb = lm.model->forward_logits(mb);
   ASSERT_EQ(la.numel(), B * T * cfg.vocab_size);

@@ -145,11 +145,11 @@ HostBatch make_batch(const Case& c, uint64_t seed) {
   }
   h.mb.B = kB;
   h.mb.T = kT;
-  h.mb.tokens = h.tokens.data();
-  h.mb.positions = h.positions.data();
-  h.mb.segment_ids = packed ? h.segments.data() : nullptr;
-  h.mb.targets = h.targets.data();
-  h.mb.weights = c.diffusion ? h.weights.data() : nullptr;
+  h.mb.tokens = h.tokens;
+  h.mb.positions = h.positions;
+  if (packed) h.mb.segment_ids = h.segments;
+  h.mb.targets = h.targets;
+  if (c.diffusion) h.mb.weights = h.weights;
   return h;
 }
 
@@ -454,8 +454,8 @@ void kv_cache_inference_matches_the_cpu(bool llama) {
     MicroBatch mb;
     mb.B = 1;
     mb.T = to - from;
-    mb.tokens = seq.data() + from;
-    mb.positions = pos.data() + from;
+    mb.tokens.assign(seq.begin() + from, seq.begin() + to);
+    mb.positions.assign(pos.begin() + from, pos.begin() + to);
     const Tensor lg = cache ? m.forward_logits_cached(mb, *cache, 0, &from, true, false) : m.forward_logits(mb);
     EXPECT_EQ(lg.device(), Device::CPU) << "the logits come back to the host";
     std::vector<float> out(lg.data<float>(), lg.data<float>() + lg.numel());

@@ -327,7 +327,7 @@ TEST(Loader, SameBatchesWithAndWithoutPrefetchAndExactResume) {
     lc.dp_size = P;
     lc.prefetch = prefetch;
     BatchLoader loader(ds, lc);
-    std::vector<Batch> out;
+    std::vector<SampleBatch> out;
     for (int i = 0; i < n; ++i) out.push_back(loader.next());
     EXPECT_EQ(loader.consumed_samples(), consumed + n * B * P);
     return out;
@@ -335,17 +335,18 @@ TEST(Loader, SameBatchesWithAndWithoutPrefetchAndExactResume) {
   const auto plain = take(false, 0, 1, 8), fetched = take(true, 0, 1, 8);
   for (int k = 0; k < 8; ++k) {
     EXPECT_EQ(plain[k].tokens, fetched[k].tokens);
-    EXPECT_EQ(plain[k].sample_ids, fetched[k].sample_ids);
+    EXPECT_EQ(plain[k].first_sample, fetched[k].first_sample);
     ASSERT_EQ(plain[k].tokens.size(), static_cast<size_t>(B * 7));
     for (int64_t b = 0; b < B; ++b) {
-      EXPECT_EQ(plain[k].sample_ids[b], k * B * P + 1 * B + b);  // Megatron's sampler order
-      const auto s = get_sample(*ds, plain[k].sample_ids[b]);
+      const int64_t id = static_cast<int64_t>(plain[k].first_sample) + b;  // row b is sample first_sample + b
+      EXPECT_EQ(id, k * B * P + 1 * B + b);  // Megatron's sampler order
+      const auto s = get_sample(*ds, id);
       EXPECT_TRUE(std::equal(s.begin(), s.end(), plain[k].tokens.begin() + b * 7));
     }
   }
   // Ranks 0 and 1 share the global batch without overlap.
   const auto r0 = take(true, 0, 0, 1);
-  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(r0[0].sample_ids[b], b);
+  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(static_cast<int64_t>(r0[0].first_sample) + b, b);
   // Resuming from consumed_samples continues the same stream.
   const auto resumed = take(true, 3 * B * P, 1, 5);
   for (int k = 0; k < 5; ++k) EXPECT_EQ(resumed[k].tokens, plain[k + 3].tokens);

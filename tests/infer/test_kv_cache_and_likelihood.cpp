@@ -74,8 +74,8 @@ std::vector<float> cached_logits(LanguageModel& m, KVCache& cache, const std::ve
   MicroBatch mb;
   mb.B = 1;
   mb.T = static_cast<int64_t>(toks.size());
-  mb.tokens = toks.data();
-  mb.positions = pos.data();
+  mb.tokens = toks;
+  mb.positions = pos;
   const Tensor lg = m.forward_logits_cached(mb, cache, 0, &offset, causal, false);
   std::vector<float> out(lg.data<float>(), lg.data<float>() + lg.numel());
   m.arena().reset();

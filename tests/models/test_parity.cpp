@@ -134,10 +134,10 @@ void check_parity(const std::string& name, const std::string& expected_model_typ
   MicroBatch mb;
   mb.B = B;
   mb.T = T;
-  mb.tokens = tokens.data<int32_t>();
-  mb.positions = positions.data<int32_t>();
-  mb.targets = targets.data<int32_t>();
-  mb.weights = weights.data<float>();
+  mb.tokens.assign(tokens.data<int32_t>(), tokens.data<int32_t>() + N);
+  mb.positions.assign(positions.data<int32_t>(), positions.data<int32_t>() + N);
+  mb.targets.assign(targets.data<int32_t>(), targets.data<int32_t>() + N);
+  mb.weights.assign(weights.data<float>(), weights.data<float>() + N);
   const Tensor ref_loss = file.get("loss");
   ASSERT_EQ(ref_loss.numel(), 1);
   const double expected = ref_loss.data<float>()[0];

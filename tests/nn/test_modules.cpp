@@ -572,11 +572,11 @@ struct LmBatch {
     MicroBatch m;
     m.B = kB;
     m.T = kT;
-    m.tokens = tokens.data();
-    m.positions = kPositions.data();
-    m.segment_ids = with_segments ? kSegments.data() : nullptr;
-    m.targets = targets.data();
-    m.weights = weights.data();
+    m.tokens = tokens;
+    m.positions = kPositions;
+    if (with_segments) m.segment_ids = kSegments;
+    m.targets = targets;
+    m.weights = weights;
     return m;
   }
 };

@@ -15,7 +15,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "objectives/batch.h"
+#include "objectives/documents.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
 
@@ -54,6 +54,24 @@ DiffusionOptions base_options(DiffusionLoss loss) {
   return o;
 }
 
+// A prepared micro-batch as these tests read it: the MicroBatch, the statistics the objective returned,
+// and whether it separates documents (segment ids given).
+struct PreparedBatch : MicroBatch {
+  bool use_segments = false;
+  ObjectiveStats stats;
+};
+
+void prepare_next_token(const SampleBatch& s, const NextTokenOptions& o, float micro_batch_weight, PreparedBatch& p) {
+  p.stats = NextToken(o).prepare(s, micro_batch_weight, p);
+  p.use_segments = !p.segment_ids.empty();
+}
+
+void prepare_masked_diffusion(const SampleBatch& s, const DiffusionOptions& o, float micro_batch_weight,
+                              PreparedBatch& p) {
+  p.stats = MaskedDiffusion(o).prepare(s, micro_batch_weight, p);
+  p.use_segments = !p.segment_ids.empty();
+}
+
 double mask_prob(const DiffusionOptions& o, uint64_t sample) {
   return (1.0 - static_cast<double>(o.eps)) * diffusion_time(o, sample) + static_cast<double>(o.eps);
 }
@@ -66,6 +84,7 @@ int64_t count_masked(const PreparedBatch& p, int64_t b) {
 
 // Number of non-padding positions of row b (padding carries segment id INT_MAX).
 int64_t real_length(const PreparedBatch& p, int64_t b) {
+  if (p.segment_ids.empty()) return p.T;  // no documents separated, no padding
   int64_t L = 0;
   for (int64_t i = 0; i < p.T; ++i) L += p.segment_ids[static_cast<size_t>(b * p.T + i)] != INT32_MAX;
   return L;
@@ -108,12 +127,12 @@ TEST(NextToken, ShiftedTargetsAndMeanWeights) {
   o.eod = kEod;
   PreparedBatch p;
   prepare_next_token(s, o, 0.25f, p);
-  ASSERT_EQ(p.inputs.size(), static_cast<size_t>(B * T));
+  ASSERT_EQ(p.tokens.size(), static_cast<size_t>(B * T));
   EXPECT_FALSE(p.use_segments);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < T; ++i) {
       const size_t n = static_cast<size_t>(b * T + i);
-      EXPECT_EQ(p.inputs[n], s.tokens[static_cast<size_t>(b * (T + 1) + i)]);
+      EXPECT_EQ(p.tokens[n], s.tokens[static_cast<size_t>(b * (T + 1) + i)]);
       EXPECT_EQ(p.targets[n], s.tokens[static_cast<size_t>(b * (T + 1) + i + 1)]);
       EXPECT_EQ(p.positions[n], i);
       EXPECT_FLOAT_EQ(p.weights[n], 0.25f / static_cast<float>(B * T));
@@ -182,7 +201,7 @@ TEST(MaskedDiffusion, SameSampleSameMaskWhateverTheMicroBatchSplit) {
       const int64_t pb = b < 3 ? b : b - 3;
       for (int64_t i = 0; i < T; ++i) {
         const size_t n = static_cast<size_t>(b * T + i), m = static_cast<size_t>(pb * T + i);
-        ASSERT_EQ(whole.inputs[n], part.inputs[m]) << "sample " << 160 + b << " position " << i;
+        ASSERT_EQ(whole.tokens[n], part.tokens[m]) << "sample " << 160 + b << " position " << i;
         ASSERT_EQ(whole.targets[n], part.targets[m]) << "sample " << 160 + b << " position " << i;
         ASSERT_EQ(whole.segment_ids[n], part.segment_ids[m]);
         ASSERT_EQ(whole.positions[n], part.positions[m]);
@@ -262,12 +281,12 @@ TEST(MaskedDiffusion, LLaDAWeightsAndMasks) {
       EXPECT_EQ(p.positions[n], i);
       if (p.targets[n] != -100) {
         EXPECT_EQ(p.targets[n], x0);
-        EXPECT_EQ(p.inputs[n], kMask);
+        EXPECT_EQ(p.tokens[n], kMask);
         const double w = 1.0 / (pb * B * T) * mbw;
         EXPECT_NEAR(p.weights[n], w, 1e-6 * w);
         formula += ce / pb;  // LLaDA: sum over masked tokens of CE / p ...
       } else {
-        EXPECT_EQ(p.inputs[n], x0);
+        EXPECT_EQ(p.tokens[n], x0);
         EXPECT_EQ(p.weights[n], 0.0f);
       }
       weighted += static_cast<double>(p.weights[n]) * ce;
@@ -376,7 +395,7 @@ TEST(MaskedDiffusion, MegaDLMsMasksAtLeastOneTokenAndUsesTheRealisedFraction) {
     if (rng.uniform(sample, static_cast<uint32_t>(i)) < rng.uniform(sample, static_cast<uint32_t>(argmin))) argmin = i;
   const size_t n = static_cast<size_t>(T + argmin);
   EXPECT_EQ(p.targets[n], s.tokens[static_cast<size_t>((T + 1) + argmin)]);
-  EXPECT_EQ(p.inputs[n], kMask);
+  EXPECT_EQ(p.tokens[n], kMask);
   // p = realised fraction = 1/T, so the weight is T / (B*T) * mbw.
   EXPECT_FLOAT_EQ(p.weights[n], static_cast<float>(1.0 / B * mbw));
   // The other rows: p is their own realised fraction.
@@ -429,7 +448,7 @@ TEST(MaskedDiffusion, VariableLengthAlwaysPadsAndNeverWhenOff) {
         EXPECT_EQ(p.segment_ids[n], INT32_MAX) << "padding is a suffix";
         EXPECT_EQ(p.targets[n], -100);
         EXPECT_EQ(p.weights[n], 0.0f);
-        EXPECT_EQ(p.inputs[n], s.tokens[static_cast<size_t>(b * (T + 1) + i)]);
+        EXPECT_EQ(p.tokens[n], s.tokens[static_cast<size_t>(b * (T + 1) + i)]);
       }
     }
   }
@@ -461,7 +480,7 @@ TEST(MaskedDiffusion, ShiftModePredictsTheNextTokenWhichIsMaskedInTheInput) {
     for (int64_t b = 0; b < B; ++b) {
       const int32_t* row = s.tokens.data() + b * (T + 1);
       const size_t r = static_cast<size_t>(b * T);
-      EXPECT_EQ(p.inputs[r], row[0]) << "the first input has no previous target";
+      EXPECT_EQ(p.tokens[r], row[0]) << "the first input has no previous target";
       for (int64_t i = 0; i < T; ++i) {
         const int32_t tgt = p.targets[r + i];
         if (tgt != -100) {
@@ -469,10 +488,10 @@ TEST(MaskedDiffusion, ShiftModePredictsTheNextTokenWhichIsMaskedInTheInput) {
           ++masked;
         }
         if (i + 1 < T) {
-          const bool input_masked = p.inputs[r + i + 1] == kMask;
+          const bool input_masked = p.tokens[r + i + 1] == kMask;
           EXPECT_EQ(input_masked, tgt != -100) << "row " << b << " position " << i;
           if (!input_masked) {
-            EXPECT_EQ(p.inputs[r + i + 1], row[i + 1]);
+            EXPECT_EQ(p.tokens[r + i + 1], row[i + 1]);
           }
         }
       }

@@ -123,9 +123,9 @@ TEST(GradBuckets, ModelCallsTheGradsReadyHookWithDecreasingIdsEndingAtZero) {
   MicroBatch mb;
   mb.B = B;
   mb.T = T;
-  mb.tokens = tok.data();
-  mb.positions = pos.data();
-  mb.targets = tgt.data();
+  mb.tokens = tok;
+  mb.positions = pos;
+  mb.targets = tgt;
   m.forward_backward(mb, 1.0f);
   ASSERT_EQ(calls.size(), 5u);  // final norm, 3 layers, the end
   for (size_t i = 1; i < calls.size(); ++i) EXPECT_LT(calls[i], calls[i - 1]);

@@ -15,11 +15,12 @@
 #include "core/philox.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
+#include "models/language_model.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
-#include "parallel/pipeline_schedule.h"
+#include "train/pipeline_schedule.h"
 
 using namespace megadlm;
 
@@ -60,7 +61,7 @@ constexpr uint64_t kSeed = 77;
 
 // Micro-batch m of a global batch of M: samples 1000 + m*B ... , tokens from the test RNG keyed by
 // sample index (ids 1 .. V-2: 0 is the end-of-document token, V-1 the mask token).
-void prepare(Kind kind, const TransformerConfig& c, int64_t m, int64_t M, PreparedBatch& out) {
+void prepare(Kind kind, const TransformerConfig& c, int64_t m, int64_t M, MicroBatch& out) {
   SampleBatch s;
   s.B = kB;
   s.T = kT;
@@ -76,7 +77,7 @@ void prepare(Kind kind, const TransformerConfig& c, int64_t m, int64_t M, Prepar
   if (kind == Kind::Gpt) {
     NextTokenOptions o;
     o.eod = 0;
-    prepare_next_token(s, o, weight, out);
+    NextToken(o).prepare(s, weight, out);
   } else {
     DiffusionOptions o;
     o.seed = 4242;
@@ -85,7 +86,7 @@ void prepare(Kind kind, const TransformerConfig& c, int64_t m, int64_t M, Prepar
     o.loss = DiffusionLoss::LLaDA;
     o.varilen_prob = 0;
     o.global_batch_size = M * kB;
-    prepare_masked_diffusion(s, o, weight, out);
+    MaskedDiffusion(o).prepare(s, weight, out);
   }
 }
 
@@ -93,10 +94,10 @@ void prepare(Kind kind, const TransformerConfig& c, int64_t m, int64_t M, Prepar
 double reference_step(LanguageModel& full, Kind kind, int64_t M) {
   full.params().zero_grads();
   double loss = 0;
-  PreparedBatch pb;
+  MicroBatch pb;
   for (int64_t m = 0; m < M; ++m) {
     prepare(kind, full.config(), m, M, pb);
-    loss += full.forward_backward(pb.micro_batch(), 1.0f);
+    loss += full.forward_backward(pb, 1.0f);
   }
   return loss;
 }
@@ -191,10 +192,10 @@ TEST(PipelineStages, ChainedStagesEqualTheWholeModel) {
       }
       const int64_t n = kB * kT * c.hidden_size;
       double loss = 0;
-      PreparedBatch pb;
+      MicroBatch pb;
       for (int64_t m = 0; m < M; ++m) {
         prepare(kind, c, m, M, pb);
-        const MicroBatch mb = pb.micro_batch();
+        const MicroBatch& mb = pb;
         std::vector<std::vector<float>> inputs(pp);
         for (int r = 0; r + 1 < pp; ++r) {  // forwards, outputs handed down, arenas reset
           Tensor out = st[r]->forward_stage(mb, r == 0 ? nullptr : inputs[r].data());
@@ -243,7 +244,7 @@ TEST(PipelineStages, OneStageScheduleIsThePlainLoop) {
   const int64_t M = 3;
   const double ref = reference_step(full, Kind::Dlm, M);
   const double loss = pipeline_1f1b_step(
-      pipe, ParallelContext::single(), M, [&](int64_t m, PreparedBatch& pb) { prepare(Kind::Dlm, c, m, M, pb); }, 1.0f);
+      pipe, ParallelContext::single(), M, [&](int64_t m, MicroBatch& pb) { prepare(Kind::Dlm, c, m, M, pb); }, 1.0f);
   EXPECT_EQ(loss, ref);
   for (int64_t i = 0; i < full.params().numel(); ++i) ASSERT_EQ(pipe.params().grads()[i], full.params().grads()[i]) << i;
 }
@@ -276,7 +277,7 @@ class PipelineMpi : public ::testing::Test {
     int64_t prepared = 0;
     const double loss = pipeline_1f1b_step(
         stage, ctx, M,
-        [&](int64_t m, PreparedBatch& pb) {
+        [&](int64_t m, MicroBatch& pb) {
           EXPECT_EQ(m, prepared++) << "micro-batches must be prepared in order";
           prepare(kind, c, m, M, pb);
         },
@@ -322,9 +323,9 @@ TEST_F(PipelineMpi, ForwardOnlyLossMatchesOnEveryStage) {
   LanguageModel stage(c, spec_of(Kind::Dlm, c), ctx);
   full.params().init(kSeed);
   stage.params().init(kSeed);
-  PreparedBatch pb;
+  MicroBatch pb;
   prepare(Kind::Dlm, c, 3, 4, pb);
-  EXPECT_EQ(pipeline_forward_loss(stage, ctx, pb.micro_batch()), full.forward_loss(pb.micro_batch()));
+  EXPECT_EQ(pipeline_forward_loss(stage, ctx, pb), full.forward_loss(pb));
 }
 
 TEST_F(PipelineMpi, EmbeddingGroupIsTheFirstAndTheLastStage) {

@@ -65,10 +65,10 @@ void run_case(const Case& k, const ParallelContext& tp) {
   MicroBatch mb;
   mb.B = B;
   mb.T = T;
-  mb.tokens = tokens.data();
-  mb.positions = pos.data();
-  mb.targets = targets.data();
-  mb.weights = dlm ? weights.data() : nullptr;
+  mb.tokens = tokens;
+  mb.positions = pos;
+  mb.targets = targets;
+  if (dlm) mb.weights = weights;
 
   LanguageModel single(cfg, spec_of(cfg), ParallelContext::single());
   LanguageModel model(cfg, spec_of(cfg), tp);
@@ -182,8 +182,8 @@ TEST(TensorParallelModel, KvCachedInferenceMatchesOneRank) {
       tk = {7, 11};
       ps = {static_cast<int32_t>(T), static_cast<int32_t>(T)};
     }
-    mb.tokens = tk.data();
-    mb.positions = ps.data();
+    mb.tokens = tk;
+    mb.positions = ps;
     const int64_t* off = step == 0 ? offsets0 : offsets1;
     const Tensor lf = single.forward_logits_cached(mb, cf, 0, off, true, false);
     const std::vector<float> ref(lf.data<float>(), lf.data<float>() + lf.numel());

@@ -59,9 +59,9 @@ struct TinyBatch {
     MicroBatch m;
     m.B = B;
     m.T = T;
-    m.tokens = tokens.data();
-    m.positions = positions.data();
-    m.targets = targets.data();
+    m.tokens = tokens;
+    m.positions = positions;
+    m.targets = targets;
     return m;
   }
 };

@@ -28,6 +28,7 @@ MoELayer::MoELayer(ParamStore& store, const ParallelContext& ctx, const std::str
 }
 
 Tensor MoELayer::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
+  aux_loss_scale_ = batch.weight;
   const int64_t N = x.numel() / C_;
   const int64_t B = batch.B > 0 && batch.T > 0 && batch.B * batch.T == N ? batch.B : 1;
   router_.forward(arena, x, B, N / B, routing_);

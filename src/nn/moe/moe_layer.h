@@ -42,9 +42,6 @@ class MoELayer : public Sublayer {
   // The experts keep views of their dispatched rows, which are made from x.
   bool keeps_input() const override { return true; }
 
-  // Gradient scale of the aux and z losses: the trainer sets 1 / micro-batches, as Megatron does, so
-  // the step's gradient is that of the mean over micro-batches.
-  void set_aux_loss_scale(float s) { aux_loss_scale_ = s; }
   void set_grouped_gemm(bool g) { experts_.set_grouped(g); }
   const MoERouting& last_routing() const { return routing_; }
   const MoEStats& stats() const { return stats_; }
@@ -66,6 +63,8 @@ class MoELayer : public Sublayer {
   std::unique_ptr<MLP> shared_;
   MoERouting routing_;
   MoEStats stats_;
+  // Gradient scale of the aux and z losses: the batch's weight (1 / micro-batches in training, as
+  // Megatron's), so that the step's gradient is that of the mean over micro-batches.
   float aux_loss_scale_ = 1.0f;
 };
 

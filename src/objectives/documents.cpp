@@ -1,19 +1,6 @@
-#include "objectives/batch.h"
+#include "objectives/documents.h"
 
 namespace megadlm {
-
-void PreparedBatch::reset(int64_t batch, int64_t seq, bool segments) {
-  B = batch;
-  T = seq;
-  const size_t N = static_cast<size_t>(batch * seq);
-  inputs.resize(N);
-  positions.resize(N);
-  segment_ids.resize(N);
-  targets.resize(N);
-  weights.resize(N);
-  use_segments = segments;
-  stats = ObjectiveStats{};
-}
 
 void document_positions_and_segments(const int32_t* inputs, int64_t T, int32_t eod, bool reset_position_ids,
                                      bool reset_attention_mask, int32_t* positions, int32_t* segment_ids) {

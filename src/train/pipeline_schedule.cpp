@@ -1,11 +1,10 @@
-#include "parallel/pipeline_schedule.h"
+#include "train/pipeline_schedule.h"
 
 #include <algorithm>
 #include <deque>
 
 #include "core/error.h"
 #include "parallel/p2p.h"
-#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
@@ -35,40 +34,35 @@ class StageBuffer {
 // A micro-batch between its forward and its backward on this stage.
 struct InFlight {
   int64_t m = 0;
-  PreparedBatch batch;
+  MicroBatch batch;
   StageBuffer input;  // [N, C] from the previous stage (empty on the first stage)
 };
-
-// Floats of one activation between stages: [N, C], or [N/tp, C] under sequence parallelism.
-int64_t activation_floats(const ParallelContext& ctx, const MicroBatch& mb, const LanguageModel& model) {
-  return local_rows(ctx, mb.B * mb.T) * model.config().hidden_size;
-}
 
 // Runs the schedule on one stage; the state that the forward and backward steps share.
 class OneFOneB {
  public:
-  OneFOneB(LanguageModel& model, const ParallelContext& ctx, const PrepareMicroBatch& prepare, float grad_scale)
-      : model_(model), ctx_(ctx), dev_(model.device()), prepare_(prepare), grad_scale_(grad_scale) {}
+  OneFOneB(PipelineStage& stage, const ParallelContext& ctx, const PrepareMicroBatch& prepare, float grad_scale)
+      : stage_(stage), ctx_(ctx), dev_(stage.device()), prepare_(prepare), grad_scale_(grad_scale) {}
 
   double run(int64_t M) {
     const int64_t warmup = std::min<int64_t>(M, ctx_.pp.size - ctx_.pp.rank - 1);
     const int64_t remaining = M - warmup;
     for (int64_t i = 0; i < warmup; ++i) {
       InFlight& f = start_forward();
-      Tensor out = model_.forward_stage(f.batch.micro_batch(), input_of(f));
+      Tensor out = stage_.forward_stage(f.batch, input_of(f));
       p2p::send_forward(ctx_, dev_, out.data<float>(), out.numel(), f.m);
-      model_.arena().reset();  // recomputed before the backward
+      stage_.release_activations();  // recomputed before the backward
     }
     if (remaining > 0) start_forward();
     for (int64_t i = 0; i < remaining; ++i) {
       InFlight& f = in_flight_.back();
-      Tensor out = model_.forward_stage(f.batch.micro_batch(), input_of(f));
+      Tensor out = stage_.forward_stage(f.batch, input_of(f));
       const int64_t n = out.numel();
       const int64_t mb = in_flight_.front().m;
-      if (!model_.is_last_stage()) {
+      if (!stage_.is_last_stage()) {
         out_grad_.resize(dev_, n);
         p2p::send_forward_recv_backward(ctx_, dev_, out.data<float>(), f.m, out_grad_.data(), mb, n);
-        model_.arena().reset();
+        stage_.release_activations();
         out = Tensor();
       }
       backward_oldest(out);
@@ -76,13 +70,13 @@ class OneFOneB {
         p2p::send_backward(ctx_, dev_, in_grad_.data(), n, mb);
       } else {
         InFlight& next = push_next();
-        next.input.resize(dev_, model_.is_first_stage() ? 0 : n);
+        next.input.resize(dev_, stage_.is_first_stage() ? 0 : n);
         p2p::send_backward_recv_forward(ctx_, dev_, in_grad_.data(), mb, next.input.data(), next.m, n);
       }
     }
     for (int64_t i = 0; i < warmup; ++i) {
       const InFlight& f = in_flight_.front();
-      const int64_t n = activation_floats(ctx_, f.batch.micro_batch(), model_), mb = f.m;
+      const int64_t n = stage_.activation_floats(f.batch), mb = f.m;
       out_grad_.resize(dev_, n);
       p2p::recv_backward(ctx_, dev_, out_grad_.data(), n, mb);
       backward_oldest(Tensor());
@@ -102,8 +96,8 @@ class OneFOneB {
   }
   InFlight& start_forward() {
     InFlight& f = push_next();
-    if (!model_.is_first_stage()) {
-      f.input.resize(dev_, activation_floats(ctx_, f.batch.micro_batch(), model_));
+    if (!stage_.is_first_stage()) {
+      f.input.resize(dev_, stage_.activation_floats(f.batch));
       p2p::recv_forward(ctx_, dev_, f.input.data(), f.input.size(), f.m);
     }
     return f;
@@ -114,16 +108,16 @@ class OneFOneB {
   // forward just ran (last stage); otherwise the forward is recomputed from the saved input.
   void backward_oldest(Tensor out) {
     InFlight& f = in_flight_.front();
-    const MicroBatch mb = f.batch.micro_batch();
-    if (!out.defined() || out.numel() == 0) out = model_.forward_stage(mb, input_of(f));
-    in_grad_.resize(dev_, model_.is_first_stage() ? 0 : out.numel());
-    const double loss = model_.backward_stage(mb, out, model_.is_last_stage() ? nullptr : out_grad_.data(),
+    const MicroBatch& mb = f.batch;
+    if (!out.defined() || out.numel() == 0) out = stage_.forward_stage(mb, input_of(f));
+    in_grad_.resize(dev_, stage_.is_first_stage() ? 0 : out.numel());
+    const double loss = stage_.backward_stage(mb, out, stage_.is_last_stage() ? nullptr : out_grad_.data(),
                                               grad_scale_, in_grad_.data());
     loss_ += loss;  // in micro-batch order, as the single-process loop adds them
     in_flight_.pop_front();
   }
 
-  LanguageModel& model_;
+  PipelineStage& stage_;
   const ParallelContext& ctx_;
   const Device dev_;  // where the model's activations live
   const PrepareMicroBatch& prepare_;
@@ -140,35 +134,34 @@ void broadcast_from_last_stage(const ParallelContext& ctx, double& value) {
 
 }  // namespace
 
-void reduce_shared_embedding_grads(LanguageModel& model, const ParallelContext& ctx) {
-  const int id = model.shared_embedding_id();
-  if (id < 0 || ctx.embd.size <= 1) return;
-  Tensor g = model.params().grad(id);
+void reduce_shared_gradient(PipelineStage& stage, const ParallelContext& ctx) {
+  Tensor g = stage.shared_gradient();
+  if (!g.defined() || ctx.embd.size <= 1) return;
   ctx.embd.communicator(g.device()).all_reduce_sum(g.data<float>(), g.numel());
 }
 
-double pipeline_1f1b_step(LanguageModel& model, const ParallelContext& ctx, int64_t num_micro_batches,
+double pipeline_1f1b_step(PipelineStage& stage, const ParallelContext& ctx, int64_t num_micro_batches,
                           const PrepareMicroBatch& prepare, float grad_scale) {
   MEGADLM_CHECK(num_micro_batches >= 1, "a pipeline step needs at least one micro-batch, got ", num_micro_batches);
-  double loss = OneFOneB(model, ctx, prepare, grad_scale).run(num_micro_batches);
-  reduce_shared_embedding_grads(model, ctx);
+  double loss = OneFOneB(stage, ctx, prepare, grad_scale).run(num_micro_batches);
+  reduce_shared_gradient(stage, ctx);
   broadcast_from_last_stage(ctx, loss);
   return loss;
 }
 
-double pipeline_forward_loss(LanguageModel& model, const ParallelContext& ctx, const MicroBatch& mb) {
-  const int64_t n = activation_floats(ctx, mb, model);
-  const Device dev = model.device();
+double pipeline_forward_loss(PipelineStage& stage, const ParallelContext& ctx, const MicroBatch& mb) {
+  const int64_t n = stage.activation_floats(mb);
+  const Device dev = stage.device();
   StageBuffer input;
-  input.resize(dev, model.is_first_stage() ? 0 : n);
+  input.resize(dev, stage.is_first_stage() ? 0 : n);
   p2p::recv_forward(ctx, dev, input.data(), n, 0);
-  Tensor out = model.forward_stage(mb, input.data());
+  Tensor out = stage.forward_stage(mb, input.data());
   double loss = 0;
-  if (model.is_last_stage()) {
-    loss = model.loss_stage(mb, out);
+  if (stage.is_last_stage()) {
+    loss = stage.loss_stage(mb, out);
   } else {
     p2p::send_forward(ctx, dev, out.data<float>(), n, 0);
-    model.arena().reset();
+    stage.release_activations();
   }
   broadcast_from_last_stage(ctx, loss);
   return loss;

@@ -8,6 +8,8 @@
 // objectives derive inputs, targets and the diffusion masks from the counter-based RNG, so only
 // activations and gradients travel, never tokens or masks.
 //
+// The schedule drives a PipelineStage (models/pipeline_stage.h), not a particular model.
+//
 // Activation storage: the layers keep their saved activations in members (one micro-batch at a
 // time), so a stage keeps, per in-flight micro-batch, its prepared batch and its input activation
 // [N, C] (at most pp - s of them), and before the backward of micro-batch m it recomputes its
@@ -17,26 +19,27 @@
 #include <cstdint>
 #include <functional>
 
-#include "models/language_model.h"
-#include "objectives/batch.h"
+#include "models/micro_batch.h"
+#include "models/pipeline_stage.h"
 #include "parallel/parallel_context.h"
 
 namespace megadlm {
 
 // Fills micro-batch m (0 <= m < M) of the current global batch; called once per micro-batch, in order.
-using PrepareMicroBatch = std::function<void(int64_t m, PreparedBatch& out)>;
+using PrepareMicroBatch = std::function<void(int64_t m, MicroBatch& out)>;
 
-// One global batch through this stage: gradients accumulated into model.params().grads() (dlogits
-// scaled by grad_scale), the tied embedding's two copies summed over ctx.embd. Returns the sum of the
-// micro-batch losses, the same on every stage of the pipeline (broadcast from the last).
-double pipeline_1f1b_step(LanguageModel& model, const ParallelContext& ctx, int64_t num_micro_batches,
+// One global batch through this stage: gradients accumulated into the stage's parameters (dlogits
+// scaled by grad_scale), the shared gradient (the tied embedding's two copies) summed over ctx.embd.
+// Returns the sum of the micro-batch losses, the same on every stage of the pipeline (broadcast from
+// the last).
+double pipeline_1f1b_step(PipelineStage& stage, const ParallelContext& ctx, int64_t num_micro_batches,
                           const PrepareMicroBatch& prepare, float grad_scale);
 
 // Forward only (evaluation) of one micro-batch through the pipeline; the loss on every stage.
-double pipeline_forward_loss(LanguageModel& model, const ParallelContext& ctx, const MicroBatch& mb);
+double pipeline_forward_loss(PipelineStage& stage, const ParallelContext& ctx, const MicroBatch& mb);
 
-// Sums the gradient of the word embeddings shared by the first and the last stage (tied embeddings,
-// pp > 1) over ctx.embd; nothing otherwise. pipeline_1f1b_step calls it.
-void reduce_shared_embedding_grads(LanguageModel& model, const ParallelContext& ctx);
+// Sums the gradient that the first and the last stage share (tied embeddings, pp > 1) over ctx.embd;
+// nothing otherwise. pipeline_1f1b_step calls it.
+void reduce_shared_gradient(PipelineStage& stage, const ParallelContext& ctx);
 
 }  // namespace megadlm

@@ -1,0 +1,26 @@
+#pragma once
+// One micro-batch as a model consumes it: what an objective makes from a SampleBatch (objectives/),
+// what the samplers and scorers make from prompts (infer/). Host arrays of B*T entries each.
+#include <cstdint>
+#include <vector>
+
+#include "nn/transformer_config.h"
+
+namespace megadlm {
+
+struct MicroBatch {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> tokens;       // input ids (diffusion: with the masks applied)
+  std::vector<int32_t> positions;    // position ids
+  std::vector<int32_t> segment_ids;  // document ids for per-document attention, or empty
+  std::vector<int32_t> targets;      // label ids, kIgnoreIndex where no loss (empty: forward only)
+  std::vector<float> weights;        // per-token loss weights, or empty for 1
+  // This micro-batch's share of the step (1 / the step's micro-batches): folded into the weights by
+  // the objective, and the gradient scale of the MoE aux and z losses.
+  float weight = 1.0f;
+
+  const int32_t* segments() const { return segment_ids.empty() ? nullptr : segment_ids.data(); }
+  const float* weights_or_null() const { return weights.empty() ? nullptr : weights.data(); }
+};
+
+}  // namespace megadlm
