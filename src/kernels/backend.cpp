@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/rope.h"
 
 namespace megadlm {
@@ -13,6 +14,37 @@ void Backend::rope_tables(float* cos, float* sin, int64_t P, int64_t D, double b
   cpu::rope_tables(c.data(), s.data(), P, D, base);
   copy_to_device(cos, c.data(), n * sizeof(float));
   copy_to_device(sin, s.data(), n * sizeof(float));
+}
+
+void Backend::gemm_bf16_to_bf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                                const uint16_t*, int64_t, uint16_t*, int64_t, float*, int64_t) const {
+  fail("the bf16-output product is not implemented on ", device_name(device()),
+       " (bf16_logits() is false: the output layer keeps fp32 logits there)");
+}
+
+static void no_fused_activations(Device d) {
+  fail("the fused bf16 activation passes are not implemented on ", device_name(d),
+       " (fused_bf16_activations() is false: the MLP takes the fp32 ops there)");
+}
+
+void Backend::activation_forward_bf16(Activation, uint16_t*, uint16_t*, const float*, const float*, int64_t,
+                                      int64_t) const {
+  no_fused_activations(device());
+}
+void Backend::activation_remake_bf16(Activation, uint16_t*, const uint16_t*, int64_t, int64_t) const {
+  no_fused_activations(device());
+}
+void Backend::activation_backward_from_bf16(Activation, float*, const uint16_t*, const float*, int64_t,
+                                            int64_t) const {
+  no_fused_activations(device());
+}
+void Backend::activation_backward_bf16(Activation, uint16_t*, float*, const uint16_t*, const float*, int64_t,
+                                       int64_t) const {
+  no_fused_activations(device());
+}
+void Backend::gelu_remake_and_backward_bf16(uint16_t*, uint16_t*, float*, const uint16_t*, const float*, int64_t,
+                                            int64_t) const {
+  no_fused_activations(device());
 }
 
 }  // namespace megadlm

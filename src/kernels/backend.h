@@ -12,6 +12,7 @@
 // Legend: N rows (B*T), C hidden, H heads, K kv heads, D head dim, F ffn hidden, V vocabulary.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
 #include "kernels/types.h"
@@ -35,6 +36,13 @@ class Backend {
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const = 0;
   virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                          int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) const = 0;
+  // bf16 inputs, fp32 accumulation, the result rounded to bf16: C [M, N] = bf16(alpha op(A) op(B)), C
+  // written without being read; through fp32 slabs of `slab` columns in scratch [M, slab] where that is
+  // the faster way (kernels/cpu/gemm.h). The output layer's bf16 logits, where bf16_logits() is true.
+  virtual bool bf16_logits() const { return false; }
+  virtual void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                 const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C,
+                                 int64_t ldc, float* scratch, int64_t slab) const;
   // fp8 (kernels/cpu/fp8_gemm.h): C [M,N] = (A [M,K] * a_scale) @ (B [N,K] * b_scale)^T + beta C, A and B
   // fp8 codes (E5M2 where flagged, else E4M3), the scales their dequantisation factors. Real fp8
   // products where fp8_products() says so; elsewhere the dequantised values multiplied in fp32.
@@ -45,12 +53,15 @@ class Backend {
   virtual bool fp8_products() const { return false; }
   // out [C, R] = in [R, C]^T, bytes: the transposed fp8 operands of the backward's products.
   virtual void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const = 0;
-  // The device's GEMM rate in FLOP/s for the trainer's MFU, measured once per precision (bf16 or fp32
-  // products); 0 where not measured (the CPU's is train/metrics.h's measure_gemm_peak_flops).
+  // The device's GEMM rate in FLOP/s for the trainer's MFU and --bf16's choice of products, measured once
+  // per precision (bf16 or fp32 products) and per process; 0 where not measured. How, for the log.
   virtual double peak_gemm_flops(bool bf16) const {
     (void)bf16;
     return 0.0;
   }
+  virtual std::string peak_gemm_description() const { return ""; }
+  // Whether gemm_bf16 multiplies bf16 (rather than widening its inputs to fp32 products).
+  virtual bool bf16_products() const { return true; }
 
   // ---- pointwise (kernels/cpu/elementwise.h) ----
   virtual void gelu_forward(float* out, const float* inp, int64_t n) const = 0;
@@ -62,6 +73,26 @@ class Backend {
   virtual void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const = 0;  // out [N,C]
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) const = 0;   // dbias [C] +=
   virtual void add_inplace(float* a, const float* b, int64_t n) const = 0;
+  // ---- the bf16 MLP's activation in one pass each (kernels/cpu/elementwise.h): the bits of the cast,
+  // fp32 activation and cast sequence without the fp32 [N, F] between. Where fused_bf16_activations() is
+  // false the MLP runs that sequence itself and these are never called (they fail by default).
+  // h / gate_up [N, Fh] (Fh = F, or 2F for SwiGLU's [gate; up]), a / da [N, F].
+  virtual bool fused_bf16_activations() const { return false; }
+  // a = bf16(act(bf16(h))); h_bf16 (or null) = bf16(h); with bias [F] (GELU only) of h + bias.
+  virtual void activation_forward_bf16(Activation act, uint16_t* a, uint16_t* h_bf16, const float* h,
+                                       const float* bias, int64_t N, int64_t F) const;
+  // a = bf16(act(h)) of the kept bf16 h (the backward's remake).
+  virtual void activation_remake_bf16(Activation act, uint16_t* a, const uint16_t* h, int64_t N, int64_t F) const;
+  // dh [N, Fh] fp32, written: the activation's backward at the kept bf16 h.
+  virtual void activation_backward_from_bf16(Activation act, float* dh, const uint16_t* h, const float* da, int64_t N,
+                                             int64_t F) const;
+  // The same rounded to bf16; GELU also adds its column sums to dbias [F] (or null), SwiGLU takes none.
+  virtual void activation_backward_bf16(Activation act, uint16_t* dh, float* dbias, const uint16_t* h,
+                                        const float* da, int64_t N, int64_t F) const;
+  // GELU's remake (a) and backward (dh, dbias) from one read of h.
+  virtual void gelu_remake_and_backward_bf16(uint16_t* a, uint16_t* dh, float* dbias, const uint16_t* h,
+                                             const float* da, int64_t N, int64_t F) const;
+
   // ---- row permutations (kernels/cpu/moe_permute.h): MoE dispatch / combine, the output layer's rows ----
   // rows [P, C] = x[token[p]] (* weight[p] unless weight is null); token[p] < 0 (padding) gives a zero row.
   virtual void moe_permute(float* rows, const float* x, const int32_t* token, const float* weight, int64_t P,
@@ -117,29 +148,22 @@ class Backend {
                                   int64_t vocab_start, int64_t V, const int32_t* positions, int64_t N,
                                   int64_t C) const = 0;
 
-  // ---- softmax cross-entropy over a whole vocabulary (kernels/cpu/cross_entropy.h) ----
-  // losses [N] written, dlogits [N,V] written (may alias logits, may be null). Returns the sum of the
-  // losses (on a device: summed there in a fixed order and downloaded, one synchronisation).
-  virtual double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits,
-                                                const int32_t* targets, const float* weights, int64_t ignore_index,
-                                                float grad_scale, int64_t N, int64_t V) const = 0;
-
-  // The vocab-parallel pieces (tensor parallelism; kernels/cpu/cross_entropy.h), on fp32 logits [N, Vl]
-  // of columns [vocab_start, vocab_start + Vl): (1) row_max [N]; (2) stats [2N] (double: the sum of
-  // exponentials, the target's logit or 0) with e [N, Vl] (may alias logits) the exponentials; (3) with
-  // both reduced over the tp ranks, losses [N] (or null) and dlogits [N, Vl] (holding e, or null) from
-  // them. Returns the sum of the losses (on a device: summed there in a fixed order and downloaded).
-  // V: the whole vocabulary. The CPU leaves checking the targets to its caller; a device, which cannot
-  // throw, gives an out-of-range target that is not ignore_index a NaN loss.
-  virtual void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets,
-                                       int64_t ignore_index, int64_t N, int64_t Vl) const = 0;
-  virtual void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
-                                          const int32_t* targets, int64_t ignore_index, int64_t vocab_start,
-                                          int64_t V, int64_t N, int64_t Vl) const = 0;
-  virtual double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats,
-                                            const float* row_max, const int32_t* targets, const float* weights,
-                                            int64_t ignore_index, float grad_scale, int64_t vocab_start, int64_t V,
-                                            int64_t N, int64_t Vl) const = 0;
+  // ---- softmax cross-entropy (kernels/cpu/cross_entropy.h; the arguments: kernels/types.h) ----
+  // The whole vocabulary on this rank (Vl == V): losses and gradient in one pass over the logits. Returns
+  // the sum of the losses (on a device: summed there in a fixed order and downloaded, one
+  // synchronisation). A device takes fp32 logits; it makes dlogits_bf16 from the fp32 gradient in
+  // dlogits, which must then be given.
+  virtual double cross_entropy(const CrossEntropyArgs& a) const = 0;
+  // The vocab-parallel pieces on columns [vocab_start, vocab_start + Vl) of V (tensor parallelism): (1)
+  // row_max [N]; (2) stats [2N] (double: the sum of exponentials, the target's logit or 0), with fp32
+  // logits the exponentials into a.dlogits (or nowhere when null); (3) with both reduced over the tp
+  // ranks, the losses and the gradient from them. Returns the sum of the losses. The CPU leaves
+  // checking the targets to its caller; a device, which cannot throw, gives an out-of-range target
+  // that is not ignore_index a NaN loss.
+  virtual void cross_entropy_shard_max(float* row_max, const CrossEntropyArgs& a) const = 0;
+  virtual void cross_entropy_shard_sumexp(double* stats, const float* row_max, const CrossEntropyArgs& a) const = 0;
+  virtual double cross_entropy_shard_finish(const double* stats, const float* row_max,
+                                            const CrossEntropyArgs& a) const = 0;
 
   // ---- attention (kernels/cpu/attention.h); mask.segment_ids on the device ----
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,

@@ -11,6 +11,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/fp8_gemm.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_peak.h"
 #include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
@@ -22,6 +23,9 @@ namespace {
 
 // The Backend's raw bf16 bits as the kernels' type (the same 2-byte layout).
 const bf16_t* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16_t*>(p); }
+// CrossEntropyArgs' logits in their two formats.
+const float* f32(const void* p) { return static_cast<const float*>(p); }
+const uint16_t* bf16_bits(const void* p) { return static_cast<const uint16_t*>(p); }
 
 class CpuBackend final : public Backend {
  public:
@@ -36,6 +40,10 @@ class CpuBackend final : public Backend {
     if (bytes) std::memset(dst, 0, bytes);
   }
   void synchronize() const override {}
+
+  double peak_gemm_flops(bool bf16) const override { return cpu::gemm_peak_flops(bf16); }
+  std::string peak_gemm_description() const override { return "oneDNN GEMM, " + cpu::gemm_peak_description(); }
+  bool bf16_products() const override { return cpu::has_bf16_matmul(); }
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
@@ -62,6 +70,37 @@ class CpuBackend final : public Backend {
   }
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F) const override {
     cpu::swiglu_backward(dgate_up, gate_up, dout, N, F);
+  }
+  bool bf16_logits() const override { return true; }
+  void gemm_bf16_to_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, float* scratch,
+                         int64_t slab) const override {
+    cpu::gemm_bf16_to_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, scratch, slab);
+  }
+  bool fused_bf16_activations() const override { return true; }
+  void activation_forward_bf16(Activation act, uint16_t* a, uint16_t* h_bf16, const float* h, const float* bias,
+                               int64_t N, int64_t F) const override {
+    if (bias) cpu::gelu_forward_bf16(a, h_bf16, h, bias, N, F);
+    else if (act == Activation::Gelu) cpu::gelu_forward_bf16(a, h_bf16, h, N * F);
+    else cpu::swiglu_forward_bf16(a, h_bf16, h, N, F);
+  }
+  void activation_remake_bf16(Activation act, uint16_t* a, const uint16_t* h, int64_t N, int64_t F) const override {
+    if (act == Activation::Gelu) cpu::gelu_forward_bf16(a, h, N * F);
+    else cpu::swiglu_forward_bf16(a, h, N, F);
+  }
+  void activation_backward_from_bf16(Activation act, float* dh, const uint16_t* h, const float* da, int64_t N,
+                                     int64_t F) const override {
+    if (act == Activation::Gelu) cpu::gelu_backward(dh, h, da, N * F);
+    else cpu::swiglu_backward(dh, h, da, N, F);
+  }
+  void activation_backward_bf16(Activation act, uint16_t* dh, float* dbias, const uint16_t* h, const float* da,
+                                int64_t N, int64_t F) const override {
+    if (act == Activation::Gelu) cpu::gelu_backward_bf16_and_bias(dh, dbias, h, da, N, F);
+    else cpu::swiglu_backward_bf16(dh, h, da, N, F);
+  }
+  void gelu_remake_and_backward_bf16(uint16_t* a, uint16_t* dh, float* dbias, const uint16_t* h, const float* da,
+                                     int64_t N, int64_t F) const override {
+    cpu::gelu_remake_and_backward_bf16(a, dh, dbias, h, da, N, F);
   }
   void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) const override {
     cpu::bias_add_forward(out, bias, N, C);
@@ -136,28 +175,34 @@ class CpuBackend final : public Backend {
     cpu::embedding_backward(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C);
   }
 
-  double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                                        const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
-                                        int64_t V) const override {
-    return cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index, grad_scale,
-                                               N, V);
+  double cross_entropy(const CrossEntropyArgs& a) const override {
+    if (a.logits_bf16)
+      return cpu::cross_entropy_forward_backward_bf16(a.losses, a.dlogits_bf16, bf16_bits(a.logits), a.targets,
+                                                      a.weights, a.ignore_index, a.grad_scale, a.N, a.Vl);
+    if (a.dlogits_bf16)
+      return cpu::cross_entropy_forward_backward_bf16(a.losses, a.dlogits_bf16, f32(a.logits), a.targets, a.weights,
+                                                      a.ignore_index, a.grad_scale, a.N, a.Vl);
+    return cpu::cross_entropy_forward_backward(a.losses, a.dlogits, f32(a.logits), a.targets, a.weights,
+                                               a.ignore_index, a.grad_scale, a.N, a.Vl);
   }
-
-  void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
-                               int64_t N, int64_t Vl) const override {
-    cpu::cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl);
+  void cross_entropy_shard_max(float* row_max, const CrossEntropyArgs& a) const override {
+    if (a.logits_bf16) cpu::cross_entropy_shard_max(row_max, bf16_bits(a.logits), a.targets, a.ignore_index, a.N, a.Vl);
+    else cpu::cross_entropy_shard_max(row_max, f32(a.logits), a.targets, a.ignore_index, a.N, a.Vl);
   }
-  void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
-                                  const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t V,
-                                  int64_t N, int64_t Vl) const override {
-    cpu::cross_entropy_shard_sumexp(stats, e, logits, row_max, targets, ignore_index, vocab_start, N, Vl);
+  void cross_entropy_shard_sumexp(double* stats, const float* row_max, const CrossEntropyArgs& a) const override {
+    if (a.logits_bf16)
+      cpu::cross_entropy_shard_sumexp(stats, bf16_bits(a.logits), row_max, a.targets, a.ignore_index, a.vocab_start,
+                                      a.N, a.Vl);
+    else
+      cpu::cross_entropy_shard_sumexp(stats, a.dlogits, f32(a.logits), row_max, a.targets, a.ignore_index,
+                                      a.vocab_start, a.N, a.Vl);
   }
-  double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
-                                    const int32_t* targets, const float* weights, int64_t ignore_index,
-                                    float grad_scale, int64_t vocab_start, int64_t V, int64_t N,
-                                    int64_t Vl) const override {
-    return cpu::cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index,
-                                           grad_scale, vocab_start, N, Vl);
+  double cross_entropy_shard_finish(const double* stats, const float* row_max, const CrossEntropyArgs& a) const override {
+    if (a.logits_bf16)
+      return cpu::cross_entropy_shard_finish(a.losses, a.dlogits_bf16, bf16_bits(a.logits), stats, row_max, a.targets,
+                                             a.weights, a.ignore_index, a.grad_scale, a.vocab_start, a.N, a.Vl);
+    return cpu::cross_entropy_shard_finish(a.losses, a.dlogits, stats, row_max, a.targets, a.weights, a.ignore_index,
+                                           a.grad_scale, a.vocab_start, a.N, a.Vl, a.dlogits_bf16);
   }
 
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,

@@ -8,6 +8,9 @@ namespace megadlm {
 // The label of a position that carries no loss (PyTorch's and HuggingFace's ignore_index).
 constexpr int32_t kIgnoreIndex = -100;
 
+// The MLP's activation: GELU (tanh approximation) of fc1's output, or SwiGLU of its [gate; up] halves.
+enum class Activation : uint8_t { Gelu, SwiGLU };
+
 // Which keys a query sees.
 enum class MaskType : uint8_t {
   None,         // bidirectional: every query sees every key
@@ -33,6 +36,24 @@ struct AdamWParams {
   int64_t step = 1;           // 1-based step number, for bias correction
   float grad_scale = 1.0f;    // the gradient used is grad * grad_scale (clipping, folded into the pass)
   bool zero_grad = false;     // grad is set to zero once read (the next step's accumulation starts there)
+};
+
+// One softmax cross-entropy over rows of logits (the formulas: kernels/cpu/cross_entropy.h): the whole
+// vocabulary on one rank, or this rank's shard of it under tensor parallelism (Backend's
+// cross_entropy* ops, nn/vocab_parallel_cross_entropy.h). Every pointer on the backend's device.
+struct CrossEntropyArgs {
+  const void* logits = nullptr;      // [N, Vl], fp32, or bf16 bits when logits_bf16
+  bool logits_bf16 = false;
+  float* losses = nullptr;           // [N] each row's weighted loss, or null
+  float* dlogits = nullptr;          // [N, Vl] the fp32 gradient (may alias fp32 logits), or null; with fp32
+                                     // logits at tp > 1 it holds the exponentials between the pieces
+  uint16_t* dlogits_bf16 = nullptr;  // [N, Vl] the gradient in bf16 instead (may alias bf16 logits), or null
+  const int32_t* targets = nullptr;  // [N], ignore_index where no loss
+  const float* weights = nullptr;    // [N], or null for 1
+  int64_t ignore_index = kIgnoreIndex;
+  float grad_scale = 1.0f;           // multiplies the gradient
+  int64_t N = 0, Vl = 0;             // rows; this rank's columns
+  int64_t vocab_start = 0, V = 0;    // the shard's first column; the whole vocabulary
 };
 
 }  // namespace megadlm

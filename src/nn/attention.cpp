@@ -132,8 +132,7 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   // With bf16 products the attention's own products take the bf16 copies too (bf16 tile products, fp32
   // softmax and accumulation, as flash-attention on GPUs); bf16 storage only, fp16 and fp8 keep fp32.
-  // The CPU's kernel is kernels/cpu/attention_bf16.h; a device's, its bf16 attention (cuDNN's where it
-  // applies).
+  // (Backend::attention_forward_bf16: on a GPU cuDNN's fused attention where it applies.)
   bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm();
   if (bf16_attention_) {
     be.attention_forward_bf16(o.data<float>(), lse_.data<float>(), q_.data<uint16_t>(), k_.data<uint16_t>(),

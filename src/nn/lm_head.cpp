@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/gemm.h"
 #include "nn/vocab_parallel_cross_entropy.h"
 #include "parallel/tp_mappings.h"
 
@@ -40,23 +39,6 @@ int64_t logits_chunk_rows(int64_t N, int64_t Vl, int bytes_per_logit, int64_t ma
   auto split = [N](int64_t c) { return (N + c - 1) / c; };
   while (max_rows <= 0 && chunks > 1 && split(chunks) < kMinChunkRows && split(chunks - 1) <= 2 * rows) --chunks;
   return std::max<int64_t>(1, split(chunks));
-}
-
-// The cross-entropy of a chunk of rows, vocab-parallel (nn/vocab_parallel_cross_entropy.h; the
-// single-rank kernel at tp = 1). dlogits_bf16 (or null): the gradient in bf16 (what the bf16 products
-// take); the CPU writes it straight from the cross-entropy, a device casts its fp32 gradient. `arena`
-// holds a device's row statistics between the tp reductions.
-static double chunk_cross_entropy(const Backend& be, Arena& arena, const ParallelContext& ctx, float* losses,
-                                  float* dlogits, const float* logits, const int32_t* targets, const float* weights,
-                                  int64_t ignore_index, float grad_scale, int64_t N, int64_t Vl, int64_t vocab_start,
-                                  int64_t V, uint16_t* dlogits_bf16 = nullptr) {
-  if (be.device() == Device::CPU)
-    return vocab_parallel_cross_entropy(ctx, losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
-                                        Vl, vocab_start, V, dlogits_bf16);
-  const double total = vocab_parallel_cross_entropy(be, arena, ctx, losses, dlogits, logits, targets, weights,
-                                                    ignore_index, grad_scale, N, Vl, vocab_start, V);
-  if (dlogits_bf16) be.cast_f32_to_bf16(dlogits_bf16, dlogits, N * Vl);
-  return total;
 }
 
 // per_token_loss [N] (host) = losses [N] (on the device of `be`).
@@ -194,15 +176,33 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
   return out;
 }
 
-bool LMHead::bf16_logits(const Backend& be) const { return prec_ != nullptr && be.device() == Device::CPU; }
+bool LMHead::bf16_logits(const Backend& be) const { return prec_ != nullptr && be.bf16_logits(); }
 
 int64_t logits_slab_cols(int64_t Vl) { return std::min<int64_t>(Vl, 4096); }
 
-// The bf16 logits of a chunk of n rows, through fp32 vocabulary slabs in scratch [rows, slab]
-// (kernels/cpu/gemm.h: faster here than the product with a bf16 output).
-static void bf16_chunk_logits(uint16_t* lgb, const uint16_t* xb, const uint16_t* Wb, float* scratch, int64_t n,
-                              int64_t Vl, int64_t C) {
-  cpu::gemm_bf16_to_bf16(false, true, n, Vl, C, 1.0f, xb, C, Wb, C, lgb, Vl, scratch, logits_slab_cols(Vl));
+// The bf16 logits of a chunk of n rows, through fp32 vocabulary slabs in scratch [rows, slab] where the
+// backend finds that the faster way (Backend::gemm_bf16_to_bf16).
+static void bf16_chunk_logits(const Backend& be, uint16_t* lgb, const uint16_t* xb, const uint16_t* Wb, float* scratch,
+                              int64_t n, int64_t Vl, int64_t C) {
+  be.gemm_bf16_to_bf16(false, true, n, Vl, C, 1.0f, xb, C, Wb, C, lgb, Vl, scratch, logits_slab_cols(Vl));
+}
+
+// The cross-entropy of a chunk of n rows of this rank's logits [n, Vl] (fp32, or bf16 bits).
+CrossEntropyArgs LMHead::chunk_loss(const void* logits, bool logits_bf16, float* losses, const int32_t* targets,
+                                    const float* weights, float grad_scale, int64_t n) const {
+  CrossEntropyArgs a;
+  a.logits = logits;
+  a.logits_bf16 = logits_bf16;
+  a.losses = losses;
+  a.targets = targets;
+  a.weights = weights;
+  a.ignore_index = kIgnoreIndex;
+  a.grad_scale = grad_scale;
+  a.N = n;
+  a.Vl = V_local_;
+  a.vocab_start = vocab_start_;
+  a.V = V_;
+  return a;
 }
 
 int LMHead::bytes_per_logit(const Backend& be) const { return bf16_logits(be) ? 2 : prec_ ? 6 : 4; }
@@ -280,16 +280,10 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets_
     const int64_t n = std::min(rows, N - r0);
     const int32_t* t = kept.targets + r0;
     const float* w = kept.weights ? kept.weights + r0 : nullptr;
-    if (b16) {
-      uint16_t* lgb = static_cast<uint16_t*>(lg.raw());
-      bf16_chunk_logits(lgb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
-      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, nullptr, lgb, t, w, kIgnoreIndex, 1.0f, n,
-                                            V_local_, vocab_start_, V_);
-      continue;
-    }
-    chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
-    total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, nullptr, lg.data<float>(), t, w, kIgnoreIndex,
-                                 1.0f, n, V_local_, vocab_start_, V_);
+    if (b16) bf16_chunk_logits(be, static_cast<uint16_t*>(lg.raw()), xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
+    else chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
+    total += vocab_parallel_cross_entropy(be, arena, *ctx_, chunk_loss(lg.raw(), b16, losses.data<float>() + r0, t, w,
+                                                                        1.0f, n));
   }
   if (per_token_loss) write_per_token_losses(be, kept, losses.data<float>(), per_token_loss);
   arena.release(mark);
@@ -334,16 +328,17 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     const float* xr = x.data<float>() + r0 * C_;
     const int32_t* t = targets + r0;
     const float* w = weights ? weights + r0 : nullptr;
+    CrossEntropyArgs a = chunk_loss(lg.raw(), b16, losses.data<float>() + r0, t, w, grad_scale, n);
     if (b16) {
-      bf16_chunk_logits(gb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
-      total += vocab_parallel_cross_entropy(*ctx_, losses.data<float>() + r0, gb, gb, t, w, kIgnoreIndex, grad_scale, n,
-                                            V_local_, vocab_start_, V_);
+      bf16_chunk_logits(be, gb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
+      a.dlogits_bf16 = gb;  // in place
     } else {
       float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
       chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
-      total += chunk_cross_entropy(be, arena, *ctx_, losses.data<float>() + r0, logits, logits, t, w, kIgnoreIndex,
-                                   grad_scale, n, V_local_, vocab_start_, V_, gb);
+      a.dlogits = logits;
+      a.dlogits_bf16 = gb;  // a bf16 copy of dlogits for the bf16 products, or null
     }
+    total += vocab_parallel_cross_entropy(be, arena, *ctx_, a);
     float* dxr = dxk.data<float>() + r0 * C_;
     if (prec_) {
       // dx [n, C] = dlogits @ W;  dW [Vl, C] += dlogits^T @ x  (bf16 inputs, fp32 accumulation)

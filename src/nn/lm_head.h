@@ -73,6 +73,10 @@ class LMHead {
 
  private:
   Tensor shard_logits(Arena& arena, const Tensor& x_all);  // x [N, C] all rows -> [N, Vl]
+  // The arguments of the cross-entropy of a chunk of n rows (nn/vocab_parallel_cross_entropy.h) without
+  // the gradient's buffers.
+  CrossEntropyArgs chunk_loss(const void* logits, bool logits_bf16, float* losses, const int32_t* targets,
+                              const float* weights, float grad_scale, int64_t n) const;
   // The rows that carry a loss, gathered (see lm_head.cpp); n == 0 or n == N: nothing is copied.
   struct LossRows {
     int64_t n = 0, N_all = 0;

@@ -1,7 +1,6 @@
 #include "nn/mlp.h"
 
 #include "kernels/backend.h"
-#include "kernels/cpu/elementwise.h"
 #include "nn/precision.h"
 #include "parallel/tp_mappings.h"
 
@@ -29,22 +28,15 @@ void MLP::activation_forward(Tensor& a, const Tensor& h) const {
 }
 
 void MLP::activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h, const float* bias) const {
-  MEGADLM_CHECK(h.device() == Device::CPU, "MLP: the one-pass bf16 activation is a CPU kernel");
   MEGADLM_CHECK(bias == nullptr || act_ == Activation::Gelu, "MLP: SwiGLU's activation pass adds no bias");
   const int64_t N = h.size(0);
-  auto* out = static_cast<uint16_t*>(a.raw());
   auto* hb = h_bf16 ? static_cast<uint16_t*>(h_bf16->raw()) : nullptr;
-  if (bias) cpu::gelu_forward_bf16(out, hb, h.data<float>(), bias, N, F_);
-  else if (act_ == Activation::Gelu) cpu::gelu_forward_bf16(out, hb, h.data<float>(), N * F_);
-  else cpu::swiglu_forward_bf16(out, hb, h.data<float>(), N, F_);
+  backend_of(h).activation_forward_bf16(act_, static_cast<uint16_t*>(a.raw()), hb, h.data<float>(), bias, N, F_);
 }
 
 void MLP::remake_activation_bf16(Tensor& a) const {
-  const int64_t N = h_.size(0);
-  auto* out = static_cast<uint16_t*>(a.raw());
-  const auto* hb = static_cast<const uint16_t*>(h_.raw());
-  if (act_ == Activation::Gelu) cpu::gelu_forward_bf16(out, hb, N * F_);
-  else cpu::swiglu_forward_bf16(out, hb, N, F_);
+  backend_of(h_).activation_remake_bf16(act_, static_cast<uint16_t*>(a.raw()), static_cast<const uint16_t*>(h_.raw()),
+                                        h_.size(0), F_);
 }
 
 // Under a precision policy the fc1 output and the activation are made in the policy's transient arena
@@ -60,7 +52,7 @@ Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
   const DType narrow = activation_dtype(*prec_);
   // The one-pass bf16 GELU adds fc1's bias itself (one pass over the fp32 [N, F] fewer).
   const bool one_pass_bf16 = recompute_activation() && !exact_forward() && narrow == DType::BF16 &&
-                             h.device() == Device::CPU;
+                             backend_of(h).fused_bf16_activations();
   const float* bias_in_activation = one_pass_bf16 && act_ == Activation::Gelu ? fc1_.bias_values() : nullptr;
   if (bias_in_activation) fc1_.forward_into_without_bias(arena, x, h);
   else fc1_.forward_into(arena, x, h);
@@ -114,12 +106,13 @@ Tensor MLP::forward(Arena& arena, const Tensor& x) {
 void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const int64_t N = h_.size(0);
   const size_t mark = arena.mark();
-  // On the CPU the bf16 kernels read the kept bf16 h_ as it is (the bits the fp32 kernels give on its
-  // widened values); otherwise a narrow h_ comes back in fp32, in dh itself: the activation backward
-  // reads each input before it writes the gradient at the same place. The activation's gradient goes to
-  // fc1 already in bf16 (the bits of its fp32 form cast), without the fp32 [N, F] between: GELU's with
-  // fc1's bias gradient summed in the same pass; SwiGLU's when fc1 has no bias.
-  const bool bf16_kernels = h_.dtype() == DType::BF16 && h_.device() == Device::CPU;
+  // With the backend's fused bf16 passes the kernels read the kept bf16 h_ as it is (the bits the fp32
+  // kernels give on its widened values); otherwise a narrow h_ comes back in fp32, in dh itself: the
+  // activation backward reads each input before it writes the gradient at the same place. The
+  // activation's gradient goes to fc1 already in bf16 (the bits of its fp32 form cast), without the fp32
+  // [N, F] between: GELU's with fc1's bias gradient summed in the same pass; SwiGLU's when fc1 has no bias.
+  const Backend& be = backend_of(h_);
+  const bool bf16_kernels = h_.dtype() == DType::BF16 && be.fused_bf16_activations();
   const bool bf16_dh = bf16_kernels && fc1_.takes_bf16_dy() &&
                        (act_ == Activation::Gelu || fc1_.bias_grad() == nullptr);
   Tensor da = arena.tensor({N, F_});
@@ -137,8 +130,8 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
     Tensor a_narrow = arena.tensor({N, F_}, DType::BF16);
     auto* dhb = static_cast<uint16_t*>(dh.raw());
     fc2_.backward(dy, da, false, [&] {
-      cpu::gelu_remake_and_backward_bf16(static_cast<uint16_t*>(a_narrow.raw()), dhb, fc1_.bias_grad(), hb,
-                                         da.data<float>(), N, F_);
+      be.gelu_remake_and_backward_bf16(static_cast<uint16_t*>(a_narrow.raw()), dhb, fc1_.bias_grad(), hb,
+                                       da.data<float>(), N, F_);
       fc2_.share_saved_input(a_narrow);
     });
     fc2_.share_saved_input(Tensor());
@@ -164,17 +157,15 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   }
   if (bf16_dh) {
     auto* dhb = static_cast<uint16_t*>(dh.raw());
-    if (act_ == Activation::Gelu) cpu::gelu_backward_bf16_and_bias(dhb, fc1_.bias_grad(), hb, da.data<float>(), N, F_);
-    else cpu::swiglu_backward_bf16(dhb, hb, da.data<float>(), N, F_);
+    be.activation_backward_bf16(act_, dhb, act_ == Activation::Gelu ? fc1_.bias_grad() : nullptr, hb,
+                                da.data<float>(), N, F_);
     fc1_.backward_bf16_dy(dhb, N, dx, false);
     arena.release(mark);
     return;
   }
   if (bf16_kernels) {
-    if (act_ == Activation::Gelu) cpu::gelu_backward(dh.data<float>(), hb, da.data<float>(), N * F_);
-    else cpu::swiglu_backward(dh.data<float>(), hb, da.data<float>(), N, F_);
+    be.activation_backward_from_bf16(act_, dh.data<float>(), hb, da.data<float>(), N, F_);
   } else {
-    const Backend& be = backend_of(dh);
     if (act_ == Activation::Gelu) be.gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
     else be.swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
   }

@@ -34,10 +34,11 @@ class MLP : public Sublayer {
   Tensor forward_low_precision(Arena& arena, const Tensor& x);
   void activation_forward(Tensor& a, const Tensor& h) const;  // h [N, fc1 out] -> a [N, F]
   // h [N, fc1 out] fp32 -> a [N, F] bf16 and, when h_bf16 is not null, h_bf16 = h in bf16, one pass
-  // (kernels/cpu/elementwise.h: the bits of the cast / activation / cast sequence). With bias [F] (GELU
-  // only), of h + bias: fc1's bias added on the same pass. CPU tensors only; a device takes that sequence.
+  // (Backend::activation_forward_bf16: the bits of the cast / activation / cast sequence). With bias [F]
+  // (GELU only), of h + bias: fc1's bias added on the same pass. Where the backend has no fused passes
+  // (fused_bf16_activations()), the MLP takes that sequence instead.
   void activation_forward_bf16(Tensor& a, Tensor* h_bf16, const Tensor& h, const float* bias = nullptr) const;
-  // a [N, F] bf16 = the activation of the kept bf16 h_ (the backward's remake; CPU tensors).
+  // a [N, F] bf16 = the activation of the kept bf16 h_ (the backward's remake).
   void remake_activation_bf16(Tensor& a) const;
   // bf16 and fp16: fc2's narrow input is not kept but remade from h_ in the backward (an elementwise
   // pass instead of N*F saved values). With bf16 products and fp16 the forward multiplies the activation

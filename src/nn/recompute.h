@@ -7,8 +7,8 @@
 //              backward. method uniform: every layer, in groups of num_layers consecutive layers;
 //              method block: only the first num_layers layers, each on its own.
 //   selective  Megatron recomputes the attention core (scores, softmax, dropout). The attention
-//              kernel here (kernels/cpu/attention.h) never stores the [T, T] scores or
-//              probabilities: its backward recomputes them from q, k and the log-sum-exp, so
+//              kernels (Backend::attention_forward / _backward) never store the [T, T] scores or
+//              probabilities: their backward recomputes them from q, k and the log-sum-exp, so
 //              selective recomputation is what it always does, and the flag changes nothing else.
 #include <cstdint>
 #include <string>

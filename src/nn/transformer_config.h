@@ -10,7 +10,6 @@
 namespace megadlm {
 
 enum class PositionEmbedding : uint8_t { LearnedAbsolute, Rope, None };
-enum class Activation : uint8_t { Gelu, SwiGLU };
 
 struct TransformerConfig {
   int64_t num_layers = 2;

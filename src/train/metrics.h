@@ -23,14 +23,6 @@ MemoryEstimate estimate_memory(const TransformerConfig& cfg, int64_t params, int
                                const MemoryOptions& options = {});
 double available_memory_bytes();  // MemAvailable from /proc/meminfo (0 when unknown)
 
-// GEMM throughput of this machine with the current thread count, in FLOP/s: the fastest single oneDNN
-// product among a few timed calls of each of a few shapes (metrics.cpp says which and why); fp32, or
-// with bf16 inputs and fp32 accumulation (cpu::gemm_bf16), the products a run with bf16 products makes.
-// Measured on the first call for each precision and remembered for the process.
-double measure_gemm_peak_flops(bool bf16 = false);
-// Those shapes and calls, for the log: "1024^3 and 1024 x 2304 x 768, best of 10".
-std::string gemm_peak_description();
-
 // Model FLOPs per token for a forward + backward (the PaLM convention): 6 x (matrix parameters,
 // including the output layer) + 12 x layers x heads x head dim x T (attention scores and values,
 // counted in full even under a causal mask).

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/backend.h"
 #include "parallel/mpi_communicator.h"
 #include "train/metrics.h"
 
@@ -60,7 +60,8 @@ Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device dev
 }
 
 CpuGemmRates measure_cpu_gemm_rates() {
-  double rates[2] = {measure_gemm_peak_flops(false), cpu::has_bf16_matmul() ? measure_gemm_peak_flops(true) : 0.0};
+  const Backend& cpu = cpu_backend();
+  double rates[2] = {cpu.peak_gemm_flops(false), cpu.bf16_products() ? cpu.peak_gemm_flops(true) : 0.0};
   world_communicator()->broadcast(rates, sizeof rates, 0);
   return {rates[0], rates[1]};
 }

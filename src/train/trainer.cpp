@@ -95,13 +95,12 @@ Trainer::Trainer(const TrainArgs& args)
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
   // The peak of the products the run makes (bf16 ones under --bf16 with bf16 products), per rank: the
-  // CPU's oneDNN rate, or the device's (Backend::peak_gemm_flops; 0 where the backend measures none).
+  // CPU's oneDNN rate or the device's (Backend::peak_gemm_flops; 0 where the backend measures none).
   // fp8 products (the precision policy says where they run) are measured against the bf16 rate (no
   // fp8 peak is timed).
   const MixedPrecision* policy = model_->precision();
   peak_is_bf16_ = bf16_products_on(args_.precision.precision) || (policy && policy->fp8_products());
-  peak_flops_ = args_.device == Device::CPU ? measure_gemm_peak_flops(peak_is_bf16_)
-                                            : backend_for(args_.device).peak_gemm_flops(peak_is_bf16_);
+  peak_flops_ = backend_for(args_.device).peak_gemm_flops(peak_is_bf16_);
 }
 
 Trainer::~Trainer() = default;
@@ -211,8 +210,8 @@ void Trainer::print_header() const {
   else if (peak_flops_ > 0) std::snprintf(buf, sizeof buf, "%.1f TFLOP/s", peak_flops_ / 1e12);
   else std::snprintf(buf, sizeof buf, "none measured by this backend (MFU 0)");
   if (args_.device == Device::CPU)
-    log_info("measured peak for MFU: ", buf, " (", peak_is_bf16_ ? "bf16" : "fp32", " oneDNN GEMM, ",
-             gemm_peak_description(), ", ", omp_get_max_threads(), " threads)");
+    log_info("measured peak for MFU: ", buf, " (", peak_is_bf16_ ? "bf16" : "fp32", " ",
+             cpu_backend().peak_gemm_description(), ", ", omp_get_max_threads(), " threads)");
   else
     log_info("device: ", device_name(args_.device), " (kernels/backend.h), GPU ", gpu_index_, " of this rank's node",
              parallel_->dp_size() > 1 ? "; gradients all-reduced over NCCL" : "", "; measured peak for MFU: ", buf,

@@ -264,36 +264,43 @@ class EmulatedCudaBackend final : public Backend {
     on_cpu({dwte, dwpe, dout, tokens, positions}, "embedding_backward",
            [&] { return cpu().embedding_backward(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C); });
   }
-  double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                                        const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
-                                        int64_t V) const override {
-    return on_cpu({losses, dlogits, logits, targets, weights}, "cross_entropy_forward_backward",
-           [&] {
-             return cpu().cross_entropy_forward_backward(losses, dlogits, logits, targets, weights, ignore_index,
-                                                         grad_scale, N, V);
-           });
+  // The device's contract: fp32 logits, a bf16 gradient cast from the fp32 one (kernels/cuda/backend_cuda.cpp).
+  static void check_device_contract(const CrossEntropyArgs& a, const char* op) {
+    MEGADLM_CHECK(!a.logits_bf16, "emulated device ", op, ": the device takes fp32 logits");
+    MEGADLM_CHECK(a.dlogits_bf16 == nullptr || a.dlogits != nullptr, "emulated device ", op,
+                  ": a bf16 gradient needs dlogits");
   }
-  void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
-                               int64_t N, int64_t Vl) const override {
-    on_cpu({row_max, logits, targets}, "cross_entropy_shard_max",
-           [&] { return cpu().cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl); });
+  CrossEntropyArgs fp32_gradient(const CrossEntropyArgs& a) const {
+    CrossEntropyArgs f = a;
+    f.dlogits_bf16 = nullptr;
+    return f;
   }
-  void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
-                                  const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t V,
-                                  int64_t N, int64_t Vl) const override {
-    on_cpu({stats, e, logits, row_max, targets}, "cross_entropy_shard_sumexp", [&] {
-      return cpu().cross_entropy_shard_sumexp(stats, e, logits, row_max, targets, ignore_index, vocab_start, V, N,
-                                              Vl);
-    });
+  void cast_gradient(const CrossEntropyArgs& a) const {
+    if (a.dlogits_bf16) cast_f32_to_bf16(a.dlogits_bf16, a.dlogits, a.N * a.Vl);
   }
-  double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
-                                    const int32_t* targets, const float* weights, int64_t ignore_index,
-                                    float grad_scale, int64_t vocab_start, int64_t V, int64_t N,
-                                    int64_t Vl) const override {
-    return on_cpu({losses, dlogits, stats, row_max, targets, weights}, "cross_entropy_shard_finish", [&] {
-      return cpu().cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index,
-                                              grad_scale, vocab_start, V, N, Vl);
-    });
+  double cross_entropy(const CrossEntropyArgs& a) const override {
+    check_device_contract(a, "cross_entropy");
+    const double sum = on_cpu({a.losses, a.dlogits, a.logits, a.targets, a.weights}, "cross_entropy",
+                              [&] { return cpu().cross_entropy(fp32_gradient(a)); });
+    cast_gradient(a);
+    return sum;
+  }
+  void cross_entropy_shard_max(float* row_max, const CrossEntropyArgs& a) const override {
+    check_device_contract(a, "cross_entropy_shard_max");
+    on_cpu({row_max, a.logits, a.targets}, "cross_entropy_shard_max",
+           [&] { return cpu().cross_entropy_shard_max(row_max, a); });
+  }
+  void cross_entropy_shard_sumexp(double* stats, const float* row_max, const CrossEntropyArgs& a) const override {
+    check_device_contract(a, "cross_entropy_shard_sumexp");
+    on_cpu({stats, a.dlogits, a.logits, row_max, a.targets}, "cross_entropy_shard_sumexp",
+           [&] { return cpu().cross_entropy_shard_sumexp(stats, row_max, a); });
+  }
+  double cross_entropy_shard_finish(const double* stats, const float* row_max, const CrossEntropyArgs& a) const override {
+    check_device_contract(a, "cross_entropy_shard_finish");
+    const double sum = on_cpu({a.losses, a.dlogits, stats, row_max, a.targets, a.weights}, "cross_entropy_shard_finish",
+                              [&] { return cpu().cross_entropy_shard_finish(stats, row_max, fp32_gradient(a)); });
+    cast_gradient(a);
+    return sum;
   }
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
                          int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,

@@ -14,7 +14,6 @@
 #include "core/log.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/ops.h"
-#include "parallel/device_communicator.h"
 #ifdef MEGADLM_HAVE_NCCL
 #include "kernels/cuda/nccl_communicator.h"
 #endif
@@ -51,7 +50,7 @@ class CudaBackend final : public Backend {
     m.copy = memory_copy;
     register_device_memory(m);
 #ifdef MEGADLM_HAVE_NCCL
-    register_device_communicator(Device::CUDA, cuda::make_nccl_communicator);  // the groups of a dp run
+    cuda::register_nccl_communicator();  // the device communicators of the parallel groups
 #endif
     scalar_ = static_cast<double*>(cuda::device_alloc(sizeof(double)));
     fp8_capable_ = cuda::compute_capability() >= 89;
@@ -197,32 +196,37 @@ class CudaBackend final : public Backend {
     cuda::embedding_backward<float>(dwte, dwpe, dout, tokens, vocab_start, V, positions, N, C, kStream);
   }
 
-  double cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                                        const float* weights, int64_t ignore_index, float grad_scale, int64_t N,
-                                        int64_t V) const override {
-    cuda::cross_entropy_forward_backward<float>(losses, dlogits, logits, targets, weights, ignore_index, grad_scale, N,
-                                                V, kStream);
-    cuda::sum(scalar_, losses, N, kStream);
+  // fp32 logits only (the output layer keeps fp32 logits on a device: bf16_logits() is false); a bf16
+  // gradient is the fp32 one in dlogits, cast.
+  static const float* device_logits(const CrossEntropyArgs& a, const char* op) {
+    MEGADLM_CHECK(!a.logits_bf16, "cuda ", op, ": the device takes fp32 logits");
+    MEGADLM_CHECK(a.dlogits_bf16 == nullptr || a.dlogits != nullptr, "cuda ", op,
+                  ": a bf16 gradient is cast from the fp32 one, which needs dlogits");
+    MEGADLM_CHECK(a.losses != nullptr || a.N == 0, "cuda ", op, ": the sum needs the losses buffer");
+    return static_cast<const float*>(a.logits);
+  }
+  double cross_entropy(const CrossEntropyArgs& a) const override {
+    const float* logits = device_logits(a, "cross_entropy");
+    cuda::cross_entropy_forward_backward<float>(a.losses, a.dlogits, logits, a.targets, a.weights, a.ignore_index,
+                                                a.grad_scale, a.N, a.Vl, kStream);
+    if (a.dlogits_bf16) cast_f32_to_bf16(a.dlogits_bf16, a.dlogits, a.N * a.Vl);
+    cuda::sum(scalar_, a.losses, a.N, kStream);
     return download_scalar();
   }
-
-  void cross_entropy_shard_max(float* row_max, const float* logits, const int32_t* targets, int64_t ignore_index,
-                               int64_t N, int64_t Vl) const override {
-    cuda::cross_entropy_shard_max(row_max, logits, targets, ignore_index, N, Vl, kStream);
+  void cross_entropy_shard_max(float* row_max, const CrossEntropyArgs& a) const override {
+    cuda::cross_entropy_shard_max(row_max, device_logits(a, "cross_entropy_shard_max"), a.targets, a.ignore_index,
+                                  a.N, a.Vl, kStream);
   }
-  void cross_entropy_shard_sumexp(double* stats, float* e, const float* logits, const float* row_max,
-                                  const int32_t* targets, int64_t ignore_index, int64_t vocab_start, int64_t V,
-                                  int64_t N, int64_t Vl) const override {
-    cuda::cross_entropy_shard_sumexp(stats, e, logits, row_max, targets, ignore_index, vocab_start, V, N, Vl, kStream);
+  void cross_entropy_shard_sumexp(double* stats, const float* row_max, const CrossEntropyArgs& a) const override {
+    cuda::cross_entropy_shard_sumexp(stats, a.dlogits, device_logits(a, "cross_entropy_shard_sumexp"), row_max,
+                                     a.targets, a.ignore_index, a.vocab_start, a.V, a.N, a.Vl, kStream);
   }
-  double cross_entropy_shard_finish(float* losses, float* dlogits, const double* stats, const float* row_max,
-                                    const int32_t* targets, const float* weights, int64_t ignore_index,
-                                    float grad_scale, int64_t vocab_start, int64_t V, int64_t N,
-                                    int64_t Vl) const override {
-    MEGADLM_CHECK(losses != nullptr || N == 0, "cuda cross_entropy_shard_finish: the sum needs the losses buffer");
-    cuda::cross_entropy_shard_finish(losses, dlogits, stats, row_max, targets, weights, ignore_index, grad_scale,
-                                     vocab_start, V, N, Vl, kStream);
-    cuda::sum(scalar_, losses, N, kStream);
+  double cross_entropy_shard_finish(const double* stats, const float* row_max, const CrossEntropyArgs& a) const override {
+    device_logits(a, "cross_entropy_shard_finish");
+    cuda::cross_entropy_shard_finish(a.losses, a.dlogits, stats, row_max, a.targets, a.weights, a.ignore_index,
+                                     a.grad_scale, a.vocab_start, a.V, a.N, a.Vl, kStream);
+    if (a.dlogits_bf16) cast_f32_to_bf16(a.dlogits_bf16, a.dlogits, a.N * a.Vl);
+    cuda::sum(scalar_, a.losses, a.N, kStream);
     return download_scalar();
   }
 

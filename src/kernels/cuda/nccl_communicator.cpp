@@ -168,4 +168,6 @@ std::string nccl_version() {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
+void register_nccl_communicator() { register_device_communicator(Device::CUDA, make_nccl_communicator); }
+
 }  // namespace megadlm::cuda

@@ -17,11 +17,17 @@
 #include <string>
 
 #include "parallel/communicator.h"
+#include "parallel/device_communicator.h"
 
 namespace megadlm::cuda {
 
 // Collective over `bootstrap`'s ranks; the new communicator has the same size, ranks and `name`.
 std::shared_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, const std::string& name);
+
+// Makes make_nccl_communicator the device communicator factory of Device::CUDA
+// (parallel/device_communicator.h); the CUDA backend calls it when it starts. This header is the one
+// place where kernels/ reaches up into parallel/ (docs/ARCHITECTURE.md, "Exceptions").
+void register_nccl_communicator();
 
 // NCCL's version as "major.minor.patch" (for logs and the GPU check script).
 std::string nccl_version();
