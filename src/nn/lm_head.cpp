@@ -29,13 +29,11 @@ int64_t logits_chunk_rows(int64_t N, int64_t Vl, int bytes_per_logit, int64_t ma
   if (max_rows > 0) rows = std::min(rows, max_rows);
   rows = std::max<int64_t>(1, std::min(N, rows));
   // As many chunks as that takes, of equal size: a short last chunk runs the three products far below
-  // their speed (47 rows after three of 667, at gpt2-small's 2048 bf16 rows: 16 ms of a 584 ms step,
-  // at 275-420 GFLOP/s against ~800).
+  // their speed (docs/bench/decisions.md).
   int64_t chunks = std::max<int64_t>(1, (N + rows - 1) / rows);  // N = 0 (no loss rows): one, empty
   // Fewer, larger chunks while the equal split falls below kMinChunkRows and a chunk stays within twice
-  // the budget: oneDNN's sgemm takes a slower path for a product of 256 rows or fewer (AVX2 Zen 3,
-  // oneDNN 2.6: x W^T at 256 x 50304 x 768, gpt2-124m's four fp32 chunks of 1024 rows, ran at
-  // 99-105 GFLOP/s against 126-140 at 293-512 rows). Not under a caller's cap.
+  // the budget: oneDNN's sgemm takes a slower path for a product of 256 rows or fewer, at least on AVX2
+  // (docs/bench/decisions.md). Not under a caller's cap.
   auto split = [N](int64_t c) { return (N + c - 1) / c; };
   while (max_rows <= 0 && chunks > 1 && split(chunks) < kMinChunkRows && split(chunks - 1) <= 2 * rows) --chunks;
   return std::max<int64_t>(1, split(chunks));

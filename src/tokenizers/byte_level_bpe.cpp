@@ -106,10 +106,10 @@ bool huge_pages_on_advice() {
 
 // Zero-filled memory straight from the kernel, for hash tables. Blocks of 1 MiB or more are 2 MiB-
 // aligned and advised as transparent huge pages: a table of random accesses then costs one page fault
-// per 2 MiB instead of 512 (on a 2-core VM these faults were a good part of tokenizer start-up, and
-// two threads faulting on one memory map slowed each other down). Without huge pages, `prefault`
-// touches the pages in order at once, as filling a std::vector would (faults in random order, as a
-// hash table's inserts make them, measured slower); otherwise a page costs nothing until it is used.
+// per 2 MiB instead of 512 (page faults weigh on the tokenizer's start-up, and two threads faulting on
+// one memory map slow each other down). Without huge pages, `prefault` touches the pages in order at
+// once, as filling a std::vector would (faults in random order, as a hash table's inserts make them,
+// cost more); otherwise a page costs nothing until it is used.
 class ZeroedBlock {
  public:
   ZeroedBlock(size_t bytes, bool prefault) : bytes_(std::max<size_t>(bytes, 1)) {
@@ -261,11 +261,11 @@ struct ByteLevelBPE::WordCache {
 //     load it with acquire, so a reader that sees the slot sees the whole entry;
 //   - when the slots reach half load or the arena is used up, it takes no more entries (`full`) and
 //     the per-thread caches take the misses.
-// What it costs on 2 cores (preprocess_data, Brown): the second worker no longer merges the words the
-// first has seen, but it reads entries the other core wrote; this only paid off once (1) the slot array
-// was in huge pages (ZeroedBlock: 4 KiB pages filled by two threads at once fault on one memory map),
-// (2) each thread wrote its entries into arena blocks of its own and (3) the counters that inserts
-// write sat on a cache line apart from the fields that look-ups read.
+// The trade: a worker no longer merges the words another has seen, but it reads entries another core
+// wrote. That gains only with (1) the slot array in huge pages (ZeroedBlock: 4 KiB pages filled by two
+// threads at once fault on one memory map), (2) each thread writing its entries into arena blocks of
+// its own and (3) the counters that inserts write on a cache line apart from the fields that look-ups
+// read (docs/bench/decisions.md).
 struct ByteLevelBPE::SharedWordCache {
   static constexpr size_t kMaxKeyLen = 128;  // longer pieces are rare: not worth caching
   static constexpr size_t kBlockWords = 1024;  // 4 KiB, a page
@@ -278,7 +278,7 @@ struct ByteLevelBPE::SharedWordCache {
   const uint64_t id = g_next_cache.fetch_add(1);  // keys the threads' arena blocks (never reused)
   std::atomic<bool> full{false};                   // written once
   // The counters every insert writes, on a cache line of their own: beside the fields above (read by
-  // every look-up) they made that line bounce between the cores and cost more than the cache saved.
+  // every look-up) they would make that line bounce between the cores.
   alignas(64) std::atomic<size_t> entries{0};      // entries handed out in batches (past max_entries: full)
   std::atomic<size_t> arena_used{kBlockWords};     // words handed out; block 0 unused so that no slot is 0
   char pad_[64 - 2 * sizeof(std::atomic<size_t>)];  // nothing else on the counters' line

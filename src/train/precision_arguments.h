@@ -22,24 +22,24 @@ struct PrecisionArgs {
 
 // --bf16's product path. bf16 products where they are the fast path: on a device, and on a CPU whose
 // oneDNN bf16 matmul runs clearly faster than its fp32 one (at least kBf16ProductsMinSpeedup times the
-// rate, both measured at start: train/metrics.h). Elsewhere --bf16 keeps fp32 products with the saved
-// activations in bf16, as the issue and Megatron's storage-only mode allow: on an AVX2-only CPU oneDNN
-// has no bf16 matmul (bf16 products would run widened to fp32), and on an AVX512-BF16 Xeon with no AMX
-// exposed its bf16 matmul runs at ~0.55x the fp32 one. --bf16-storage-only and --bf16-products force
-// one path.
+// rate, both measured at start: Backend::peak_gemm_flops). Elsewhere --bf16 keeps fp32 products with the
+// saved activations in bf16, as Megatron's storage-only mode does: on an AVX2-only CPU oneDNN has no
+// bf16 matmul (bf16 products would run widened to fp32), and a CPU with AVX512-BF16 but no AMX can run
+// bf16 products slower than fp32 ones. --bf16-storage-only and --bf16-products force one path.
 struct Bf16Path {
   bool products = true;
   std::string note;  // set when the path was chosen for the CPU rather than by a flag
 };
-// The CPU's measured GEMM rates in FLOP/s (train/metrics.h); bf16 = 0 where oneDNN has no bf16 matmul.
+// The CPU's measured GEMM rates in FLOP/s (Backend::peak_gemm_flops); bf16 = 0 where oneDNN has no bf16
+// matmul.
 struct CpuGemmRates {
   double fp32 = 0, bf16 = 0;
 };
-// The margin keeps the choice away from noise: the rates seen so far are 0 (AVX2), 0.55x (Xeon, no AMX)
-// and ~2x (Zen 4, an AVX-512 machine of stop 21), far on either side of it.
+// The margin keeps the choice away from noise: the ratios measured on the CPUs this ran on lie far on
+// either side of it (docs/bench/decisions.md).
 constexpr double kBf16ProductsMinSpeedup = 1.2;
 Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, const CpuGemmRates& cpu);
-// The rates choose_bf16_path takes on this CPU: measured once per process (train/metrics.h); under MPI
+// The rates choose_bf16_path takes on this CPU: measured once per process (the CPU backend); under MPI
 // rank 0's, broadcast, so that every rank takes the same path (they multiply the same bits).
 CpuGemmRates measure_cpu_gemm_rates();
 

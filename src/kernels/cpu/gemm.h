@@ -26,12 +26,10 @@ void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // The same bits through fp32 column slabs: each slab of `slab` columns is made by the fp32-output
 // product in scratch [M, slab] (the caller's memory, M * slab floats) and rounded into C, fp32 denormal
 // results to zero where the CPU has AVX512-BF16 (its conversion instruction: kernels/cpu/cast.h). For a wide N
-// (the vocabulary) this is the faster way here: oneDNN's gemm-based matmul with an fp32 output runs at
-// 930-980 GFLOP/s on 530 x 4096 x 384 slabs, its bf16-output brgemm at 710-830 on the whole 530 x 50304
-// (2 threads, AVX512-BF16 without AMX), and rounding a slab that is still in cache costs far less. Where
-// oneDNN multiplies bf16 on AMX (bf16_matmul_on_amx) the bf16-output product is the faster one (on the
-// Xeon of stop 30, 512 x 50304 logits: 1590-2150 GFLOP/s against 1240-1730 through slabs, C = 384-768),
-// and this form runs it, without the slabs.
+// (the vocabulary) without AMX this is the faster way: oneDNN's fp32-output product on slabs outruns its
+// bf16-output product on the whole width, and rounding a slab that is still in cache costs far less.
+// Where oneDNN multiplies bf16 on AMX (bf16_matmul_on_amx) the bf16-output product is the faster one, and
+// this form runs it, without the slabs (docs/bench/decisions.md has the rates).
 void gemm_bf16_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc,
                        float* scratch, int64_t slab);
@@ -42,7 +40,7 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
                   float beta, float* C, int64_t ldc, int64_t stride_c);
 
 // Whether oneDNN has a bf16 matmul on this CPU (AVX512 with or without BF16, or AMX): probed once. Where
-// it has none (AVX2 only, e.g. AMD Zen 3), gemm_bf16 widens its inputs and runs the fp32 product, which
+// it has none (AVX2 only), gemm_bf16 widens its inputs and runs the fp32 product, which
 // is slower than multiplying the fp32 values directly; --bf16 then keeps fp32 products
 // (train/precision_arguments.cpp).
 bool has_bf16_matmul();

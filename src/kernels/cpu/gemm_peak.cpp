@@ -15,10 +15,8 @@ namespace {
 // The best of several products: the machine's capability, not its momentary load (a median taken
 // while other processes run would understate the peak and overstate the MFU). Two shapes, because
 // which one runs fastest depends on the CPU: a square 1024^3 product, and GPT-2 124M's q|k|v product
-// at 1024 rows (a 2304 x 768 weight), which on an AVX2 Zen 3 runs faster than the square one (alone:
-// 131-144 against 103-111 GFLOP/s). There six trainer starts measured 124-145 GFLOP/s with it, and
-// 106-120 with the square one and 2048 x 1536 x 384 before, when the log showed gpt2-124m at MFU up
-// to 150%.
+// at 1024 rows (a 2304 x 768 weight), the faster of the two on AVX2 CPUs; without it the peak there
+// falls below what a training step reaches (docs/bench/decisions.md).
 struct PeakShape {
   int64_t M, N, K;
 };
