@@ -44,21 +44,7 @@ if [[ -z "$WORK" ]]; then WORK="$(mktemp -d /tmp/bitwise_trace.XXXXXX)"; fi
 mkdir -p "$WORK"
 [[ $KEEP == 1 ]] || trap 'rm -rf "$WORK"' EXIT
 
-BROWN="$ROOT/../shared/data/brown.jsonl"
-if [[ -f "$BROWN" ]]; then
-  head -n 120 "$BROWN" > "$WORK/corpus.jsonl"
-else
-  python3 - "$WORK/corpus.jsonl" <<'PY'
-import json, random, sys
-r = random.Random(7)
-words = "the of and to in a is that for it as was with be by on not he this are or his from at which".split()
-with open(sys.argv[1], "w") as f:
-    for d in range(120):
-        f.write(json.dumps({"text": " ".join(r.choice(words) for _ in range(200 + d))}) + "\n")
-PY
-fi
-"$BIN/preprocess_data" --input "$WORK/corpus.jsonl" --output-prefix "$WORK/corpus" --tokenizer-type ByteTokenizer \
-  --append-eod > "$WORK/preprocess.log" 2>&1 || { cat "$WORK/preprocess.log" >&2; exit 2; }
+"$ROOT/scripts/small_corpus.sh" "$BIN" "$WORK"
 
 common() {  # $1 model type, $2 tp
   local style

@@ -10,24 +10,10 @@ namespace megadlm {
 
 SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                              const TransformerConfig& cfg, const SelfAttentionSpec& spec, float output_init_std)
-    : store_(&store), ctx_(&ctx), cfg_(cfg), spec_(spec), H_(cfg.num_attention_heads), K_(cfg.num_query_groups),
-      D_(cfg.kv_channels) {
-  const int64_t C = cfg.hidden_size;
-  // Tensor parallelism gives each rank H/tp heads and the K/tp KV groups they read (heads of a group
-  // are contiguous, so rank r's heads use exactly groups [r*K/tp, (r+1)*K/tp)).
-  const int tp = ctx.tp.size;
-  MEGADLM_CHECK(H_ % tp == 0 && K_ % tp == 0, name, ": --num-attention-heads ", H_, " and --num-query-groups ", K_,
-                " must both be divisible by --tensor-model-parallel-size ", tp);
-  const bool qkv_bias = cfg.add_bias_linear || cfg.add_qkv_bias;
-  q_proj_ = Linear(store, ctx, name + ".q_proj", C, H_ * D_, qkv_bias, cfg.init_method_std);
-  k_proj_ = Linear(store, ctx, name + ".k_proj", C, K_ * D_, qkv_bias, cfg.init_method_std);
-  v_proj_ = Linear(store, ctx, name + ".v_proj", C, K_ * D_, qkv_bias, cfg.init_method_std);
-  o_proj_ = Linear(store, ctx, name + ".o_proj", H_ * D_, C, cfg.add_bias_linear, output_init_std,
-                   LinearParallel::Row);
-  // One all-gather of the input (sequence parallel) and one reduction of dx for the three.
-  for (Linear* l : {&q_proj_, &k_proj_, &v_proj_}) l->set_input_mapped_by_caller();
-  H_ /= tp;
-  K_ /= tp;
+    : store_(&store), ctx_(&ctx), cfg_(cfg), spec_(spec), D_(cfg.kv_channels) {
+  proj_ = make_attention_projections(store, ctx, name, cfg, output_init_std);
+  H_ = proj_.H;
+  K_ = proj_.K;
   if (spec.qk_norm) {
     q_norm_ = store.add(name + ".q_norm.weight", {D_}, Init::Ones, 0.0f, false);
     k_norm_ = store.add(name + ".k_norm.weight", {D_}, Init::Ones, 0.0f, false);
@@ -43,7 +29,7 @@ SelfAttention::SelfAttention(ParamStore& store, const ParallelContext& ctx, cons
 
 void SelfAttention::set_precision(MixedPrecision* p) {
   prec_ = p && p->mode() != PrecisionMode::FP32 ? p : nullptr;
-  for (Linear* l : {&q_proj_, &k_proj_, &v_proj_, &o_proj_}) l->set_precision(p);
+  for (Linear* l : {&proj_.q, &proj_.k, &proj_.v, &proj_.o}) l->set_precision(p);
 }
 
 AttentionMask SelfAttention::mask() const {
@@ -90,9 +76,9 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchIn
   if (prec_) return forward_low_precision(arena, x_local);
   const Tensor x = gather_rows(arena, *ctx_, x_local);  // all N rows (sequence parallel: gathered)
   const int64_t N = batch.B * batch.T;
-  Tensor q = q_proj_.forward(arena, x);                          // [N, H*D]
-  Tensor k = k_proj_.forward_shared_input(arena, x, q_proj_);    // [N, K*D]
-  v_ = v_proj_.forward_shared_input(arena, x, q_proj_);          // [N, K*D]
+  Tensor q = proj_.q.forward(arena, x);                          // [N, H*D]
+  Tensor k = proj_.k.forward_shared_input(arena, x, proj_.q);    // [N, K*D]
+  v_ = proj_.v.forward_shared_input(arena, x, proj_.q);          // [N, K*D]
   normalize_and_rotate(arena, arena, q, k);
   q_ = q;
   k_ = k;
@@ -102,7 +88,7 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchIn
   backend_of(x).attention_forward(attn_out_.data<float>(), lse_.data<float>(), q_.data<float>(), k_.data<float>(),
                          v_.data<float>(), batch.B, batch.T, H_, K_, D_, mask(),
                          1.0f / std::sqrt(static_cast<float>(D_)));
-  return o_proj_.forward(arena, attn_out_);
+  return proj_.o.forward(arena, attn_out_);
 }
 
 // Under a precision policy: the fp32 q, k, v and attention output live in the policy's transient
@@ -114,9 +100,9 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   const int64_t N = batch_.B * batch_.T;
   const DType narrow = activation_dtype(*prec_);
   Tensor q = tmp.tensor({N, H_ * D_}), k = tmp.tensor({N, K_ * D_}), v = tmp.tensor({N, K_ * D_});
-  q_proj_.forward_into(arena, x, q);
-  k_proj_.forward_shared_input_into(arena, x, q_proj_, k);
-  v_proj_.forward_shared_input_into(arena, x, q_proj_, v);
+  proj_.q.forward_into(arena, x, q);
+  proj_.k.forward_shared_input_into(arena, x, proj_.q, k);
+  proj_.v.forward_shared_input_into(arena, x, proj_.q, v);
   normalize_and_rotate(arena, tmp, q, k);
   // Narrow copies for the backward. The forward itself runs on the fp32 values, as the MLP's
   // activation does (--bf16-storage-only therefore keeps an exact fp32 forward).
@@ -144,11 +130,11 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   attn_out_ = arena.tensor(o.shape(), narrow);
   store_activation(*prec_, attn_out_, o);
   Tensor y;
-  if (o_proj_.can_share_saved_input(narrow)) {
+  if (proj_.o.can_share_saved_input(narrow)) {
     Tensor out = arena.tensor({N, cfg_.hidden_size});
-    y = o_proj_.forward_with_saved_input(arena, o, attn_out_, out);
+    y = proj_.o.forward_with_saved_input(arena, o, attn_out_, out);
   } else {
-    y = o_proj_.forward(arena, o);  // fp8: its own E4M3 copy with its scale
+    y = proj_.o.forward(arena, o);  // fp8: its own E4M3 copy with its scale
   }
   tmp.release(mark);
   return y;
@@ -160,9 +146,9 @@ Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchI
   float* k_cache = cache.k;
   float* v_cache = cache.v;
   const Backend& be = backend_of(x);
-  Tensor q = q_proj_.forward(arena, x);  // [N, H*D]
-  Tensor k = k_proj_.forward(arena, x);  // [N, K*D]
-  Tensor v = v_proj_.forward(arena, x);  // [N, K*D]
+  Tensor q = proj_.q.forward(arena, x);  // [N, H*D]
+  Tensor k = proj_.k.forward(arena, x);  // [N, K*D]
+  Tensor v = proj_.v.forward(arena, x);  // [N, K*D]
   if (q_norm_ >= 0) {
     Tensor qn = arena.tensor({N, H_ * D_}), kn = arena.tensor({N, K_ * D_});
     Tensor rq = arena.tensor({N * H_}), rk = arena.tensor({N * K_});
@@ -198,7 +184,7 @@ Tensor SelfAttention::forward_cached(Arena& arena, const Tensor& x, const BatchI
   Tensor o = arena.tensor({N, H_ * D_});
   be.decode_attention_forward(o.data<float>(), q.data<float>(), k_cache, v_cache, offs, B, Tn, S, H_, K_, D_, cache.causal,
                               1.0f / std::sqrt(static_cast<float>(D_)));
-  return o_proj_.forward(arena, o);
+  return proj_.o.forward(arena, o);
 }
 
 void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
@@ -206,7 +192,7 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const Backend& be = backend_of(dy);
   const size_t mark = arena.mark();
   Tensor d_attn = arena.tensor({N, H_ * D_});
-  o_proj_.backward(dy, d_attn, false);
+  proj_.o.backward(dy, d_attn, false);
   Tensor dq = arena.tensor({N, H_ * D_});
   Tensor dk = arena.tensor({N, K_ * D_});
   Tensor dv = arena.tensor({N, K_ * D_});
@@ -261,9 +247,9 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   // At tp > 1 the three input gradients are summed locally, then over the tp ranks once (this rank's
   // rows under sequence parallelism).
   Tensor dxp = ctx_->tp.size > 1 ? arena.tensor({N, cfg_.hidden_size}) : dx;
-  q_proj_.backward(dq, dxp, false);
-  k_proj_.backward(dk, dxp, true);
-  v_proj_.backward(dv, dxp, true);
+  proj_.q.backward(dq, dxp, false);
+  proj_.k.backward(dk, dxp, true);
+  proj_.v.backward(dv, dxp, true);
   if (ctx_->tp.size > 1) reduce_rows(*ctx_, dxp, dx, false);
   arena.release(mark);
 }

@@ -10,6 +10,7 @@
 
 #include "core/arena.h"
 #include "nn/module_specs.h"
+#include "nn/attention_projections.h"
 #include "nn/linear.h"
 #include "nn/sublayer.h"
 
@@ -46,7 +47,7 @@ class SelfAttention : public Sublayer {
   TransformerConfig cfg_;
   SelfAttentionSpec spec_;
   int64_t H_ = 0, K_ = 0, D_ = 0;  // this rank's heads and KV groups (H/tp, K/tp), head dim
-  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  AttentionProjections proj_;  // q, k, v, o
   int q_norm_ = -1, k_norm_ = -1;  // per-head RMSNorm weights [D]
   Tensor rope_cos_, rope_sin_;     // [P, D/2]
   // Saved by forward.

@@ -9,26 +9,16 @@ namespace megadlm {
 
 CrossAttention::CrossAttention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                                const TransformerConfig& cfg, float output_init_std)
-    : name_(name), ctx_(&ctx), C_(cfg.hidden_size), H_(cfg.num_attention_heads), K_(cfg.num_query_groups),
-      D_(cfg.kv_channels) {
-  const int tp = ctx.tp.size;
-  MEGADLM_CHECK(H_ % tp == 0 && K_ % tp == 0, name, ": --num-attention-heads ", H_, " and --num-query-groups ", K_,
-                " must both be divisible by --tensor-model-parallel-size ", tp);
+    : name_(name), ctx_(&ctx), C_(cfg.hidden_size), D_(cfg.kv_channels) {
   MEGADLM_CHECK(!sequence_parallel(ctx), name, ": cross-attention does not support --sequence-parallel");
-  const bool qkv_bias = cfg.add_bias_linear || cfg.add_qkv_bias;
-  q_proj_ = Linear(store, ctx, name + ".q_proj", C_, H_ * D_, qkv_bias, cfg.init_method_std);
-  k_proj_ = Linear(store, ctx, name + ".k_proj", C_, K_ * D_, qkv_bias, cfg.init_method_std);
-  v_proj_ = Linear(store, ctx, name + ".v_proj", C_, K_ * D_, qkv_bias, cfg.init_method_std);
-  o_proj_ = Linear(store, ctx, name + ".o_proj", H_ * D_, C_, cfg.add_bias_linear, output_init_std,
-                   LinearParallel::Row);
   // The input gradients of q (from x) and of k and v (from the memory) are reduced over tp here, once each.
-  for (Linear* l : {&q_proj_, &k_proj_, &v_proj_}) l->set_input_mapped_by_caller();
-  H_ /= tp;
-  K_ /= tp;
+  proj_ = make_attention_projections(store, ctx, name, cfg, output_init_std);
+  H_ = proj_.H;
+  K_ = proj_.K;
 }
 
 void CrossAttention::set_precision(MixedPrecision* p) {
-  for (Linear* l : {&q_proj_, &k_proj_, &v_proj_, &o_proj_}) l->set_precision(p);
+  for (Linear* l : {&proj_.q, &proj_.k, &proj_.v, &proj_.o}) l->set_precision(p);
 }
 
 Tensor CrossAttention::forward(Arena& arena, const Tensor& x, const BatchInfo& batch) {
@@ -39,9 +29,9 @@ Tensor CrossAttention::forward(Arena& arena, const Tensor& x, const BatchInfo& b
   const int64_t HD = H_ * D_, KD = K_ * D_, group = H_ / K_;
   const Backend& be = backend_of(x);
   const Tensor memory = Tensor::borrow(const_cast<float*>(batch.memory), {M, C_}, DType::F32, x.device());
-  q_ = q_proj_.forward(arena, x);       // [N, H*D]
-  k_ = k_proj_.forward(arena, memory);  // [M, K*D]
-  v_ = v_proj_.forward(arena, memory);  // [M, K*D]
+  q_ = proj_.q.forward(arena, x);       // [N, H*D]
+  k_ = proj_.k.forward(arena, memory);  // [M, K*D]
+  v_ = proj_.v.forward(arena, memory);  // [M, K*D]
   probs_ = arena.tensor({B * H_ * T, S});
   Tensor o = arena.tensor({N, HD});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
@@ -58,7 +48,7 @@ Tensor CrossAttention::forward(Arena& arena, const Tensor& x, const BatchInfo& b
     for (int64_t h = 0; h < H_; ++h)  // o_bh [T, D] = probs_bh v_bg
       be.gemm(false, false, T, D_, S, 1.0f, p + (b * H_ + h) * T * S, S, v + b * S * KD + h / group * D_, KD, 0.0f,
               o.data<float>() + b * T * HD + h * D_, HD);
-  return o_proj_.forward(arena, o);
+  return proj_.o.forward(arena, o);
 }
 
 void CrossAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
@@ -70,7 +60,7 @@ void CrossAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const size_t mark = arena.mark();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D_));
   Tensor d_o = arena.tensor({N, HD});
-  o_proj_.backward(dy, d_o, false);
+  proj_.o.backward(dy, d_o, false);
   const float* q = q_.data<float>();
   const float* k = k_.data<float>();
   const float* v = v_.data<float>();
@@ -100,11 +90,11 @@ void CrossAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   // The input gradients: this rank's partial sums, reduced over tp.
   const bool split = ctx_->tp.size > 1;
   Tensor dxp = split ? arena.tensor({N, C_}) : dx;
-  q_proj_.backward(dq, dxp, false);
+  proj_.q.backward(dq, dxp, false);
   if (split) reduce_rows(*ctx_, dxp, dx, false);
   Tensor dm = arena.tensor({M, C_});
-  k_proj_.backward(dk, dm, false);
-  v_proj_.backward(dv, dm, true);
+  proj_.k.backward(dk, dm, false);
+  proj_.v.backward(dv, dm, true);
   if (split) reduce_rows(*ctx_, dm, dm, false);
   be.add_inplace(batch_.memory_grad, dm.data<float>(), M * C_);
   arena.release(mark);

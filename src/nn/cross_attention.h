@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/arena.h"
+#include "nn/attention_projections.h"
 #include "nn/linear.h"
 #include "nn/sublayer.h"
 
@@ -36,7 +37,7 @@ class CrossAttention : public Sublayer {
   std::string name_;
   const ParallelContext* ctx_ = nullptr;
   int64_t C_ = 0, H_ = 0, K_ = 0, D_ = 0;  // this rank's heads and groups (H/tp, K/tp)
-  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  AttentionProjections proj_;  // q, k, v, o
   // Saved by forward.
   BatchInfo batch_;
   Tensor q_, k_, v_;  // [N, H*D], [M, K*D], [M, K*D]
