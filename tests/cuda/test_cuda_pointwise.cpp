@@ -14,6 +14,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/cpu/rope.h"
 
 #ifndef MEGADLM_HAVE_CUDA
@@ -397,6 +398,24 @@ TEST_F(CudaVocabParallel, ShardPiecesMatchTheWholeVocabulary) {
 }
 
 class CudaOptim : public CudaTest {};
+
+class CudaSoftmax : public CudaTest {};
+
+TEST_F(CudaSoftmax, ForwardAndBackwardMatchCpu) {
+  for (auto [N, V] : {std::pair<int64_t, int64_t>{7, 5}, {33, 1000}, {4, 3001}}) {
+    const auto x = rand(N * V, -6.0f, 6.0f), dy = rand(N * V);
+    auto dx = to_device(x), ddy = to_device(dy);
+    auto out = poisoned(N * V), din = poisoned(N * V);
+    std::vector<float> ref(N * V), dref(N * V);
+    cuda::softmax_forward(out.get(), dx.get(), N, V);
+    cpu::softmax_forward(ref.data(), x.data(), N, V);
+    const auto y = to_host(out);
+    EXPECT_LT(rel_err(y, ref), 1e-5) << "forward " << N << " x " << V;
+    cuda::softmax_backward(din.get(), out.get(), ddy.get(), N, V);
+    cpu::softmax_backward(dref.data(), ref.data(), dy.data(), N, V);
+    EXPECT_LT(rel_err(to_host(din), dref), 1e-5) << "backward " << N << " x " << V;
+  }
+}
 
 TEST_F(CudaOptim, AdamWMatchesCpu) {
   for (int64_t n : {int64_t{10000}, int64_t{4099}}) {
