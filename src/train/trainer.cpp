@@ -221,10 +221,8 @@ void Trainer::print_header() const {
 
 int64_t Trainer::run() {
   print_header();
-  // Each data-parallel rank runs M of the global batch's micro-batches (Megatron's num_micro_batches),
-  // each weighing 1/M of the step.
+  // Each data-parallel rank runs M of the global batch's micro-batches (Megatron's num_micro_batches).
   const int64_t M = args_.global_batch_size / (args_.micro_batch_size * parallel_->dp_size());
-  const float micro_weight = 1.0f / static_cast<float>(M);
   const double tokens_per_step = static_cast<double>(args_.global_batch_size * args_.seq_length);
   const double flops_per_token = model_flops_per_token(args_.model, args_.seq_length);
   // Micro-batches in Megatron's sampler order from consumed_samples on; the next one is assembled in
@@ -240,7 +238,7 @@ int64_t Trainer::run() {
   if (iteration_ == 0 && data_.valid && args_.eval_interval > 0 && args_.eval_iters > 0) evaluate_and_log(0);
   Interval interval;
   while (iteration_ < args_.train_iters) {
-    const Step step = train_step(loader, micro_weight);
+    const Step step = train_step(loader, M);
     interval += step;
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters)
       log_interval(step, interval, tokens_per_step, flops_per_token);
@@ -253,8 +251,8 @@ int64_t Trainer::run() {
   return iteration_;
 }
 
-Trainer::Step Trainer::train_step(BatchLoader& loader, float micro_weight) {
-  const int64_t M = args_.global_batch_size / (args_.micro_batch_size * parallel_->dp_size());
+Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
+  const float micro_weight = 1.0f / static_cast<float>(M);  // each micro-batch's share of the step
   model_->params().zero_grads();
   Step step;
   // The next micro-batch from the loader, its objective statistics counted.

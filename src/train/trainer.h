@@ -70,9 +70,9 @@ class Trainer {
   };
 
   void print_header() const;
-  // One optimizer step: the micro-batches from the loader, forward and backward, the reduction, the
-  // update (or the skip of a non-finite step).
-  Step train_step(BatchLoader& loader, float micro_weight);
+  // One optimizer step over this rank's M micro-batches from the loader: forward and backward, the
+  // reduction, the update (or the skip of a non-finite step).
+  Step train_step(BatchLoader& loader, int64_t M);
   void log_interval(const Step& last, Interval& interval, double tokens_per_step, double flops_per_token);
   void evaluate_and_log(int64_t iteration);
   // Saves when --save-interval, the last iteration or an exit asks; true when the run must stop
