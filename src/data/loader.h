@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "data/sample_batch.h"
+#include "core/sample_batch.h"
 #include "data/token_dataset.h"
 
 namespace megadlm {

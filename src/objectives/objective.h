@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/sample_batch.h"
+#include "core/sample_batch.h"
 #include "models/micro_batch.h"
 
 namespace megadlm {
