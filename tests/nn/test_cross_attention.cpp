@@ -17,6 +17,8 @@ using namespace test::grad_check;
 using test::random_vector;
 
 constexpr int64_t kB = 2, kT = 3, kS = 5;  // 2 sequences of 3 query rows and 5 memory rows
+// The modules keep a pointer to their context: it outlives them.
+const ParallelContext kSingle = ParallelContext::single();
 
 TransformerConfig config(int64_t kv_groups) {
   TransformerConfig c;
@@ -96,7 +98,7 @@ class CrossAttentionTest : public ::testing::TestWithParam<int64_t> {};
 TEST_P(CrossAttentionTest, ForwardMatchesDoubleReference) {
   const TransformerConfig cfg = config(GetParam());
   ParamStore store;
-  CrossAttention attn(store, ParallelContext::single(), "attn", cfg, 0.02f);
+  CrossAttention attn(store, kSingle, "attn", cfg, 0.02f);
   store.finalize();
   randomize(store, 61);
   const int64_t C = cfg.hidden_size;
@@ -112,7 +114,7 @@ TEST_P(CrossAttentionTest, ForwardMatchesDoubleReference) {
 TEST_P(CrossAttentionTest, GradientsOfParametersAndQueries) {
   const TransformerConfig cfg = config(GetParam());
   ParamStore store;
-  CrossAttention attn(store, ParallelContext::single(), "attn", cfg, 0.02f);
+  CrossAttention attn(store, kSingle, "attn", cfg, 0.02f);
   store.finalize();
   randomize(store, 64);
   const int64_t C = cfg.hidden_size, N = kB * kT;
@@ -131,7 +133,7 @@ TEST_P(CrossAttentionTest, GradientsOfParametersAndQueries) {
 TEST_P(CrossAttentionTest, GradientOfTheMemory) {
   const TransformerConfig cfg = config(GetParam());
   ParamStore store;
-  CrossAttention attn(store, ParallelContext::single(), "attn", cfg, 0.02f);
+  CrossAttention attn(store, kSingle, "attn", cfg, 0.02f);
   store.finalize();
   randomize(store, 68);
   const int64_t C = cfg.hidden_size, N = kB * kT, M = kB * kS;
@@ -157,7 +159,7 @@ TEST_P(CrossAttentionTest, GradientOfTheMemory) {
 
 TEST(CrossAttention, RefusesAMissingMemory) {
   ParamStore store;
-  CrossAttention attn(store, ParallelContext::single(), "layers.0.cross_attn", config(4), 0.02f);
+  CrossAttention attn(store, kSingle, "layers.0.cross_attn", config(4), 0.02f);
   store.finalize();
   Arena arena;
   Tensor x = Tensor::zeros({kB * kT, 12}, DType::F32);
