@@ -76,8 +76,7 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec
   const bool tied = spec.heads[0].tied;
   final_norm_first_param_ = params_.count();
   if (post_process_) {
-    final_norm_ = Norm(params_, stack.final_norm_name, stack.final_norm_kind, cfg.hidden_size, cfg.norm_epsilon,
-                       stack.final_norm_kind == NormKind::LayerNorm, &ctx_);
+    final_norm_ = make_norm(params_, ctx_, stack.final_norm_name, stack.final_norm_kind, cfg);
     int head_weight = -1;
     if (tied && pre_process_) {
       head_weight = embedding_.word_embeddings_id();

@@ -19,6 +19,17 @@ struct MicroBatch {
   // the objective, and the gradient scale of the MoE aux and z losses.
   float weight = 1.0f;
 
+  // B sequences of T tokens with weight w: every array sized B*T (an objective's storage, reused from one
+  // micro-batch to the next), segment_ids too, for the objective to fill or clear.
+  void reset(int64_t batch, int64_t seq, float w) {
+    B = batch;
+    T = seq;
+    weight = w;
+    const size_t N = static_cast<size_t>(batch * seq);
+    for (auto* v : {&tokens, &positions, &segment_ids, &targets}) v->resize(N);
+    weights.resize(N);
+  }
+
   const int32_t* segments() const { return segment_ids.empty() ? nullptr : segment_ids.data(); }
   const float* weights_or_null() const { return weights.empty() ? nullptr : weights.data(); }
 };

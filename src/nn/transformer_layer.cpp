@@ -29,11 +29,15 @@ TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx
   });
 }
 
+Norm make_norm(ParamStore& store, const ParallelContext& ctx, const std::string& name, NormKind kind,
+               const TransformerConfig& cfg) {
+  return Norm(store, name, kind, cfg.hidden_size, cfg.norm_epsilon, kind == NormKind::LayerNorm, &ctx);
+}
+
 void TransformerLayer::add_branch(ParamStore& store, const ParallelContext& ctx, const std::string& norm_name,
                                   const TransformerConfig& cfg, const std::function<std::unique_ptr<Sublayer>()>& make) {
   Branch b;
-  b.norm = Norm(store, norm_name, norm_.kind, cfg.hidden_size, cfg.norm_epsilon, norm_.kind == NormKind::LayerNorm,
-                &ctx);
+  b.norm = make_norm(store, ctx, norm_name, norm_.kind, cfg);
   b.module = make();
   branches_.push_back(std::move(b));
 }
@@ -44,15 +48,18 @@ void TransformerLayer::set_precision(MixedPrecision* p) {
 }
 
 Tensor TransformerLayer::Branch::forward(Arena& arena, Arena& out_arena, const Tensor& x, const BatchInfo& batch,
-                                         NormPlacement at) {
+                                         NormPlacement at, const CacheRows* cache) {
   const Backend& be = backend_of(x);
+  auto f = [&](const Tensor& in) {
+    return cache ? module->forward_cached(arena, in, batch, *cache) : module->forward(arena, in, batch);
+  };
   if (at == NormPlacement::Post) {
-    Tensor s = module->forward(arena, x, batch);
+    Tensor s = f(x);
     be.add_inplace(s.data<float>(), x.data<float>(), s.numel());  // s := x + f(x)
     return norm.forward(arena, s);
   }
   // The norm's output is read only by the module: in out_arena unless the module keeps it.
-  Tensor y = module->forward(arena, norm.forward(arena, x, module->keeps_input() ? arena : out_arena), batch);
+  Tensor y = f(norm.forward(arena, x, module->keeps_input() ? arena : out_arena));
   be.add_inplace(y.data<float>(), x.data<float>(), y.numel());  // y := x + f(norm(x))
   return y;
 }
@@ -83,19 +90,8 @@ Tensor TransformerLayer::forward(Arena& arena, const Tensor& x, const BatchInfo&
 
 Tensor TransformerLayer::forward_cached(Arena& arena, const Tensor& x, const BatchInfo& batch,
                                         const CacheRows& cache) {
-  Tensor h = x;
-  for (Branch& b : branches_) {
-    const Backend& be = backend_of(h);
-    if (norm_.placement == NormPlacement::Post) {
-      Tensor s = b.module->forward_cached(arena, h, batch, cache);
-      be.add_inplace(s.data<float>(), h.data<float>(), s.numel());
-      h = b.norm.forward(arena, s);
-    } else {
-      Tensor y = b.module->forward_cached(arena, b.norm.forward(arena, h), batch, cache);
-      be.add_inplace(y.data<float>(), h.data<float>(), y.numel());
-      h = y;
-    }
-  }
+  Tensor h = x;  // inference keeps no precision policy: every value in the arena
+  for (Branch& b : branches_) h = b.forward(arena, arena, h, batch, norm_.placement, &cache);
   return h;
 }
 

@@ -19,6 +19,12 @@
 
 namespace megadlm {
 
+// A norm over the hidden size as the transformer's layers and stacks make them: LayerNorm with its
+// bias, or RMSNorm, with the config's epsilon; its weight gradients summed over tp under sequence
+// parallelism.
+Norm make_norm(ParamStore& store, const ParallelContext& ctx, const std::string& name, NormKind kind,
+               const TransformerConfig& cfg);
+
 class TransformerLayer {
  public:
   // output_init_std: the init of the projections that write into the residual stream (Megatron scales
@@ -43,7 +49,9 @@ class TransformerLayer {
   struct Branch {
     Norm norm;
     std::unique_ptr<Sublayer> module;
-    Tensor forward(Arena& arena, Arena& out_arena, const Tensor& x, const BatchInfo& batch, NormPlacement at);
+    // With a cache, the module's KV-cached forward (inference).
+    Tensor forward(Arena& arena, Arena& out_arena, const Tensor& x, const BatchInfo& batch, NormPlacement at,
+                   const CacheRows* cache = nullptr);
     // dy -> dx written; tmp [N, C] is scratch.
     void backward(Arena& arena, const Tensor& dy, Tensor& dx, Tensor& tmp, NormPlacement at);
   };

@@ -24,6 +24,15 @@ DiffusionLoss diffusion_loss_from_name(const std::string& name) {
   fail("--dlm-loss: unknown value '", name, "' (expected llada, mdlm or megadlms)");
 }
 
+const char* diffusion_loss_name(DiffusionLoss loss) {
+  switch (loss) {
+    case DiffusionLoss::LLaDA: return "llada";
+    case DiffusionLoss::MDLM: return "mdlm";
+    case DiffusionLoss::MegaDLMs: return "megadlms";
+  }
+  return "?";
+}
+
 double diffusion_time(const DiffusionOptions& opt, uint64_t sample_index) {
   const CounterRng rng(opt.seed, RngPurpose::DiffusionTime);
   if (opt.loss != DiffusionLoss::MDLM) return rng.uniform_double(sample_index, 0);
@@ -39,11 +48,7 @@ ObjectiveStats MaskedDiffusion::prepare(const SampleBatch& in, float micro_batch
   const DiffusionOptions& opt = opt_;
   MEGADLM_CHECK(opt.mask_token >= 0, "the diffusion objective needs a mask token (--mask-token)");
   const int64_t B = in.B, T = in.T, N = B * T;
-  out.B = B;
-  out.T = T;
-  out.weight = micro_batch_weight;
-  for (auto* v : {&out.tokens, &out.positions, &out.segment_ids, &out.targets}) v->resize(static_cast<size_t>(N));
-  out.weights.resize(static_cast<size_t>(N));
+  out.reset(B, T, micro_batch_weight);
   bool use_segments = opt.reset_attention_mask;
   ObjectiveStats stats;
 
@@ -137,7 +142,7 @@ std::unique_ptr<Objective> MaskedDiffusion::for_evaluation() const {
 std::string MaskedDiffusion::describe() const {
   std::ostringstream os;
   os << "diffusion: mask token " << opt_.mask_token << ", eps " << opt_.eps << ", loss "
-     << (opt_.loss == DiffusionLoss::LLaDA ? "llada" : opt_.loss == DiffusionLoss::MDLM ? "mdlm" : "megadlms")
+     << diffusion_loss_name(opt_.loss)
      << ", varilen prob " << opt_.varilen_prob << ", mode " << (opt_.shift ? "vanilla" : "difflm-noshift");
   return os.str();
 }

@@ -20,6 +20,7 @@ namespace megadlm {
 
 enum class DiffusionLoss : uint8_t { LLaDA, MDLM, MegaDLMs };
 DiffusionLoss diffusion_loss_from_name(const std::string& name);  // llada | mdlm | megadlms
+const char* diffusion_loss_name(DiffusionLoss loss);
 
 struct DiffusionOptions {
   uint64_t seed = 1234;

@@ -6,11 +6,7 @@ namespace megadlm {
 
 ObjectiveStats NextToken::prepare(const SampleBatch& in, float micro_batch_weight, MicroBatch& out) const {
   const int64_t B = in.B, T = in.T, N = B * T;
-  out.B = B;
-  out.T = T;
-  out.weight = micro_batch_weight;
-  for (auto* v : {&out.tokens, &out.positions, &out.segment_ids, &out.targets}) v->resize(static_cast<size_t>(N));
-  out.weights.resize(static_cast<size_t>(N));
+  out.reset(B, T, micro_batch_weight);
   int64_t loss_tokens = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int32_t* row = in.tokens.data() + b * (T + 1);

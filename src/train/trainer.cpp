@@ -277,7 +277,10 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
     double v[5] = {step.loss, step.stats.sum_t, step.stats.loss_tokens, step.stats.real_tokens, step.stats.sequences};
     parallel_->sum_over_dp(v, 5);
     step.loss = v[0] / parallel_->dp_size();
-    step.stats = ObjectiveStats{v[2], v[3], v[1], v[4]};
+    step.stats.sum_t = v[1];
+    step.stats.loss_tokens = v[2];
+    step.stats.real_tokens = v[3];
+    step.stats.sequences = v[4];
   }
   if (after_backward_hook_) after_backward_hook_(iteration_ + 1, *this);
   step.lr = args_.lr.at(iteration_ + 1);

@@ -57,11 +57,9 @@ class EncoderDecoderToy {
     const StackSpec& dec = spec.stacks.at(1);
     embedding_ = Embedding(store, ctx_, cfg, spec.embedding);
     encoder_ = TransformerBlock(store, ctx_, cfg, enc, LayerRange{0, enc.num_layers});
-    if (enc.final_norm) encoder_norm_ = Norm(store, enc.final_norm_name, enc.final_norm_kind, cfg.hidden_size,
-                                             cfg.norm_epsilon, enc.final_norm_kind == NormKind::LayerNorm, &ctx_);
+    if (enc.final_norm) encoder_norm_ = make_norm(store, ctx_, enc.final_norm_name, enc.final_norm_kind, cfg);
     decoder_ = TransformerBlock(store, ctx_, cfg, dec, LayerRange{0, dec.num_layers});
-    if (dec.final_norm) decoder_norm_ = Norm(store, dec.final_norm_name, dec.final_norm_kind, cfg.hidden_size,
-                                             cfg.norm_epsilon, dec.final_norm_kind == NormKind::LayerNorm, &ctx_);
+    if (dec.final_norm) decoder_norm_ = make_norm(store, ctx_, dec.final_norm_name, dec.final_norm_kind, cfg);
     head_ = LMHead(store, cfg, embedding_.word_embeddings_id(), &ctx_);  // tied: spec.heads[0].tied
     final_norms_ = enc.final_norm;
   }

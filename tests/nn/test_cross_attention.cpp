@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "grad_check.h"
@@ -93,65 +94,63 @@ BatchInfo batch_with(const float* memory, float* memory_grad) {
   return b;
 }
 
-class CrossAttentionTest : public ::testing::TestWithParam<int64_t> {};
+// The module of GetParam() KV groups, its parameters drawn from `seed`.
+class CrossAttentionTest : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void build(uint64_t seed) {
+    cfg = config(GetParam());
+    attn = std::make_unique<CrossAttention>(store, kSingle, "attn", cfg, 0.02f);
+    store.finalize();
+    randomize(store, seed);
+  }
+  TransformerConfig cfg;
+  ParamStore store;
+  std::unique_ptr<CrossAttention> attn;
+  Arena arena;
+};
 
 TEST_P(CrossAttentionTest, ForwardMatchesDoubleReference) {
-  const TransformerConfig cfg = config(GetParam());
-  ParamStore store;
-  CrossAttention attn(store, kSingle, "attn", cfg, 0.02f);
-  store.finalize();
-  randomize(store, 61);
+  build(61);
   const int64_t C = cfg.hidden_size;
   const std::vector<float> x = random_vector(kB * kT * C, 62), mem = random_vector(kB * kS * C, 63);
-  Arena arena;
   Tensor xt = Tensor::empty({kB * kT, C}, DType::F32);
   std::copy(x.begin(), x.end(), xt.data<float>());
-  const Tensor y = attn.forward(arena, xt, batch_with(mem.data(), nullptr));
+  const Tensor y = attn->forward(arena, xt, batch_with(mem.data(), nullptr));
   const std::vector<float> got(y.data<float>(), y.data<float>() + y.numel());
   EXPECT_LT(test::max_rel_error(got, reference(store, cfg, x, mem)), 1e-5);
 }
 
 TEST_P(CrossAttentionTest, GradientsOfParametersAndQueries) {
-  const TransformerConfig cfg = config(GetParam());
-  ParamStore store;
-  CrossAttention attn(store, kSingle, "attn", cfg, 0.02f);
-  store.finalize();
-  randomize(store, 64);
+  build(64);
   const int64_t C = cfg.hidden_size, N = kB * kT;
   const std::vector<float> mem = random_vector(kB * kS * C, 65);
   std::vector<float> dmem(mem.size());
-  Arena arena;
   check_gradients("CrossAttention (queries)", store, arena, random_vector(N * C, 66), {N, C},
                   sum_times_random(N * C, 67,
                                    [&](Arena& a, const Tensor& x) {
-                                     return attn.forward(a, x, batch_with(mem.data(), dmem.data()));
+                                     return attn->forward(a, x, batch_with(mem.data(), dmem.data()));
                                    },
-                                   [&](Arena& a, const Tensor& dy, Tensor& dx) { attn.backward(a, dy, dx); }));
+                                   [&](Arena& a, const Tensor& dy, Tensor& dx) { attn->backward(a, dy, dx); }));
 }
 
 // The memory as the input: its gradient is what backward adds to BatchInfo::memory_grad.
 TEST_P(CrossAttentionTest, GradientOfTheMemory) {
-  const TransformerConfig cfg = config(GetParam());
-  ParamStore store;
-  CrossAttention attn(store, kSingle, "attn", cfg, 0.02f);
-  store.finalize();
-  randomize(store, 68);
+  build(68);
   const int64_t C = cfg.hidden_size, N = kB * kT, M = kB * kS;
   const std::vector<float> x = random_vector(N * C, 69);
-  Arena arena;
   check_gradients("CrossAttention (memory)", store, arena, random_vector(M * C, 70), {M, C},
                   [&](Arena& a, const Tensor& mem, Tensor* dmem) {
                     Tensor xt = a.tensor({N, C});
                     std::copy(x.begin(), x.end(), xt.data<float>());
                     if (dmem) dmem->fill_(0.0f);  // backward adds to it
-                    Tensor y = attn.forward(a, xt, batch_with(mem.data<float>(), dmem ? dmem->data<float>() : nullptr));
+                    Tensor y = attn->forward(a, xt, batch_with(mem.data<float>(), dmem ? dmem->data<float>() : nullptr));
                     const std::vector<float> R = random_vector(N * C, 71);
                     double l = 0.0;
                     for (int64_t i = 0; i < N * C; ++i) l += static_cast<double>(y.data<float>()[i]) * R[i];
                     if (dmem) {
                       Tensor dy = a.tensor({N, C}), dx = a.tensor({N, C});
                       std::copy(R.begin(), R.end(), dy.data<float>());
-                      attn.backward(a, dy, dx);
+                      attn->backward(a, dy, dx);
                     }
                     return l;
                   });
