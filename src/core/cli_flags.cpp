@@ -1,6 +1,7 @@
 #include "core/cli_flags.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -183,5 +184,27 @@ double CliFlags::get_double(const std::string& name) const {
 }
 bool CliFlags::get_bool(const std::string& name) const { return lookup(name, Kind::Bool).values.at(0) == "true"; }
 std::vector<std::string> CliFlags::get_list(const std::string& name) const { return lookup(name, Kind::List).values; }
+
+std::vector<std::pair<std::string, std::string>> CliFlags::canonical_values() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(order_.size());
+  for (const std::string& name : order_) {
+    const Flag& f = flags_.at(name);
+    std::string v;
+    switch (f.kind) {
+      case Kind::Int: v = std::to_string(get_int(name)); break;
+      case Kind::Double: {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", get_double(name));
+        v = buf;
+        break;
+      }
+      default:
+        for (size_t k = 0; k < f.values.size(); ++k) v += (k ? " " : "") + f.values[k];
+    }
+    out.emplace_back(name, std::move(v));
+  }
+  return out;
+}
 
 }  // namespace megadlm

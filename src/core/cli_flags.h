@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace megadlm {
@@ -36,6 +37,10 @@ class CliFlags {
   double get_double(const std::string& name) const;
   bool get_bool(const std::string& name) const;
   std::vector<std::string> get_list(const std::string& name) const;
+
+  // Every declared flag in declaration order with its value spelled canonically ("1e-3" and "0.001"
+  // alike, list items joined by spaces), defaults included: what the ranks of one run compare.
+  std::vector<std::pair<std::string, std::string>> canonical_values() const;
 
  private:
   enum class Kind { String, Int, Double, Bool, List };

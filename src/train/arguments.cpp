@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/cli_flags.h"
+#include "parallel/mpi_communicator.h"
+#include "train/flag_agreement.h"
 #include "train/hf_init.h"
 #include "train/moe_arguments.h"
 #include "train/parallel_arguments.h"
@@ -161,6 +163,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
     return false;
   }
   require_unsupported_off(f);
+  require_same_flags_on_every_rank(f, *world_communicator());
 
   a.model_type = model_type_from_name(f.get_string("model-type"));
   a.model_running_mode = f.get_string("model-running-mode");

@@ -47,10 +47,9 @@ struct ChildOptions {
   long long max_file_bytes = -1;  // RLIMIT_FSIZE for the child (-1: unchanged); SIGXFSZ is ignored
 };
 
-// Runs MEGADLM_BINARY_DIR/bin/<name> with `args`, stdout and stderr into `log`, and waits for it.
-inline ChildResult run_binary(const std::string& name, const std::vector<std::string>& args, const std::string& log,
-                              const ChildOptions& opt = {}) {
-  const std::string prog = binary_path(name);
+// Runs the program at path `prog` with `args`, stdout and stderr into `log`, and waits for it.
+inline ChildResult run_program(const std::string& prog, const std::vector<std::string>& args, const std::string& log,
+                               const ChildOptions& opt = {}) {
   std::vector<std::string> copy = args;
   std::vector<char*> argv{const_cast<char*>(prog.c_str())};
   for (auto& s : copy) argv.push_back(s.data());
@@ -95,6 +94,12 @@ inline ChildResult run_binary(const std::string& name, const std::vector<std::st
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   r.output = read_log(log);
   return r;
+}
+
+// Runs MEGADLM_BINARY_DIR/bin/<name> with `args`, stdout and stderr into `log`, and waits for it.
+inline ChildResult run_binary(const std::string& name, const std::vector<std::string>& args, const std::string& log,
+                              const ChildOptions& opt = {}) {
+  return run_program(binary_path(name), args, log, opt);
 }
 
 // The failure mode every bad input must have: a normal exit with code 1 (an Error), no signal (a
