@@ -220,19 +220,23 @@ void HuggingFaceTokenizer::load(const json& j, const std::string& source, bool f
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"}) candidates.push_back(name);
   for (const std::string& c : candidates)
     if ((eod_ = token_to_id(c)) >= 0) break;
-  if (eod_ < 0) {  // not recorded in spec_: rebuilding from the same file appends it again
+  if (eod_ < 0) {
+    // A new id past the file's vocabulary, for the data pipeline's document separator only: not
+    // matched in text, where `tokenizers` (which does not know it) reads "<|endoftext|>" as ordinary
+    // text. Not recorded in spec_: rebuilding from the same file appends it again.
     eod_ = static_cast<int32_t>(vocab_size_);
-    register_added(AddedToken{"<|endoftext|>", eod_, false, false, false, true});
+    register_added(AddedToken{"<|endoftext|>", eod_, false, false, false, true}, /*match_in_text=*/false);
   }
 }
 
-void HuggingFaceTokenizer::register_added(const AddedToken& t) {
+void HuggingFaceTokenizer::register_added(const AddedToken& t, bool match_in_text) {
   for (const AddedToken& a : added_)
     if (a.content == t.content) return;  // `tokenizers` keeps the first of duplicates
   added_.push_back(t);
   vocab_size_ = std::max<int64_t>(vocab_size_, t.id + 1);
   added_index_of_id_.resize(vocab_size_, -1);
   added_index_of_id_[t.id] = static_cast<int32_t>(added_.size() - 1);
+  if (!match_in_text) return;
   const int phase = t.normalized ? 1 : 0;
   first_byte_[phase][static_cast<uint8_t>(t.content[0])] = true;
   std::vector<TrieNode>& trie = trie_[phase];

@@ -57,7 +57,8 @@ class HuggingFaceTokenizer : public Tokenizer {
 
   // `from_file`: look for a tokenizer_config.json beside `source` (for eod).
   void load(const nlohmann::json& j, const std::string& source, bool from_file);
-  void register_added(const AddedToken& t);
+  // `match_in_text`: encode() splits the token's text out of the input (every token of the file).
+  void register_added(const AddedToken& t, bool match_in_text = true);
   void encode_segment(const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
   void encode_phase(int phase, const uint8_t* p, size_t n, std::vector<int32_t>& out) const;
 

@@ -705,7 +705,12 @@ TEST(HuggingFace, FixturesGiveTheIdsOfTokenizers) {
       EXPECT_EQ(tok->decode(ids), want) << name << ", text: " << json(text).dump();
     }
   }
-  EXPECT_EQ(toks.size(), 4u);
+  EXPECT_EQ(toks.size(), 5u);
+  // Without an end-of-document token in the file one is appended past its vocabulary, for the
+  // data pipeline only: the text "<|endoftext|>" stays ordinary text (checked by the ids above).
+  const Tokenizer& no_eod = *toks["hf_no_eod_small.json"];
+  EXPECT_EQ(no_eod.eod(), 856);
+  EXPECT_EQ(no_eod.vocab_size(), 857);
   const Tokenizer& llama = *toks["hf_llama3_small.json"];
   EXPECT_EQ(llama.vocab_size(), 862);
   EXPECT_EQ(llama.eod(), llama.token_to_id("<|endoftext|>"));  // the fixture kept GPT-2's, first choice

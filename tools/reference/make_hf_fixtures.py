@@ -7,6 +7,8 @@
                                             normalized (non-special) added token
   tests/tokenizers/fixtures/hf_qwen2_small.json   NFC normalizer + Split(Qwen2 regex), merges rewritten as
                                             legacy "a b" strings, an rstrip token
+  tests/tokenizers/fixtures/hf_no_eod_small.json  ByteLevel, no special token and no <|endoftext|> in the
+                                            vocabulary (that text is ordinary text to `tokenizers`)
   tests/tokenizers/fixtures/hf_expected.jsonl     {"tokenizer", "text", "ids"} computed by `tokenizers` (tricky
                                             strings, special tokens in text, 40 random strings)
   tests/tokenizers/fixtures/nfc_expected.jsonl    {"text", "nfc"}: `tokenizers`' NFC normalizer on random
@@ -79,16 +81,20 @@ def main():
                                     special=["<|endoftext|>", "<|im_start|>", "<|im_end|>",
                                              AddedToken("[R]", rstrip=True, special=True)],
                                     other=[], nfc=True),
+        "hf_no_eod_small.json": dict(pre=pre_tokenizers.ByteLevel(add_prefix_space=False), ignore=False,
+                                     special=[], other=[], no_eod=True),
     }
     strings = [s for s in STRINGS if len(s) <= 400] + ["supercalifragilistic" * 40] + EXTRA + fuzz_strings(2, 40, 40)
     with open(os.path.join(out_dir, "hf_expected.jsonl"), "w") as out:
         for name, c in configs.items():
-            tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=c["ignore"]))
+            v = {t: n for t, n in vocab.items() if t != "<|endoftext|>"} if c.get("no_eod") else vocab
+            tok = Tokenizer(models.BPE(vocab=v, merges=merges, ignore_merges=c["ignore"]))
             tok.pre_tokenizer = c["pre"]
             if c.get("nfc"):
                 tok.normalizer = normalizers.NFC()
             tok.decoder = decoders.ByteLevel()
-            tok.add_special_tokens(c["special"])
+            if c["special"]:
+                tok.add_special_tokens(c["special"])
             if c["other"]:
                 tok.add_tokens(c["other"])
             path = os.path.join(out_dir, name)
