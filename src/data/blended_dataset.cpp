@@ -105,8 +105,9 @@ std::shared_ptr<TokenDataset> build_blend(const DataBlend& blend, Split which, i
                                           const GPTDatasetConfig& config,
                                           const std::vector<std::optional<SequenceRange>>& ranges,
                                           const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
+  auto has_documents = [&](size_t i) { return ranges[i] && ranges[i]->size() > 0; };
   if (blend.prefixes.size() == 1) {
-    if (!ranges[0]) return nullptr;
+    if (!has_documents(0)) return nullptr;
     GPTDatasetConfig c = config;
     c.num_samples = num_samples;
     return std::make_shared<GPTDataset>(data[0], *ranges[0], which, c);
@@ -114,37 +115,42 @@ std::shared_ptr<TokenDataset> build_blend(const DataBlend& blend, Split which, i
   MEGADLM_CHECK(num_samples > 0, "a blend of several datasets needs a number of samples for the ", split_name(which),
                 " split");
   double sum = 0;
-  for (double w : blend.weights) sum += w;
+  for (size_t i = 0; i < blend.prefixes.size(); ++i)
+    if (has_documents(i)) sum += blend.weights[i];
   std::vector<std::shared_ptr<const TokenDataset>> parts;
+  std::vector<double> weights;
   for (size_t i = 0; i < blend.prefixes.size(); ++i) {
-    if (!ranges[i]) return nullptr;
+    if (!has_documents(i)) continue;
     GPTDatasetConfig c = config;
     const double share = std::ceil(static_cast<double>(num_samples) * (blend.weights[i] / sum));
     c.num_samples = static_cast<int64_t>(std::ceil(share * 1.005));
     parts.push_back(std::make_shared<GPTDataset>(data[i], *ranges[i], which, c));
+    weights.push_back(blend.weights[i]);
   }
-  return std::make_shared<BlendedDataset>(std::move(parts), blend.weights, num_samples);
+  if (parts.empty()) return nullptr;
+  return std::make_shared<BlendedDataset>(std::move(parts), std::move(weights), num_samples);
 }
 
 }  // namespace
 
 std::shared_ptr<TokenDataset> build_gpt_split_dataset(const DataBlend& blend, const std::string& split, Split which,
-                                                      int64_t num_samples, const GPTDatasetConfig& config) {
+                                                      int64_t num_samples, const GPTDatasetConfig& config,
+                                                      int64_t vocab_size) {
   std::vector<std::shared_ptr<const IndexedDataset>> data;
   std::vector<std::optional<SequenceRange>> ranges;
   for (const std::string& p : blend.prefixes) {
-    data.push_back(std::make_shared<IndexedDataset>(p));
+    data.push_back(std::make_shared<IndexedDataset>(p, vocab_size));
     ranges.push_back(split_ranges(split, data.back()->num_sequences())[static_cast<int>(which)]);
   }
   return build_blend(blend, which, num_samples, config, ranges, data);
 }
 
 std::shared_ptr<TokenDataset> build_gpt_dataset_whole(const DataBlend& blend, Split which, int64_t num_samples,
-                                                      const GPTDatasetConfig& config) {
+                                                      const GPTDatasetConfig& config, int64_t vocab_size) {
   std::vector<std::shared_ptr<const IndexedDataset>> data;
   std::vector<std::optional<SequenceRange>> ranges;
   for (const std::string& p : blend.prefixes) {
-    data.push_back(std::make_shared<IndexedDataset>(p));
+    data.push_back(std::make_shared<IndexedDataset>(p, vocab_size));
     ranges.push_back(SequenceRange{0, data.back()->num_sequences()});
   }
   return build_blend(blend, which, num_samples, config, ranges, data);

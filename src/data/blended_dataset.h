@@ -57,13 +57,16 @@ DataBlend parse_data_path(const std::vector<std::string>& tokens);
 
 // Builds the dataset for one split with Megatron's rules: each prefix is cut by `split` (e.g.
 // "969,30,1"); one prefix gives its GPTDataset with num_samples, several give a BlendedDataset of
-// num_samples drawing ceil(ceil(num_samples * w_i) * 1.005) samples' worth from each. Returns null
-// when the split has zero weight.
+// num_samples drawing ceil(ceil(num_samples * w_i) * 1.005) samples' worth from each (w_i normalised).
+// A prefix whose part of the split holds no document is left out of the blend with its weight (a
+// small dataset's test split); null when no prefix has a document in the split. With vocab_size > 0
+// a token id at or above it is an Error naming the .bin when read.
 std::shared_ptr<TokenDataset> build_gpt_split_dataset(const DataBlend& blend, const std::string& split, Split which,
-                                                      int64_t num_samples, const GPTDatasetConfig& config);
+                                                      int64_t num_samples, const GPTDatasetConfig& config,
+                                                      int64_t vocab_size = 0);
 // The same with every prefix used whole for `which` (Megatron's --train-data-path / --valid-data-path
 // / --test-data-path).
 std::shared_ptr<TokenDataset> build_gpt_dataset_whole(const DataBlend& blend, Split which, int64_t num_samples,
-                                                      const GPTDatasetConfig& config);
+                                                      const GPTDatasetConfig& config, int64_t vocab_size = 0);
 
 }  // namespace megadlm

@@ -78,39 +78,23 @@ std::string cache_dir_for(const TrainArgs& a, const std::string& prefix) {
   return std::filesystem::path(prefix).parent_path().string() + "/cache";
 }
 
-GPTDatasetConfig gpt_config(const TrainArgs& a, const std::string& prefix, int64_t samples) {
+GPTDatasetConfig gpt_config(const TrainArgs& a, const DataBlend& blend) {
   GPTDatasetConfig c;
   c.seq_length = a.seq_length;
-  c.num_samples = samples;
   c.seed = a.seed;
-  c.cache_dir = cache_dir_for(a, prefix);
+  c.cache_dir = cache_dir_for(a, blend.prefixes.at(0));
   return c;
 }
 
-// One split of a blend: each prefix's dataset gets its share of the samples plus 0.5% (as Megatron),
-// then a BlendedDataset schedules them (or the single dataset is used directly).
-std::shared_ptr<const TokenDataset> build_split(const TrainArgs& a, const DataBlend& blend, Split split,
-                                                const std::string& split_string, int64_t samples) {
+// One split of --data-path (cut by --split) or one of --train/valid/test-data-path (used whole), with
+// the data library's Megatron blend; bounded by the model's vocabulary, so that a token beyond it is an
+// Error naming the .bin. No samples wanted: no dataset.
+std::shared_ptr<const TokenDataset> build_split(const TrainArgs& a, const std::vector<std::string>& paths, Split split,
+                                                int64_t samples, bool whole) {
   if (samples <= 0) return nullptr;
-  std::vector<std::shared_ptr<const TokenDataset>> parts;
-  std::vector<double> weights;
-  double wsum = 0;
-  for (double w : blend.weights) wsum += w;
-  for (size_t i = 0; i < blend.prefixes.size(); ++i) {
-    // Bounded by the model's vocabulary: a token beyond it is an Error naming the .bin, not a bad read.
-    auto data = std::make_shared<const IndexedDataset>(blend.prefixes[i], a.model.vocab_size);
-    auto ranges = split_ranges(split_string, data->num_sequences());
-    const auto& range = ranges[static_cast<int>(split)];
-    if (!range || range->size() == 0) continue;
-    const double share = blend.weights[i] / wsum;
-    const int64_t n = blend.prefixes.size() == 1 ? samples
-                                                 : static_cast<int64_t>(std::ceil(samples * share * 1.005)) + 1;
-    parts.push_back(std::make_shared<const GPTDataset>(data, *range, split, gpt_config(a, blend.prefixes[i], n)));
-    weights.push_back(blend.weights[i]);
-  }
-  if (parts.empty()) return nullptr;
-  if (parts.size() == 1) return parts[0];
-  return std::make_shared<const BlendedDataset>(parts, weights, samples);
+  const DataBlend blend = parse_data_path(paths);
+  if (whole) return build_gpt_dataset_whole(blend, split, samples, gpt_config(a, blend), a.model.vocab_size);
+  return build_gpt_split_dataset(blend, a.split, split, samples, gpt_config(a, blend), a.model.vocab_size);
 }
 
 }  // namespace
@@ -119,18 +103,15 @@ Datasets build_datasets(const TrainArgs& a, int64_t train_samples, int64_t valid
   Datasets d;
   std::ostringstream desc;
   if (!a.data_path.empty()) {
-    const DataBlend blend = parse_data_path(a.data_path);
-    d.train = build_split(a, blend, Split::Train, a.split, train_samples);
-    d.valid = build_split(a, blend, Split::Valid, a.split, valid_samples);
-    d.test = build_split(a, blend, Split::Test, a.split, test_samples);
-    desc << blend.prefixes.size() << " prefix(es), split " << a.split;
+    d.train = build_split(a, a.data_path, Split::Train, train_samples, false);
+    d.valid = build_split(a, a.data_path, Split::Valid, valid_samples, false);
+    d.test = build_split(a, a.data_path, Split::Test, test_samples, false);
+    desc << parse_data_path(a.data_path).prefixes.size() << " prefix(es), split " << a.split;
   } else {
     // Separate paths: each whole dataset serves its split.
-    d.train = build_split(a, parse_data_path(a.train_data_path), Split::Train, "1,0,0", train_samples);
-    if (!a.valid_data_path.empty())
-      d.valid = build_split(a, parse_data_path(a.valid_data_path), Split::Train, "1,0,0", valid_samples);
-    if (!a.test_data_path.empty())
-      d.test = build_split(a, parse_data_path(a.test_data_path), Split::Train, "1,0,0", test_samples);
+    d.train = build_split(a, a.train_data_path, Split::Train, train_samples, true);
+    if (!a.valid_data_path.empty()) d.valid = build_split(a, a.valid_data_path, Split::Valid, valid_samples, true);
+    if (!a.test_data_path.empty()) d.test = build_split(a, a.test_data_path, Split::Test, test_samples, true);
     desc << "separate train/valid/test paths";
   }
   MEGADLM_CHECK(d.train != nullptr, "the training split is empty (check --data-path and --split ", a.split, ")");
