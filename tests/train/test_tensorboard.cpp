@@ -157,7 +157,7 @@ TEST(TensorBoardWriter, AFailedWriteIsAnErrorNamingTheFile) {
   ASSERT_TRUE(fs::exists("/dev/full"));
   // Every write to /dev/full fails with ENOSPC, as on a full disk; the first event is flushed at once.
   const std::string msg = test::error_of([] { TensorBoardWriter w("/dev/full"); });
-  EXPECT_NE(msg.find("/dev/full: write failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/dev/full: write failed (No space left on device)"), std::string::npos) << msg;
 }
 
 TEST(TensorBoardWriter, EventFilesGetNewNamesInACreatedDirectory) {
@@ -289,4 +289,23 @@ TEST(TensorBoardTrainer, BadDirectoryOrIntervalIsAnErrorNamingTheFlag) {
                                   tmp / "log.txt");
   EXPECT_CLEAN_ERROR_EXIT(r);
   EXPECT_NE(r.output.find("pretrain_difflm: error: --tensorboard-dir: " + not_a_dir), std::string::npos) << r.output;
+}
+
+// A full disk while the event file grows (RLIMIT_FSIZE, as tests/robustness/test_full_disk.cpp does):
+// the run ends with exit 1 and an error naming the event file, not a signal.
+TEST(TensorBoardTrainer, FullDiskEndsTheRunWithAnErrorNamingTheEventFile) {
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 60);
+  const std::string tb = tmp / "tb";
+  // Few log lines, so that the program's own log stays far below the limit the event file reaches.
+  const auto flags = test::plus(with(test::tiny_difflm_flags(data), "--log-interval", "1000"), {"--train-iters", "30"});
+  auto r = test::run_binary("pretrain_difflm", flags, tmp / "warm.log");  // builds the dataset indices
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  test::ChildOptions opt;
+  opt.max_file_bytes = 6000;
+  r = test::run_binary("pretrain_difflm", test::plus(flags, {"--tensorboard-dir", tb}), tmp / "full.log", opt);
+  EXPECT_CLEAN_ERROR_EXIT(r);
+  EXPECT_NE(r.output.find("pretrain_difflm: error: " + tb + "/events.out.tfevents."), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(": write failed (File too large)"), std::string::npos) << r.output;
 }
