@@ -12,6 +12,7 @@
 #include "train/parallel_arguments.h"
 #include "train/precision_arguments.h"
 #include "train/signals.h"
+#include "train/tensorboard_arguments.h"
 
 namespace megadlm {
 
@@ -124,7 +125,7 @@ void declare(CliFlags& f) {
   f.add_int("eval-interval", 1000, "iterations between evaluations");
   f.add_int("eval-iters", 10, "validation micro-batches per evaluation");
   f.add_int("log-interval", 10, "iterations between log lines");
-  f.add_string("tensorboard-dir", "", "TensorBoard event files (not available in this build: an error)");
+  declare_tensorboard_flags(f);  // --tensorboard-dir, ... (train/tensorboard_arguments.cpp)
   // checkpoints
   f.add_string("save", "", "checkpoint directory (guide spelling: --output-dir)");
   f.add_int("save-interval", 0, "iterations between checkpoints (0 = only at the end)");
@@ -147,8 +148,6 @@ void require_unsupported_off(const CliFlags& f) {
                 ": dropout is not available in this build yet (use 0)");
   MEGADLM_CHECK(f.get_double("attention-dropout") == 0.0, "--attention-dropout ", f.get_double("attention-dropout"),
                 ": dropout is not available in this build yet (use 0)");
-  MEGADLM_CHECK(f.get_string("tensorboard-dir").empty(),
-                "--tensorboard-dir: TensorBoard output is not available in this build (metrics go to metrics.jsonl)");
 }
 
 }  // namespace
@@ -285,6 +284,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.eval_interval = f.get_int("eval-interval");
   a.eval_iters = f.get_int("eval-iters");
   a.log_interval = std::max<int64_t>(1, f.get_int("log-interval"));
+  a.tensorboard = read_tensorboard_flags(f);
   a.save = f.get_string("save");
   a.save_interval = f.get_int("save-interval");
   a.load = f.get_string("load");

@@ -14,6 +14,7 @@
 #include "optim/lr_schedule.h"
 #include "train/parallel_arguments.h"
 #include "train/precision_arguments.h"
+#include "train/tensorboard_arguments.h"
 
 namespace megadlm {
 
@@ -48,7 +49,7 @@ struct TrainArgs {
   Device device = Device::CPU;  // --device cpu|cuda: where parameters, activations and AdamW live
   // evaluation, logging
   int64_t eval_interval = 1000, eval_iters = 10, log_interval = 10;
-  std::string tensorboard_dir;
+  TensorBoardArgs tensorboard;        // --tensorboard-dir, --tensorboard-log-interval, ... (train/tensorboard_arguments.h)
   // checkpoints
   std::string save, load;
   std::string load_hf;                 // --load-hf: start from a HuggingFace checkpoint directory

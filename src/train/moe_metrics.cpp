@@ -5,18 +5,41 @@
 
 namespace megadlm {
 
-MoEReport collect_moe_report(LanguageModel& model) {
+std::vector<MoELayerReport> take_moe_layers(LanguageModel& model) {
+  std::vector<MoELayerReport> out;
+  for (MoELayer* layer : model.moe_layers()) out.push_back({layer->name(), layer->take_stats()});
+  return out;
+}
+
+void add_moe_layers(std::vector<MoELayerReport>& into, const std::vector<MoELayerReport>& more) {
+  if (into.empty()) {
+    into = more;
+    return;
+  }
+  for (size_t l = 0; l < more.size(); ++l) {
+    MoEStats& a = into[l].stats;
+    const MoEStats& b = more[l].stats;
+    a.tokens_per_expert.resize(std::max(a.tokens_per_expert.size(), b.tokens_per_expert.size()), 0.0);
+    for (size_t e = 0; e < b.tokens_per_expert.size(); ++e) a.tokens_per_expert[e] += b.tokens_per_expert[e];
+    a.assignments += b.assignments;
+    a.dropped += b.dropped;
+    a.aux_loss += b.aux_loss;
+    a.z_loss += b.z_loss;
+    a.micro_batches += b.micro_batches;
+  }
+}
+
+MoEReport summarize_moe(std::vector<MoELayerReport> layers) {
   MoEReport r;
   double assignments = 0, dropped = 0;
-  for (MoELayer* layer : model.moe_layers()) {
-    MoELayerReport lr{layer->name(), layer->take_stats()};
+  for (const MoELayerReport& lr : layers) {
     const double mb = lr.stats.micro_batches > 0 ? static_cast<double>(lr.stats.micro_batches) : 1.0;
     r.aux_loss += lr.stats.aux_loss / mb;
     r.z_loss += lr.stats.z_loss / mb;
     assignments += lr.stats.assignments;
     dropped += lr.stats.dropped;
-    r.layers.push_back(std::move(lr));
   }
+  r.layers = std::move(layers);
   r.dropped_fraction = assignments > 0 ? dropped / assignments : 0.0;
   return r;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // MoE training metrics: per MoE layer the tokens routed to each expert, the dropped fraction and the
-// aux / z losses, gathered from the layers (and reset there) at each log interval.
+// aux / z losses, taken from the layers (and reset there) after each step and summed over the log
+// interval.
 #include <string>
 #include <vector>
 
@@ -23,7 +24,12 @@ struct MoEReport {
   bool empty() const { return layers.empty(); }
 };
 
-MoEReport collect_moe_report(LanguageModel& model);  // takes (and resets) each layer's statistics
+// Each MoE layer's statistics since the last take, in layer order; resets them in the layers.
+std::vector<MoELayerReport> take_moe_layers(LanguageModel& model);
+// Adds `more` (the same layers, as take_moe_layers gives them) into `into`; an empty `into` takes a copy.
+void add_moe_layers(std::vector<MoELayerReport>& into, const std::vector<MoELayerReport>& more);
+// The totals over the layers.
+MoEReport summarize_moe(std::vector<MoELayerReport> layers);
 std::string moe_line_suffix(const MoEReport& r);      // " | moe aux ... | moe z ... | moe dropped ..."
 std::vector<std::string> moe_layer_lines(const MoEReport& r);
 void add_moe_metrics(const MoEReport& r, nlohmann::json& j);

@@ -79,6 +79,11 @@ Trainer::Trainer(const TrainArgs& args)
   // --make-vocab-size-divisible-by x tp, above, so every tp rank gets an equal slice.
   parallel_ = std::make_unique<ParallelTraining>(args_.parallel, args_.model, args_.micro_batch_size,
                                                  args_.global_batch_size, args_.device);
+  // Before the model is built, so that an unusable directory fails fast.
+  if (args_.tensorboard.enabled() && parallel_->writes_files()) {
+    tensorboard_ = std::make_unique<TensorBoardLog>(args_.tensorboard, args_.model.moe);
+    log_info("TensorBoard: writing ", tensorboard_->path());
+  }
   // On a device the parameters are drawn on the host (the same values as on the CPU) and uploaded.
   model_ = std::make_unique<LanguageModel>(args_.model, spec, parallel_->context(), true, true, args_.device);
   model_->params().init(args_.seed);
@@ -240,6 +245,7 @@ int64_t Trainer::run() {
   while (iteration_ < args_.train_iters) {
     const Step step = train_step(loader, M);
     interval += step;
+    if (tensorboard_ && tensorboard_->training_due(iteration_)) log_tensorboard(step);
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters)
       log_interval(step, interval, tokens_per_step, flops_per_token);
     if (data_.valid && args_.eval_interval > 0 && iteration_ % args_.eval_interval == 0) {
@@ -296,6 +302,7 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
   step_guard_.record(skip, iteration_ + 1, step.loss, step.grad_norm);
   precision_->after_step(copies_written);
   precision_->report_memory_once(memory_);
+  step.moe = take_moe_layers(*model_);
   consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
   ++iteration_;
   return step;
@@ -318,7 +325,7 @@ void Trainer::log_interval(const Step& last, Interval& interval, double tokens_p
                 " | grad norm %.3f | tokens/s %.0f | MFU %.1f%% | step time %.1f ms | skipped %lld", last.grad_norm,
                 tps, 100.0 * mfu, 1000.0 * secs / steps,
                 static_cast<long long>(step_guard_.total() + precision_->overflow_skips()));
-  const MoEReport moe = collect_moe_report(*model_);
+  const MoEReport moe = summarize_moe(std::move(interval.moe));
   std::string comm_text;
   nlohmann::json comm_json = nlohmann::json::object();
   parallel_->take_comm_report(interval.steps, comm_text, comm_json);
@@ -340,13 +347,29 @@ void Trainer::log_interval(const Step& last, Interval& interval, double tokens_p
     if (comm_json.contains("comm")) j["comm"] = comm_json["comm"];
     metrics_->write(j);
   }
+  if (tensorboard_)
+    tensorboard_->timers(iteration_, secs / steps, tps * flops_per_token / (1e12 * parallel_->context().world_size));
   interval = Interval();
+}
+
+void Trainer::log_tensorboard(const Step& step) {
+  TrainingScalars s;
+  s.iteration = iteration_;
+  s.consumed_samples = static_cast<int64_t>(consumed_samples_);
+  s.loss = step.loss;
+  s.lr = step.lr;
+  s.grad_norm = step.grad_norm;
+  s.loss_scale = precision_->grad_scale();
+  s.batch_size = args_.global_batch_size;
+  s.world_size = parallel_->context().world_size;
+  tensorboard_->training(s, step.moe);
 }
 
 void Trainer::evaluate_and_log(int64_t iteration) {
   const EvalResult e = evaluate(*data_.valid, args_.eval_iters);
   log_info("validation at iteration ", iteration, ": loss ", e.loss, " | ", objective_->perplexity_name(), " ", e.ppl);
   if (metrics_) metrics_->write({{"iteration", iteration}, {"val_loss", e.loss}, {"val_ppl", e.ppl}});
+  if (tensorboard_) tensorboard_->validation(iteration, static_cast<int64_t>(consumed_samples_), e.loss);
 }
 
 bool Trainer::save_or_exit(const Timer& run_timer) {

@@ -16,10 +16,12 @@
 #include "train/arguments.h"
 #include "train/data_setup.h"
 #include "train/metrics.h"
+#include "train/moe_metrics.h"
 #include "train/parallel_training.h"
 #include "train/precision_runtime.h"
 #include "train/signals.h"
 #include "train/step_guard.h"
+#include "train/tensorboard_log.h"
 
 namespace megadlm {
 
@@ -54,17 +56,20 @@ class Trainer {
   struct Step {
     double loss = 0, grad_norm = 0, lr = 0;
     ObjectiveStats stats;
+    std::vector<MoELayerReport> moe;  // this rank's MoE layers' statistics of the step
   };
   // The sums of a log interval: reset after each log line.
   struct Interval {
     double loss = 0;
     int64_t steps = 0;
     ObjectiveStats stats;
+    std::vector<MoELayerReport> moe;
     Timer timer;
     Interval& operator+=(const Step& s) {
       loss += s.loss;
       ++steps;
       stats += s.stats;
+      add_moe_layers(moe, s.moe);
       return *this;
     }
   };
@@ -74,6 +79,7 @@ class Trainer {
   // reduction, the update (or the skip of a non-finite step).
   Step train_step(BatchLoader& loader, int64_t M);
   void log_interval(const Step& last, Interval& interval, double tokens_per_step, double flops_per_token);
+  void log_tensorboard(const Step& step);
   void evaluate_and_log(int64_t iteration);
   // Saves when --save-interval, the last iteration or an exit asks; true when the run must stop
   // (--exit-interval, --exit-duration-in-mins, a signal), decided alike on every rank.
@@ -103,6 +109,7 @@ class Trainer {
   bool peak_is_bf16_ = false;  // the peak is the bf16 products' rate
   int gpu_index_ = 0;  // the node's GPU this rank drives (select_device), on a device
   std::unique_ptr<JsonlWriter> metrics_;
+  std::unique_ptr<TensorBoardLog> tensorboard_;  // --tensorboard-dir, on the rank that writes files
   MicroBatch micro_batch_;  // the storage every training micro-batch is prepared into
 };
 
