@@ -100,6 +100,20 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
+std::string why_cannot_create(const std::string& path) {
+  const std::string tmp = temporary_name_for(path);
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return errno_text();
+  std::fclose(f);
+  std::remove(tmp.c_str());
+  return "";
+}
+
+void check_creatable(const std::string& flag, const std::string& path) {
+  const std::string why = why_cannot_create(path);
+  MEGADLM_CHECK(why.empty(), flag, " ", path, ": cannot create it (", why, ")");
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   MEGADLM_CHECK(in.good(), path, ": cannot open (", errno_text(), ")");
