@@ -55,7 +55,7 @@ void write_file_atomic(const std::string& path, const std::vector<std::pair<cons
     }
   }
   try {
-    flush_and_close(f, tmp);
+    flush_and_close(f, path);  // the error names the file the caller asked for, not its temporary
     rename_or_fail(tmp, path);
   } catch (...) {
     std::remove(tmp.c_str());
@@ -75,7 +75,7 @@ StagedFile::StagedFile(std::string path, const void* data, size_t bytes)
       std::fclose(f);
       fail(path_, ": write failed (", why, ")");
     }
-    flush_and_close(f, tmp_);
+    flush_and_close(f, path_);
   } catch (...) {
     std::remove(tmp_.c_str());
     throw;
