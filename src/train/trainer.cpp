@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "checkpoint/native_checkpoint.h"
@@ -50,7 +51,9 @@ void check_load_path(const std::string& load) {
     MEGADLM_CHECK(S_ISDIR(st.st_mode), "--load ", load, ": not a directory");
     return;
   }
-  MEGADLM_CHECK(errno != ENOTDIR, "--load ", load, ": a component of the path is not a directory");
+  const int e = errno;
+  if (e == ENOENT) return;
+  fail("--load ", load, ": ", e == ENOTDIR ? "a component of the path is not a directory" : std::strerror(e));
 }
 
 std::string iteration_list(const std::vector<int64_t>& its) {
@@ -193,7 +196,9 @@ void Trainer::load() {
 void Trainer::check_save_dir() const {
   const std::vector<int64_t> its = checkpoint_iterations_in(args_.save);
   if (its.empty()) return;
-  const std::string parent = std::filesystem::path(resumed_from_).parent_path().string();
+  std::filesystem::path loaded(resumed_from_);
+  if (!loaded.has_filename()) loaded = loaded.parent_path();  // --load given with a trailing '/'
+  const std::string parent = loaded.parent_path().string();
   const bool resumes_here = !resumed_from_.empty() && same_directory(parent.empty() ? "." : parent, args_.save);
   MEGADLM_CHECK(resumes_here, "--save ", args_.save, " already holds checkpoints (iterations ", iteration_list(its),
                 ") that this run does not resume from",

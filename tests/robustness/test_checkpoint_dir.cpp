@@ -229,8 +229,11 @@ TEST_F(CheckpointDirProgram, NewRunRefusesASaveDirectoryHoldingCheckpoints) {
     EXPECT_FALSE(contains(r.output, "iteration        1/")) << "it trained\n" << r.output;
     EXPECT_EQ(checksums_under(save), before);
   }
-  // Resuming that directory is what the message asks for, and works.
+  // Resuming that directory is what the message asks for, and works, also through --load naming the
+  // checkpoint directory itself.
   r = train({"--train-iters", "3", "--load", save, "--save", save}, "resume.log");
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  r = train({"--train-iters", "4", "--load", save + "/iter_0000003/", "--save", save}, "resume.log");
   EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
 }
 
