@@ -20,6 +20,7 @@
 
 #include "checkpoint/model_loader.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "core/cli_flags.h"
 #include "data/indexed_dataset.h"
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
       std::fputs(f.help().c_str(), stdout);
       return 0;
     }
+    if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
     Timer total;
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
@@ -262,11 +264,8 @@ int main(int argc, char** argv) {
     res["seconds"] = total.seconds();
     const std::string text = res.dump(2);
     std::cout << text << "\n";
-    if (!f.get_string("output").empty()) {
-      std::ofstream out(f.get_string("output"));
-      MEGADLM_CHECK(out.good(), f.get_string("output"), ": cannot create");
-      out << text << "\n";
-    }
+    // Written whole under a temporary name and renamed: a failed write leaves any previous file intact.
+    if (!f.get_string("output").empty()) write_file_atomic(f.get_string("output"), text + "\n");
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "evaluate: error: %s\n", e.what());

@@ -12,11 +12,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/model_loader.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "core/cli_flags.h"
 #include "tokenizers/tokenizer.h"
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
       std::fputs(f.help().c_str(), stdout);
       return 0;
     }
+    if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by generate yet");
@@ -162,11 +165,10 @@ int main(int argc, char** argv) {
       }
       for (size_t i : idx) secs[i] = t.seconds();  // the batch's wall time
     }
-    std::ofstream out_file;
-    if (!f.get_string("output").empty()) {
-      out_file.open(f.get_string("output"));
-      MEGADLM_CHECK(out_file.good(), f.get_string("output"), ": cannot create");
-    }
+    // --output is written whole at the end (write_file_atomic): a failed write leaves no cut file and
+    // any previous output intact.
+    std::ostringstream out_file;
+    const bool to_file = !f.get_string("output").empty();
     int64_t new_tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       new_tokens += static_cast<int64_t>(gen[i].size());
@@ -174,9 +176,10 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"prompt", prompts[i]}, {"generation", text}, {"tokens", gen[i].size()},
                           {"batch_seconds", secs[i]}};
       if (lm.diffusion) j["denoising_steps"] = model_calls[i];
-      if (out_file.is_open()) out_file << j.dump() << "\n";
+      if (to_file) out_file << j.dump() << "\n";
       else std::cout << "=== prompt: " << prompts[i] << "\n" << prompts[i] << text << "\n";
     }
+    if (to_file) write_file_atomic(f.get_string("output"), out_file.str());
     const double s = total.seconds();
     log_info("generated ", new_tokens, " tokens for ", prompts.size(), " prompt(s) in ", s, " s (",
              static_cast<double>(new_tokens) / std::max(s, 1e-9), " tokens/s)");

@@ -3,14 +3,18 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/log.h"
 
 namespace fs = std::filesystem;
 
@@ -39,6 +43,22 @@ void fsync_dir(const std::string& dir) {
 }
 
 const char* kPointer = "latest_checkpointed_iteration.txt";
+
+// The iteration a directory named iter_<digits> holds; nullopt for any other name (iter_N.tmp,
+// iter_N.old, a renamed copy).
+std::optional<int64_t> iteration_of_name(const std::string& name) {
+  if (name.size() <= 5 || name.rfind("iter_", 0) != 0 || name.size() > 5 + 18) return std::nullopt;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  return std::stoll(name.substr(5));
+}
+
+// The last component of a directory path, a trailing '/' ignored.
+std::string base_name(const std::string& dir) {
+  fs::path p(dir);
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
 
 }  // namespace
 
@@ -117,25 +137,6 @@ std::string save_checkpoint(const std::string& save_dir, const LanguageModel& mo
   return final_dir;
 }
 
-std::string resolve_checkpoint_dir(const std::string& path) {
-  if (fs::exists(path + "/state.json")) return path;
-  const std::string ptr = path + "/" + kPointer;
-  if (!fs::exists(ptr)) return "";
-  std::string text = read_file(ptr);
-  long long it = -1;
-  try {
-    size_t used = 0;
-    it = std::stoll(text, &used);
-  } catch (...) {
-    fail(ptr, ": does not hold an iteration number");
-  }
-  MEGADLM_CHECK(it >= 0, ptr, ": negative iteration ", it);
-  const std::string dir = path + "/" + iter_name(it);
-  MEGADLM_CHECK(fs::exists(dir + "/state.json"), ptr, " points to iteration ", it, " but ", dir,
-                " is missing or incomplete");
-  return dir;
-}
-
 // Parses and validates <dir>/state.json: every field used later has the right type, so that no
 // JSON type error can escape as anything but an Error naming the file.
 static nlohmann::json read_state_json(const std::string& dir) {
@@ -160,6 +161,12 @@ static nlohmann::json read_state_json(const std::string& dir) {
   MEGADLM_CHECK(sums.is_object(), path, ": checksums_fnv1a64 is not an object");
   for (auto it = sums.begin(); it != sums.end(); ++it)
     MEGADLM_CHECK(it->is_string(), path, ": the checksum of ", it.key(), " is not a string");
+  // The directory's name and the checksummed files decide the iteration: state.json is not covered
+  // by a checksum, and trusting an edited or stale iteration would re-run iterations on resume and
+  // replace the checkpoints they produced.
+  const std::optional<int64_t> named = iteration_of_name(base_name(dir));
+  MEGADLM_CHECK(!named || *named == j["iteration"].get<int64_t>(), path, ": iteration ", j["iteration"].get<int64_t>(),
+                " does not match the directory's iteration ", *named, " (", base_name(dir), ")");
   return j;
 }
 
@@ -212,6 +219,98 @@ void load_checkpoint_tensors(const std::string& dir, LanguageModel& model, AdamW
     }
     optimizer->set_steps_taken(j.value("optimizer_steps", int64_t{0}));
   }
+}
+
+std::string checkpoint_problem(const std::string& dir) {
+  try {
+    const nlohmann::json j = read_state_json(dir);
+    const nlohmann::json sums = j.value("checksums_fnv1a64", nlohmann::json::object());
+    verify_checksum(dir, sums, "model.safetensors");
+    for (auto it = sums.begin(); it != sums.end(); ++it) verify_checksum(dir, sums, it.key());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<int64_t> checkpoint_iterations_in(const std::string& save_dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(save_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::optional<int64_t> n = iteration_of_name(it->path().filename().string());
+    if (n && it->is_directory(ec)) out.push_back(*n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// The iteration the pointer file names (an Error naming the file when it holds anything else).
+int64_t read_pointer(const std::string& ptr) {
+  const std::string text = read_file(ptr);
+  long long it = -1;
+  try {
+    size_t used = 0;
+    it = std::stoll(text, &used);
+  } catch (...) {
+    fail(ptr, ": does not hold an iteration number");
+  }
+  MEGADLM_CHECK(it >= 0, ptr, ": negative iteration ", it);
+  return it;
+}
+
+// Without a pointer file the save directory's contents decide: the newest iter_N whose state.json is
+// valid and whose files match their checksums. Anything newer that is skipped (an unfinished
+// iter_N.tmp, a directory that fails its checks) is named in a warning with the reason. A directory
+// that holds checkpoint directories none of which is complete is an Error: starting from scratch
+// there would overwrite them.
+std::string newest_complete_checkpoint(const std::string& path) {
+  struct Candidate {
+    int64_t iteration;
+    std::string name;
+    bool temporary;  // iter_N.tmp / iter_N.old: never loaded
+  };
+  std::vector<Candidate> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("iter_", 0) != 0 || !it->is_directory(ec)) continue;
+    const std::string stem = name.substr(0, name.find('.'));
+    const std::optional<int64_t> n = iteration_of_name(stem);
+    if (n) found.push_back({*n, name, stem != name});
+  }
+  // Only leftovers of crashed saves: nothing that a new run could replace.
+  if (std::all_of(found.begin(), found.end(), [](const Candidate& c) { return c.temporary; })) return "";
+  std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    return a.iteration != b.iteration ? a.iteration > b.iteration : a.name > b.name;
+  });
+  std::string skipped;
+  for (const Candidate& c : found) {
+    const std::string dir = path + "/" + c.name;
+    const std::string why = c.temporary ? "an unfinished save, never loaded" : checkpoint_problem(dir);
+    if (why.empty()) {
+      log_info("warning: ", path, " has no ", kPointer, "; resuming from the newest complete checkpoint ", dir,
+               skipped.empty() ? "" : "; skipped:" + skipped);
+      return dir;
+    }
+    skipped += " " + c.name + " (" + why + ")";
+  }
+  fail(path, ": no ", kPointer, " and none of its checkpoint directories is complete:", skipped,
+       "; refusing to start from scratch over them (repair or move them, or give another directory)");
+}
+
+}  // namespace
+
+std::string resolve_checkpoint_dir(const std::string& path) {
+  if (fs::exists(path + "/state.json")) return path;
+  const std::string ptr = path + "/" + kPointer;
+  if (!fs::exists(ptr)) return newest_complete_checkpoint(path);
+  const int64_t it = read_pointer(ptr);
+  const std::string dir = path + "/" + iter_name(it);
+  MEGADLM_CHECK(fs::exists(dir + "/state.json"), ptr, " points to iteration ", it, " but ", dir,
+                " is missing or incomplete");
+  return dir;
 }
 
 }  // namespace megadlm

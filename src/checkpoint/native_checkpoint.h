@@ -10,6 +10,7 @@
 // loadable.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,10 +30,20 @@ std::string save_checkpoint(const std::string& save_dir, const LanguageModel& mo
                             const CheckpointState& state);
 
 // The directory that `path` designates: a checkpoint directory itself (has state.json), or a save
-// directory whose latest_checkpointed_iteration.txt points to one. "" when `path` holds no checkpoint.
+// directory whose latest_checkpointed_iteration.txt points to one. Without the pointer, the newest
+// iter_N that passes checkpoint_problem() (a warning names each newer directory skipped and why; an
+// Error when there are iter_* directories but none is complete). "" when `path` holds no checkpoint.
 std::string resolve_checkpoint_dir(const std::string& path);
 
-// Reads state.json (checksums verified when the tensors are loaded).
+// Why the checkpoint directory `dir` cannot be loaded (state.json invalid or contradicting the
+// directory's name, a file missing or failing its checksum); "" when it is complete.
+std::string checkpoint_problem(const std::string& dir);
+
+// The iterations of the iter_N directories in a save directory, ascending (temporaries excluded).
+std::vector<int64_t> checkpoint_iterations_in(const std::string& save_dir);
+
+// Reads state.json (checksums verified when the tensors are loaded). An Error when its iteration
+// differs from the one in the directory's name (iter_NNNNNNN).
 CheckpointState read_checkpoint_state(const std::string& ckpt_dir);
 
 // Loads parameters (and the optimizer state when optimizer is not null) after verifying checksums and

@@ -55,7 +55,7 @@ void write_file_atomic(const std::string& path, const std::vector<std::pair<cons
     }
   }
   try {
-    flush_and_close(f, tmp);
+    flush_and_close(f, path);  // the error names the file the caller asked for, not its temporary
     rename_or_fail(tmp, path);
   } catch (...) {
     std::remove(tmp.c_str());
@@ -75,7 +75,7 @@ StagedFile::StagedFile(std::string path, const void* data, size_t bytes)
       std::fclose(f);
       fail(path_, ": write failed (", why, ")");
     }
-    flush_and_close(f, tmp_);
+    flush_and_close(f, path_);
   } catch (...) {
     std::remove(tmp_.c_str());
     throw;
@@ -98,6 +98,20 @@ void write_file_atomic(const std::string& path, const void* data, size_t bytes) 
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+std::string why_cannot_create(const std::string& path) {
+  const std::string tmp = temporary_name_for(path);
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return errno_text();
+  std::fclose(f);
+  std::remove(tmp.c_str());
+  return "";
+}
+
+void check_creatable(const std::string& flag, const std::string& path) {
+  const std::string why = why_cannot_create(path);
+  MEGADLM_CHECK(why.empty(), flag, " ", path, ": cannot create it (", why, ")");
 }
 
 std::string read_file(const std::string& path) {

@@ -44,6 +44,13 @@ void rename_or_fail(const std::string& from, const std::string& to);
 // Makes renames in the directory of `path` durable (best effort).
 void sync_directory_of(const std::string& path);
 
+// Why no file can be created at `path` ("" when one can), found by creating and removing a
+// temporary file next to it: lets a program refuse an unwritable output at start-up rather than
+// after the work that produces it.
+std::string why_cannot_create(const std::string& path);
+// An Error "<flag> <path>: cannot create it (<reason>)" when why_cannot_create(path) names a reason.
+void check_creatable(const std::string& flag, const std::string& path);
+
 // The whole file; Error naming the path when it cannot be read.
 std::string read_file(const std::string& path);
 

@@ -131,9 +131,11 @@ void declare(CliFlags& f) {
   f.add_int("save-interval", 0, "iterations between checkpoints (0 = only at the end)");
   f.add_string("load", "", "resume from this checkpoint directory");
   f.add_string("load-hf", "", "start from a HuggingFace checkpoint directory (model flags from its config.json)");
-  f.add_bool("finetune", "load weights only; iteration and data position start at 0");
+  f.add_bool("finetune", "load weights only (no optimizer state); iteration and data position start at 0");
   f.add_bool("no-load-optim", "do not load the optimizer state");
-  f.add_bool("no-load-rng", "do not load the RNG state");
+  f.add_bool("no-load-rng",
+             "accepted for Megatron compatibility and has no effect: there is no RNG state to load (every random "
+             "draw is Philox keyed by --seed and the sample and step indices)");
   f.add_int("exit-interval", 0, "exit (after saving) when the iteration is a multiple of this");
   f.add_double("exit-duration-in-mins", 0, "exit (after saving) after this many minutes");
   f.add_bool("exit-signal-handler", "on --exit-signal or SIGINT: finish the iteration, save, exit 0");

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "nn/moe/moe_counts.h"
 
@@ -43,9 +44,9 @@ double model_flops_per_token(const TransformerConfig& c, int64_t T) {
   return 6.0 * matrix_params + 12.0 * static_cast<double>(c.num_layers) * hd * static_cast<double>(T);
 }
 
-JsonlWriter::JsonlWriter(const std::string& path) {
+JsonlWriter::JsonlWriter(const std::string& path) : path_(path) {
   f_ = std::fopen(path.c_str(), "a");
-  MEGADLM_CHECK(f_ != nullptr, path, ": cannot open the metrics file for appending");
+  MEGADLM_CHECK(f_ != nullptr, path, ": cannot open the metrics file for appending (", errno_text(), ")");
 }
 
 JsonlWriter::~JsonlWriter() {
@@ -55,8 +56,10 @@ JsonlWriter::~JsonlWriter() {
 void JsonlWriter::write(const nlohmann::json& j) {
   if (!f_) return;
   const std::string line = j.dump() + "\n";
-  std::fwrite(line.data(), 1, line.size(), f_);
-  std::fflush(f_);
+  // Each line reaches the file before training goes on: a full disk stops the run here, naming the
+  // file, instead of leaving a metrics file that silently ends early.
+  const bool ok = std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0;
+  MEGADLM_CHECK(ok, path_, ": write failed (", errno_text(), ")");
 }
 
 std::string human_bytes(double b) {

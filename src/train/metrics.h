@@ -35,11 +35,12 @@ class JsonlWriter {
   ~JsonlWriter();
   JsonlWriter(const JsonlWriter&) = delete;
   JsonlWriter& operator=(const JsonlWriter&) = delete;
-  void write(const nlohmann::json& j);
+  void write(const nlohmann::json& j);  // one line, flushed; an Error naming the file when it fails
   bool open() const { return f_ != nullptr; }
 
  private:
   std::FILE* f_ = nullptr;
+  std::string path_;
 };
 
 std::string human_bytes(double bytes);  // "1.23 GiB"

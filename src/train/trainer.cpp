@@ -1,12 +1,16 @@
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "checkpoint/native_checkpoint.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "kernels/dispatch.h"
 #include "models/config_json.h"
@@ -29,6 +33,42 @@ std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& go
   return out;
 }
 
+// --save must be a directory this process can create files in; found out at start-up, not at the
+// first save after hours of training.
+void prepare_save_dir(const std::string& save) {
+  std::error_code ec;
+  std::filesystem::create_directories(save, ec);
+  MEGADLM_CHECK(!ec, "--save ", save, ": cannot create the directory (", ec.message(), ")");
+  const std::string why = why_cannot_create(save + "/.write_probe");
+  MEGADLM_CHECK(why.empty(), "--save ", save, ": cannot create files there (", why, ")");
+}
+
+// A --load path that cannot hold a checkpoint because it is, or lies under, something other than a
+// directory. A path that does not exist is a run with nothing to resume yet (Megatron's --load).
+void check_load_path(const std::string& load) {
+  struct stat st {};
+  if (::stat(load.c_str(), &st) == 0) {
+    MEGADLM_CHECK(S_ISDIR(st.st_mode), "--load ", load, ": not a directory");
+    return;
+  }
+  const int e = errno;
+  if (e == ENOENT) return;
+  fail("--load ", load, ": ", e == ENOTDIR ? "a component of the path is not a directory" : std::strerror(e));
+}
+
+std::string iteration_list(const std::vector<int64_t>& its) {
+  std::string out;
+  for (size_t i = 0; i < its.size() && i < 5; ++i) out += (i ? ", " : "") + std::to_string(its[i]);
+  if (its.size() > 5) out += ", ... " + std::to_string(its.back());
+  return out;
+}
+
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  const bool same = std::filesystem::equivalent(a, b, ec);
+  return !ec && same;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainArgs& args)
@@ -41,6 +81,8 @@ Trainer::Trainer(const TrainArgs& args)
       fail("--device ", device_name(args_.device), ": ", e.what());
     }
   }
+  if (!args_.save.empty() && world_rank() == 0) prepare_save_dir(args_.save);
+  if (!args_.load.empty()) check_load_path(args_.load);
   // Tokenizer, mask token and vocabulary.
   tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
   eod_ = tokenizer_->eod();
@@ -96,7 +138,7 @@ Trainer::Trainer(const TrainArgs& args)
   });
   if (!args_.load.empty()) load();
   if (!args_.save.empty() && parallel_->writes_files()) {
-    std::filesystem::create_directories(args_.save);
+    check_save_dir();
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
   // The peak of the products the run makes (bf16 ones under --bf16 with bf16 products), per rank: the
@@ -150,9 +192,30 @@ void Trainer::load() {
   if (!args_.finetune) {
     iteration_ = st.iteration;
     consumed_samples_ = st.consumed_samples;
+    resumed_from_ = dir;
   }
   log_info("loaded checkpoint ", dir, " (iteration ", st.iteration, ", consumed samples ", st.consumed_samples,
            args_.finetune ? "; --finetune: starting at iteration 0" : "", ")");
+}
+
+void Trainer::check_save_dir() const {
+  const std::vector<int64_t> its = checkpoint_iterations_in(args_.save);
+  if (its.empty()) return;
+  std::filesystem::path loaded(resumed_from_);
+  if (!loaded.has_filename()) loaded = loaded.parent_path();  // --load given with a trailing '/'
+  const std::string parent = loaded.parent_path().string();
+  const bool resumes_here = !resumed_from_.empty() && same_directory(parent.empty() ? "." : parent, args_.save);
+  MEGADLM_CHECK(resumes_here, "--save ", args_.save, " already holds checkpoints (iterations ", iteration_list(its),
+                ") that this run does not resume from",
+                args_.finetune ? " (--finetune starts a new run at iteration 0)" : "",
+                "; it would replace them: give --load ", args_.save,
+                args_.finetune ? " without --finetune" : "", " to resume them, or an empty --save directory");
+  // A resume from an older checkpoint of the same directory (the pointer set back by hand, or a crash
+  // between a directory's rename and the pointer's update) goes over the newer iterations again.
+  for (int64_t it : its)
+    if (it > iteration_)
+      log_info("warning: --save ", args_.save, " holds iteration ", it, ", newer than the one resumed (", iteration_,
+               "); this run replaces it if it saves that iteration");
 }
 
 void Trainer::save(int64_t iteration) {

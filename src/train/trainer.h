@@ -86,6 +86,8 @@ class Trainer {
   bool save_or_exit(const Timer& run_timer);
   void save(int64_t iteration);
   void load();
+  // Refuses a --save directory whose checkpoints this run would replace without resuming from them.
+  void check_save_dir() const;
   nlohmann::json checkpoint_meta() const;
 
   TrainArgs args_;
@@ -103,6 +105,7 @@ class Trainer {
   std::unique_ptr<PrecisionRuntime> precision_;  // --bf16 / --fp16 / --fp8-format, --recompute-*
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0;
+  std::string resumed_from_;  // the checkpoint directory a resume loaded ("" for a new run or --finetune)
   StepGuard step_guard_;  // non-finite steps: skip, count, stop after --max-skipped-steps in a row
   std::function<void(int64_t, Trainer&)> after_backward_hook_;
   double peak_flops_ = 0;

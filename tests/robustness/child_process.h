@@ -45,6 +45,7 @@ inline std::string read_log(const std::string& path) {
 struct ChildOptions {
   double timeout_s = 60;
   long long max_file_bytes = -1;  // RLIMIT_FSIZE for the child (-1: unchanged); SIGXFSZ is ignored
+  std::string stdout_path;        // stdout into this file ("": into the log with stderr)
 };
 
 // Runs the program at path `prog` with `args`, stdout and stderr into `log`, and waits for it.
@@ -61,6 +62,11 @@ inline ChildResult run_program(const std::string& prog, const std::vector<std::s
     if (fd < 0) _exit(126);
     dup2(fd, 1);
     dup2(fd, 2);
+    if (!opt.stdout_path.empty()) {
+      const int out = ::open(opt.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out < 0) _exit(126);
+      dup2(out, 1);
+    }
     if (opt.max_file_bytes >= 0) {
       // A write past the limit then fails with EFBIG instead of killing the process with SIGXFSZ:
       // what a full disk (ENOSPC) looks like to the writer. An ignored disposition survives exec.
