@@ -20,9 +20,11 @@
 
 #include "checkpoint/model_loader.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "core/cli_flags.h"
 #include "data/indexed_dataset.h"
+#include "data/preprocess.h"
 #include "tokenizers/tokenizer.h"
 #include "infer/likelihood.h"
 
@@ -79,11 +81,11 @@ int main(int argc, char** argv) {
     f.add_string("load", "", "checkpoint directory (or the --save directory of a run)", true);
     f.add_string("device", "cpu", "cpu or cuda (one GPU): where the model runs");
     f.add_string("data-path", "", "Megatron dataset prefix (<prefix>.bin/.idx) for perplexity");
-    f.add_int("seq-length", 0, "tokens per evaluation window (default: the checkpoint's --seq-length)");
-    f.add_int("eval-samples", 64, "number of windows");
-    f.add_int("micro-batch-size", 8, "windows (GPT) or masked copies (diffusion) per model call");
-    f.add_int("mc-samples", 32, "diffusion: Monte Carlo draws of the mask per sequence");
-    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance for conditional likelihoods");
+    f.add_int("seq-length", 0, "tokens per evaluation window (default: the checkpoint's --seq-length)", at_least(0));
+    f.add_int("eval-samples", 64, "number of windows", at_least(1));
+    f.add_int("micro-batch-size", 8, "windows (GPT) or masked copies (diffusion) per model call", at_least(1));
+    f.add_int("mc-samples", 32, "diffusion: Monte Carlo draws of the mask per sequence", at_least(1));
+    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance for conditional likelihoods", at_least(0));
     f.add_string("choices-file", "", ".jsonl of {\"context\", \"choices\": [..], \"label\"} for accuracy");
     f.add_string("prompt", "", "conditional log-likelihood: the given text");
     f.add_string("answer", "", "conditional log-likelihood: the scored continuation");
@@ -117,6 +119,10 @@ int main(int argc, char** argv) {
       MEGADLM_CHECK(T >= 2, "--seq-length must be at least 2, got ", T);
       const int64_t n = f.get_int("eval-samples");
       MEGADLM_CHECK(n >= 1, "--eval-samples must be positive, got ", n);
+      // Data tokenized otherwise than the model was trained would be scored as noise.
+      if (lm.state.meta.contains("tokenizer"))
+        check_data_tokenizer(f.get_string("data-path"), *make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"])),
+                             "the checkpoint " + lm.dir);
       nlohmann::json d = {{"data_path", f.get_string("data-path")}, {"seq_length", T}};
       std::vector<double> per_window;  // nats per token of each window
       int64_t tokens = 0;
@@ -222,8 +228,7 @@ int main(int argc, char** argv) {
       did = true;
       Timer t;
       const std::string path = f.get_string("choices-file");
-      std::ifstream in(path);
-      MEGADLM_CHECK(in.good(), path, ": cannot open");
+      std::ifstream in = open_input_file(path, "--choices-file", false);
       std::vector<ChoiceItem> items;
       std::string line;
       int64_t ln = 0;
@@ -260,7 +265,8 @@ int main(int argc, char** argv) {
     }
     MEGADLM_CHECK(did, "nothing to evaluate: give --data-path, --choices-file or --answer");
     res["seconds"] = total.seconds();
-    const std::string text = res.dump(2);
+    // Paths and --prompt / --answer may hold any bytes: ill-formed UTF-8 is written as U+FFFD.
+    const std::string text = res.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     std::cout << text << "\n";
     if (!f.get_string("output").empty()) {
       std::ofstream out(f.get_string("output"));

@@ -10,6 +10,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/hash.h"
 
 namespace fs = std::filesystem;
@@ -43,8 +44,7 @@ const char* kPointer = "latest_checkpointed_iteration.txt";
 }  // namespace
 
 uint64_t file_checksum(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MEGADLM_CHECK(in.good(), path, ": cannot open to checksum");
+  std::ifstream in = open_input_file(path);
   uint64_t h = kFnv1a64Offset;
   std::vector<char> buf(1 << 20);
   while (in) {
