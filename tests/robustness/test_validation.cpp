@@ -415,6 +415,25 @@ TEST(Validation, DirectoryAsInputThroughTheDataPrograms) {
   expect_output_names(r, {data + ".bin", "is a directory"});
 }
 
+// Training with --tokenizer-type refuses data whose sidecar records another tokenizer, and takes
+// data whose sidecar records the same one.
+TEST(Validation, TrainingRefusesDataOfAnotherTokenizer) {
+  test::TempDir dir;
+  const std::string data = test::make_counting_dataset(dir.str(), 40);
+  auto write_sidecar = [&](const TokenizerSpec& spec) {
+    const auto tok = make_tokenizer(spec);
+    json j = spec.to_json();
+    j["vocab_size"] = tok->vocab_size();
+    j["eod"] = tok->eod();
+    write_text(sidecar_path(data), j.dump());
+  };
+  write_sidecar(TokenizerSpec{"ByteTokenizer", "", "", "", 0, {}});
+  expect_error([&] { Trainer t(test::parse_flags(tiny_train_argv(data, {}))); },
+               {data, sidecar_path(data), "another tokenizer", "ByteTokenizer", "NullTokenizer", "--tokenizer-type"});
+  write_sidecar(TokenizerSpec{"NullTokenizer", "", "", "", 64, {}});
+  EXPECT_EQ(error_of([&] { Trainer t(test::parse_flags(tiny_train_argv(data, {}))); }), "");
+}
+
 // ---- through generate and evaluate, on a tiny checkpoint ---------------------------------------
 
 namespace {
