@@ -113,7 +113,7 @@ void require_readable_file(const std::string& path, std::string_view what) {
   MEGADLM_CHECK(!path.empty(), "no ", what.empty() ? std::string_view("file") : what, " given (empty path)");
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  MEGADLM_CHECK(st.type() != std::filesystem::file_type::not_found, named(path, what), ": no such file");
+  MEGADLM_CHECK(st.type() != std::filesystem::file_type::not_found, named(path, what), ": cannot open (no such file)");
   MEGADLM_CHECK(st.type() != std::filesystem::file_type::directory, named(path, what), ": is a directory, not a file");
   // Opening tells what status() may not (permissions, a dangling link, EACCES on a parent).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
