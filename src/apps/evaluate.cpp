@@ -120,9 +120,10 @@ int main(int argc, char** argv) {
       const int64_t n = f.get_int("eval-samples");
       MEGADLM_CHECK(n >= 1, "--eval-samples must be positive, got ", n);
       // Data tokenized otherwise than the model was trained would be scored as noise.
-      if (lm.state.meta.contains("tokenizer"))
-        check_data_tokenizer(f.get_string("data-path"), *make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"])),
-                             "the checkpoint " + lm.dir);
+      if (lm.state.meta.contains("tokenizer")) {
+        const auto model_tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
+        check_data_tokenizer(f.get_string("data-path"), *model_tok, "the checkpoint " + lm.dir);
+      }
       nlohmann::json d = {{"data_path", f.get_string("data-path")}, {"seq_length", T}};
       std::vector<double> per_window;  // nats per token of each window
       int64_t tokens = 0;

@@ -191,7 +191,8 @@ double parameter_bound(const TransformerConfig& c) {
   }
   const double per_layer = C * (H + 2 * K) * D + H * D * C + ffn + 4 * C + 2 * D;
   double total = static_cast<double>(c.num_layers) * per_layer + 2 * static_cast<double>(c.vocab_size) * C + 2 * C;
-  if (c.position_embedding == PositionEmbedding::LearnedAbsolute) total += static_cast<double>(c.max_position_embeddings) * C;
+  if (c.position_embedding == PositionEmbedding::LearnedAbsolute)
+    total += static_cast<double>(c.max_position_embeddings) * C;
   return total;
 }
 
@@ -239,7 +240,8 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
             "'); supported: gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe");
   info.bos_token_id = token_id(j, "bos_token_id");
   info.eos_token_id = token_id(j, "eos_token_id");
-  c.init_method_std = static_cast<float>(positive(opt<double>(j, "initializer_range", 0.02, where), "initializer_range", where));
+  c.init_method_std =
+      static_cast<float>(positive(opt<double>(j, "initializer_range", 0.02, where), "initializer_range", where));
   c.attention_mask = MaskType::Causal;
 
   if (info.layout == HfLayout::GPT2) {
@@ -253,7 +255,8 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.vocab_size = req_size(j, "vocab_size", where, 2);
     c.max_position_embeddings = req_size(j, "n_positions", where);
     c.normalization = NormKind::LayerNorm;
-    c.norm_epsilon = static_cast<float>(positive(opt<double>(j, "layer_norm_epsilon", 1e-5, where), "layer_norm_epsilon", where));
+    c.norm_epsilon =
+        static_cast<float>(positive(opt<double>(j, "layer_norm_epsilon", 1e-5, where), "layer_norm_epsilon", where));
     const std::string act = opt<std::string>(j, "activation_function", "gelu_new", where);
     MEGADLM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function '", act,
                   "' is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)");
@@ -306,7 +309,8 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.num_attention_heads = req_size(j, "num_attention_heads", where);
     c.num_query_groups = opt_size(j, "num_key_value_heads", c.num_attention_heads, where);
     const bool has_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
-    if (!has_head_dim) require_divisible(c.hidden_size, "hidden_size", c.num_attention_heads, "num_attention_heads", where);
+    if (!has_head_dim)
+      require_divisible(c.hidden_size, "hidden_size", c.num_attention_heads, "num_attention_heads", where);
     c.kv_channels = has_head_dim ? req_size(j, "head_dim", where) : c.hidden_size / c.num_attention_heads;
     c.ffn_hidden_size = req_size(j, "intermediate_size", where);
     c.vocab_size = req_size(j, "vocab_size", where, 2);

@@ -40,7 +40,8 @@ std::string number_text(double v) {
 // Refuses a value outside the flag's range, naming the flag, the range and the value as given.
 void check_range(const std::string& flag, const FlagRange& r, double v, const std::string& given) {
   if (r.contains(v)) return;
-  if (std::isnan(v) || (std::isinf(v) && !r.allow_inf)) fail("--", flag, " must be a finite number (", r.text(), "), got '", given, "'");
+  if (std::isnan(v) || (std::isinf(v) && !r.allow_inf))
+    fail("--", flag, " must be a finite number (", r.text(), "), got '", given, "'");
   fail("--", flag, " must be ", r.text(), ", got '", given, "'");
 }
 
