@@ -41,6 +41,10 @@ DType dtype_from_flag(const std::string& s) {
 
 void hf_to_native(const CliFlags& f) {
   const std::string src = f.get_string("from-hf"), dst = f.get_string("to-native");
+  // The tokenizer is built before anything is written: a corrupt or unsupported one is an Error naming
+  // its file, and the output directory is left without a checkpoint.
+  const TokenizerSpec src_tok = hf_tokenizer_spec(src);
+  const int64_t tokenizer_vocab = src_tok.type.empty() ? 0 : make_tokenizer(src_tok)->vocab_size();
   HfCheckpoint ck = read_hf_checkpoint(src);
   const ModelType type = f.given("model-type") ? model_type_from_name(f.get_string("model-type"))
                                                : (ck.info.diffusion ? ModelType::DiffLM : ModelType::GPT);
@@ -61,11 +65,7 @@ void hf_to_native(const CliFlags& f) {
   st.meta["config"] = config_to_json(cfg);
   if (!tok.type.empty()) {
     st.meta["tokenizer"] = tok.to_json();
-    try {
-      st.meta["tokenizer_vocab_size"] = make_tokenizer(tok)->vocab_size();
-    } catch (const Error& e) {
-      log_info("note: the tokenizer could not be built here (", e.what(), "); its files are carried along anyway");
-    }
+    st.meta["tokenizer_vocab_size"] = tokenizer_vocab;
   }
   st.meta["mask_token"] = type == ModelType::DiffLM ? mask : -1;
   st.meta["eod"] = ck.info.eos_token_id;
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     f.add_string("from-hf", "", "HuggingFace directory to import (config.json, safetensors, tokenizer files)");
     f.add_string("to-native", "", "save directory for the native checkpoint");
     f.add_string("model-type", "", "gpt or difflm (default: difflm when config.json records a diffusion model)");
-    f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)");
+    f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)", at_least(0));
     f.add_string("from-native", "", "native checkpoint (a directory or a --save directory)");
     f.add_string("to-hf", "", "HuggingFace directory to write");
     f.add_string("layout", "", "gpt2, llama, qwen2, qwen3, llada, mixtral or qwen3_moe (default: the source layout, else from the config)");

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "core/cli_flags.h"
 #include "data/indexed_dataset.h"
+#include "data/preprocess.h"
 #include "tokenizers/tokenizer.h"
 #include "infer/likelihood.h"
 
@@ -80,11 +81,11 @@ int main(int argc, char** argv) {
     f.add_string("load", "", "checkpoint directory (or the --save directory of a run)", true);
     f.add_string("device", "cpu", "cpu or cuda (one GPU): where the model runs");
     f.add_string("data-path", "", "Megatron dataset prefix (<prefix>.bin/.idx) for perplexity");
-    f.add_int("seq-length", 0, "tokens per evaluation window (default: the checkpoint's --seq-length)");
-    f.add_int("eval-samples", 64, "number of windows");
-    f.add_int("micro-batch-size", 8, "windows (GPT) or masked copies (diffusion) per model call");
-    f.add_int("mc-samples", 32, "diffusion: Monte Carlo draws of the mask per sequence");
-    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance for conditional likelihoods");
+    f.add_int("seq-length", 0, "tokens per evaluation window (default: the checkpoint's --seq-length)", at_least(0));
+    f.add_int("eval-samples", 64, "number of windows", at_least(1));
+    f.add_int("micro-batch-size", 8, "windows (GPT) or masked copies (diffusion) per model call", at_least(1));
+    f.add_int("mc-samples", 32, "diffusion: Monte Carlo draws of the mask per sequence", at_least(1));
+    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance for conditional likelihoods", at_least(0));
     f.add_string("choices-file", "", ".jsonl of {\"context\", \"choices\": [..], \"label\"} for accuracy");
     f.add_string("prompt", "", "conditional log-likelihood: the given text");
     f.add_string("answer", "", "conditional log-likelihood: the scored continuation");
@@ -119,6 +120,11 @@ int main(int argc, char** argv) {
       MEGADLM_CHECK(T >= 2, "--seq-length must be at least 2, got ", T);
       const int64_t n = f.get_int("eval-samples");
       MEGADLM_CHECK(n >= 1, "--eval-samples must be positive, got ", n);
+      // Data tokenized otherwise than the model was trained would be scored as noise.
+      if (lm.state.meta.contains("tokenizer")) {
+        const auto model_tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
+        check_data_tokenizer(f.get_string("data-path"), *model_tok, "the checkpoint " + lm.dir);
+      }
       nlohmann::json d = {{"data_path", f.get_string("data-path")}, {"seq_length", T}};
       std::vector<double> per_window;  // nats per token of each window
       int64_t tokens = 0;
@@ -224,8 +230,7 @@ int main(int argc, char** argv) {
       did = true;
       Timer t;
       const std::string path = f.get_string("choices-file");
-      std::ifstream in(path);
-      MEGADLM_CHECK(in.good(), path, ": cannot open");
+      std::ifstream in = open_input_file(path, "--choices-file", false);
       std::vector<ChoiceItem> items;
       std::string line;
       int64_t ln = 0;
@@ -262,7 +267,8 @@ int main(int argc, char** argv) {
     }
     MEGADLM_CHECK(did, "nothing to evaluate: give --data-path, --choices-file or --answer");
     res["seconds"] = total.seconds();
-    const std::string text = res.dump(2);
+    // Paths and --prompt / --answer may hold any bytes: ill-formed UTF-8 is written as U+FFFD.
+    const std::string text = res.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     std::cout << text << "\n";
     // Written whole under a temporary name and renamed: a failed write leaves any previous file intact.
     if (!f.get_string("output").empty()) write_file_atomic(f.get_string("output"), text + "\n");

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/cli_flags.h"
 #include "tokenizers/tokenizer.h"
+#include "tokenizers/unicode.h"
 #include "infer/sampling.h"
 
 using namespace megadlm;
@@ -30,8 +31,7 @@ namespace {
 
 std::vector<std::string> read_prompts(const std::string& path) {
   std::vector<std::string> prompts;
-  std::ifstream in(path);
-  MEGADLM_CHECK(in.good(), path, ": cannot open");
+  std::ifstream in = open_input_file(path, "--prompt-file", false);
   std::string line;
   int64_t n = 0;
   while (std::getline(in, line)) {
@@ -60,20 +60,20 @@ int main(int argc, char** argv) {
     f.add_list("prompt", {}, "prompt text(s)");
     f.add_string("prompt-file", "", ".jsonl file with a \"prompt\" (or \"text\") key per line");
     f.add_string("output", "", ".jsonl output (default: print to stdout)");
-    f.add_int("batch-size", 8, "prompts decoded together (diffusion: prompts of equal token length)");
-    f.add_int("gen-length", 64, "diffusion: tokens to generate");
-    f.add_int("steps", 64, "diffusion: denoising steps (ignored with --threshold)");
-    f.add_int("block-length", 0, "diffusion: block size (default --gen-length)");
+    f.add_int("batch-size", 8, "prompts decoded together (diffusion: prompts of equal token length)", at_least(1));
+    f.add_int("gen-length", 64, "diffusion: tokens to generate", at_least(1));
+    f.add_int("steps", 64, "diffusion: denoising steps (ignored with --threshold)", at_least(1));
+    f.add_int("block-length", 0, "diffusion: block size (default --gen-length)", at_least(0));
     f.add_string("remasking", "low_confidence", "diffusion: low_confidence or random");
     f.add_string("sampler", "llada", "diffusion: llada (reverse process) or mdlm (ancestral)");
-    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance scale (0 = off)");
-    f.add_double("threshold", 0.0, "diffusion: commit every token above this confidence per step (0 = off)");
+    f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance scale (0 = off)", at_least(0));
+    f.add_double("threshold", 0.0, "diffusion: commit every token above this confidence per step (0 = off)", closed_open(0, 1));
     f.add_bool("prefix-cache", "diffusion: reuse the prefix keys/values within a block (approximate)");
-    f.add_int("max-new-tokens", 64, "gpt: tokens to generate");
+    f.add_int("max-new-tokens", 64, "gpt: tokens to generate", at_least(0));
     f.add_bool("no-kv-cache", "gpt: re-run the whole prefix for every token (reference)");
-    f.add_double("temperature", 0.0, "sampling temperature (0 = greedy)");
-    f.add_int("top-k", 0, "gpt: keep the k most likely tokens (0 = all)");
-    f.add_double("top-p", 1.0, "gpt: nucleus sampling threshold");
+    f.add_double("temperature", 0.0, "sampling temperature (0 = greedy)", at_least(0));
+    f.add_int("top-k", 0, "gpt: keep the k most likely tokens (0 = all)", at_least(0));
+    f.add_double("top-p", 1.0, "gpt: nucleus sampling threshold", open_closed(0, 1));
     f.add_int("seed", 0, "sampling seed (prompt i uses seed + i)");
     f.parse(argc, argv);
     if (f.help_requested()) {
@@ -172,12 +172,18 @@ int main(int argc, char** argv) {
     int64_t new_tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       new_tokens += static_cast<int64_t>(gen[i].size());
-      const std::string text = tok->decode(gen[i]);
-      nlohmann::json j = {{"prompt", prompts[i]}, {"generation", text}, {"tokens", gen[i].size()},
+      // A byte-level BPE sample may end inside a character and a prompt may hold any bytes: both are
+      // decoded as HuggingFace's decode does, ill-formed UTF-8 becoming U+FFFD, so the JSON is valid.
+      const std::string text = unicode::replace_invalid_utf8(tok->decode(gen[i]));
+      const std::string prompt = unicode::replace_invalid_utf8(prompts[i]);
+      nlohmann::json j = {{"prompt", prompt}, {"generation", text}, {"tokens", gen[i].size()},
                           {"batch_seconds", secs[i]}};
       if (lm.diffusion) j["denoising_steps"] = model_calls[i];
-      if (to_file) out_file << j.dump() << "\n";
-      else std::cout << "=== prompt: " << prompts[i] << "\n" << prompts[i] << text << "\n";
+      if (to_file) out_file << j.dump() << "
+";
+      else std::cout << "=== prompt: " << prompt << "
+" << prompt << text << "
+";
     }
     if (to_file) write_file_atomic(f.get_string("output"), out_file.str());
     const double s = total.seconds();

@@ -51,11 +51,11 @@ int main(int argc, char** argv) {
   try {
     CliFlags flags("inspect_data", "Counts documents and tokens of Megatron .bin/.idx datasets; decodes samples.");
     flags.add_list("data-path", {}, "dataset prefixes (weights, as in --data-path W1 P1 ..., are skipped)", true);
-    flags.add_int("sample", -1, "decode this GPTDataset sample of the first prefix");
-    flags.add_int("seq-length", 0, "sequence length for --sample");
+    flags.add_int("sample", -1, "decode this GPTDataset sample of the first prefix", at_least(0));
+    flags.add_int("seq-length", 0, "sequence length for --sample", at_least(0));
     flags.add_int("seed", 1234, "shuffle seed for --sample");
     flags.add_string("split", "1", "train,valid,test weights for --sample (the train part is shown)");
-    flags.add_int("document", -1, "decode this document of the first prefix");
+    flags.add_int("document", -1, "decode this document of the first prefix", at_least(0));
     flags.parse(argc, argv);
     if (flags.help_requested()) {
       std::fputs(flags.help().c_str(), stdout);

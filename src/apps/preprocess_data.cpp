@@ -19,15 +19,15 @@ int main(int argc, char** argv) {
     flags.add_list("json-keys", {"text"}, "keys to extract; one dataset per key");
     flags.add_string("output-prefix", "", "output path without suffix (<prefix>_<key>_document.bin/.idx)", true);
     flags.add_bool("append-eod", "append the end-of-document token to every document");
-    flags.add_int("workers", 1, "tokenizer threads");
+    flags.add_int("workers", 1, "tokenizer threads", at_least(1));
     flags.add_string("tokenizer-type", "", "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
                                            "Llama2Tokenizer, NullTokenizer, ByteTokenizer", true);
     flags.add_string("vocab-file", "", "vocab.json (GPT2BPETokenizer)");
     flags.add_string("merge-file", "", "merges.txt (GPT2BPETokenizer)");
     flags.add_string("tokenizer-model", "", "tokenizer.json (HuggingFace) or .model (SentencePiece)");
-    flags.add_int("vocab-size", 0, "vocabulary size (NullTokenizer)");
+    flags.add_int("vocab-size", 0, "vocabulary size (NullTokenizer)", at_least(0));
     flags.add_bool("strict", "stop at the first bad line (default: report it, skip it, go on)");
-    flags.add_int("log-interval", 1000, "documents between progress lines (0: none)");
+    flags.add_int("log-interval", 1000, "documents between progress lines (0: none)", at_least(0));
     flags.add_string("dataset-impl", "mmap", "accepted for old Megatron scripts; only mmap exists");
     flags.parse(argc, argv);
     if (flags.help_requested()) {

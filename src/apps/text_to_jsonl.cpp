@@ -13,6 +13,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/cli_flags.h"
 
 using namespace megadlm;
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     f.add_string("output", "", "output .jsonl", true);
     f.add_string("separator", "", "a line equal to this separates documents (default: one document per file)");
     f.add_string("json-key", "text", "key of the document text");
-    f.add_int("min-chars", 1, "drop documents shorter than this");
+    f.add_int("min-chars", 1, "drop documents shorter than this", at_least(0));
     f.add_bool("join-lines", "join the lines of each paragraph with spaces (for hard-wrapped text)");
     f.parse(argc, argv);
     if (f.help_requested()) {
@@ -75,8 +76,7 @@ int main(int argc, char** argv) {
       doc.clear();
     };
     for (const std::string& path : f.get_list("input")) {
-      std::ifstream in(path, std::ios::binary);
-      MEGADLM_CHECK(in.good(), path, ": cannot open");
+      std::ifstream in = open_input_file(path, "--input");
       std::string line, doc;
       while (std::getline(in, line)) {
         if (!sep.empty() && line == sep) emit(doc);

@@ -36,10 +36,10 @@ int main(int argc, char** argv) {
     CliFlags f("train_tokenizer", "Train a byte-level BPE tokenizer on a .jsonl corpus; writes tokenizer.json.");
     f.add_string("input", "", ".jsonl (or .jsonl.gz) corpus, one JSON object per line", true);
     f.add_list("json-keys", {"text"}, "keys whose string values are trained on");
-    f.add_int("vocab-size", 0, "vocabulary size, special tokens and the 256 bytes included", true);
+    f.add_int("vocab-size", 0, "vocabulary size, special tokens and the 256 bytes included", at_least(1), true);
     f.add_string("output", "", "tokenizer.json to write", true);
     f.add_list("special-tokens", {"<|endoftext|>"}, "special tokens, comma-separated (ids 0, 1, ...)");
-    f.add_int("min-frequency", 2, "pairs seen fewer times are not merged");
+    f.add_int("min-frequency", 2, "pairs seen fewer times are not merged", at_least(0));
     f.parse(argc, argv);
     if (f.help_requested()) {
       std::fputs(f.help().c_str(), stdout);

@@ -2,9 +2,12 @@
 // and the export (hf_config_from_info).
 #include "checkpoint/hf_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace megadlm {
 
@@ -73,6 +76,34 @@ T opt(const json& j, const char* key, T dflt, const std::string& where) {
   }
 }
 
+// A size field (heads, layers, widths, vocabulary, experts): the conversion divides by it or sizes
+// tensors with it, so it must be at least `min`.
+int64_t at_least(int64_t v, int64_t min, const char* key, const std::string& where) {
+  MEGADLM_CHECK(v >= min, where, ": config.json field '", key, "' must be at least ", min, ", got ", v);
+  return v;
+}
+
+int64_t req_size(const json& j, const char* key, const std::string& where, int64_t min = 1) {
+  return at_least(req<int64_t>(j, key, where), min, key, where);
+}
+
+int64_t opt_size(const json& j, const char* key, int64_t dflt, const std::string& where, int64_t min = 1) {
+  return at_least(opt<int64_t>(j, key, dflt, where), min, key, where);
+}
+
+// A real field that must be finite and above zero (epsilons, RoPE base, init std).
+double positive(double v, const char* key, const std::string& where) {
+  MEGADLM_CHECK(std::isfinite(v) && v > 0, where, ": config.json field '", key, "' must be a positive number, got ", v);
+  return v;
+}
+
+// hidden / heads is the head dimension where config.json has no head_dim: it must divide exactly.
+void require_divisible(int64_t hidden, const char* hidden_key, int64_t heads, const char* heads_key,
+                       const std::string& where) {
+  MEGADLM_CHECK(hidden % heads == 0, where, ": config.json ", hidden_key, " ", hidden, " is not a multiple of ",
+                heads_key, " ", heads);
+}
+
 int32_t token_id(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number_integer()) return -1;  // null, absent, or a list (several eos)
   return j[key].get<int32_t>();
@@ -99,7 +130,7 @@ double rope_theta(const json& j, const std::string& where) {
   }
   MEGADLM_CHECK(opt<double>(j, "partial_rotary_factor", 1.0, where) == 1.0, where,
                 ": config.json partial_rotary_factor is not 1 (partial RoPE is not supported)");
-  return theta;
+  return positive(theta, "rope_theta", where);
 }
 
 // Mixtral: num_local_experts, num_experts_per_tok, intermediate_size per expert; softmax, top-k,
@@ -109,9 +140,11 @@ double rope_theta(const json& j, const std::string& where) {
 void read_moe_fields(const json& j, HfLayout layout, TransformerConfig& c, const std::string& where) {
   MoEConfig& m = c.moe;
   m.num_experts = j.contains("num_local_experts") && !j["num_local_experts"].is_null()
-                      ? req<int64_t>(j, "num_local_experts", where)
-                      : req<int64_t>(j, "num_experts", where);
-  m.topk = req<int64_t>(j, "num_experts_per_tok", where);
+                      ? req_size(j, "num_local_experts", where)
+                      : req_size(j, "num_experts", where);
+  m.topk = req_size(j, "num_experts_per_tok", where);
+  MEGADLM_CHECK(m.topk <= m.num_experts, where, ": config.json num_experts_per_tok ", m.topk, " exceeds the ",
+                m.num_experts, " experts");
   m.router_type = MoERouterType::TopK;
   m.score_function = MoEScoreFunction::Softmax;
   m.load_balancing = MoELoadBalancing::AuxLoss;
@@ -128,18 +161,53 @@ void read_moe_fields(const json& j, HfLayout layout, TransformerConfig& c, const
     return;
   }
   m.pre_softmax = !opt<bool>(j, "norm_topk_prob", false, where);
-  m.ffn_hidden_size = req<int64_t>(j, "moe_intermediate_size", where);
+  m.ffn_hidden_size = req_size(j, "moe_intermediate_size", where);
+}
+
+// Qwen3-MoE's per-layer pattern; built after the size bound, as it takes a byte per layer.
+void read_moe_layer_pattern(const json& j, TransformerConfig& c, const std::string& where) {
+  MoEConfig& m = c.moe;
   const int64_t step = opt<int64_t>(j, "decoder_sparse_step", 1, where);
   MEGADLM_CHECK(step >= 1, where, ": decoder_sparse_step must be at least 1, got ", step);
   std::vector<int64_t> dense_layers;
   if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
-    dense_layers = j["mlp_only_layers"].get<std::vector<int64_t>>();
+    dense_layers = opt<std::vector<int64_t>>(j, "mlp_only_layers", {}, where);
   m.layer_pattern.assign(static_cast<size_t>(c.num_layers), 0);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    bool sparse = (l + 1) % step == 0;
-    for (int64_t d : dense_layers) sparse &= d != l;
-    m.layer_pattern[static_cast<size_t>(l)] = sparse ? 1 : 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) m.layer_pattern[static_cast<size_t>(l)] = (l + 1) % step == 0 ? 1 : 0;
+  for (int64_t d : dense_layers)
+    if (d >= 0 && d < c.num_layers) m.layer_pattern[static_cast<size_t>(d)] = 0;
+}
+
+// An upper bound of the parameter count in floating point (every layer counted as MoE when the
+// model has experts), so that sizes whose exact count would overflow int64 are still measured.
+double parameter_bound(const TransformerConfig& c) {
+  const double C = static_cast<double>(c.hidden_size), D = static_cast<double>(c.kv_channels);
+  const double H = static_cast<double>(c.num_attention_heads), K = static_cast<double>(c.num_query_groups);
+  const double gated = c.activation == Activation::SwiGLU ? 3.0 : 2.0;
+  double ffn = gated * C * static_cast<double>(c.ffn_hidden_size);
+  if (c.moe.enabled()) {
+    const double E = static_cast<double>(c.moe.num_experts);
+    ffn = std::max(ffn, E * gated * C * static_cast<double>(c.moe.ffn_hidden_size) + E * C);
   }
+  const double per_layer = C * (H + 2 * K) * D + H * D * C + ffn + 4 * C + 2 * D;
+  double total = static_cast<double>(c.num_layers) * per_layer + 2 * static_cast<double>(c.vocab_size) * C + 2 * C;
+  if (c.position_embedding == PositionEmbedding::LearnedAbsolute)
+    total += static_cast<double>(c.max_position_embeddings) * C;
+  return total;
+}
+
+// Refuses, before anything is sized from it, a config.json whose weights alone (one F32 copy) do not
+// fit in the host's available memory; importing needs that much at least, training four times as
+// much and activations (the trainer's estimate checks that later).
+void refuse_a_model_beyond_memory(const TransformerConfig& c, const std::string& where) {
+  const double params = parameter_bound(c);
+  const double bytes = 4.0 * params;
+  const double avail = available_host_memory_bytes();
+  const bool countable = params < 0x1p53;  // exact in int64 and double: the later counts cannot overflow
+  MEGADLM_CHECK(countable && (avail <= 0 || bytes < 0.9 * avail), where, ": the model does not fit in memory: ",
+                "config.json describes about ", params, " parameters (", bytes / (1 << 30), " GiB as F32, before ",
+                "gradients and optimizer state) but ", avail / (1 << 30), " GiB is available (num_hidden_layers / ",
+                "n_layers, hidden and intermediate sizes, vocab_size and the number of experts size it)");
 }
 
 void read_diffusion_fields(const json& j, HfModelInfo& info) {
@@ -172,22 +240,23 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
             "'); supported: gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe");
   info.bos_token_id = token_id(j, "bos_token_id");
   info.eos_token_id = token_id(j, "eos_token_id");
-  c.init_method_std = static_cast<float>(opt<double>(j, "initializer_range", 0.02, where));
+  c.init_method_std =
+      static_cast<float>(positive(opt<double>(j, "initializer_range", 0.02, where), "initializer_range", where));
   c.attention_mask = MaskType::Causal;
 
   if (info.layout == HfLayout::GPT2) {
-    c.num_layers = req<int64_t>(j, "n_layer", where);
-    c.hidden_size = req<int64_t>(j, "n_embd", where);
-    c.num_attention_heads = req<int64_t>(j, "n_head", where);
-    MEGADLM_CHECK(c.hidden_size % c.num_attention_heads == 0, where, ": n_embd ", c.hidden_size,
-                  " is not a multiple of n_head ", c.num_attention_heads);
+    c.num_layers = req_size(j, "n_layer", where);
+    c.hidden_size = req_size(j, "n_embd", where);
+    c.num_attention_heads = req_size(j, "n_head", where);
+    require_divisible(c.hidden_size, "n_embd", c.num_attention_heads, "n_head", where);
     c.num_query_groups = c.num_attention_heads;
     c.kv_channels = c.hidden_size / c.num_attention_heads;
-    c.ffn_hidden_size = opt<int64_t>(j, "n_inner", 4 * c.hidden_size, where);
-    c.vocab_size = req<int64_t>(j, "vocab_size", where);
-    c.max_position_embeddings = req<int64_t>(j, "n_positions", where);
+    c.ffn_hidden_size = opt_size(j, "n_inner", 4 * c.hidden_size, where);
+    c.vocab_size = req_size(j, "vocab_size", where, 2);
+    c.max_position_embeddings = req_size(j, "n_positions", where);
     c.normalization = NormKind::LayerNorm;
-    c.norm_epsilon = static_cast<float>(opt<double>(j, "layer_norm_epsilon", 1e-5, where));
+    c.norm_epsilon =
+        static_cast<float>(positive(opt<double>(j, "layer_norm_epsilon", 1e-5, where), "layer_norm_epsilon", where));
     const std::string act = opt<std::string>(j, "activation_function", "gelu_new", where);
     MEGADLM_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": activation_function '", act,
                   "' is not supported (only the tanh GELU: gelu_new, gelu_pytorch_tanh)");
@@ -199,16 +268,19 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     MEGADLM_CHECK(opt<bool>(j, "scale_attn_weights", true, where), where, ": scale_attn_weights false is not supported");
     c.untie_embeddings_and_output_weights = !opt<bool>(j, "tie_word_embeddings", true, where);
   } else if (info.layout == HfLayout::LLaDA) {
-    c.num_layers = req<int64_t>(j, "n_layers", where);
-    c.hidden_size = req<int64_t>(j, "d_model", where);
-    c.num_attention_heads = req<int64_t>(j, "n_heads", where);
-    c.num_query_groups = opt<int64_t>(j, "n_kv_heads", c.num_attention_heads, where);
+    c.num_layers = req_size(j, "n_layers", where);
+    c.hidden_size = req_size(j, "d_model", where);
+    c.num_attention_heads = req_size(j, "n_heads", where);
+    c.num_query_groups = opt_size(j, "n_kv_heads", c.num_attention_heads, where);
+    require_divisible(c.hidden_size, "d_model", c.num_attention_heads, "n_heads", where);
     c.kv_channels = c.hidden_size / c.num_attention_heads;
-    c.ffn_hidden_size = req<int64_t>(j, "mlp_hidden_size", where);
-    c.vocab_size = opt<int64_t>(j, "embedding_size", req<int64_t>(j, "vocab_size", where), where);
-    c.max_position_embeddings = req<int64_t>(j, "max_sequence_length", where);
+    c.ffn_hidden_size = req_size(j, "mlp_hidden_size", where);
+    c.vocab_size = j.contains("embedding_size") && !j["embedding_size"].is_null()
+                       ? req_size(j, "embedding_size", where, 2)
+                       : req_size(j, "vocab_size", where, 2);
+    c.max_position_embeddings = req_size(j, "max_sequence_length", where);
     c.normalization = NormKind::RMSNorm;
-    c.norm_epsilon = static_cast<float>(opt<double>(j, "rms_norm_eps", 1e-5, where));
+    c.norm_epsilon = static_cast<float>(positive(opt<double>(j, "rms_norm_eps", 1e-5, where), "rms_norm_eps", where));
     const std::string norm = opt<std::string>(j, "layer_norm_type", "rms", where);
     MEGADLM_CHECK(norm == "rms", where, ": layer_norm_type '", norm, "' is not supported (only rms)");
     const std::string act = opt<std::string>(j, "activation_type", "silu", where);
@@ -226,24 +298,25 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.add_bias_linear = opt<bool>(j, "include_bias", false, where);
     c.add_qkv_bias = opt<bool>(j, "include_qkv_bias", false, where);
     c.position_embedding = PositionEmbedding::Rope;
-    c.rotary_base = opt<double>(j, "rope_theta", 10000.0, where);
+    c.rotary_base = positive(opt<double>(j, "rope_theta", 10000.0, where), "rope_theta", where);
     c.untie_embeddings_and_output_weights = !opt<bool>(j, "weight_tying", false, where);
     info.diffusion = true;
     c.attention_mask = MaskType::None;
     info.mask_token_id = token_id(j, "mask_token_id");
   } else {
-    c.num_layers = req<int64_t>(j, "num_hidden_layers", where);
-    c.hidden_size = req<int64_t>(j, "hidden_size", where);
-    c.num_attention_heads = req<int64_t>(j, "num_attention_heads", where);
-    c.num_query_groups = opt<int64_t>(j, "num_key_value_heads", c.num_attention_heads, where);
-    MEGADLM_CHECK(info.layout == HfLayout::Qwen3 || c.hidden_size % c.num_attention_heads == 0 || j.contains("head_dim"),
-                  where, ": hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ", c.num_attention_heads);
-    c.kv_channels = opt<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, where);
-    c.ffn_hidden_size = req<int64_t>(j, "intermediate_size", where);
-    c.vocab_size = req<int64_t>(j, "vocab_size", where);
-    c.max_position_embeddings = req<int64_t>(j, "max_position_embeddings", where);
+    c.num_layers = req_size(j, "num_hidden_layers", where);
+    c.hidden_size = req_size(j, "hidden_size", where);
+    c.num_attention_heads = req_size(j, "num_attention_heads", where);
+    c.num_query_groups = opt_size(j, "num_key_value_heads", c.num_attention_heads, where);
+    const bool has_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
+    if (!has_head_dim)
+      require_divisible(c.hidden_size, "hidden_size", c.num_attention_heads, "num_attention_heads", where);
+    c.kv_channels = has_head_dim ? req_size(j, "head_dim", where) : c.hidden_size / c.num_attention_heads;
+    c.ffn_hidden_size = req_size(j, "intermediate_size", where);
+    c.vocab_size = req_size(j, "vocab_size", where, 2);
+    c.max_position_embeddings = req_size(j, "max_position_embeddings", where);
     c.normalization = NormKind::RMSNorm;
-    c.norm_epsilon = static_cast<float>(opt<double>(j, "rms_norm_eps", 1e-6, where));
+    c.norm_epsilon = static_cast<float>(positive(opt<double>(j, "rms_norm_eps", 1e-6, where), "rms_norm_eps", where));
     const std::string act = opt<std::string>(j, "hidden_act", "silu", where);
     MEGADLM_CHECK(act == "silu", where, ": hidden_act '", act, "' is not supported (only silu, i.e. SwiGLU)");
     c.activation = Activation::SwiGLU;
@@ -271,8 +344,12 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
     c.untie_embeddings_and_output_weights = !opt<bool>(j, "tie_word_embeddings", false, where);
     read_diffusion_fields(j, info);
   }
-  MEGADLM_CHECK(c.num_attention_heads % c.num_query_groups == 0, where, ": num_key_value_heads ", c.num_query_groups,
-                " does not divide num_attention_heads ", c.num_attention_heads);
+  refuse_a_model_beyond_memory(c, where);
+  if (info.layout == HfLayout::Qwen3Moe) read_moe_layer_pattern(j, c, where);
+  MEGADLM_CHECK(c.num_attention_heads % c.num_query_groups == 0, where, ": config.json's key/value heads (",
+                info.layout == HfLayout::LLaDA ? "n_kv_heads " : "num_key_value_heads ", c.num_query_groups,
+                ") do not divide its attention heads (", info.layout == HfLayout::LLaDA ? "n_heads " : "num_attention_heads ",
+                c.num_attention_heads, ")");
   return info;
 }
 

@@ -59,7 +59,7 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
   validate_config(ck.info.config);
   ShardedSafetensors st(dir);
   ck.dtype = st.dominant_dtype();
-  std::set<std::string> used;
+  std::map<std::string, std::pair<int64_t, int64_t>> rows_taken;  // HF tensor -> (rows the pieces read, its rows)
   // GPT-2 checkpoints saved from GPT2Model (openai-community/gpt2 itself) lack the "transformer."
   // prefix of GPT2LMHeadModel's names.
   auto resolve = [&](const std::string& hf) {
@@ -85,13 +85,20 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
       for (int64_t r = 0; r < p.rows; ++r)
         for (int64_t k = 0; k < K; ++k) o[(row + r) * K + k] = hf_at(t, p.transpose, p.row0 + r, k, K);
       row += p.rows;
-      used.insert(p.hf);
+      auto& [taken, total] = rows_taken[p.hf];
+      taken += p.rows;
+      total = t_rows;
     }
     MEGADLM_CHECK(row == shape[0], dir, ": the pieces of ", name, " give ", row, " rows, not ", shape[0]);
     ck.params.push_back({name, out});
   }
+  // Every row of a tensor is read exactly once: a tensor larger than config.json implies (a larger
+  // vocabulary, wider MLP, more heads) is an error, not a silent truncation.
+  for (const auto& [hf, rows] : rows_taken)
+    MEGADLM_CHECK(rows.first == rows.second, dir, ": tensor '", hf, "' has ", rows.second, " rows but config.json implies ",
+                  rows.first);
   for (const std::string& n : st.names()) {
-    if (used.count(n) || ignorable(n)) continue;
+    if (rows_taken.count(n) || ignorable(n)) continue;
     // A tied model may still store the head; it must then equal the embedding, which we keep.
     if (!ck.info.config.untie_embeddings_and_output_weights &&
         (n == "lm_head.weight" || n == "model.transformer.ff_out.weight"))

@@ -13,6 +13,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/hash.h"
 #include "core/log.h"
 
@@ -63,8 +64,7 @@ std::string base_name(const std::string& dir) {
 }  // namespace
 
 uint64_t file_checksum(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MEGADLM_CHECK(in.good(), path, ": cannot open to checksum");
+  std::ifstream in = open_input_file(path);
   uint64_t h = kFnv1a64Offset;
   std::vector<char> buf(1 << 20);
   while (in) {

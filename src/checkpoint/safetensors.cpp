@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace megadlm {
 
@@ -38,6 +39,7 @@ DType safetensors_dtype_from_name(const std::string& s, const std::string& file)
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  require_readable_file(path);
   const int fd = ::open(path.c_str(), O_RDONLY);
   MEGADLM_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
   struct stat st {};

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -31,6 +32,20 @@ double parse_double(const std::string& flag, const std::string& v) {
   return x;
 }
 
+std::string number_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Refuses a value outside the flag's range, naming the flag, the range and the value as given.
+void check_range(const std::string& flag, const FlagRange& r, double v, const std::string& given) {
+  if (r.contains(v)) return;
+  if (std::isnan(v) || (std::isinf(v) && !r.allow_inf))
+    fail("--", flag, " must be a finite number (", r.text(), "), got '", given, "'");
+  fail("--", flag, " must be ", r.text(), ", got '", given, "'");
+}
+
 bool parse_bool(const std::string& flag, const std::string& v) {
   if (v == "true" || v == "1" || v == "yes") return true;
   if (v == "false" || v == "0" || v == "no") return false;
@@ -39,11 +54,53 @@ bool parse_bool(const std::string& flag, const std::string& v) {
 
 }  // namespace
 
+bool FlagRange::contains(double v) const {
+  if (std::isnan(v) || (std::isinf(v) && !allow_inf)) return false;
+  const bool lo_ok = lo_open ? v > lo : v >= lo;
+  const bool hi_ok = hi_open ? v < hi : v <= hi;
+  return lo_ok && hi_ok;
+}
+
+std::string FlagRange::text() const {
+  const bool has_lo = !std::isinf(lo), has_hi = !std::isinf(hi);
+  if (has_lo && has_hi)
+    return "in " + std::string(lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) + (hi_open ? ")" : "]");
+  if (has_lo) return std::string(lo_open ? "> " : ">= ") + number_text(lo);
+  if (has_hi) return std::string(hi_open ? "< " : "<= ") + number_text(hi);
+  return "any number";
+}
+
+FlagRange at_least(double lo) {
+  FlagRange r;
+  r.lo = lo;
+  return r;
+}
+FlagRange above(double lo) {
+  FlagRange r = at_least(lo);
+  r.lo_open = true;
+  return r;
+}
+FlagRange closed(double lo, double hi) {
+  FlagRange r = at_least(lo);
+  r.hi = hi;
+  return r;
+}
+FlagRange closed_open(double lo, double hi) {
+  FlagRange r = closed(lo, hi);
+  r.hi_open = true;
+  return r;
+}
+FlagRange open_closed(double lo, double hi) {
+  FlagRange r = closed(lo, hi);
+  r.lo_open = true;
+  return r;
+}
+
 CliFlags::CliFlags(std::string program, std::string description)
     : program_(std::move(program)), description_(std::move(description)) {}
 
 void CliFlags::declare(const std::string& name, Kind kind, std::vector<std::string> def, const std::string& help,
-                       bool required) {
+                       bool required, const FlagRange& range) {
   MEGADLM_CHECK(!name.empty() && name[0] != '-', "flag names are declared without dashes: '", name, "'");
   MEGADLM_CHECK(!flags_.count(name), "flag --", name, " declared twice");
   Flag f;
@@ -51,6 +108,7 @@ void CliFlags::declare(const std::string& name, Kind kind, std::vector<std::stri
   f.help = help;
   f.required = required;
   f.values = std::move(def);
+  f.range = range;
   flags_.emplace(name, std::move(f));
   order_.push_back(name);
 }
@@ -59,12 +117,18 @@ void CliFlags::add_string(const std::string& name, const std::string& def, const
   declare(name, Kind::String, {def}, help, required);
 }
 void CliFlags::add_int(const std::string& name, int64_t def, const std::string& help, bool required) {
-  declare(name, Kind::Int, {std::to_string(def)}, help, required);
+  add_int(name, def, help, FlagRange{}, required);
+}
+void CliFlags::add_int(const std::string& name, int64_t def, const std::string& help, const FlagRange& range,
+                       bool required) {
+  declare(name, Kind::Int, {std::to_string(def)}, help, required, range);
 }
 void CliFlags::add_double(const std::string& name, double def, const std::string& help, bool required) {
-  std::ostringstream os;
-  os << def;
-  declare(name, Kind::Double, {os.str()}, help, required);
+  add_double(name, def, help, FlagRange{}, required);
+}
+void CliFlags::add_double(const std::string& name, double def, const std::string& help, const FlagRange& range,
+                          bool required) {
+  declare(name, Kind::Double, {number_text(def)}, help, required, range);
 }
 void CliFlags::add_bool(const std::string& name, const std::string& help) {
   declare(name, Kind::Bool, {"false"}, help, false);
@@ -113,8 +177,8 @@ void CliFlags::parse(const std::vector<std::string>& args) {
     }
     if (f.kind == Kind::List && values.empty()) fail("flag --", name, " expects at least one value");
     switch (f.kind) {
-      case Kind::Int: parse_int(name, values[0]); break;
-      case Kind::Double: parse_double(name, values[0]); break;
+      case Kind::Int: check_range(name, f.range, static_cast<double>(parse_int(name, values[0])), values[0]); break;
+      case Kind::Double: check_range(name, f.range, parse_double(name, values[0]), values[0]); break;
       case Kind::Bool: values[0] = parse_bool(name, values[0]) ? "true" : "false"; break;
       default: break;
     }
@@ -151,6 +215,8 @@ std::string CliFlags::help() const {
     if (spec.size() < 30) os << std::string(30 - spec.size(), ' ');
     else os << "  ";
     os << f.help;
+    const bool numeric = f.kind == Kind::Int || f.kind == Kind::Double;
+    if (numeric && (!std::isinf(f.range.lo) || !std::isinf(f.range.hi))) os << " [" << f.range.text() << "]";
     if (f.required) {
       os << " (required)";
     } else if (f.kind != Kind::Bool) {

@@ -114,12 +114,39 @@ void check_creatable(const std::string& flag, const std::string& path) {
   MEGADLM_CHECK(why.empty(), flag, " ", path, ": cannot create it (", why, ")");
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MEGADLM_CHECK(in.good(), path, ": cannot open (", errno_text(), ")");
+namespace {
+
+// "vocab file 'x'" or "x": how the messages of the input readers name a file.
+std::string named(const std::string& path, std::string_view what) {
+  return what.empty() ? path : std::string(what) + " '" + path + "'";
+}
+
+}  // namespace
+
+void require_readable_file(const std::string& path, std::string_view what) {
+  MEGADLM_CHECK(!path.empty(), "no ", what.empty() ? std::string_view("file") : what, " given (empty path)");
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  MEGADLM_CHECK(st.type() != std::filesystem::file_type::not_found, named(path, what), ": cannot open (no such file)");
+  MEGADLM_CHECK(st.type() != std::filesystem::file_type::directory, named(path, what), ": is a directory, not a file");
+  // Opening tells what status() may not (permissions, a dangling link, EACCES on a parent).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  MEGADLM_CHECK(fd >= 0, named(path, what), ": cannot open (", errno_text(), ")");
+  ::close(fd);
+}
+
+std::ifstream open_input_file(const std::string& path, std::string_view what, bool binary) {
+  require_readable_file(path, what);
+  std::ifstream in(path, binary ? std::ios::in | std::ios::binary : std::ios::in);
+  MEGADLM_CHECK(in.good(), named(path, what), ": cannot open (", errno_text(), ")");
+  return in;
+}
+
+std::string read_file(const std::string& path, std::string_view what) {
+  std::ifstream in = open_input_file(path, what);
   std::ostringstream os;
   os << in.rdbuf();
-  MEGADLM_CHECK(!in.bad(), path, ": read failed");
+  MEGADLM_CHECK(!in.bad(), named(path, what), ": read failed");
   return os.str();
 }
 

@@ -4,7 +4,9 @@
 // directory is synced. Used for dataset indices, sidecars, checkpoints and tokenizer files.
 #include <cstddef>
 #include <cstdio>
+#include <fstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -51,8 +53,15 @@ std::string why_cannot_create(const std::string& path);
 // An Error "<flag> <path>: cannot create it (<reason>)" when why_cannot_create(path) names a reason.
 void check_creatable(const std::string& flag, const std::string& path);
 
-// The whole file; Error naming the path when it cannot be read.
-std::string read_file(const std::string& path);
+// Every reader of an input file checks it with this first: an Error naming `path` (after `what`,
+// e.g. "--prompt-file" or "vocab file", when given) when it does not exist, is a directory, or cannot
+// be opened for reading. Other non-directories (pipes, /dev/stdin) pass.
+void require_readable_file(const std::string& path, std::string_view what = {});
+// An input stream on `path`, checked by require_readable_file.
+std::ifstream open_input_file(const std::string& path, std::string_view what = {}, bool binary = true);
+
+// The whole file; Error naming the path (after `what` when given) when it cannot be read.
+std::string read_file(const std::string& path, std::string_view what = {});
 
 std::string errno_text();  // strerror(errno)
 

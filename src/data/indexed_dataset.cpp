@@ -84,7 +84,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail(path, ": not a regular file");
+    fail(path, S_ISDIR(st.st_mode) ? ": is a directory, not a file" : ": not a regular file");
   }
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ > 0) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace megadlm {
 
@@ -64,6 +65,7 @@ size_t utf8_invalid_at(std::string_view s) {
 
 JsonlReader::JsonlReader(const std::string& path, size_t max_line_bytes)
     : path_(path), max_line_bytes_(max_line_bytes) {
+  require_readable_file(path);
   // gzopen reads plain files unchanged, so one code path serves both.
   gzFile g = gzopen(path.c_str(), "rb");
   if (!g) fail(path, ": cannot open (", errno ? std::strerror(errno) : "out of memory", ")");

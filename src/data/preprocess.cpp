@@ -490,8 +490,8 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
 
 DataSidecar read_data_sidecar(const std::string& data_prefix) {
   const std::string path = sidecar_path(data_prefix);
-  std::ifstream in(path);
-  MEGADLM_CHECK(in.good(), path, ": cannot open the tokenizer sidecar (was the data made by preprocess_data?)");
+  MEGADLM_CHECK(std::filesystem::exists(path), path, ": cannot open the tokenizer sidecar (was the data made by preprocess_data?)");
+  std::ifstream in = open_input_file(path, "tokenizer sidecar");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
@@ -513,6 +513,49 @@ DataSidecar read_data_sidecar(const std::string& data_prefix) {
     fail(path, ": ", e.what());
   }
   return s;
+}
+
+namespace {
+
+// Specs naming the same files (or the same built-in tokenizer) describe the same base vocabulary.
+bool same_files(const TokenizerSpec& a, const TokenizerSpec& b) {
+  return a.type == b.type && a.vocab_file == b.vocab_file && a.merge_file == b.merge_file &&
+         a.tokenizer_model == b.tokenizer_model && a.null_vocab_size == b.null_vocab_size;
+}
+
+// The first id below `n` that the two tokenizers decode differently; -1 when none.
+int64_t first_differing_id(const Tokenizer& a, const Tokenizer& b, int64_t n) {
+  for (int64_t id = 0; id < n; ++id) {
+    const int32_t i = static_cast<int32_t>(id);
+    if (a.decode(&i, 1) != b.decode(&i, 1)) return id;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void check_data_tokenizer(const std::string& data_prefix, const Tokenizer& tok, const std::string& whose) {
+  const std::string path = sidecar_path(data_prefix);
+  if (!std::filesystem::exists(path)) return;
+  const DataSidecar s = read_data_sidecar(data_prefix);
+  const std::string mismatch = data_prefix + ": the data was made with another tokenizer than that of " + whose + ": " +
+                               path + " records " + s.spec.type + " (vocabulary " + std::to_string(s.vocab_size) +
+                               ", end-of-document id " + std::to_string(s.eod) + "), " + whose + " has " +
+                               tok.spec().type + " (vocabulary " + std::to_string(tok.vocab_size()) +
+                               ", end-of-document id " + std::to_string(tok.eod()) + ")";
+  MEGADLM_CHECK(s.eod == tok.eod() && s.vocab_size <= tok.vocab_size(), mismatch);
+  if (same_files(s.spec, tok.spec())) return;
+  std::unique_ptr<Tokenizer> data_tok;
+  try {
+    data_tok = make_tokenizer(s.spec);
+  } catch (const Error&) {
+    return;  // the sidecar's files moved: the recorded sizes and ids above are all that can be compared
+  }
+  const int64_t id = first_differing_id(*data_tok, tok, s.vocab_size);
+  if (id < 0) return;
+  const int32_t i = static_cast<int32_t>(id);
+  fail(mismatch, "; token id ", id, " is '", data_tok->decode(&i, 1), "' in the data's tokenizer and '",
+       tok.decode(&i, 1), "' in that of ", whose);
 }
 
 }  // namespace megadlm

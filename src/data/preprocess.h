@@ -74,4 +74,11 @@ struct DataSidecar {
 // Reads the sidecar of a dataset; throws Error naming the file when it is absent or malformed.
 DataSidecar read_data_sidecar(const std::string& data_prefix);
 
+// Refuses data tokenized with another tokenizer than `tok` (a checkpoint's, described as `whose`):
+// an Error naming the data prefix, its sidecar and `whose` when the end-of-document ids differ, the
+// data's vocabulary is larger, or (when the sidecar's tokenizer files can still be read) a token id
+// of the data's vocabulary decodes differently. `tok` may have added tokens beyond the data's
+// vocabulary (a diffusion model's mask token). Data without a sidecar passes unchecked.
+void check_data_tokenizer(const std::string& data_prefix, const Tokenizer& tok, const std::string& whose);
+
 }  // namespace megadlm

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "tokenizers/gpt2_bpe_tokenizer.h"
 #include "tokenizers/tokenizer_hf.h"
 #include "tokenizers/tokenizer_sentencepiece.h"
@@ -94,8 +95,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec, int load_th
 
 std::string read_tokenizer_file(const std::string& path, std::string_view what) {
   MEGADLM_CHECK(!path.empty(), "no ", what, " given");
-  std::ifstream f(path, std::ios::binary);
-  MEGADLM_CHECK(f.good(), "cannot open ", what, " '", path, "'");
+  std::ifstream f = open_input_file(path, what);
   // One read into a string of the file's size (a stringstream would copy the text twice); a file
   // that cannot tell its size (a pipe) is read as a stream.
   f.seekg(0, std::ios::end);

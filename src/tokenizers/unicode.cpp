@@ -140,6 +140,53 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
+namespace {
+
+// The length of the sequence lead byte b starts and the range its second byte must fall in (which
+// excludes overlong forms, surrogates and code points above U+10FFFF); 0 when b cannot start one.
+struct LeadByte {
+  int length = 0;
+  uint8_t lo = 0x80, hi = 0xBF;
+};
+
+LeadByte lead_byte(uint8_t b) {
+  if (b >= 0xC2 && b <= 0xDF) return {2, 0x80, 0xBF};
+  if (b == 0xE0) return {3, 0xA0, 0xBF};
+  if (b == 0xED) return {3, 0x80, 0x9F};
+  if (b >= 0xE1 && b <= 0xEF) return {3, 0x80, 0xBF};
+  if (b == 0xF0) return {4, 0x90, 0xBF};
+  if (b >= 0xF1 && b <= 0xF3) return {4, 0x80, 0xBF};
+  if (b == 0xF4) return {4, 0x80, 0x8F};
+  return {};
+}
+
+}  // namespace
+
+std::string replace_invalid_utf8(std::string_view s) {
+  static constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const size_t n = s.size();
+  std::string out;
+  out.reserve(n);
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      out.push_back(static_cast<char>(p[i++]));
+      continue;
+    }
+    const LeadByte lead = lead_byte(p[i]);
+    size_t j = i + 1;  // end of the maximal subpart starting at i
+    if (lead.length > 0 && j < n && p[j] >= lead.lo && p[j] <= lead.hi) {
+      ++j;
+      while (j < n && j - i < static_cast<size_t>(lead.length) && (p[j] & 0xC0) == 0x80) ++j;
+    }
+    if (j - i == static_cast<size_t>(lead.length)) out.append(s.substr(i, j - i));
+    else out.append(kReplacement, 3);
+    i = j;
+  }
+  return out;
+}
+
 void append_utf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));

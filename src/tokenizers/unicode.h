@@ -43,6 +43,14 @@ inline int decode_utf8(const uint8_t* s, size_t n, uint32_t* cp) {
 
 bool is_valid_utf8(std::string_view s);
 
+// s with every maximal subpart of an ill-formed UTF-8 sequence replaced by one U+FFFD (Unicode's
+// "substitution of maximal subparts", what Python's bytes.decode('utf-8', 'replace') and Rust's
+// String::from_utf8_lossy, hence HuggingFace's decode, produce): a lead byte and the continuation
+// bytes that could still complete it count as one, any other invalid byte as one. Valid UTF-8 comes
+// back unchanged. For text that must be valid UTF-8 (JSON output) from bytes that may not be (a
+// byte-level BPE sample cut inside a character).
+std::string replace_invalid_utf8(std::string_view s);
+
 // NFC (canonical decomposition, canonical ordering, canonical composition; UAX #15). Invalid bytes pass
 // through unchanged and never combine.
 bool is_nfc_quick(std::string_view s);  // true when the quick check proves s is already NFC

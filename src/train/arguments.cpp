@@ -56,36 +56,36 @@ void declare(CliFlags& f) {
   // model
   f.add_string("model-type", "difflm", "difflm (masked diffusion, bidirectional) or gpt (autoregressive)");
   f.add_string("model-running-mode", "difflm-noshift", "difflm-noshift (predict masked tokens in place) or vanilla (shifted)");
-  f.add_int("num-layers", 12, "transformer layers");
-  f.add_int("hidden-size", 768, "hidden size C");
-  f.add_int("num-attention-heads", 12, "attention heads H (guide spelling: --num-heads)");
+  f.add_int("num-layers", 12, "transformer layers", at_least(1));
+  f.add_int("hidden-size", 768, "hidden size C", at_least(1));
+  f.add_int("num-attention-heads", 12, "attention heads H (guide spelling: --num-heads)", at_least(1));
   f.add_bool("group-query-attention", "use grouped-query attention with --num-query-groups");
-  f.add_int("num-query-groups", 0, "key/value heads K under --group-query-attention");
-  f.add_int("kv-channels", 0, "head dimension D (default hidden / heads)");
-  f.add_int("ffn-hidden-size", 0, "MLP hidden size F (default 4C, also with --swiglu, as Megatron)");
-  f.add_int("seq-length", 1024, "sequence length T");
-  f.add_int("max-position-embeddings", 0, "position table size (default --seq-length)");
+  f.add_int("num-query-groups", 0, "key/value heads K under --group-query-attention", at_least(0));
+  f.add_int("kv-channels", 0, "head dimension D (default hidden / heads)", at_least(0));
+  f.add_int("ffn-hidden-size", 0, "MLP hidden size F (default 4C, also with --swiglu, as Megatron)", at_least(0));
+  f.add_int("seq-length", 1024, "sequence length T", at_least(2));
+  f.add_int("max-position-embeddings", 0, "position table size (default --seq-length)", at_least(0));
   f.add_string("normalization", "LayerNorm", "LayerNorm or RMSNorm");
-  f.add_double("norm-epsilon", 1e-5, "epsilon of the norms");
+  f.add_double("norm-epsilon", 1e-5, "epsilon of the norms", above(0));
   f.add_bool("swiglu", "SwiGLU MLP instead of GELU");
   f.add_string("position-embedding-type", "learned_absolute", "learned_absolute, rope or none");
-  f.add_double("rotary-base", 10000, "RoPE base");
+  f.add_double("rotary-base", 10000, "RoPE base", above(0));
   f.add_bool("qk-layernorm", "per-head RMSNorm of queries and keys (Qwen3)");
   f.add_bool("disable-bias-linear", "no biases in linear layers");
   f.add_bool("add-qkv-bias", "biases on q/k/v even with --disable-bias-linear (Qwen2)");
   f.add_bool("untie-embeddings-and-output-weights", "separate output layer");
-  f.add_double("init-method-std", 0.02, "std of the normal initialisation");
-  f.add_int("make-vocab-size-divisible-by", 128, "pad the vocabulary to a multiple of this");
-  f.add_double("hidden-dropout", 0.0, "dropout after attention and MLP (only 0 is supported yet)");
-  f.add_double("attention-dropout", 0.0, "dropout on attention probabilities (only 0 is supported yet)");
+  f.add_double("init-method-std", 0.02, "std of the normal initialisation", above(0));
+  f.add_int("make-vocab-size-divisible-by", 128, "pad the vocabulary to a multiple of this", at_least(1));
+  f.add_double("hidden-dropout", 0.0, "dropout after attention and MLP (only 0 is supported yet)", closed_open(0, 1));
+  f.add_double("attention-dropout", 0.0, "dropout on attention probabilities (only 0 is supported yet)", closed_open(0, 1));
   f.add_string("attention-mask-type", "", "no_mask, causal or block_causal (default: no_mask for difflm, causal for gpt)");
-  f.add_int("block-length", 0, "block size of --attention-mask-type block_causal");
+  f.add_int("block-length", 0, "block size of --attention-mask-type block_causal", at_least(0));
   declare_moe_flags(f);  // --num-experts, --moe-* (train/moe_arguments.cpp)
   // diffusion
   f.add_string("mask-token", "", "mask token id or text (default: the tokenizer's, else a new <|mask|>)");
-  f.add_double("dlm-eps", 1e-3, "minimum mask probability: p = (1 - eps) t + eps");
+  f.add_double("dlm-eps", 1e-3, "minimum mask probability: p = (1 - eps) t + eps", closed_open(0, 1));
   f.add_string("dlm-loss", "llada", "llada, mdlm or megadlms");
-  f.add_double("difflm-varilen-prob", 0.01, "share of samples trained at a random shorter length");
+  f.add_double("difflm-varilen-prob", 0.01, "share of samples trained at a random shorter length", closed(0, 1));
   // data
   f.add_list("data-path", {}, "[W1] PREFIX1 [W2 PREFIX2 ...] blended datasets (with --split)");
   f.add_string("split", "969,30,1", "train,valid,test proportions of --data-path documents");
@@ -97,38 +97,38 @@ void declare(CliFlags& f) {
   f.add_string("vocab-file", "", "GPT2BPETokenizer vocab.json");
   f.add_string("merge-file", "", "GPT2BPETokenizer merges.txt");
   f.add_string("tokenizer-model", "", "tokenizer.json or SentencePiece .model");
-  f.add_int("vocab-size", 0, "NullTokenizer vocabulary size");
+  f.add_int("vocab-size", 0, "NullTokenizer vocabulary size", at_least(0));
   f.add_bool("reset-position-ids", "restart positions after each end-of-document token");
   f.add_bool("reset-attention-mask", "documents packed in a sample attend only within themselves");
   f.add_bool("eod-mask-loss", "no loss on end-of-document tokens (gpt)");
   // training
-  f.add_int("micro-batch-size", 8, "sequences per micro-batch (guide spelling: --batch-size)");
-  f.add_int("global-batch-size", 0, "sequences per update (default: the micro-batch size)");
-  f.add_int("train-iters", 1000, "updates to run (guide spelling: --max-steps)");
-  f.add_double("lr", 3e-4, "peak learning rate");
-  f.add_double("min-lr", 0.0, "final learning rate");
-  f.add_int("lr-warmup-iters", 0, "linear warm-up iterations");
-  f.add_double("lr-warmup-fraction", -1, "warm-up as a fraction of --lr-decay-iters");
+  f.add_int("micro-batch-size", 8, "sequences per micro-batch (guide spelling: --batch-size)", at_least(1));
+  f.add_int("global-batch-size", 0, "sequences per update (default: the micro-batch size)", at_least(0));
+  f.add_int("train-iters", 1000, "updates to run (guide spelling: --max-steps)", at_least(1));
+  f.add_double("lr", 3e-4, "peak learning rate", at_least(0));
+  f.add_double("min-lr", 0.0, "final learning rate", at_least(0));
+  f.add_int("lr-warmup-iters", 0, "linear warm-up iterations", at_least(0));
+  f.add_double("lr-warmup-fraction", -1, "warm-up as a fraction of --lr-decay-iters", closed(0, 1));
   f.add_string("lr-decay-style", "cosine", "constant, linear, cosine, inverse-square-root or WSD");
-  f.add_int("lr-decay-iters", 0, "decay window (default --train-iters)");
-  f.add_int("lr-wsd-decay-iters", 0, "WSD: iterations of the final anneal");
+  f.add_int("lr-decay-iters", 0, "decay window (default --train-iters)", at_least(0));
+  f.add_int("lr-wsd-decay-iters", 0, "WSD: iterations of the final anneal", at_least(0));
   f.add_string("lr-wsd-decay-style", "exponential", "WSD anneal: exponential, linear or cosine");
-  f.add_double("weight-decay", 0.01, "decoupled weight decay (not on norms and biases)");
-  f.add_double("adam-beta1", 0.9, "AdamW beta1");
-  f.add_double("adam-beta2", 0.999, "AdamW beta2");
-  f.add_double("adam-eps", 1e-8, "AdamW epsilon");
-  f.add_double("clip-grad", 1.0, "clip the global gradient norm (0 = off)");
+  f.add_double("weight-decay", 0.01, "decoupled weight decay (not on norms and biases)", at_least(0));
+  f.add_double("adam-beta1", 0.9, "AdamW beta1", closed_open(0, 1));
+  f.add_double("adam-beta2", 0.999, "AdamW beta2", closed_open(0, 1));
+  f.add_double("adam-eps", 1e-8, "AdamW epsilon", above(0));
+  f.add_double("clip-grad", 1.0, "clip the global gradient norm (0 = off)", at_least(0));
   f.add_int("seed", 1234, "run seed: initialisation, data order, diffusion noise");
   f.add_string("device", "cpu",
                "cpu or cuda (one GPU per rank; data, tensor, pipeline and expert parallelism across ranks; docs/cuda.md)");
   // evaluation, logging
-  f.add_int("eval-interval", 1000, "iterations between evaluations");
-  f.add_int("eval-iters", 10, "validation micro-batches per evaluation");
-  f.add_int("log-interval", 10, "iterations between log lines");
+  f.add_int("eval-interval", 1000, "iterations between evaluations", at_least(0));
+  f.add_int("eval-iters", 10, "validation micro-batches per evaluation", at_least(0));
+  f.add_int("log-interval", 10, "iterations between log lines", at_least(0));
   declare_tensorboard_flags(f);  // --tensorboard-dir, ... (train/tensorboard_arguments.cpp)
   // checkpoints
   f.add_string("save", "", "checkpoint directory (guide spelling: --output-dir)");
-  f.add_int("save-interval", 0, "iterations between checkpoints (0 = only at the end)");
+  f.add_int("save-interval", 0, "iterations between checkpoints (0 = only at the end)", at_least(0));
   f.add_string("load", "", "resume from this checkpoint directory");
   f.add_string("load-hf", "", "start from a HuggingFace checkpoint directory (model flags from its config.json)");
   f.add_bool("finetune", "load weights only (no optimizer state); iteration and data position start at 0");
@@ -136,11 +136,11 @@ void declare(CliFlags& f) {
   f.add_bool("no-load-rng",
              "accepted for Megatron compatibility and has no effect: there is no RNG state to load (every random "
              "draw is Philox keyed by --seed and the sample and step indices)");
-  f.add_int("exit-interval", 0, "exit (after saving) when the iteration is a multiple of this");
-  f.add_double("exit-duration-in-mins", 0, "exit (after saving) after this many minutes");
+  f.add_int("exit-interval", 0, "exit (after saving) when the iteration is a multiple of this", at_least(0));
+  f.add_double("exit-duration-in-mins", 0, "exit (after saving) after this many minutes", at_least(0));
   f.add_bool("exit-signal-handler", "on --exit-signal or SIGINT: finish the iteration, save, exit 0");
   f.add_string("exit-signal", "SIGTERM", "the signal --exit-signal-handler catches (besides SIGINT)");
-  f.add_int("max-skipped-steps", 10, "stop with an error after this many consecutive non-finite steps (0 = never)");
+  f.add_int("max-skipped-steps", 10, "stop with an error after this many consecutive non-finite steps (0 = never)", at_least(0));
   declare_parallel_flags(f);  // --tensor-model-parallel-size, ... (train/parallel_arguments.cpp)
   declare_precision_flags(f);  // --bf16, --fp16, --fp8-*, --recompute-* (train/precision_arguments.cpp)
 }

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
+#include "data/preprocess.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
 
@@ -69,6 +70,13 @@ int32_t resolve_mask_token(const std::string& flag, Tokenizer& tok) {
 
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by) {
   return (vocab + divisible_by - 1) / divisible_by * divisible_by;
+}
+
+void check_data_tokenizers(const TrainArgs& a, const Tokenizer& tok) {
+  for (const auto* paths : {&a.data_path, &a.train_data_path, &a.valid_data_path, &a.test_data_path})
+    if (!paths->empty())
+      for (const std::string& prefix : parse_data_path(*paths).prefixes)
+        check_data_tokenizer(prefix, tok, "this run (--tokenizer-type and its files)");
 }
 
 namespace {

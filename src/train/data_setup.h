@@ -26,6 +26,10 @@ int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by);
 // resets), masked diffusion for difflm (args.diffusion, its mask token and eod already resolved).
 std::unique_ptr<Objective> make_objective(const TrainArgs& args);
 
+// Refuses a data prefix (of --data-path, --train-data-path, ...) whose sidecar records another
+// tokenizer than the run's (data/preprocess.h check_data_tokenizer).
+void check_data_tokenizers(const TrainArgs& args, const Tokenizer& tok);
+
 struct Datasets {
   std::shared_ptr<const TokenDataset> train, valid, test;  // valid / test may be null
   std::string description;

@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "nn/moe/moe_counts.h"
 
@@ -24,15 +25,7 @@ MemoryEstimate estimate_memory(const TransformerConfig& c, int64_t params, int64
   return m;
 }
 
-double available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024.0;
-  return 0;
-}
+double available_memory_bytes() { return available_host_memory_bytes(); }
 
 double model_flops_per_token(const TransformerConfig& c, int64_t T) {
   const double C = static_cast<double>(c.hidden_size);

@@ -7,21 +7,21 @@
 namespace megadlm {
 
 void declare_moe_flags(CliFlags& f) {
-  f.add_int("num-experts", 0, "Mixture-of-Experts experts per layer (0 = dense)");
+  f.add_int("num-experts", 0, "Mixture-of-Experts experts per layer (0 = dense)", at_least(0));
   f.add_string("moe-grouped-gemm", "false", "true or false: all experts in one grouped pass over permuted tokens");
   f.add_string("moe-layer-freq", "1", "N: every N-th layer is MoE (0, N, 2N, ...), or a 0/1 list like [1,0,1,0]");
-  f.add_int("moe-router-topk", 2, "experts per token (expert choice: capacity = tokens * topk / experts)");
+  f.add_int("moe-router-topk", 2, "experts per token (expert choice: capacity = tokens * topk / experts)", at_least(1));
   f.add_string("moe-router-type", "topk", "topk (token choice) or expert_choice");
   f.add_string("moe-router-score-function", "softmax", "softmax or sigmoid");
   f.add_bool("moe-router-pre-softmax", "softmax over all experts before the top-k (default: after)");
   f.add_string("moe-router-load-balancing-type", "aux_loss", "aux_loss, seq_aux_loss or none");
-  f.add_double("moe-aux-loss-coeff", 0.0, "load-balancing loss coefficient");
-  f.add_double("moe-z-loss-coeff", 0.0, "router z-loss coefficient");
-  f.add_double("moe-expert-capacity-factor", 0.0, "expert capacity factor (0 = no capacity limit)");
+  f.add_double("moe-aux-loss-coeff", 0.0, "load-balancing loss coefficient", at_least(0));
+  f.add_double("moe-z-loss-coeff", 0.0, "router z-loss coefficient", at_least(0));
+  f.add_double("moe-expert-capacity-factor", 0.0, "expert capacity factor (0 = no capacity limit)", at_least(0));
   f.add_string("moe-token-drop-policy", "probs", "probs or position: which tokens an expert over capacity keeps");
   f.add_bool("moe-pad-expert-input-to-capacity", "pad each expert's input to its capacity");
-  f.add_int("moe-ffn-hidden-size", 0, "expert ffn hidden size (default --ffn-hidden-size)");
-  f.add_int("moe-shared-expert-intermediate-size", 0, "shared expert ffn hidden size (0 = no shared expert)");
+  f.add_int("moe-ffn-hidden-size", 0, "expert ffn hidden size (default --ffn-hidden-size)", at_least(0));
+  f.add_int("moe-shared-expert-intermediate-size", 0, "shared expert ffn hidden size (0 = no shared expert)", at_least(0));
 }
 
 static bool bool_value(const std::string& flag, const std::string& v) {

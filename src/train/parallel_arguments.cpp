@@ -6,14 +6,14 @@
 namespace megadlm {
 
 void declare_parallel_flags(CliFlags& f) {
-  f.add_int("tensor-model-parallel-size", 1, "tensor-parallel size (ranks splitting each layer)");
-  f.add_int("pipeline-model-parallel-size", 1, "pipeline-parallel size (stages splitting the layers)");
-  f.add_int("expert-model-parallel-size", 1, "expert-parallel size (ranks splitting the experts; divides dp)");
-  f.add_int("context-parallel-size", 1, "context-parallel size (only 1 in this build)");
+  f.add_int("tensor-model-parallel-size", 1, "tensor-parallel size (ranks splitting each layer)", at_least(1));
+  f.add_int("pipeline-model-parallel-size", 1, "pipeline-parallel size (stages splitting the layers)", at_least(1));
+  f.add_int("expert-model-parallel-size", 1, "expert-parallel size (ranks splitting the experts; divides dp)", at_least(1));
+  f.add_int("context-parallel-size", 1, "context-parallel size (only 1 in this build)", at_least(1));
   f.add_bool("sequence-parallel", "split activations between blocks along the sequence over the tp group");
   f.add_bool("use-distributed-optimizer", "shard AdamW state and the update over the data-parallel group");
   f.add_bool("overlap-grad-reduce", "all-reduce each gradient bucket while the backward still runs");
-  f.add_int("ddp-bucket-size", 0, "gradient elements per data-parallel bucket (0 = 40M, Megatron's default)");
+  f.add_int("ddp-bucket-size", 0, "gradient elements per data-parallel bucket (0 = 40M, Megatron's default)", at_least(0));
 }
 
 void read_parallel_flags(const CliFlags& f, ParallelArgs& p) {

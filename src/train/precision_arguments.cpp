@@ -21,18 +21,18 @@ void declare_precision_flags(CliFlags& f) {
              "with --bf16: bf16 matrix products even on a CPU where they are slower than fp32 ones, or run widened to "
              "fp32 without a bf16 matmul in oneDNN (by default --bf16 keeps fp32 products there)");
   f.add_bool("fp16", "fp16 mixed precision (products emulated in fp32 on fp16 values) with loss scaling");
-  f.add_double("loss-scale", 0, "--fp16: static loss scale (default: dynamic)");
-  f.add_double("initial-loss-scale", 4294967296.0, "--fp16: initial dynamic loss scale (2^32)");
-  f.add_double("min-loss-scale", 1.0, "--fp16: minimum dynamic loss scale");
-  f.add_int("loss-scale-window", 1000, "--fp16: clean steps before the dynamic loss scale doubles");
-  f.add_int("hysteresis", 2, "--fp16: overflows tolerated before the dynamic loss scale halves");
+  f.add_double("loss-scale", 0, "--fp16: static loss scale (default: dynamic)", at_least(0));
+  f.add_double("initial-loss-scale", 4294967296.0, "--fp16: initial dynamic loss scale (2^32)", above(0));
+  f.add_double("min-loss-scale", 1.0, "--fp16: minimum dynamic loss scale", above(0));
+  f.add_int("loss-scale-window", 1000, "--fp16: clean steps before the dynamic loss scale doubles", at_least(1));
+  f.add_int("hysteresis", 2, "--fp16: overflows tolerated before the dynamic loss scale halves", at_least(1));
   f.add_string("fp8-format", "", "fp8 products (emulated on CPU): e4m3 or hybrid (e4m3 forward, e5m2 gradients)");
-  f.add_int("fp8-margin", 0, "fp8 scaling margin: scale = (fp8 max / amax) / 2^margin");
-  f.add_int("fp8-amax-history-len", 1, "fp8: steps of amax history per tensor");
+  f.add_int("fp8-margin", 0, "fp8 scaling margin: scale = (fp8 max / amax) / 2^margin", at_least(0));
+  f.add_int("fp8-amax-history-len", 1, "fp8: steps of amax history per tensor", at_least(1));
   f.add_string("fp8-amax-compute-algo", "most_recent", "fp8: amax from the history by max or most_recent");
   f.add_string("recompute-granularity", "", "activation recomputation: full or selective");
   f.add_string("recompute-method", "uniform", "full recomputation: uniform (groups of layers) or block (first layers)");
-  f.add_int("recompute-num-layers", 1, "full recomputation: layers per group (uniform) or layers recomputed (block)");
+  f.add_int("recompute-num-layers", 1, "full recomputation: layers per group (uniform) or layers recomputed (block)", at_least(1));
 }
 
 Bf16Path choose_bf16_path(bool storage_only_flag, bool products_flag, Device device, const CpuGemmRates& cpu) {

@@ -1,14 +1,13 @@
 #include "train/tensorboard_arguments.h"
 
-#include "core/error.h"
 
 namespace megadlm {
 
 void declare_tensorboard_flags(CliFlags& f) {
   f.add_string("tensorboard-dir", "", "write TensorBoard event files here (rank 0; the tags: docs/training_brown.md)");
-  f.add_int("tensorboard-log-interval", 1, "iterations between TensorBoard training scalars");
+  f.add_int("tensorboard-log-interval", 1, "iterations between TensorBoard training scalars", at_least(1));
   f.add_int("tensorboard-queue-size", 1000,
-            "accepted for Megatron's scripts and ignored: events are written and flushed at each log batch");
+            "accepted for Megatron's scripts and ignored: events are written and flushed at each log batch", at_least(1));
   f.add_bool("log-validation-ppl-to-tensorboard", "also write the validation perplexity to TensorBoard");
   f.add_bool("log-timers-to-tensorboard", "write iteration-time (and throughput with --log-throughput) to TensorBoard");
   f.add_bool("log-throughput",
@@ -23,9 +22,6 @@ TensorBoardArgs read_tensorboard_flags(const CliFlags& f) {
   TensorBoardArgs a;
   a.dir = f.get_string("tensorboard-dir");
   a.log_interval = f.get_int("tensorboard-log-interval");
-  MEGADLM_CHECK(a.log_interval >= 1, "--tensorboard-log-interval must be positive, got ", a.log_interval);
-  MEGADLM_CHECK(f.get_int("tensorboard-queue-size") >= 1, "--tensorboard-queue-size must be positive, got ",
-                f.get_int("tensorboard-queue-size"));
   a.validation_ppl = f.get_bool("log-validation-ppl-to-tensorboard");
   a.timers = f.get_bool("log-timers-to-tensorboard");
   a.throughput = f.get_bool("log-throughput");

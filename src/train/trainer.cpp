@@ -86,6 +86,7 @@ Trainer::Trainer(const TrainArgs& args)
   // Tokenizer, mask token and vocabulary.
   tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
   eod_ = tokenizer_->eod();
+  check_data_tokenizers(args_, *tokenizer_);
   if (args_.model_type == ModelType::DiffLM) mask_token_ = resolve_mask_token(args_.mask_token, *tokenizer_);
   // From --load-hf the checkpoint's vocabulary, grown only for ids it lacks (an appended mask token).
   args_.model.vocab_size = args_.load_hf.empty()
