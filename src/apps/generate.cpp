@@ -179,11 +179,8 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"prompt", prompt}, {"generation", text}, {"tokens", gen[i].size()},
                           {"batch_seconds", secs[i]}};
       if (lm.diffusion) j["denoising_steps"] = model_calls[i];
-      if (to_file) out_file << j.dump() << "
-";
-      else std::cout << "=== prompt: " << prompt << "
-" << prompt << text << "
-";
+      if (to_file) out_file << j.dump() << "\n";
+      else std::cout << "=== prompt: " << prompt << "\n" << prompt << text << "\n";
     }
     if (to_file) write_file_atomic(f.get_string("output"), out_file.str());
     const double s = total.seconds();
