@@ -42,10 +42,10 @@ std::string two_ranks_missing() {
 // One directory both ranks see: rank 0's TempDir, its path broadcast. Removed after both are done.
 class SharedDir {
  public:
-  SharedDir() {
+  explicit SharedDir(const std::string& tag = "shared") {
     char buf[1024] = {};
     if (world_rank() == 0) {
-      owned_ = std::make_unique<test::TempDir>("shared");
+      owned_ = std::make_unique<test::TempDir>(tag);
       std::snprintf(buf, sizeof buf, "%s", owned_->str().c_str());
     }
     world_communicator()->broadcast(buf, sizeof buf, 0);
@@ -53,6 +53,7 @@ class SharedDir {
   }
   ~SharedDir() { world_communicator()->barrier(); }  // before rank 0's TempDir goes
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& str() const { return path_; }
 
  private:
   std::unique_ptr<test::TempDir> owned_;
@@ -69,19 +70,21 @@ std::vector<std::string> with_flag(std::vector<std::string> flags, const std::st
   return test::plus(flags, {name, value});
 }
 
-// pretrain_difflm's flags of the robustness tests' tiny run on this rank's own copy of the counting
-// data (each rank writes its own: no two processes write one file), with `extra`: two ranks of one
-// micro-batch of 2 each, `iters` steps.
-std::vector<std::string> dp_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra,
+// pretrain_difflm's flags of the robustness tests' tiny run on the counting data, with `extra`: two
+// ranks of one micro-batch of 2 each, `iters` steps. The data is written by rank 0 alone into a
+// directory both ranks read (every rank must be given the same flags, --data-path included).
+std::vector<std::string> dp_flags(const SharedDir& data_dir, const std::vector<std::string>& extra,
                                   int iters = 3) {
-  const std::string data = test::make_counting_dataset(data_dir.str(), 60);
+  std::string data = data_dir / "toy_text_document";
+  if (world_rank() == 0) data = test::make_counting_dataset(data_dir.str(), 60);
+  world_communicator()->barrier();
   return test::plus(test::plus(test::plus({"pretrain_difflm"}, test::tiny_difflm_flags(data)), extra),
                     {"--train-iters", std::to_string(iters)});
 }
 
 // Two pipeline stages of one layer each, four micro-batches a step (1F1B's warm-up, steady state and
 // cool-down), the embeddings tied across the stages.
-std::vector<std::string> pp_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra,
+std::vector<std::string> pp_flags(const SharedDir& data_dir, const std::vector<std::string>& extra,
                                   int iters = 3) {
   auto f = dp_flags(data_dir, test::plus({"--pipeline-model-parallel-size", "2"}, extra), iters);
   return with_flag(with_flag(f, "--num-layers", "2"), "--global-batch-size", "8");
@@ -123,7 +126,7 @@ std::vector<nlohmann::json> run_follows_the_cpu(const std::vector<std::string>& 
 
 std::vector<nlohmann::json> dp_run_follows_the_cpu(const std::vector<std::string>& extra,
                                                    const std::vector<std::string>& keys) {
-  test::TempDir data_dir("data");
+  SharedDir data_dir("data");
   return run_follows_the_cpu(dp_flags(data_dir, extra), keys, "dp");
 }
 
@@ -144,13 +147,13 @@ void moe_trainer_follows_the_cpu() {
 // Expert parallelism (dp = ep = 2, two experts a rank): each layer's routed rows go to the rank of their
 // expert and back, and their gradients likewise, over the ep group's device communicator; the row
 // counts over its MPI one.
-std::vector<std::string> ep_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra,
+std::vector<std::string> ep_flags(const SharedDir& data_dir, const std::vector<std::string>& extra,
                                   int iters = 3) {
   return dp_flags(data_dir, test::plus(test::plus(kMoE, {"--expert-model-parallel-size", "2"}), extra), iters);
 }
 
 void expert_parallel_follows_the_cpu() {
-  test::TempDir data_dir("data");
+  SharedDir data_dir("data");
   run_follows_the_cpu(ep_flags(data_dir, {}), {"loss", "grad_norm", "moe_aux_loss"}, "ep");
 }
 
@@ -163,21 +166,21 @@ void distributed_optimizer_follows_the_cpu() {
 // Pipeline: activations and their gradients between the stages, the tied embedding's gradient over the
 // embedding group, the loss broadcast from the last stage, the norm's partial sums over pp.
 void pipeline_trainer_follows_the_cpu() {
-  test::TempDir data_dir("data");
+  SharedDir data_dir("data");
   run_follows_the_cpu(pp_flags(data_dir, {}), {"loss", "grad_norm"}, "pp");
 }
 
 // Two tensor-parallel ranks (dp = 1, two micro-batches a step): the embedding's and the row-parallel
 // projections' all-reduces, the column-parallel input gradients', and the vocab-parallel loss's row
 // maxima and sums over the tp group's device communicator. `extra` picks the model.
-std::vector<std::string> tp_flags(const test::TempDir& data_dir, const std::vector<std::string>& extra,
+std::vector<std::string> tp_flags(const SharedDir& data_dir, const std::vector<std::string>& extra,
                                   int iters = 3) {
   return dp_flags(data_dir, test::plus({"--tensor-model-parallel-size", "2"}, extra), iters);
 }
 
 // GPT-style (LayerNorm, GELU, learned positions, tied output layer).
 void tensor_parallel_follows_the_cpu() {
-  test::TempDir data_dir("data");
+  SharedDir data_dir("data");
   run_follows_the_cpu(tp_flags(data_dir, {}), {"loss", "grad_norm"}, "tp");
 }
 
@@ -185,7 +188,7 @@ void tensor_parallel_follows_the_cpu() {
 // are summed over tp, a separate output layer) under --sequence-parallel: the rows between the blocks
 // gathered and reduce-scattered, the norms' weight gradients summed over the ranks' rows.
 void sequence_parallel_follows_the_cpu() {
-  test::TempDir data_dir("data");
+  SharedDir data_dir("data");
   run_follows_the_cpu(tp_flags(data_dir, {"--sequence-parallel", "--normalization", "RMSNorm", "--swiglu",
                                           "--ffn-hidden-size", "48", "--position-embedding-type", "rope",
                                           "--group-query-attention", "--num-query-groups", "2", "--qk-layernorm",
@@ -202,7 +205,7 @@ enum class Layout { Data, Pipeline, Tensor, Expert };
 // and step count, through iteration 3's update.
 void resume_continues_the_run(const std::vector<std::string>& extra, Layout layout = Layout::Data) {
   SharedDir dir;
-  test::TempDir data_dir("data");
+  SharedDir data_dir("data");
   const auto on_device = test::plus({"--device", "cuda"}, extra);
   const auto flags = layout == Layout::Pipeline ? pp_flags(data_dir, on_device, 4)
                      : layout == Layout::Tensor ? tp_flags(data_dir, on_device, 4)
