@@ -460,7 +460,7 @@ TEST(BadInput, ImpossibleFlagsThroughThePrograms) {
   for (const auto& [extra, flag] : cases) {
     SCOPED_TRACE(extra[0] + (extra.size() > 1 ? " " + extra[1] : ""));
     const auto r = test::run_binary("pretrain_difflm", with(plus(train_flags(data), {"--train-iters", "2"}), extra),
-                                    dir / "log.txt", {30, -1});
+                                    dir / "log.txt", {30, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     EXPECT_NE(r.output.find(flag), std::string::npos) << r.output;
   }
@@ -474,11 +474,11 @@ TEST(BadInput, InferenceDeviceFlagThroughThePrograms) {
   test::TempDir dir;
   for (const char* program : {"generate", "evaluate"}) {
     SCOPED_TRACE(program);
-    auto r = test::run_binary(program, {"--load", dir / "absent", "--device", "tpu"}, dir / "log.txt", {30, -1});
+    auto r = test::run_binary(program, {"--load", dir / "absent", "--device", "tpu"}, dir / "log.txt", {30, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     EXPECT_NE(r.output.find("--device: unknown value 'tpu'"), std::string::npos) << r.output;
     if (cuda_available()) continue;  // a GPU is visible: --device cuda is allowed
-    r = test::run_binary(program, {"--load", dir / "absent", "--device", "cuda"}, dir / "log.txt", {30, -1});
+    r = test::run_binary(program, {"--load", dir / "absent", "--device", "cuda"}, dir / "log.txt", {30, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     EXPECT_NE(r.output.find("--device cuda: "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(cuda_compiled() ? "no GPU" : "no CUDA backend"), std::string::npos) << r.output;

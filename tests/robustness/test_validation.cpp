@@ -202,7 +202,7 @@ TEST(Validation, SamplingAndEvaluationFlagsOutOfRangeThroughThePrograms) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.program + " " + c.flag + " " + c.value);
-    const auto r = test::run_binary(c.program, {"--load", dir / "absent", c.flag, c.value}, dir / "log.txt", {30, -1});
+    const auto r = test::run_binary(c.program, {"--load", dir / "absent", c.flag, c.value}, dir / "log.txt", {30, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     expect_output_names(r, {c.flag + " must be", c.range});
     EXPECT_EQ(r.output.find("absent"), std::string::npos) << "the flag is checked before the checkpoint: " << r.output;
@@ -214,7 +214,7 @@ TEST(Validation, TrainingFlagOutOfRangeThroughTheProgram) {
   test::TempDir dir;
   std::vector<std::string> flags = test::tiny_difflm_flags(dir / "data");
   *(std::find(flags.begin(), flags.end(), "--lr") + 1) = "nan";
-  const auto r = test::run_binary("pretrain_difflm", flags, dir / "log.txt", {30, -1});
+  const auto r = test::run_binary("pretrain_difflm", flags, dir / "log.txt", {30, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {"--lr must be a finite number", ">= 0", "'nan'"});
 }
@@ -293,12 +293,12 @@ TEST(Validation, HfConfigZeroHeadsThroughThePrograms) {
     const std::string hf = dir / "hf";
     copy_hf_fixture(c.fixture, hf, [&](json& j) { j[c.field] = 0; });
     auto r = test::run_binary("convert_checkpoint", {"--from-hf", hf, "--to-native", dir / "native"}, dir / "log.txt",
-                              {60, -1});
+                              {60, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     expect_output_names(r, {hf + "/config.json", c.field});
     EXPECT_FALSE(fs::exists(dir / "native/latest_checkpointed_iteration.txt"));
     r = test::run_binary("pretrain_difflm", plus(test::tiny_difflm_flags(dir / "data"), {"--load-hf", hf}),
-                         dir / "log.txt", {60, -1});
+                         dir / "log.txt", {60, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     expect_output_names(r, {hf + "/config.json", c.field});
   }
@@ -324,11 +324,11 @@ TEST(Validation, HfConfigTooLargeForMemoryThroughThePrograms) {
       if (c.field == "hidden_size") j.erase("head_dim");
     });
     auto r = test::run_binary("convert_checkpoint", {"--from-hf", hf, "--to-native", dir / "native"}, dir / "log.txt",
-                              {60, -1});
+                              {60, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     expect_output_names(r, {hf + "/config.json", "does not fit in memory"});
     r = test::run_binary("pretrain_difflm", plus(test::tiny_difflm_flags(dir / "data"), {"--load-hf", hf}),
-                         dir / "log.txt", {60, -1});
+                         dir / "log.txt", {60, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     expect_output_names(r, {hf + "/config.json", "does not fit in memory"});
   }
@@ -344,7 +344,7 @@ TEST(Validation, HfTensorShapeDisagreeingWithConfig) {
     const std::string hf = dir / "hf";
     copy_hf_fixture("hf_qwen2", hf, [&](json& j) { j[field] = j[field].get<int64_t>() / 2; });
     const auto r = test::run_binary("convert_checkpoint", {"--from-hf", hf, "--to-native", dir / "native"},
-                                    dir / "log.txt", {60, -1});
+                                    dir / "log.txt", {60, -1, ""});
     EXPECT_CLEAN_ERROR_EXIT(r);
     expect_output_names(r, {hf, "tensor '"});
     EXPECT_FALSE(fs::exists(dir / "native/latest_checkpointed_iteration.txt"));
@@ -360,7 +360,7 @@ TEST(Validation, ConvertRefusesACorruptHfTokenizer) {
   copy_hf_fixture("hf_qwen2", hf, [](json&) {});
   write_text(hf + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": ");
   const std::string out = dir / "native";
-  const auto r = test::run_binary("convert_checkpoint", {"--from-hf", hf, "--to-native", out}, dir / "log.txt", {60, -1});
+  const auto r = test::run_binary("convert_checkpoint", {"--from-hf", hf, "--to-native", out}, dir / "log.txt", {60, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {hf + "/tokenizer.json"});
   EXPECT_FALSE(fs::exists(out + "/latest_checkpointed_iteration.txt"));
@@ -397,20 +397,20 @@ TEST(Validation, DirectoryAsInputThroughTheDataPrograms) {
   test::TempDir dir;
   const std::string d = dir / "adir";
   fs::create_directories(d);
-  auto r = test::run_binary("text_to_jsonl", {"--input", d, "--output", dir / "out.jsonl"}, dir / "log.txt", {30, -1});
+  auto r = test::run_binary("text_to_jsonl", {"--input", d, "--output", dir / "out.jsonl"}, dir / "log.txt", {30, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {"--input '" + d + "'", "is a directory"});
   EXPECT_FALSE(fs::exists(dir / "out.jsonl"));
   r = test::run_binary("preprocess_data",
                        {"--input", d, "--output-prefix", dir / "p", "--tokenizer-type", "ByteTokenizer"}, dir / "log.txt",
-                       {30, -1});
+                       {30, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {d, "is a directory"});
   // A --data-path prefix whose .bin is a directory.
   const std::string data = test::make_counting_dataset(dir.str(), 10);
   fs::remove(data + ".bin");
   fs::create_directories(data + ".bin");
-  r = test::run_binary("inspect_data", {"--data-path", data}, dir / "log.txt", {30, -1});
+  r = test::run_binary("inspect_data", {"--data-path", data}, dir / "log.txt", {30, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {data + ".bin", "is a directory"});
 }
@@ -467,10 +467,10 @@ TEST_F(ValidationOnACheckpoint, DirectoryAsPromptOrChoicesFile) {
   const std::string d = dir / "adir";
   fs::create_directories(d);
   auto r = test::run_binary("generate", {"--load", ckpt(), "--prompt-file", d, "--gen-length", "4", "--steps", "4"},
-                            dir / "log.txt", {60, -1});
+                            dir / "log.txt", {60, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {"--prompt-file '" + d + "'", "is a directory"});
-  r = test::run_binary("evaluate", {"--load", ckpt(), "--choices-file", d}, dir / "log.txt", {60, -1});
+  r = test::run_binary("evaluate", {"--load", ckpt(), "--choices-file", d}, dir / "log.txt", {60, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {"--choices-file '" + d + "'", "is a directory"});
 }
@@ -485,7 +485,7 @@ TEST_F(ValidationOnACheckpoint, GenerateWritesValidJsonForAnyBytes) {
   const auto r = test::run_binary("generate",
                                   {"--load", ckpt(), "--prompt", cut_euro, "--prompt", "xy", "--gen-length", "8",
                                    "--steps", "8", "--temperature", "1", "--seed", "3", "--output", out},
-                                  dir / "log.txt", {120, -1});
+                                  dir / "log.txt", {120, -1, ""});
   EXPECT_TRUE(r.exited) << "killed by signal " << r.signal << "\n" << r.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(out);
@@ -500,7 +500,7 @@ TEST_F(ValidationOnACheckpoint, GenerateWritesValidJsonForAnyBytes) {
   // The same text printed to stdout without --output.
   const auto p = test::run_binary("generate",
                                   {"--load", ckpt(), "--prompt", cut_euro, "--gen-length", "8", "--steps", "8"},
-                                  dir / "log2.txt", {120, -1});
+                                  dir / "log2.txt", {120, -1, ""});
   ASSERT_EQ(p.exit_code, 0) << p.output;
   EXPECT_NE(p.output.find("=== prompt: ab\xEF\xBF\xBD\n"), std::string::npos) << p.output;
 }
@@ -525,10 +525,10 @@ TEST_F(ValidationOnACheckpoint, EvaluateRefusesDataOfAnotherTokenizer) {
   const std::vector<std::string> args = {"--load", ckpt(), "--data-path", prefix, "--seq-length", "8",
                                          "--eval-samples", "2", "--mc-samples", "1", "--micro-batch-size", "1"};
   write_sidecar(TokenizerSpec{"NullTokenizer", "", "", "", 300, {}});
-  auto r = test::run_binary("evaluate", args, dir / "log.txt", {120, -1});
+  auto r = test::run_binary("evaluate", args, dir / "log.txt", {120, -1, ""});
   EXPECT_CLEAN_ERROR_EXIT(r);
   expect_output_names(r, {prefix, sidecar_path(prefix), ckpt(), "another tokenizer", "NullTokenizer", "ByteTokenizer"});
   write_sidecar(ours);
-  r = test::run_binary("evaluate", args, dir / "log.txt", {120, -1});
+  r = test::run_binary("evaluate", args, dir / "log.txt", {120, -1, ""});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
