@@ -109,7 +109,6 @@ int main(int argc, char** argv) {
     dopt.batch = f.get_int("micro-batch-size");
     dopt.cfg_scale = static_cast<float>(f.get_double("cfg-scale"));
     dopt.seed = static_cast<uint64_t>(f.get_int("seed"));
-    MEGADLM_CHECK(dopt.batch >= 1, "--micro-batch-size must be positive");
     bool did = false;
 
     if (!f.get_string("data-path").empty()) {
@@ -119,7 +118,6 @@ int main(int argc, char** argv) {
       if (T <= 0 && lm.state.meta.contains("seq_length")) T = lm.state.meta["seq_length"].get<int64_t>();
       MEGADLM_CHECK(T >= 2, "--seq-length must be at least 2, got ", T);
       const int64_t n = f.get_int("eval-samples");
-      MEGADLM_CHECK(n >= 1, "--eval-samples must be positive, got ", n);
       // Data tokenized otherwise than the model was trained would be scored as noise.
       if (lm.state.meta.contains("tokenizer")) {
         const auto model_tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));

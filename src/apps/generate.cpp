@@ -94,7 +94,6 @@ int main(int argc, char** argv) {
     }
     if (prompts.empty()) prompts.push_back("");
     const int64_t batch = f.get_int("batch-size");
-    MEGADLM_CHECK(batch >= 1, "--batch-size must be positive, got ", batch);
     const uint64_t seed = static_cast<uint64_t>(f.get_int("seed"));
 
     std::vector<std::vector<int32_t>> ids;

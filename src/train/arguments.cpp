@@ -174,7 +174,6 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   m.num_layers = f.get_int("num-layers");
   m.hidden_size = f.get_int("hidden-size");
   m.num_attention_heads = f.get_int("num-attention-heads");
-  MEGADLM_CHECK(m.num_attention_heads > 0, "--num-attention-heads must be positive, got ", m.num_attention_heads);
   // With --load-hf the shape comes from config.json (checked there), not from these flags' defaults.
   MEGADLM_CHECK(f.given("kv-channels") || f.given("load-hf") || m.hidden_size % m.num_attention_heads == 0, "--num-attention-heads ",
                 m.num_attention_heads, " does not divide --hidden-size ", m.hidden_size);
@@ -206,12 +205,10 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   m.untie_embeddings_and_output_weights = f.get_bool("untie-embeddings-and-output-weights");
   m.init_method_std = static_cast<float>(f.get_double("init-method-std"));
   a.seq_length = f.get_int("seq-length");
-  MEGADLM_CHECK(a.seq_length >= 2, "--seq-length must be at least 2, got ", a.seq_length);
   m.max_position_embeddings = f.get_int("max-position-embeddings") > 0 ? f.get_int("max-position-embeddings") : a.seq_length;
   MEGADLM_CHECK(m.max_position_embeddings >= a.seq_length, "--max-position-embeddings ", m.max_position_embeddings,
                 " is smaller than --seq-length ", a.seq_length);
   a.make_vocab_size_divisible_by = f.get_int("make-vocab-size-divisible-by");
-  MEGADLM_CHECK(a.make_vocab_size_divisible_by >= 1, "--make-vocab-size-divisible-by must be positive");
   a.attention_mask_type = f.get_string("attention-mask-type");
   const MaskType mask = a.attention_mask_type.empty()
                                  ? (a.model_type == ModelType::GPT ? MaskType::Causal : MaskType::None)
@@ -250,12 +247,10 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.eod_mask_loss = f.get_bool("eod-mask-loss");
 
   a.micro_batch_size = f.get_int("micro-batch-size");
-  MEGADLM_CHECK(a.micro_batch_size >= 1, "--micro-batch-size must be positive, got ", a.micro_batch_size);
   a.global_batch_size = f.get_int("global-batch-size") > 0 ? f.get_int("global-batch-size") : a.micro_batch_size;
   MEGADLM_CHECK(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size ", a.global_batch_size,
                 " is not a multiple of --micro-batch-size ", a.micro_batch_size);
   a.train_iters = f.get_int("train-iters");
-  MEGADLM_CHECK(a.train_iters >= 1, "--train-iters must be positive, got ", a.train_iters);
   a.lr.lr = f.get_double("lr");
   a.lr.min_lr = f.get_double("min-lr");
   a.lr.style = lr_decay_style_from_name(f.get_string("lr-decay-style"));

@@ -9,7 +9,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "core/host_memory.h"
 #include "core/log.h"
 #include "nn/moe/moe_counts.h"
 
@@ -24,8 +23,6 @@ MemoryEstimate estimate_memory(const TransformerConfig& c, int64_t params, int64
   m.precision_bytes = precision_buffer_bytes(c, micro_batch, T, options);
   return m;
 }
-
-double available_memory_bytes() { return available_host_memory_bytes(); }
 
 double model_flops_per_token(const TransformerConfig& c, int64_t T) {
   const double C = static_cast<double>(c.hidden_size);

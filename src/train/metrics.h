@@ -21,7 +21,6 @@ struct MemoryEstimate {
 };
 MemoryEstimate estimate_memory(const TransformerConfig& cfg, int64_t params, int64_t micro_batch, int64_t T,
                                const MemoryOptions& options = {});
-double available_memory_bytes();  // MemAvailable from /proc/meminfo (0 when unknown)
 
 // Model FLOPs per token for a forward + backward (the PaLM convention): 6 x (matrix parameters,
 // including the output layer) + 12 x layers x heads x head dim x T (attention scores and values,

@@ -87,8 +87,6 @@ void read_moe_flags(const CliFlags& f, TransformerConfig& model) {
   else fail("--moe-router-load-balancing-type: unknown value '", lb, "' (expected aux_loss, seq_aux_loss or none)");
   m.aux_loss_coeff = static_cast<float>(f.get_double("moe-aux-loss-coeff"));
   m.z_loss_coeff = static_cast<float>(f.get_double("moe-z-loss-coeff"));
-  MEGADLM_CHECK(m.aux_loss_coeff >= 0, "--moe-aux-loss-coeff must be >= 0, got ", m.aux_loss_coeff);
-  MEGADLM_CHECK(m.z_loss_coeff >= 0, "--moe-z-loss-coeff must be >= 0, got ", m.z_loss_coeff);
   if (m.router_type == MoERouterType::ExpertChoice) {
     // Expert choice balances the load by construction; a load-balancing loss has nothing to do.
     MEGADLM_CHECK(!f.given("moe-router-load-balancing-type") || m.load_balancing == MoELoadBalancing::None,
@@ -96,7 +94,6 @@ void read_moe_flags(const CliFlags& f, TransformerConfig& model) {
     m.load_balancing = MoELoadBalancing::None;
   }
   m.capacity_factor = f.get_double("moe-expert-capacity-factor");
-  MEGADLM_CHECK(m.capacity_factor >= 0, "--moe-expert-capacity-factor must be >= 0, got ", m.capacity_factor);
   const std::string dp = f.get_string("moe-token-drop-policy");
   if (dp == "probs") m.drop_policy = MoEDropPolicy::Probs;
   else if (dp == "position") m.drop_policy = MoEDropPolicy::Position;
@@ -106,7 +103,6 @@ void read_moe_flags(const CliFlags& f, TransformerConfig& model) {
                 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor > 0");
   m.ffn_hidden_size = f.get_int("moe-ffn-hidden-size") > 0 ? f.get_int("moe-ffn-hidden-size") : model.ffn_hidden_size;
   m.shared_expert_size = f.get_int("moe-shared-expert-intermediate-size");
-  MEGADLM_CHECK(m.shared_expert_size >= 0, "--moe-shared-expert-intermediate-size must be >= 0, got ", m.shared_expert_size);
 }
 
 std::string describe_moe(const TransformerConfig& model) {

@@ -21,9 +21,6 @@ void read_parallel_flags(const CliFlags& f, ParallelArgs& p) {
   p.layout.pp = static_cast<int>(f.get_int("pipeline-model-parallel-size"));
   p.layout.ep = static_cast<int>(f.get_int("expert-model-parallel-size"));
   p.layout.cp = static_cast<int>(f.get_int("context-parallel-size"));
-  for (const char* n : {"tensor-model-parallel-size", "pipeline-model-parallel-size", "expert-model-parallel-size",
-                        "context-parallel-size"})
-    MEGADLM_CHECK(f.get_int(n) >= 1, "--", n, " must be at least 1, got ", f.get_int(n));
   MEGADLM_CHECK(p.layout.cp == 1, "--context-parallel-size ", p.layout.cp, ": context parallelism is not supported yet");
   p.sequence_parallel = f.get_bool("sequence-parallel");
   p.use_distributed_optimizer = f.get_bool("use-distributed-optimizer");

@@ -91,7 +91,6 @@ void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
     p.fp8.format = fp8_format_from_name(fp8);
     p.fp8.margin = static_cast<int>(f.get_int("fp8-margin"));
     p.fp8.amax_history_len = f.get_int("fp8-amax-history-len");
-    MEGADLM_CHECK(p.fp8.amax_history_len >= 1, "--fp8-amax-history-len must be at least 1, got ", p.fp8.amax_history_len);
     p.fp8.amax_algo = fp8_amax_algo_from_name(f.get_string("fp8-amax-compute-algo"));
   }
   LossScalerConfig& s = a.loss_scale;
@@ -108,7 +107,6 @@ void read_precision_flags(const CliFlags& f, PrecisionArgs& a, Device device) {
   r.granularity = recompute_granularity_from_name(f.get_string("recompute-granularity"));
   r.method = recompute_method_from_name(f.get_string("recompute-method"));
   r.num_layers = f.get_int("recompute-num-layers");
-  MEGADLM_CHECK(r.num_layers >= 1, "--recompute-num-layers must be at least 1, got ", r.num_layers);
 }
 
 }  // namespace megadlm

@@ -11,6 +11,7 @@
 
 #include "checkpoint/native_checkpoint.h"
 #include "core/file_io.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "kernels/dispatch.h"
 #include "models/config_json.h"
@@ -104,7 +105,7 @@ Trainer::Trainer(const TrainArgs& args)
                             memory_options(args_.precision));
   const MemoryEstimate& mem = memory_;
   // The host's memory bounds a CPU run; a GPU run's device memory is not estimated here.
-  const double avail = args_.device == Device::CPU ? available_memory_bytes() : 0.0;
+  const double avail = args_.device == Device::CPU ? available_host_memory_bytes() : 0.0;
   MEGADLM_CHECK(avail <= 0 || mem.total() < 0.9 * avail, "the model does not fit in memory: it needs about ",
                 human_bytes(mem.total()), " (", human_count(static_cast<double>(params)), " parameters: ",
                 human_bytes(mem.params_bytes), " for weights, gradients and AdamW state; ", human_bytes(mem.activations_bytes),
