@@ -48,6 +48,7 @@ for p in fortunes gnuplot-nox python3; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" > /dev/null
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null

@@ -5,11 +5,16 @@
       OUTDIR/budgets.txt holds "<budget> <documents> <tokens>" lines; OUTDIR/<family>_<budget>/ holds
       a run (metrics.jsonl, eval.json, seconds). Writes OUTDIR/curves_<family>_<budget>.dat
       ("epochs tokens val_loss"), OUTDIR/summary.dat (one line per budget for the plot against unique
-      tokens) and OUTDIR/results.md (the table), and prints the table.
+      tokens) and OUTDIR/results.md (the table), and prints the table. For reference the table also
+      gives what a unigram model of each budget's tokens (add-1/2 smoothing) scores on the held-out text.
 """
+import array
 import json
+import math
 import os
+import struct
 import sys
+from collections import Counter
 
 FAMILIES = ("gpt", "difflm")
 NAMES = {"gpt": "AR", "difflm": "diffusion"}
@@ -28,15 +33,35 @@ def curve(run_dir):
     return points, tokens_per_iter
 
 
+def read_tokens(prefix):
+    """The token ids of a Megatron dataset (uint16 or int32 .bin)."""
+    with open(prefix + ".idx", "rb") as f:
+        code = struct.unpack_from("<B", f.read(18), 17)[0]
+    a = array.array({8: "H", 4: "i"}[code])
+    with open(prefix + ".bin", "rb") as f:
+        a.frombytes(f.read())
+    return a
+
+
+def unigram_cross_entropy(train, held, vocab):
+    c, n = Counter(train), len(train)
+    return -sum(math.log((c[t] + 0.5) / (n + 0.5 * vocab)) for t in held) / len(held)
+
+
 def main(out):
     budgets = []
     with open(os.path.join(out, "budgets.txt"), encoding="utf-8") as f:
         for line in f:
             b, docs, tokens = line.split()
             budgets.append((int(b), int(docs), int(tokens)))
-    rows, summary = [], []
+    with open(os.path.join(out, "data", "tokenizer.json"), encoding="utf-8") as f:
+        tok = json.load(f)
+    vocab = len(tok["model"]["vocab"]) + sum(1 for t in tok.get("added_tokens", []) if t["content"] not in tok["model"]["vocab"])
+    held = read_tokens(os.path.join(out, "data", "heldout_text_document"))
+    summary = []
     for b, docs, unique in budgets:
-        s = {"budget": b, "unique": unique}
+        s = {"budget": b, "unique": unique,
+             "unigram": unigram_cross_entropy(read_tokens(os.path.join(out, "data", f"train_{b}_text_document")), held, vocab)}
         for fam in FAMILIES:
             run = os.path.join(out, f"{fam}_{b}")
             points, tpi = curve(run)
@@ -99,7 +124,8 @@ def main(out):
         where = f"diffusion's validation loss below AR's from epoch {cross:.1f} to the end" if cross is not None \
             else "diffusion's validation loss above AR's at the end"
         lines.append(f"- {s['unique']:,} unique tokens: end of training, diffusion minus AR = {diff:+.3f} "
-                     f"± {err:.3f} nats/token ({verdict}); {where}.")
+                     f"± {err:.3f} nats/token ({verdict}); {where}; a unigram model of these tokens scores "
+                     f"{s['unigram']:.3f}.")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "results.md"), "w", encoding="utf-8") as f:
         f.write(text)
