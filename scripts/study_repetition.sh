@@ -58,8 +58,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build --parallel --target pretrain_difflm evaluate text_to_jsonl train_tokenizer preprocess_data
+# The output directory is replaced whole; anything there that this script did not make is left alone.
+if [ -e "$OUT" ] && [ ! -e "$OUT/.study_repetition" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+  echo "study_repetition.sh: $OUT exists and is not a study output directory; not replacing it" >&2
+  exit 2
+fi
 rm -rf "$OUT"
 mkdir -p "$OUT/data"
+touch "$OUT/.study_repetition"
 D="$OUT/data"
 PRE=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$D/tokenizer.json" --append-eod --workers 2)
 
