@@ -13,17 +13,8 @@ DLM_ITERS="${DEMO_DLM_ITERS:-150}"
 OUT=runs/demo
 START=$(date +%s)
 
-./scripts/install_deps.sh
-# The corpus, the word list the samples are scored against, and the plotter.
-missing=()
-for p in fortunes wamerican gnuplot-nox; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" > /dev/null
-fi
+# The build's packages, and the corpus, the word list the samples are scored against, and the plotter.
+./scripts/install_deps.sh fortunes wamerican gnuplot-nox
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build --parallel --target pretrain_difflm convert_checkpoint generate text_to_jsonl train_tokenizer \
   preprocess_data

@@ -46,16 +46,7 @@ TRAIN=(--seq-length "$SEQ" --micro-batch-size "$MBS" --train-iters "$ITERS" --lr
        --lr-decay-style cosine --lr-warmup-iters 20 --seed "$SEED" --log-interval 50
        --eval-interval "$EVAL_INTERVAL" --save-interval 1000000)
 
-./scripts/install_deps.sh
-missing=()
-for p in fortunes gnuplot-nox python3; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" > /dev/null
-fi
+./scripts/install_deps.sh fortunes gnuplot-nox python3
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build --parallel --target pretrain_difflm evaluate text_to_jsonl train_tokenizer preprocess_data
 # The output directory is replaced whole; anything there that this script did not make is left alone.
@@ -112,20 +103,11 @@ echo "== 3/5 evaluation: held-out likelihood ($WINDOWS windows; diffusion: $MC M
 for b in "${BUDGETS[@]}"; do
   for fam in gpt difflm; do
     run="$OUT/${fam}_$b"
+    echo "-- $run"
     ./build/bin/evaluate --load "$run" --data-path "$D/heldout_text_document" --eval-samples "$WINDOWS" \
       --mc-samples "$MC" --micro-batch-size 32 --seed "$SEED" --output "$run/eval_lik.json" > /dev/null
     ./build/bin/evaluate --load "$run" --choices-file "$D/cloze.jsonl" --mc-samples "$CLOZE_MC" \
       --micro-batch-size 32 --seed "$SEED" --output "$run/eval_mc.json" > /dev/null
-    python3 - "$run" <<'PY'
-import json, sys
-run = sys.argv[1]
-a, b = (json.load(open(f"{run}/eval_{k}.json")) for k in ("lik", "mc"))
-a["multiple_choice"] = b["multiple_choice"]
-json.dump(a, open(f"{run}/eval.json", "w"), indent=1)
-PY
-    echo "$run: $(python3 -c "import json,sys; d=json.load(open('$run/eval.json')); \
-x=d['dataset']; m=d['multiple_choice']; \
-print('held-out', round(x.get('nll_per_token', x.get('nelbo_per_token')), 4), 'nats/token, cloze', m['accuracy'])")"
   done
 done
 

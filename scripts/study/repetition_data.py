@@ -17,6 +17,7 @@
   count PREFIX
       Prints the number of tokens of a Megatron dataset.
 """
+import array
 import json
 import random
 import struct
@@ -34,14 +35,26 @@ def write_jsonl(path, rows):
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def idx_sizes(prefix):
-    """Token counts per sequence of a Megatron MMIDIDX index."""
+def read_index(prefix):
+    """(dtype code, token counts per sequence) of a Megatron MMIDIDX index."""
     with open(prefix + ".idx", "rb") as f:
         data = f.read()
     if data[:9] != b"MMIDIDX\x00\x00":
         sys.exit(f"repetition_data.py: {prefix}.idx is not a Megatron index")
-    (count,) = struct.unpack_from("<Q", data, 18)
-    return list(struct.unpack_from(f"<{count}i", data, 34))
+    code, count = struct.unpack_from("<BQ", data, 17)
+    return code, list(struct.unpack_from(f"<{count}i", data, 34))
+
+
+def idx_sizes(prefix):
+    return read_index(prefix)[1]
+
+
+def read_tokens(prefix):
+    """The token ids of a Megatron dataset (uint16 or int32 .bin)."""
+    a = array.array({8: "H", 4: "i"}[read_index(prefix)[0]])
+    with open(prefix + ".bin", "rb") as f:
+        a.frombytes(f.read())
+    return a
 
 
 def cloze_items(docs, rng, n_items, max_words):

@@ -3,18 +3,18 @@
 
   repetition_report.py OUTDIR
       OUTDIR/budgets.txt holds "<budget> <documents> <tokens>" lines; OUTDIR/<family>_<budget>/ holds
-      a run (metrics.jsonl, eval.json, seconds). Writes OUTDIR/curves_<family>_<budget>.dat
+      a run (metrics.jsonl, eval_lik.json and eval_mc.json from evaluate, seconds). Writes OUTDIR/curves_<family>_<budget>.dat
       ("epochs tokens val_loss"), OUTDIR/summary.dat (one line per budget for the plot against unique
       tokens) and OUTDIR/results.md (the table), and prints the table. For reference the table also
       gives what a unigram model of each budget's tokens (add-1/2 smoothing) scores on the held-out text.
 """
-import array
 import json
 import math
 import os
-import struct
 import sys
 from collections import Counter
+
+from repetition_data import read_tokens
 
 FAMILIES = ("gpt", "difflm")
 NAMES = {"gpt": "AR", "difflm": "diffusion"}
@@ -31,16 +31,6 @@ def curve(run_dir):
             elif "consumed_tokens" in m and m.get("iteration", 0) > 0 and tokens_per_iter is None:
                 tokens_per_iter = m["consumed_tokens"] / m["iteration"]
     return points, tokens_per_iter
-
-
-def read_tokens(prefix):
-    """The token ids of a Megatron dataset (uint16 or int32 .bin)."""
-    with open(prefix + ".idx", "rb") as f:
-        code = struct.unpack_from("<B", f.read(18), 17)[0]
-    a = array.array({8: "H", 4: "i"}[code])
-    with open(prefix + ".bin", "rb") as f:
-        a.frombytes(f.read())
-    return a
 
 
 def unigram_cross_entropy(train, held, vocab):
@@ -65,27 +55,25 @@ def main(out):
         for fam in FAMILIES:
             run = os.path.join(out, f"{fam}_{b}")
             points, tpi = curve(run)
-            with open(os.path.join(out, f"curves_{fam}_{b}.dat"), "w", encoding="utf-8") as f:
-                for it, loss in points:
-                    if it > 0:
-                        f.write(f"{it * tpi / unique:.4f} {it * tpi:.0f} {loss:.5f}\n")
             trained = [(it, loss) for it, loss in points if it > 0]
+            with open(os.path.join(out, f"curves_{fam}_{b}.dat"), "w", encoding="utf-8") as f:
+                for it, loss in trained:
+                    f.write(f"{it * tpi / unique:.4f} {it * tpi:.0f} {loss:.5f}\n")
             best_it, best = min(trained, key=lambda p: p[1])
-            with open(os.path.join(run, "eval.json"), encoding="utf-8") as f:
-                ev = json.load(f)
-            d = ev["dataset"]
+            with open(os.path.join(run, "eval_lik.json"), encoding="utf-8") as f:
+                d = json.load(f)["dataset"]
+            with open(os.path.join(run, "eval_mc.json"), encoding="utf-8") as f:
+                mc = json.load(f)["multiple_choice"]
             if fam == "gpt":
                 final, se = d["nll_per_token"], d["nll_se"]
             else:
                 final, se = d["nelbo_per_token"], d["nelbo_se"]
             with open(os.path.join(run, "seconds"), encoding="utf-8") as f:
                 seconds = float(f.read())
-            epochs = trained[-1][0] * tpi / unique
             s[fam] = {"final": final, "se": se, "best": best, "best_epoch": best_it * tpi / unique,
-                      "last_val": trained[-1][1], "acc": ev["multiple_choice"]["accuracy"],
-                      "acc_norm": ev["multiple_choice"]["accuracy_per_token"],
-                      "items": ev["multiple_choice"]["items"], "seconds": seconds, "epochs": epochs,
-                      "mc": d.get("mc_samples"), "windows": d["windows"]}
+                      "curve": trained, "epochs_per_iter": tpi / unique, "acc": mc["accuracy"],
+                      "acc_norm": mc["accuracy_per_token"], "items": mc["items"], "seconds": seconds,
+                      "epochs": trained[-1][0] * tpi / unique, "mc": d.get("mc_samples")}
         summary.append(s)
     with open(os.path.join(out, "summary.dat"), "w", encoding="utf-8") as f:
         f.write("# unique_tokens ar_final ar_se ar_best dlm_final dlm_se dlm_best\n")
@@ -113,14 +101,14 @@ def main(out):
         err = (a["se"] ** 2 + d["se"] ** 2) ** 0.5
         verdict = "diffusion below AR" if diff + 2 * err < 0 else (
             "AR below diffusion" if diff - 2 * err > 0 else "within two standard errors")
-        # The crossing: the first validation from which diffusion stays below AR to the end.
-        ar = {round(e, 3): l for e, _, l in _read_curve(out, "gpt", s["budget"])}
-        pairs = [(e, l < ar[round(e, 3)]) for e, _, l in _read_curve(out, "difflm", s["budget"]) if round(e, 3) in ar]
+        # The crossing: the first validation from which diffusion stays below AR to the end (both runs
+        # validate at the same iterations).
+        ar = dict(a["curve"])
         cross = None
-        for e, below in reversed(pairs):
-            if not below:
+        for it, loss in reversed(d["curve"]):
+            if loss >= ar[it]:
                 break
-            cross = e
+            cross = it * d["epochs_per_iter"]
         where = f"diffusion's validation loss below AR's from epoch {cross:.1f} to the end" if cross is not None \
             else "diffusion's validation loss above AR's at the end"
         lines.append(f"- {s['unique']:,} unique tokens: end of training, diffusion minus AR = {diff:+.3f} "
@@ -130,11 +118,6 @@ def main(out):
     with open(os.path.join(out, "results.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text, end="")
-
-
-def _read_curve(out, fam, b):
-    with open(os.path.join(out, f"curves_{fam}_{b}.dat"), encoding="utf-8") as f:
-        return [tuple(float(x) for x in line.split()) for line in f if line.strip()]
 
 
 if __name__ == "__main__":

@@ -95,8 +95,8 @@ def main():
     nz = counts[counts > 0]
     print(f"{len(data)} tokens; unigram entropy {-(nz * np.log(nz)).sum():.4f} nats")
     model = Model(a)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    rest = [p for n, p in model.named_parameters() if p.dim() < 2]
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
     acc, n = 0.0, 0
