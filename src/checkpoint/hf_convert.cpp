@@ -192,8 +192,30 @@ std::vector<SafetensorsEntry> params_to_hf(const std::vector<SafetensorsEntry>& 
   return out;
 }
 
-void write_hf_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& params, const HfModelInfo& info,
-                         const HfWriteOptions& opt) {
+// The model without its padded vocabulary rows (config real_vocab_size): transformers takes the
+// softmax over every row of its vocab_size, where ours masks the padding, so the HF model holds the
+// tokens' rows only and gives the same probabilities. Views of the first rows of `params`.
+static std::vector<SafetensorsEntry> without_vocab_padding(const std::vector<SafetensorsEntry>& params,
+                                                           HfModelInfo& info) {
+  TransformerConfig& c = info.config;
+  if (c.real_vocab_size <= 0 || c.real_vocab_size >= c.vocab_size) return params;
+  std::vector<SafetensorsEntry> out = params;
+  for (SafetensorsEntry& e : out) {
+    if (e.name != "embed_tokens.weight" && e.name != "lm_head.weight") continue;
+    const Shape& s = e.tensor.shape();
+    MEGADLM_CHECK(s.n == 2 && s[0] == c.vocab_size, "export: '", e.name, "' has shape ", s.str(), ", expected [",
+                  c.vocab_size, ", C]");
+    e.tensor = Tensor::borrow(const_cast<float*>(e.tensor.data<float>()), {c.real_vocab_size, s[1]}, DType::F32);
+  }
+  c.vocab_size = c.real_vocab_size;
+  c.real_vocab_size = 0;
+  return out;
+}
+
+void write_hf_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& all_params,
+                         const HfModelInfo& model_info, const HfWriteOptions& opt) {
+  HfModelInfo info = model_info;
+  const std::vector<SafetensorsEntry> params = without_vocab_padding(all_params, info);
   const json cfg = hf_config_from_info(info, opt.dtype);  // first: refuses what the layout cannot hold
   const std::vector<SafetensorsEntry> hf = params_to_hf(params, info, opt.dtype);
   fs::create_directories(dir);

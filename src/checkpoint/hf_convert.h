@@ -44,7 +44,8 @@ struct HfWriteOptions {
   DType dtype = DType::F32;
   int64_t max_shard_bytes = 0;  // <= 0: one file
 };
-// Writes config.json and weights (atomic files) into dir.
+// Writes config.json and weights (atomic files) into dir. A model with a padded vocabulary
+// (info.config.real_vocab_size) is written without the padded rows, vocab_size = real_vocab_size.
 void write_hf_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& params, const HfModelInfo& info,
                          const HfWriteOptions& opt);
 

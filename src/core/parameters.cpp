@@ -1,5 +1,7 @@
 #include "core/parameters.h"
 
+#include <algorithm>
+
 #include "core/device_memory.h"
 #include "core/hash.h"
 #include "core/philox.h"
@@ -24,6 +26,33 @@ int ParamStore::add(const std::string& name, const Shape& shape, Init init, floa
   return static_cast<int>(infos_.size()) - 1;
 }
 
+RowRange balanced_rows(int64_t full, int parts, int part) {
+  MEGADLM_CHECK(parts >= 1 && part >= 0 && part < parts, "balanced_rows: piece ", part, " of ", parts);
+  const int64_t base = full / parts, extra = full % parts;
+  RowRange r;
+  r.begin = part * base + std::min<int64_t>(part, extra);
+  r.size = base + (part < extra ? 1 : 0);
+  return r;
+}
+
+int ParamStore::add_balanced_shard(const std::string& name, const Shape& full_shape, int split_dim, int parts,
+                                   int part, Init init, float std, bool weight_decay) {
+  if (parts == 1) return add(name, full_shape, init, std, weight_decay);
+  MEGADLM_CHECK(split_dim >= 0 && split_dim < full_shape.n, "parameter '", name, "': split dimension ", split_dim,
+                " outside a tensor of rank ", full_shape.n);
+  const RowRange rows = balanced_rows(full_shape[split_dim], parts, part);
+  MEGADLM_CHECK(rows.size > 0, "parameter '", name, "': dimension ", split_dim, " of size ", full_shape[split_dim],
+                " leaves no rows for tensor-parallel rank ", part, " of ", parts);
+  Shape local = full_shape;
+  local[split_dim] = rows.size;
+  const int id = add(name, local, init, std, weight_decay);
+  ParamInfo& p = infos_[id];
+  p.full_shape = full_shape;
+  p.split_dim = split_dim;
+  p.shard_begin = rows.begin;
+  return id;
+}
+
 int ParamStore::add_sharded(const std::string& name, const Shape& full_shape, int split_dim, int parts, int part,
                             Init init, float std, bool weight_decay) {
   if (parts == 1) return add(name, full_shape, init, std, weight_decay);
@@ -32,14 +61,7 @@ int ParamStore::add_sharded(const std::string& name, const Shape& full_shape, in
   const int64_t full = full_shape[split_dim];
   MEGADLM_CHECK(full % parts == 0, "parameter '", name, "': dimension ", split_dim, " of size ", full,
                 " is not divisible by the tensor-parallel size ", parts);
-  Shape local = full_shape;
-  local[split_dim] = full / parts;
-  const int id = add(name, local, init, std, weight_decay);
-  ParamInfo& p = infos_[id];
-  p.full_shape = full_shape;
-  p.split_dim = split_dim;
-  p.shard_begin = part * (full / parts);
-  return id;
+  return add_balanced_shard(name, full_shape, split_dim, parts, part, init, std, weight_decay);  // equal pieces
 }
 
 int64_t ParamInfo::global_index(int64_t i) const {

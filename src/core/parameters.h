@@ -25,6 +25,14 @@ namespace megadlm {
 
 enum class Init : uint8_t { Zeros, Ones, Normal };
 
+// Rows [begin, begin + size) of `full` rows split into `parts` pieces as evenly as they go: every
+// piece gets full / parts rows and the first full % parts pieces one more. Deterministic, so every
+// rank computes every rank's piece (the vocabulary's split over tensor-parallel ranks).
+struct RowRange {
+  int64_t begin = 0, size = 0;
+};
+RowRange balanced_rows(int64_t full, int parts, int part);
+
 struct ParamInfo {
   std::string name;     // HuggingFace-like, e.g. "layers.3.self_attn.q_proj.weight"
   Shape shape;
@@ -53,6 +61,10 @@ class ParamStore {
   // piece `part`. parts == 1 is add().
   int add_sharded(const std::string& name, const Shape& full_shape, int split_dim, int parts, int part, Init init,
                   float std = 0.0f, bool weight_decay = true);
+  // The same split by balanced_rows, for a dimension that need not divide by `parts` (the vocabulary):
+  // piece `part` holds balanced_rows(full_shape[split_dim], parts, part).
+  int add_balanced_shard(const std::string& name, const Shape& full_shape, int split_dim, int parts, int part,
+                         Init init, float std = 0.0f, bool weight_decay = true);
   // Marks a registered parameter as an expert parameter (its gradient is reduced over edp).
   void set_expert(int id) { infos_.at(id).expert = true; }
   // The device of the flat buffers (default CPU); only before finalize().

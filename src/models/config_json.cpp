@@ -23,6 +23,7 @@ nlohmann::json config_to_json(const TransformerConfig& c) {
   j["kv_channels"] = c.kv_channels;
   j["ffn_hidden_size"] = c.ffn_hidden_size;
   j["vocab_size"] = c.vocab_size;
+  if (c.real_vocab_size > 0 && c.real_vocab_size < c.vocab_size) j["real_vocab_size"] = c.real_vocab_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["normalization"] = c.normalization == NormKind::LayerNorm ? "LayerNorm" : "RMSNorm";
   j["norm_epsilon"] = c.norm_epsilon;
@@ -61,6 +62,9 @@ TransformerConfig config_from_json(const nlohmann::json& j, const std::string& w
   c.kv_channels = field<int64_t>(j, "kv_channels", where);
   c.ffn_hidden_size = field<int64_t>(j, "ffn_hidden_size", where);
   c.vocab_size = field<int64_t>(j, "vocab_size", where);
+  c.real_vocab_size = j.contains("real_vocab_size") ? field<int64_t>(j, "real_vocab_size", where) : 0;
+  MEGADLM_CHECK(c.real_vocab_size >= 0 && c.real_vocab_size <= c.vocab_size, where, ": model config field 'real_vocab_size' ",
+                c.real_vocab_size, " is outside [0, vocab_size ", c.vocab_size, "]");
   c.max_position_embeddings = field<int64_t>(j, "max_position_embeddings", where);
   c.normalization = norm_kind_from_name(field<std::string>(j, "normalization", where));
   c.norm_epsilon = field<float>(j, "norm_epsilon", where);

@@ -11,14 +11,14 @@ Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const Transf
       uses_positions_(cfg.position_embedding != PositionEmbedding::None) {
   MEGADLM_CHECK(spec.token_types == 0, "token-type embeddings (BERT) are not built yet");
   MEGADLM_CHECK(!spec.patches, "patch embeddings (vision-language models) are not built yet");
-  // Vocab-parallel: rank r holds rows [r*V/tp, (r+1)*V/tp) of the word embeddings.
-  MEGADLM_CHECK(V_ % ctx.tp.size == 0, "the vocabulary size ", V_,
-                " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ",
-                ctx.tp.size);
-  wte_ = store.add_sharded("embed_tokens.weight", {V_, C_}, 0, ctx.tp.size, ctx.tp.rank, Init::Normal,
-                           cfg.init_method_std, true);
+  // Vocab-parallel: rank r holds rows balanced_rows(V, tp, r) of the word embeddings (V need not
+  // divide by tp: the first V % tp ranks hold one row more).
+  MEGADLM_CHECK(V_ >= ctx.tp.size, "the vocabulary size ", V_, " is smaller than --tensor-model-parallel-size ",
+                ctx.tp.size, ": every rank needs a row");
+  wte_ = store.add_balanced_shard("embed_tokens.weight", {V_, C_}, 0, ctx.tp.size, ctx.tp.rank, Init::Normal,
+                                  cfg.init_method_std, true);
   vocab_start_ = store.info(wte_).shard_begin;
-  V_local_ = V_ / ctx.tp.size;
+  V_local_ = store.info(wte_).shape[0];
   if (spec.learned_positions)
     wpe_ = store.add("embed_positions.weight", {P_, C_}, Init::Normal, cfg.init_method_std, true);
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Token embedding, vocab-parallel: each tensor-parallel rank holds V/tp rows, tokens outside its shard
+// Token embedding, vocab-parallel: each tensor-parallel rank holds its balanced_rows(V, tp, rank) rows
+// (core/parameters.h: V/tp, one more on the first V % tp ranks), tokens outside its shard
 // give zero rows and the output is summed over tp (reduce-scattered to this rank's rows under
 // sequence parallelism). For GPT-2 style models, learned absolute position embeddings (replicated).
 // Legend: N tokens, C hidden, V vocabulary, P positions.

@@ -1,6 +1,7 @@
 #include "nn/lm_head.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <type_traits>
 #include <vector>
@@ -134,15 +135,48 @@ void LMHead::scatter_rows(float* out, const float* rows, const int32_t* index, i
 LMHead::LMHead(ParamStore& store, const TransformerConfig& cfg, int tied_weight_id, const ParallelContext* ctx)
     : store_(&store), ctx_(ctx ? ctx : &single_context()), V_(cfg.vocab_size), C_(cfg.hidden_size), w_(tied_weight_id) {
   const int tp = ctx_->tp.size;
-  MEGADLM_CHECK(V_ % tp == 0, "the vocabulary size ", V_,
-                " (padded by --make-vocab-size-divisible-by) is not divisible by --tensor-model-parallel-size ", tp);
+  MEGADLM_CHECK(V_ >= tp, "the vocabulary size ", V_, " is smaller than --tensor-model-parallel-size ", tp,
+                ": every rank needs a row");
   if (w_ < 0)
-    w_ = store.add_sharded("lm_head.weight", {V_, C_}, 0, tp, ctx_->tp.rank, Init::Normal, cfg.init_method_std, true);
+    w_ = store.add_balanced_shard("lm_head.weight", {V_, C_}, 0, tp, ctx_->tp.rank, Init::Normal, cfg.init_method_std,
+                                  true);
   const ParamInfo& p = store.info(w_);
-  MEGADLM_CHECK(p.shape[0] * tp == V_ && p.shape[1] == C_, "output layer: weight '", p.name, "' has shape ",
-                p.shape.str(), ", expected this rank's [", V_ / tp, ", ", C_, "]");
-  vocab_start_ = p.shard_begin;
-  V_local_ = V_ / tp;
+  const RowRange rows = balanced_rows(V_, tp, ctx_->tp.rank);
+  MEGADLM_CHECK(p.shape[0] == rows.size && p.shard_begin == rows.begin && p.shape[1] == C_, "output layer: weight '",
+                p.name, "' has shape ", p.shape.str(), " from row ", p.shard_begin, ", expected this rank's [",
+                rows.size, ", ", C_, "] from row ", rows.begin);
+  vocab_start_ = rows.begin;
+  V_local_ = rows.size;
+  const int64_t real = cfg.real_vocab_size > 0 ? std::min(cfg.real_vocab_size, V_) : V_;
+  token_cols_ = std::clamp<int64_t>(real - vocab_start_, 0, V_local_);
+}
+
+// The padded vocabulary rows' logits, columns [token_cols_, V_local_) of n rows of this rank's logits,
+// set to -inf: their exponential is 0, so the softmax, the loss and its gradient (0 on those columns)
+// are those of the tokens alone, and a sampler never draws them.
+void LMHead::mask_padding(void* logits, bool bf16, int64_t n) {
+  if (token_cols_ == V_local_ || n == 0) return;
+  const Backend& be = backend_for(store_->device());
+  if (be.device() == Device::CPU) {
+    constexpr uint16_t kBf16MinusInf = 0xFF80;
+#pragma omp parallel for schedule(static) if (n * (V_local_ - token_cols_) >= (1 << 16))
+    for (int64_t r = 0; r < n; ++r) {
+      if (bf16)
+        std::fill_n(static_cast<uint16_t*>(logits) + r * V_local_ + token_cols_, V_local_ - token_cols_, kBf16MinusInf);
+      else
+        std::fill_n(static_cast<float*>(logits) + r * V_local_ + token_cols_, V_local_ - token_cols_, -INFINITY);
+    }
+    return;
+  }
+  // A device keeps fp32 logits: a bias of 0 on the token columns and -inf on the padded ones.
+  MEGADLM_CHECK(!bf16, "output layer: bf16 logits on a device");
+  if (padding_bias_.numel() == 0) {
+    std::vector<float> bias(static_cast<size_t>(V_local_), 0.0f);
+    std::fill(bias.begin() + token_cols_, bias.end(), -INFINITY);
+    padding_bias_ = Tensor::empty({V_local_}, DType::F32, be.device());
+    be.copy_to_device(padding_bias_.raw(), bias.data(), sizeof(float) * bias.size());
+  }
+  be.bias_add_forward(static_cast<float*>(logits), padding_bias_.data<float>(), n, V_local_);
 }
 
 Tensor LMHead::logits(Arena& arena, const Tensor& x_local) {
@@ -154,6 +188,7 @@ Tensor LMHead::shard_logits(Arena& arena, const Tensor& x) {
   Tensor out = arena.tensor({N, V_local_});
   backend_of(x).gemm(false, true, N, V_local_, C_, 1.0f, x.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
             out.data<float>(), V_local_);
+  mask_padding(out.raw(), false, N);
   return out;
 }
 
@@ -163,14 +198,26 @@ Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
   if (tp == 1) return local;
   const int64_t N = local.size(0);
   const Backend& be = backend_of(local);
-  // all_gather gives [tp, N, Vl]; the logits of row n are the tp shards side by side.
-  Tensor chunks = arena.tensor({tp, N, V_local_});
-  ctx_->tp.communicator(be.device()).all_gather(local.data<float>(), chunks.data<float>(), local.numel());
-  Tensor out = arena.tensor({N, V_});
-  for (int r = 0; r < tp; ++r)
+  // The shards differ by a row at most (balanced_rows): each rank pads its [N, Vl] to the widest shard's
+  // [N, Vw], all_gather gives [tp, N, Vw], and the logits of row n are the tp shards' first columns
+  // side by side.
+  const int64_t Vw = balanced_rows(V_, tp, 0).size;
+  Tensor padded = local;
+  if (V_local_ < Vw) {
+    padded = arena.tensor({N, Vw});
+    be.zero(padded.raw(), padded.nbytes());
     for (int64_t n = 0; n < N; ++n)
-      be.copy(out.data<float>() + n * V_ + r * V_local_, chunks.data<float>() + (r * N + n) * V_local_,
-              sizeof(float) * static_cast<size_t>(V_local_));
+      be.copy(padded.data<float>() + n * Vw, local.data<float>() + n * V_local_, sizeof(float) * static_cast<size_t>(V_local_));
+  }
+  Tensor chunks = arena.tensor({tp, N, Vw});
+  ctx_->tp.communicator(be.device()).all_gather(padded.data<float>(), chunks.data<float>(), N * Vw);
+  Tensor out = arena.tensor({N, V_});
+  for (int r = 0; r < tp; ++r) {
+    const RowRange rows = balanced_rows(V_, tp, r);
+    for (int64_t n = 0; n < N; ++n)
+      be.copy(out.data<float>() + n * V_ + rows.begin, chunks.data<float>() + (r * N + n) * Vw,
+              sizeof(float) * static_cast<size_t>(rows.size));
+  }
   return out;
 }
 
@@ -280,6 +327,7 @@ double LMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* targets_
     const float* w = kept.weights ? kept.weights + r0 : nullptr;
     if (b16) bf16_chunk_logits(be, static_cast<uint16_t*>(lg.raw()), xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
     else chunk_logits(lg.data<float>(), x.data<float>() + r0 * C_, xb ? xb + r0 * C_ : nullptr, Wb, n);
+    mask_padding(lg.raw(), b16, n);
     total += vocab_parallel_cross_entropy(be, arena, *ctx_, chunk_loss(lg.raw(), b16, losses.data<float>() + r0, t, w,
                                                                         1.0f, n));
   }
@@ -329,10 +377,12 @@ double LMHead::loss_and_backward(Arena& arena, const Tensor& x_local, const int3
     CrossEntropyArgs a = chunk_loss(lg.raw(), b16, losses.data<float>() + r0, t, w, grad_scale, n);
     if (b16) {
       bf16_chunk_logits(be, gb, xb + r0 * C_, Wb, slab.data<float>(), n, V_local_, C_);
+      mask_padding(gb, true, n);
       a.dlogits_bf16 = gb;  // in place
     } else {
       float* logits = lg.data<float>();  // [n, Vl], then dlogits in place
       chunk_logits(logits, xr, xb ? xb + r0 * C_ : nullptr, Wb, n);
+      mask_padding(logits, false, n);
       a.dlogits = logits;
       a.dlogits_bf16 = gb;  // a bf16 copy of dlogits for the bf16 products, or null
     }

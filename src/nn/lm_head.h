@@ -2,7 +2,11 @@
 // The output layer: logits = x W^T with W the word embeddings (tied) or a separate output matrix,
 // then the fused softmax cross-entropy with per-token weights, a chunk of rows at a time (forward,
 // loss, both backward products per chunk). The logits buffer is reused in place for dlogits.
-// Legend: N tokens, C hidden, V vocabulary, Vl = V/tp this rank's vocabulary shard.
+// Legend: N tokens, C hidden, V vocabulary, Vl this rank's vocabulary shard (balanced_rows(V, tp, rank),
+// core/parameters.h: V/tp rows, one more on the first V % tp ranks).
+//
+// The padded vocabulary rows (from cfg.real_vocab_size up to V) get -inf logits wherever logits are
+// made (training loss, full_logits for evaluation and sampling), so no softmax sees them.
 //
 // Tensor parallelism: the output matrix is split by vocabulary rows like the word embeddings (with
 // tied embeddings the same shard serves both), each rank makes the logits of its shard [N, Vl] and the
@@ -47,7 +51,8 @@ class LMHead {
 
   // x [N, C] (this rank's rows under sequence parallelism) -> logits [N, Vl] of all N rows (arena).
   Tensor logits(Arena& arena, const Tensor& x);
-  // The same gathered over the vocabulary: [N, V] on every rank (inference and evaluation tools).
+  // The same gathered over the vocabulary: [N, V] on every rank (inference and evaluation tools); the
+  // uneven shards travel padded to the widest one and are trimmed.
   Tensor full_logits(Arena& arena, const Tensor& x);
   // Forward only: sum_n w_n CE_n (vocab-parallel), per-token losses [N] when not null.
   double loss(Arena& arena, const Tensor& x, const int32_t* targets, const float* weights, float* per_token_loss);
@@ -73,6 +78,8 @@ class LMHead {
 
  private:
   Tensor shard_logits(Arena& arena, const Tensor& x_all);  // x [N, C] all rows -> [N, Vl]
+  // -inf on the padded vocabulary's columns of n rows of logits [n, Vl] (fp32, or bf16 bits).
+  void mask_padding(void* logits, bool bf16, int64_t n);
   // The arguments of the cross-entropy of a chunk of n rows (nn/vocab_parallel_cross_entropy.h) without
   // the gradient's buffers.
   CrossEntropyArgs chunk_loss(const void* logits, bool logits_bf16, float* losses, const int32_t* targets,
@@ -110,6 +117,8 @@ class LMHead {
   MixedPrecision* prec_ = nullptr;
   int64_t V_ = 0, C_ = 0;
   int64_t vocab_start_ = 0, V_local_ = 0;
+  int64_t token_cols_ = 0;  // this shard's columns [0, token_cols_) are tokens, the rest padding
+  Tensor padding_bias_;     // [Vl] 0 or -inf, on a device (made on first use)
   int64_t max_chunk_rows_ = 0;
   int w_ = -1;
   const int32_t* host_targets_ = nullptr;  // set_host_labels

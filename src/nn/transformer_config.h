@@ -19,6 +19,9 @@ struct TransformerConfig {
   int64_t kv_channels = 16;           // D
   int64_t ffn_hidden_size = 256;      // F
   int64_t vocab_size = 256;           // V, padded to --make-vocab-size-divisible-by
+  // The tokens among the V rows: rows [real_vocab_size, V) are padding, and their logits are -inf, kept
+  // out of every softmax (training, evaluation, sampling). 0: every row is a token (no padding).
+  int64_t real_vocab_size = 0;
   int64_t max_position_embeddings = 128;
   NormKind normalization = NormKind::LayerNorm;
   float norm_epsilon = 1e-5f;

@@ -1,6 +1,7 @@
 #include "nn/vocab_parallel_cross_entropy.h"
 
 #include "core/error.h"
+#include "core/parameters.h"
 
 namespace megadlm {
 
@@ -15,8 +16,10 @@ static void check_targets(const CrossEntropyArgs& a) {
 
 double vocab_parallel_cross_entropy(const Backend& be, Arena& arena, const ParallelContext& ctx,
                                     const CrossEntropyArgs& a) {
-  MEGADLM_CHECK(a.Vl * ctx.tp.size == a.V, "vocab-parallel cross-entropy: ", a.Vl, " columns per rank x ",
-                ctx.tp.size, " ranks is not the vocabulary size ", a.V);
+  const RowRange cols = balanced_rows(a.V, ctx.tp.size, ctx.tp.rank);
+  MEGADLM_CHECK(a.Vl == cols.size && a.vocab_start == cols.begin, "vocab-parallel cross-entropy: columns [",
+                a.vocab_start, ", ", a.vocab_start + a.Vl, ") on tp rank ", ctx.tp.rank, " of ", ctx.tp.size,
+                " are not its share [", cols.begin, ", ", cols.begin + cols.size, ") of the vocabulary ", a.V);
   // One pass over the whole vocabulary; bf16 logits only where the bf16 gradient is wanted (their
   // forward-only loss takes the pieces, which need no gradient buffer).
   if (ctx.tp.size == 1 && (!a.logits_bf16 || a.dlogits_bf16 != nullptr)) return be.cross_entropy(a);

@@ -1,10 +1,11 @@
 #pragma once
 // Vocab-parallel softmax cross-entropy (Megatron's vocab_parallel_cross_entropy): each tensor-parallel
-// rank holds the logits of its vocabulary shard, [N, V/tp], and they are never gathered. Per row the
+// rank holds the logits of its vocabulary shard, [N, Vl] with Vl = balanced_rows(V, tp, rank).size
+// (core/parameters.h; shards may differ by one column), and they are never gathered. Per row the
 // max is all-reduced (max), then the sum of exp(x - max) and the target's logit (held by one rank)
 // are all-reduced (sum, in double); loss and gradient follow locally. Every rank returns the same
 // losses. At tp = 1 it is the backend's one-pass cross-entropy.
-// Legend: N tokens, Vl = V/tp this rank's vocabulary columns.
+// Legend: N tokens, Vl this rank's vocabulary columns.
 #include "core/arena.h"
 #include "kernels/backend.h"
 #include "parallel/parallel_context.h"

@@ -75,7 +75,7 @@ void declare(CliFlags& f) {
   f.add_bool("add-qkv-bias", "biases on q/k/v even with --disable-bias-linear (Qwen2)");
   f.add_bool("untie-embeddings-and-output-weights", "separate output layer");
   f.add_double("init-method-std", 0.02, "std of the normal initialisation", above(0));
-  f.add_int("make-vocab-size-divisible-by", 128, "pad the vocabulary to a multiple of this", at_least(1));
+  f.add_int("make-vocab-size-divisible-by", 128, "pad the vocabulary to a multiple of this (whatever the tensor-parallel size; the padded rows get -inf logits)", at_least(1));
   f.add_double("hidden-dropout", 0.0, "dropout after attention and MLP (only 0 is supported yet)", closed_open(0, 1));
   f.add_double("attention-dropout", 0.0, "dropout on attention probabilities (only 0 is supported yet)", closed_open(0, 1));
   f.add_string("attention-mask-type", "", "no_mask, causal or block_causal (default: no_mask for difflm, causal for gpt)");

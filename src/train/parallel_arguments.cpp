@@ -43,9 +43,8 @@ void validate_parallel_layout(const ParallelArgs& p, int world, const Transforme
                 " (kv groups) is not divisible by --tensor-model-parallel-size ", l.tp);
   MEGADLM_CHECK(c.ffn_hidden_size % l.tp == 0, "--ffn-hidden-size ", c.ffn_hidden_size,
                 " is not divisible by --tensor-model-parallel-size ", l.tp);
-  MEGADLM_CHECK(c.vocab_size % l.tp == 0, "the padded vocabulary ", c.vocab_size,
-                " is not divisible by --tensor-model-parallel-size ", l.tp,
-                " (it is padded to a multiple of --make-vocab-size-divisible-by x tp)");
+  MEGADLM_CHECK(c.vocab_size >= l.tp, "the padded vocabulary ", c.vocab_size, " is smaller than --tensor-model-parallel-size ",
+                l.tp, ": every tensor-parallel rank needs a row of it");
   MEGADLM_CHECK(c.num_layers % l.pp == 0, "--num-layers ", c.num_layers,
                 " is not divisible by --pipeline-model-parallel-size ", l.pp);
   if (l.ep > 1) {

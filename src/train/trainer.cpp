@@ -89,10 +89,14 @@ Trainer::Trainer(const TrainArgs& args)
   eod_ = tokenizer_->eod();
   check_data_tokenizers(args_, *tokenizer_);
   if (args_.model_type == ModelType::DiffLM) mask_token_ = resolve_mask_token(args_.mask_token, *tokenizer_);
-  // From --load-hf the checkpoint's vocabulary, grown only for ids it lacks (an appended mask token).
+  // Padded to --make-vocab-size-divisible-by alone, so that every layout trains the same model (the
+  // vocabulary splits unevenly over tp: nn/embedding.h), the padded rows kept out of the softmax
+  // (nn/lm_head.h). From --load-hf the checkpoint's vocabulary, grown only for ids it lacks (an
+  // appended mask token), every row a token as in transformers.
   args_.model.vocab_size = args_.load_hf.empty()
-                               ? padded_vocab_size(tokenizer_->vocab_size(), args_.make_vocab_size_divisible_by * args_.parallel.layout.tp)
+                               ? padded_vocab_size(tokenizer_->vocab_size(), args_.make_vocab_size_divisible_by)
                                : hf_adapted_vocab_size(args_.model.vocab_size, tokenizer_->vocab_size());
+  args_.model.real_vocab_size = args_.load_hf.empty() ? tokenizer_->vocab_size() : 0;
   args_.diffusion.mask_token = mask_token_;
   args_.diffusion.eod = eod_;
   objective_ = make_objective(args_);
@@ -119,8 +123,7 @@ Trainer::Trainer(const TrainArgs& args)
 
   // Model and optimizer.
   const ModelSpec spec = model_spec(args_.model_type, args_.model);
-  // The groups (collective over the world); Megatron pads the vocabulary to a multiple of
-  // --make-vocab-size-divisible-by x tp, above, so every tp rank gets an equal slice.
+  // The groups (collective over the world).
   parallel_ = std::make_unique<ParallelTraining>(args_.parallel, args_.model, args_.micro_batch_size,
                                                  args_.global_batch_size, args_.device);
   // Before the model is built, so that an unusable directory fails fast.
