@@ -1,0 +1,177 @@
+// pretrain_difflm under tp 1, 2 and 4 (mpirun) trains one model: the vocabulary is padded to
+// --make-vocab-size-divisible-by alone and split unevenly over the tp ranks, so a vocabulary that does
+// not divide by tp (259 tokens, --make-vocab-size-divisible-by 1) gives the same losses at every tp,
+// a checkpoint saved under tp 2 resumes under tp 1 and tp 4, and GPT-2's 50,257 tokens give the same
+// first loss at tp 1 and tp 2. Losses compared as scripts/layout_matrix.sh compares layouts: the first
+// step within 1e-6 relative, every step within 1e-4 (a resumed run: 1e-4). The tests spawn mpirun
+// themselves and skip where it is not installed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "robustness/child_process.h"
+#include "test_util.h"
+#include "train_fixture.h"
+
+namespace fs = std::filesystem;
+using namespace megadlm;
+
+namespace {
+
+// mpirun from PATH, or "" when MPI is not installed.
+std::string find_mpirun() {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "/usr/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const fs::path p = fs::path(dirs.substr(start, end - start)) / "mpirun";
+    if (fs::exists(p)) return p.string();
+    start = end + 1;
+  }
+  return "";
+}
+
+#define REQUIRE_MPIRUN(var)                \
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm"); \
+  const std::string var = find_mpirun();   \
+  if (var.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)"
+
+// pretrain_difflm with `flags` on `np` ranks (mpirun when np > 1) at tensor-parallel size np; the
+// output into `log`. Fails the test when the run fails.
+void train(const std::string& mpirun, int np, const std::vector<std::string>& flags, const std::string& log) {
+  test::ChildOptions opt;
+  opt.timeout_s = 300;
+  const std::vector<std::string> tp = {"--tensor-model-parallel-size", std::to_string(np)};
+  test::ChildResult r;
+  if (np == 1) {
+    r = test::run_binary("pretrain_difflm", test::plus(flags, tp), log, opt);
+  } else {
+    const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
+                                             "btl", "self,vader", "-x", "OMP_NUM_THREADS=1", "-np",
+                                             std::to_string(np), test::binary_path("pretrain_difflm")};
+    r = test::run_program(mpirun, test::plus(test::plus(launch, flags), tp), log, opt);
+  }
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << "tp " << np << " run failed:\n" << r.output;
+}
+
+// iteration -> loss of a run's metrics.jsonl (written into its --save directory).
+std::map<int64_t, double> losses_of(const std::string& save_dir) {
+  std::map<int64_t, double> out;
+  for (const auto& j : test::training_lines(save_dir + "/metrics.jsonl"))
+    out[j["iteration"].get<int64_t>()] = j["loss"].get<double>();
+  return out;
+}
+
+// got's losses against ref's at the same iterations: `steps` of them, the first within first_tol
+// relative, every one within 1e-4.
+void expect_same_losses(const std::map<int64_t, double>& ref, const std::map<int64_t, double>& got, size_t steps,
+                        double first_tol, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(got.size(), steps);
+  bool first = true;
+  for (const auto& [it, loss] : got) {
+    ASSERT_TRUE(ref.count(it)) << "iteration " << it;
+    const double rel = std::fabs(loss - ref.at(it)) / std::fabs(ref.at(it));
+    if (first) EXPECT_LE(rel, first_tol) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
+    EXPECT_LE(rel, 1e-4) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
+    first = false;
+  }
+}
+
+// The robustness tests' tiny run (4 heads, C 32: tp 4 divides them) on 259 tokens padded to a
+// multiple of 1: 259 rows, 130 + 129 at tp 2, 65 + 65 + 65 + 64 at tp 4.
+std::vector<std::string> uneven_flags(const std::string& data, const std::string& type, int iters) {
+  std::vector<std::string> f = test::tiny_difflm_flags(data);
+  for (size_t i = 0; i + 1 < f.size(); ++i) {
+    if (f[i] == "--model-type") f[i + 1] = type;
+    if (f[i] == "--vocab-size") f[i + 1] = "259";
+    if (f[i] == "--make-vocab-size-divisible-by") f[i + 1] = "1";
+    if (f[i] == "--eval-iters") f[i + 1] = "0";
+  }
+  return test::plus(f, {"--train-iters", std::to_string(iters)});
+}
+
+}  // namespace
+
+TEST(VocabLayoutRuns, UnevenVocabularyTrainsTheSameModelAtEveryTp) {
+  REQUIRE_MPIRUN(mpirun);
+  test::TempDir dir;
+  const std::string data = test::make_counting_dataset(dir.str(), 40);
+  for (const std::string type : {"difflm", "gpt"}) {
+    SCOPED_TRACE(type);
+    const auto flags = uneven_flags(data, type, 20);
+    std::map<int, std::map<int64_t, double>> losses;
+    for (int np : {1, 2, 4}) {
+      const std::string save = dir / (type + "_tp" + std::to_string(np));
+      train(mpirun, np, test::plus(flags, {"--save", save}), save + ".log");
+      if (HasFatalFailure()) return;
+      losses[np] = losses_of(save);
+    }
+    expect_same_losses(losses[1], losses[2], 20, 1e-6, "tp2 vs tp1");
+    expect_same_losses(losses[1], losses[4], 20, 1e-6, "tp4 vs tp1");
+  }
+}
+
+// Saved under tp 2 at step 10 (259 rows split 130 + 129), resumed under tp 1 and tp 4 (65 + 65 + 65
+// + 64): the checkpoint holds the full tables, and the resumed steps 11..20 give the uninterrupted
+// single-process run's losses.
+TEST(VocabLayoutRuns, Tp2CheckpointResumesUnderTp1AndTp4) {
+  REQUIRE_MPIRUN(mpirun);
+  test::TempDir dir;
+  const std::string data = test::make_counting_dataset(dir.str(), 40);
+  const auto flags = uneven_flags(data, "difflm", 20);
+  const std::string ref = dir / "tp1", saved = dir / "tp2_saved";
+  train(mpirun, 1, test::plus(flags, {"--save", ref}), ref + ".log");
+  train(mpirun, 2, test::plus(flags, {"--save", saved, "--exit-interval", "10"}), saved + ".log");
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(losses_of(saved).size(), 10u);
+  for (int np : {1, 4}) {
+    const std::string resumed = dir / ("resumed_tp" + std::to_string(np));
+    train(mpirun, np, test::plus(flags, {"--save", resumed, "--load", saved}), resumed + ".log");
+    if (HasFatalFailure()) return;
+    expect_same_losses(losses_of(ref), losses_of(resumed), 10, 1e-4, "tp2 checkpoint resumed under tp" + std::to_string(np));
+  }
+}
+
+// The case: GPT-2's tokenizer (50,257 tokens, padded to 50,304 at every tp), 4 layers, hidden
+// 128, on the first Brown documents; tp 1 and tp 2 take the same first step.
+TEST(VocabLayoutRuns, Gpt2TokenizerFirstLossTp1VsTp2) {
+  REQUIRE_MPIRUN(mpirun);
+  MEGADLM_REQUIRE_SHARED(vocab, "tokenizers/gpt2/vocab.json");
+  MEGADLM_REQUIRE_SHARED(merges, "tokenizers/gpt2/merges.txt");
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  MEGADLM_REQUIRE_BINARY("preprocess_data");
+  test::TempDir dir;
+  {
+    std::ifstream in(brown);
+    std::ofstream out(dir / "brown.jsonl");
+    std::string line;
+    for (int i = 0; i < 20 && std::getline(in, line); ++i) out << line << "\n";
+  }
+  const std::vector<std::string> tok = {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab, "--merge-file", merges};
+  const test::ChildResult pre = test::run_binary(
+      "preprocess_data", test::plus({"--input", dir / "brown.jsonl", "--output-prefix", dir / "brown", "--append-eod"}, tok),
+      dir / "preprocess.log");
+  ASSERT_TRUE(pre.exited && pre.exit_code == 0) << pre.output;
+  const std::vector<std::string> flags = test::plus(
+      {"--model-type", "gpt", "--num-layers", "4", "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length",
+       "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters",
+       "2", "--lr", "1e-3", "--seed", "1234", "--data-path", dir / "brown_text_document", "--split", "100,0,0",
+       "--log-interval", "1", "--eval-iters", "0", "--data-cache-path", dir / "cache"},
+      tok);
+  std::map<int, std::map<int64_t, double>> losses;
+  for (int np : {1, 2}) {
+    const std::string save = dir / ("tp" + std::to_string(np));
+    train(mpirun, np, test::plus(flags, {"--save", save}), save + ".log");
+    if (HasFatalFailure()) return;
+    losses[np] = losses_of(save);
+  }
+  expect_same_losses(losses[1], losses[2], 2, 1e-6, "gpt2 tokenizer, tp2 vs tp1");
+}
