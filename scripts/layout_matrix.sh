@@ -47,24 +47,24 @@ mkdir -p "$WORK"
 
 # ---- the fixed config ---------------------------------------------------------------------------
 # 4 layers (pp4), 4 heads / 2 kv groups (tp2), micro 2 x global 8 (4 micro-batches at dp1, 2 at dp2).
-common() {  # $1 model type, $2 tp
+common() {  # $1 model type
   echo --model-type "$1" --num-layers 4 --hidden-size 64 --num-attention-heads 4 --group-query-attention \
     --num-query-groups 2 --ffn-hidden-size 128 --seq-length 32 --max-position-embeddings 32 \
     --micro-batch-size 2 --global-batch-size 8 --train-iters "$STEPS" --lr 1e-3 --lr-warmup-iters 2 \
     --min-lr 1e-4 --lr-decay-style cosine --weight-decay 0.01 --clip-grad 1.0 --seed 1234 \
     --data-path "$WORK/corpus_text_document" --split 100,0,0 --tokenizer-type ByteTokenizer \
-    --make-vocab-size-divisible-by $((256 / $2)) --log-interval 1 --eval-interval 100000 --eval-iters 0 \
+    --log-interval 1 --eval-interval 100000 --eval-iters 0 \
     --data-cache-path "$WORK/cache"
 }
 MOE_FLAGS="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01"
 
-run() {  # $1 run name, $2 ranks, $3 model type, $4 tp, rest: layout flags. Returns the exit status.
-  local name="$1" np="$2" type="$3" tp="$4"
-  shift 4
+run() {  # $1 run name, $2 ranks, $3 model type, rest: layout flags. Returns the exit status.
+  local name="$1" np="$2" type="$3"
+  shift 3
   local out="$WORK/$name"
   rm -rf "$out"
   mkdir -p "$out"
-  local cmd=("$BIN/pretrain_difflm" $(common "$type" "$tp") --save "$out/ckpt" "$@")
+  local cmd=("$BIN/pretrain_difflm" $(common "$type") --save "$out/ckpt" "$@")
   if [[ "$np" == 1 ]]; then
     OMP_NUM_THREADS=1 "${cmd[@]}" > "$out/log" 2>&1
   else
@@ -129,45 +129,45 @@ launch() {  # $1 run name, then run's arguments; records the status
   set -e
 }
 
-# Layouts: name ranks tp flags...
+# Layouts: name ranks flags...
 LAYOUTS_FULL=(
-  "dp2|2|1|"
-  "tp2|2|2|--tensor-model-parallel-size 2"
-  "pp2|2|1|--pipeline-model-parallel-size 2"
-  "pp4|4|1|--pipeline-model-parallel-size 4"
-  "tp2xpp2|4|2|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
-  "dp2xtp2|4|2|--tensor-model-parallel-size 2"
-  "tp2+sp|2|2|--tensor-model-parallel-size 2 --sequence-parallel"
-  "dp2xpp2|4|1|--pipeline-model-parallel-size 2"
-  "dp2+distopt|2|1|--use-distributed-optimizer"
-  "dp2+overlap|2|1|--overlap-grad-reduce --ddp-bucket-size 20000"
+  "dp2|2|"
+  "tp2|2|--tensor-model-parallel-size 2"
+  "pp2|2|--pipeline-model-parallel-size 2"
+  "pp4|4|--pipeline-model-parallel-size 4"
+  "tp2xpp2|4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+  "dp2xtp2|4|--tensor-model-parallel-size 2"
+  "tp2+sp|2|--tensor-model-parallel-size 2 --sequence-parallel"
+  "dp2xpp2|4|--pipeline-model-parallel-size 2"
+  "dp2+distopt|2|--use-distributed-optimizer"
+  "dp2+overlap|2|--overlap-grad-reduce --ddp-bucket-size 20000"
 )
 LAYOUTS_QUICK=(
-  "dp2|2|1|--overlap-grad-reduce --ddp-bucket-size 20000"
-  "dp2+distopt|2|1|--use-distributed-optimizer"
-  "tp2|2|2|--tensor-model-parallel-size 2"
-  "pp2|2|1|--pipeline-model-parallel-size 2"
+  "dp2|2|--overlap-grad-reduce --ddp-bucket-size 20000"
+  "dp2+distopt|2|--use-distributed-optimizer"
+  "tp2|2|--tensor-model-parallel-size 2"
+  "pp2|2|--pipeline-model-parallel-size 2"
 )
 if [[ $QUICK == 1 ]]; then LAYOUTS=("${LAYOUTS_QUICK[@]}"); else LAYOUTS=("${LAYOUTS_FULL[@]}"); fi
 
 for model in gpt difflm; do
-  launch "$model-1" 1 "$model" 1
+  launch "$model-1" 1 "$model"
   [[ "$(cat "$WORK/$model-1/status")" == 0 ]] || { echo "layout_matrix.sh: the single-process $model run failed:" >&2; tail -5 "$WORK/$model-1/log" >&2; exit 1; }
   row "$model" "1 (reference)" "-" "-" "$STEPS" "ok"
   for spec in "${LAYOUTS[@]}"; do
-    IFS='|' read -r name np tp flags <<< "$spec"
+    IFS='|' read -r name np flags <<< "$spec"
     # shellcheck disable=SC2086
-    launch "$model-$name" "$np" "$model" "$tp" $flags
+    launch "$model-$name" "$np" "$model" $flags
     check "$model" "$name" "$model-$name" "$model-1" "$STEPS"
   done
   # Resume across layouts: save at STEPS/2 under dp2 (+ distributed optimizer), continue under 1 and
   # under dp2 without it; the continued losses must match the uninterrupted single process.
   half=$((STEPS / 2))
-  launch "$model-save-dp2" 2 "$model" 1 --use-distributed-optimizer --exit-interval "$half"
+  launch "$model-save-dp2" 2 "$model" --use-distributed-optimizer --exit-interval "$half"
   if [[ "$(cat "$WORK/$model-save-dp2/status")" == 0 ]]; then
-    launch "$model-resume-1" 1 "$model" 1 --load "$WORK/$model-save-dp2/ckpt"
+    launch "$model-resume-1" 1 "$model" --load "$WORK/$model-save-dp2/ckpt"
     check "$model" "dp2+distopt->1 resume" "$model-resume-1" "$model-1" "$((STEPS - half))" "$half"
-    launch "$model-resume-dp2" 2 "$model" 1 --load "$WORK/$model-save-dp2/ckpt"
+    launch "$model-resume-dp2" 2 "$model" --load "$WORK/$model-save-dp2/ckpt"
     check "$model" "dp2+distopt->dp2 resume" "$model-resume-dp2" "$model-1" "$((STEPS - half))" "$half"
   else
     row "$model" "save under dp2" "-" "-" "-" "FAIL: $(grep -m1 error "$WORK/$model-save-dp2/log" | cut -c1-80)"
@@ -176,29 +176,29 @@ for model in gpt difflm; do
   [[ $QUICK == 1 ]] && continue
   # A checkpoint of split tensors (tp2 x pp2) resumed under 1 rank and under dp2 x tp2; and a
   # single-process checkpoint resumed under tp2 x pp2.
-  launch "$model-save-tp2pp2" 4 "$model" 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  launch "$model-save-tp2pp2" 4 "$model" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --exit-interval "$half"
   if [[ "$(cat "$WORK/$model-save-tp2pp2/status")" == 0 ]]; then
-    launch "$model-resume-tp2pp2-1" 1 "$model" 1 --load "$WORK/$model-save-tp2pp2/ckpt"
+    launch "$model-resume-tp2pp2-1" 1 "$model" --load "$WORK/$model-save-tp2pp2/ckpt"
     check "$model" "tp2xpp2->1 resume" "$model-resume-tp2pp2-1" "$model-1" "$((STEPS - half))" "$half"
-    launch "$model-resume-tp2pp2-dp2tp2" 4 "$model" 2 --tensor-model-parallel-size 2 --load "$WORK/$model-save-tp2pp2/ckpt"
+    launch "$model-resume-tp2pp2-dp2tp2" 4 "$model" --tensor-model-parallel-size 2 --load "$WORK/$model-save-tp2pp2/ckpt"
     check "$model" "tp2xpp2->dp2xtp2 resume" "$model-resume-tp2pp2-dp2tp2" "$model-1" "$((STEPS - half))" "$half"
   else
     row "$model" "save under tp2xpp2" "-" "-" "-" "FAIL: $(grep -m1 error "$WORK/$model-save-tp2pp2/log" | cut -c1-80)"
     FAILED=1
   fi
-  launch "$model-save-1" 1 "$model" 1 --exit-interval "$half"
-  launch "$model-resume-1-tp2pp2" 4 "$model" 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  launch "$model-save-1" 1 "$model" --exit-interval "$half"
+  launch "$model-resume-1-tp2pp2" 4 "$model" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --load "$WORK/$model-save-1/ckpt"
   check "$model" "1->tp2xpp2 resume" "$model-resume-1-tp2pp2" "$model-1" "$((STEPS - half))" "$half"
 done
 
 # A MoE checkpoint saved under ep2 (each rank holds two of the four experts) resumed under 1 rank: the
 # files must hold every expert.
-launch "moe-difflm-1" 1 difflm 1 $MOE_FLAGS
-launch "moe-difflm-save-ep2" 2 difflm 1 $MOE_FLAGS --expert-model-parallel-size 2 --exit-interval "$half"
+launch "moe-difflm-1" 1 difflm $MOE_FLAGS
+launch "moe-difflm-save-ep2" 2 difflm $MOE_FLAGS --expert-model-parallel-size 2 --exit-interval "$half"
 if [[ "$(cat "$WORK/moe-difflm-1/status")" == 0 && "$(cat "$WORK/moe-difflm-save-ep2/status")" == 0 ]]; then
-  launch "moe-difflm-resume-ep2-1" 1 difflm 1 $MOE_FLAGS --load "$WORK/moe-difflm-save-ep2/ckpt"
+  launch "moe-difflm-resume-ep2-1" 1 difflm $MOE_FLAGS --load "$WORK/moe-difflm-save-ep2/ckpt"
   check "moe-difflm" "ep2->1 resume" "moe-difflm-resume-ep2-1" "moe-difflm-1" "$((STEPS - half))" "$half"
 else
   row "moe-difflm" "save under ep2" "-" "-" "-" "FAIL: $(grep -h -m1 error "$WORK"/moe-difflm-{1,save-ep2}/log | cut -c1-80)"
@@ -208,14 +208,14 @@ fi
 if [[ $QUICK == 0 ]]; then
   # MoE (4 experts, top-2, aux loss): data and expert parallelism against the single-process MoE model.
   for model in gpt difflm; do
-    launch "moe-$model-1" 1 "$model" 1 $MOE_FLAGS
+    launch "moe-$model-1" 1 "$model" $MOE_FLAGS
     if [[ "$(cat "$WORK/moe-$model-1/status")" == 0 ]]; then
       row "moe-$model" "1 (reference)" "-" "-" "$STEPS" "ok"
-      launch "moe-$model-dp2" 2 "$model" 1 $MOE_FLAGS
+      launch "moe-$model-dp2" 2 "$model" $MOE_FLAGS
       check "moe-$model" "dp2" "moe-$model-dp2" "moe-$model-1" "$STEPS"
-      launch "moe-$model-ep2" 2 "$model" 1 $MOE_FLAGS --expert-model-parallel-size 2
+      launch "moe-$model-ep2" 2 "$model" $MOE_FLAGS --expert-model-parallel-size 2
       check "moe-$model" "ep2" "moe-$model-ep2" "moe-$model-1" "$STEPS"
-      launch "moe-$model-ep2-overlap" 2 "$model" 1 $MOE_FLAGS --expert-model-parallel-size 2 --overlap-grad-reduce \
+      launch "moe-$model-ep2-overlap" 2 "$model" $MOE_FLAGS --expert-model-parallel-size 2 --overlap-grad-reduce \
         --ddp-bucket-size 20000
       check "moe-$model" "ep2+overlap" "moe-$model-ep2-overlap" "moe-$model-1" "$STEPS"
     else
