@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/parameters.h"
+#include "models/config_json.h"
 #include "models/gpt_spec.h"
 #include "models/language_model.h"
 #include "test_tp_util.h"
@@ -134,6 +135,26 @@ TEST(VocabLayout, EveryRankNeedsARow) {
   ParamStore s;
   const std::string e = error_of([&] { s.add_balanced_shard("embed_tokens.weight", {3, 4}, 0, 4, 3, Init::Normal); });
   EXPECT_NE(e.find("leaves no rows for tensor-parallel rank 3 of 4"), std::string::npos) << e;
+}
+
+// The checkpoint config records the tokenizer's size when rows are padded (a config without the field,
+// or from HuggingFace, has none); a value outside [0, vocab_size] or of the wrong type is an error
+// naming the field.
+TEST(VocabLayout, ConfigRecordsTheRealVocabularySize) {
+  const TransformerConfig padded = vocab_config(false, 72, 67, MaskType::Causal);
+  const nlohmann::json j = config_to_json(padded);
+  EXPECT_EQ(j["real_vocab_size"], 67);
+  EXPECT_EQ(config_from_json(j, "ckpt").real_vocab_size, 67);
+  EXPECT_FALSE(config_to_json(vocab_config(false, 67, 67, MaskType::Causal)).contains("real_vocab_size"));
+  nlohmann::json bad = j;
+  bad.erase("real_vocab_size");
+  EXPECT_EQ(config_from_json(bad, "ckpt").real_vocab_size, 0);
+  bad["real_vocab_size"] = 73;
+  EXPECT_NE(error_of([&] { config_from_json(bad, "ckpt"); }).find("'real_vocab_size' 73 is outside [0, vocab_size 72]"),
+            std::string::npos);
+  bad["real_vocab_size"] = "67";
+  EXPECT_NE(error_of([&] { config_from_json(bad, "ckpt"); }).find("'real_vocab_size' has the wrong type"),
+            std::string::npos);
 }
 
 // A model of 67 tokens padded to 72 rows (the padded rows' weights large, so that they would matter)
