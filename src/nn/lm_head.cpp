@@ -170,7 +170,7 @@ void LMHead::mask_padding(void* logits, bool bf16, int64_t n) {
   }
   // A device keeps fp32 logits: a bias of 0 on the token columns and -inf on the padded ones.
   MEGADLM_CHECK(!bf16, "output layer: bf16 logits on a device");
-  if (padding_bias_.numel() == 0) {
+  if (padding_bias_.raw() == nullptr) {
     std::vector<float> bias(static_cast<size_t>(V_local_), 0.0f);
     std::fill(bias.begin() + token_cols_, bias.end(), -INFINITY);
     padding_bias_ = Tensor::empty({V_local_}, DType::F32, be.device());
