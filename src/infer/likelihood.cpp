@@ -108,7 +108,7 @@ MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& token
         const float* row = lg.data<float>() + (r * T + i) * V;
         if (cfg) {
           const float* un = lg.data<float>() + ((n + r) * T + i) * V;
-          for (int64_t v = 0; v < V; ++v) comb[static_cast<size_t>(v)] = un[v] + (opt.cfg_scale + 1.0f) * (row[v] - un[v]);
+          for (int64_t v = 0; v < V; ++v) comb[static_cast<size_t>(v)] = cfg_logit(row[v], un[v], opt.cfg_scale);
           row = comb.data();
         }
         sum -= log_prob(row, V, tokens[static_cast<size_t>(i)]);

@@ -21,6 +21,13 @@ namespace megadlm {
 
 double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin);
 
+// Classifier-free guidance of one logit: un + (scale + 1) (cond - un). Equal logits give that logit
+// (what the formula gives for finite ones), so the -inf logit of a padded vocabulary row
+// (nn/lm_head.h) stays -inf instead of becoming NaN.
+inline float cfg_logit(float cond, float un, float scale) {
+  return cond == un ? cond : un + (scale + 1.0f) * (cond - un);
+}
+
 struct DiffusionLikelihoodOptions {
   int32_t mask_token = -1;
   int64_t mc_samples = 64;

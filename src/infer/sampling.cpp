@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "infer/likelihood.h"
 
 namespace megadlm {
 
@@ -151,7 +152,7 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
           const float* row = logits + (b * Tw + i - w0) * V;  // [V]
           const float* un = cfg ? logits + ((B + b) * Tw + i - w0) * V : nullptr;
           for (int64_t v = 0; v < Vlim; ++v)
-            comb[static_cast<size_t>(v)] = cfg ? un[v] + (opt.cfg_scale + 1.0f) * (row[v] - un[v]) : row[v];
+            comb[static_cast<size_t>(v)] = cfg ? cfg_logit(row[v], un[v], opt.cfg_scale) : row[v];
           int32_t best = -1;
           float best_score = -INFINITY, maxv = -INFINITY;
           for (int64_t v = 0; v < Vlim; ++v) {

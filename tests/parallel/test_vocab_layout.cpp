@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/parameters.h"
+#include "infer/likelihood.h"
+#include "infer/sampling.h"
 #include "models/config_json.h"
 #include "models/gpt_spec.h"
 #include "models/language_model.h"
@@ -84,6 +87,25 @@ double logits_error(const Tensor& a, const std::vector<float>& b) {
   }
   return e;
 }
+
+// A model of `tokens` rows and the same model padded to V rows, on the same weights; the padded rows'
+// weights are large, so that they would matter if they took part in a softmax.
+struct PaddedPair {
+  std::unique_ptr<LanguageModel> plain, padded;
+  PaddedPair(bool llama, MaskType mask, int64_t tokens, int64_t V) {
+    const TransformerConfig cfg_tok = vocab_config(llama, tokens, 0, mask);
+    const TransformerConfig cfg_pad = vocab_config(llama, V, tokens, mask);
+    plain = std::make_unique<LanguageModel>(cfg_tok, spec_of(cfg_tok), ParallelContext::single());
+    padded = std::make_unique<LanguageModel>(cfg_pad, spec_of(cfg_pad), ParallelContext::single());
+    randomize(plain->params(), 21, 0.1f);
+    randomize(padded->params(), 22, 2.0f);  // the padded rows keep these
+    for (const ParamInfo& p : plain->params().infos()) {
+      const ParamInfo& q = padded->params().info(padded->params().find(p.name));
+      std::copy(plain->params().values() + p.offset, plain->params().values() + p.offset + p.shape.numel(),
+                padded->params().values() + q.offset);  // the first `tokens` rows of a vocabulary table
+    }
+  }
+};
 
 }  // namespace
 
@@ -166,17 +188,9 @@ TEST(VocabLayout, PaddedRowsStayOutOfTheSoftmax) {
   for (bool llama : {false, true}) {
     SCOPED_TRACE(llama ? "llama style" : "gpt-2 style");
     const MaskType mask = llama ? MaskType::None : MaskType::Causal;
-    const TransformerConfig cfg_tok = vocab_config(llama, tokens, 0, mask);
-    const TransformerConfig cfg_pad = vocab_config(llama, V, tokens, mask);
-    LanguageModel plain(cfg_tok, spec_of(cfg_tok), ParallelContext::single());
-    LanguageModel padded(cfg_pad, spec_of(cfg_pad), ParallelContext::single());
-    randomize(plain.params(), 21, 0.1f);
-    randomize(padded.params(), 22, 2.0f);  // the padded rows keep these
-    for (const ParamInfo& p : plain.params().infos()) {
-      const ParamInfo& q = padded.params().info(padded.params().find(p.name));
-      std::copy(plain.params().values() + p.offset, plain.params().values() + p.offset + p.shape.numel(),
-                padded.params().values() + q.offset);  // the first `tokens` rows of a vocabulary table
-    }
+    PaddedPair pair(llama, mask, tokens, V);
+    LanguageModel& plain = *pair.plain;
+    LanguageModel& padded = *pair.padded;
     const MicroBatch mb = token_batch(tokens, 23, llama);
     const int64_t N = mb.B * mb.T;
     std::vector<float> lt(N), lp(N);
@@ -244,4 +258,32 @@ TEST(TensorParallelVocab, UnevenShardsMatchOneRank) {
       model.arena().reset();
     }
   }
+}
+
+// Classifier-free guidance combines two logits of each row; the padded rows' -inf must stay -inf (not
+// NaN), so the guided diffusion likelihood and the guided sampler of the padded model (all V rows
+// offered: vocab_limit 0) are those of the unpadded one.
+TEST(VocabLayout, GuidedDiffusionIgnoresThePaddedRows) {
+  const int64_t tokens = 67, V = 72;
+  const int32_t mask_token = 66;
+  PaddedPair pair(false, MaskType::None, tokens, V);
+  const std::vector<int32_t> seq = {3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 3};
+  DiffusionLikelihoodOptions lo;
+  lo.mask_token = mask_token;
+  lo.mc_samples = 4;
+  lo.cfg_scale = 1.5f;
+  lo.seed = 3;
+  const MCEstimate want = diffusion_nll(*pair.plain, seq, 4, lo, 0);
+  const MCEstimate got = diffusion_nll(*pair.padded, seq, 4, lo, 0);
+  ASSERT_TRUE(std::isfinite(got.mean)) << got.mean;
+  EXPECT_NEAR(got.mean, want.mean, 1e-5 * std::fabs(want.mean));
+  DiffusionSampleOptions so;
+  so.gen_length = 4;
+  so.steps = 4;
+  so.block_length = 4;
+  so.cfg_scale = 1.5f;
+  so.mask_token = mask_token;
+  so.seed = 5;
+  const std::vector<int32_t> prompt = {3, 14, 15, 9};
+  EXPECT_EQ(diffusion_generate(*pair.padded, prompt, so), diffusion_generate(*pair.plain, prompt, so));
 }
