@@ -153,7 +153,9 @@ LMHead::LMHead(ParamStore& store, const TransformerConfig& cfg, int tied_weight_
 
 // The padded vocabulary rows' logits, columns [token_cols_, V_local_) of n rows of this rank's logits,
 // set to -inf: their exponential is 0, so the softmax, the loss and its gradient (0 on those columns)
-// are those of the tokens alone, and a sampler never draws them.
+// are those of the tokens alone, and a sampler never draws them. The padded columns end a row, so the
+// device's one-pass softmax (a running max and sum per thread, cuda/cross_entropy.cu) meets them only
+// after a finite maximum, or only them (a thread whose sum is then left out).
 void LMHead::mask_padding(void* logits, bool bf16, int64_t n) {
   if (token_cols_ == V_local_ || n == 0) return;
   const Backend& be = backend_for(store_->device());
