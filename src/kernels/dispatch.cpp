@@ -22,6 +22,15 @@ void require_backend(Device device, const char* op) {
   MEGADLM_CHECK(cuda_available(), op, ": a CUDA tensor, but no GPU is visible");
 }
 
+int gpu_for_local_rank(int local_rank, int visible) {
+  MEGADLM_CHECK(local_rank >= 0, "node-local rank ", local_rank, " is negative");
+  if (visible <= 1) return 0;
+  MEGADLM_CHECK(local_rank < visible, "node-local rank ", local_rank, " needs GPU ", local_rank, " but only ", visible,
+                " GPUs are visible (CUDA_VISIBLE_DEVICES): ranks of this node would share a GPU. Start at most ", visible,
+                " ranks per node (mpirun --map-by ppr:", visible, ":node, srun --ntasks-per-node=", visible, ")");
+  return local_rank;
+}
+
 static const Backend* g_test_backend = nullptr;  // serves Device::CUDA when set
 
 int select_device(Device device, int local_rank) {

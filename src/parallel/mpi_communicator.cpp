@@ -121,15 +121,47 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v) != nullptr) return true;
-  return false;
+const LaunchEnv& launch_environment() {
+  static const LaunchEnv env = process_launch_env();
+  return env;
 }
+
+bool launched_by_mpi() { return wants_mpi(launch_environment()); }
+
+namespace {
+
+NodePlacement g_placement;
+
+// The ranks sharing memory form a node; its lowest world rank leads it, and the leaders, ordered by
+// world rank, number the nodes.
+NodePlacement find_placement() {
+  NodePlacement p;
+  const int rank = world_rank();
+  MPI_Comm node;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "Comm_split_type");
+  MPI_Comm_rank(node, &p.local_rank);
+  MPI_Comm_size(node, &p.local_size);
+  MPI_Comm leaders;
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, p.local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders), "Comm_split");
+  int numbering[2] = {0, 1};
+  if (p.local_rank == 0) {
+    MPI_Comm_rank(leaders, &numbering[0]);
+    MPI_Comm_size(leaders, &numbering[1]);
+    MPI_Comm_free(&leaders);
+  }
+  check_mpi(MPI_Bcast(numbering, 2, MPI_INT, 0, node), "Bcast");
+  MPI_Comm_free(&node);
+  p.node = numbering[0];
+  p.nodes = numbering[1];
+  return p;
+}
+
+}  // namespace
 
 int init_distributed(int* argc, char*** argv) {
   if (g_initialized) return world_size();
-  if (!launched_by_mpi()) return 1;
+  const LaunchEnv& env = launch_environment();
+  if (!wants_mpi(env)) return 1;
   int provided = 0;
   check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "Init_thread");
   MEGADLM_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided, ", FUNNELED is needed");
@@ -141,6 +173,8 @@ int init_distributed(int* argc, char*** argv) {
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
   });
+  check_mpi_agrees(env, world_size(), world_rank());
+  g_placement = find_placement();
   return world_size();
 }
 
@@ -162,16 +196,25 @@ int world_rank() {
 
 int local_rank() {
   if (!g_initialized) return 0;
-  static const int r = [] {
-    MPI_Comm node;
-    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node),
-              "Comm_split_type");
-    int rank = 0;
-    MPI_Comm_rank(node, &rank);
-    MPI_Comm_free(&node);
-    return rank;
-  }();
-  return r;
+  const LaunchEnv& env = launch_environment();
+  return env.local_rank >= 0 ? env.local_rank : g_placement.local_rank;
+}
+
+const NodePlacement& node_placement() { return g_placement; }
+
+std::string describe_ranks() {
+  const LaunchEnv& env = launch_environment();
+  if (env.launcher == Launcher::None) return "";
+  std::string s = describe_launch(env);
+  if (g_initialized) {
+    const NodePlacement& p = node_placement();
+    s += "; MPI: rank " + std::to_string(world_rank()) + " of " + std::to_string(world_size()) + ", local rank " +
+         std::to_string(p.local_rank) + " of " + std::to_string(p.local_size) + " on node " + std::to_string(p.node) +
+         " of " + std::to_string(p.nodes);
+  } else {
+    s += "; no MPI (one process)";
+  }
+  return s;
 }
 
 void abort_distributed(int code) {

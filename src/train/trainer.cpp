@@ -275,6 +275,7 @@ void Trainer::print_header() const {
            args_.parallel.overlap_grad_reduce ? ", overlapped grad reduce" : "", ", ", omp_get_max_threads(),
            " OpenMP threads per rank, ",
            precision_->describe());
+  if (const std::string ranks = describe_ranks(); !ranks.empty()) log_info("launch: ", ranks);
   log_info("batch: micro ", args_.micro_batch_size, " x seq ", args_.seq_length, ", global ", args_.global_batch_size,
            " (", args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_.description);
   log_info(objective_->describe());

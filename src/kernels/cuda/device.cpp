@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/dispatch.h"
 
 namespace megadlm {
 
@@ -22,7 +23,7 @@ int cuda_device_count_impl() {
 int cuda_select_device_impl(int local_rank) {
   const int n = cuda_device_count_impl();
   if (n == 0) return 0;
-  const int dev = local_rank % n;
+  const int dev = gpu_for_local_rank(local_rank, n);
   const cudaError_t err = cudaSetDevice(dev);
   if (err != cudaSuccess)
     fail("cudaSetDevice(", dev, ") for node-local rank ", local_rank, " failed: ", cudaGetErrorString(err));
