@@ -20,9 +20,11 @@ using megadlm::test::random_vector;
 
 namespace {
 
-// Uneven loads: empty groups at the start, inside and at the end, one large segment that spans several
-// row tiles, single rows.
+// Uneven loads: empty groups at the start, inside and at the end, one large segment that is cut into
+// several row pieces on several threads, single rows. The second: one group of a few rows holding
+// nearly all the work, which is cut along its columns as well.
 const std::vector<int64_t> kLoads = {0, 1, 300, 0, 129, 7, 0, 40, 0};
+const std::vector<int64_t> kFewRowsDominate = {0, 40, 0, 3};
 
 std::vector<int64_t> offsets_of(const std::vector<int64_t>& loads) {
   std::vector<int64_t> o{0};
@@ -66,8 +68,8 @@ struct Problem {
   int64_t G, P, N, K;
 };
 
-Problem problem(int64_t N, int64_t K) {
-  Problem p{offsets_of(kLoads), static_cast<int64_t>(kLoads.size()), 0, N, K};
+Problem problem(int64_t N, int64_t K, const std::vector<int64_t>& loads = kLoads) {
+  Problem p{offsets_of(loads), static_cast<int64_t>(loads.size()), 0, N, K};
   p.P = p.off.back();
   return p;
 }
@@ -145,18 +147,19 @@ void with_threads(int threads, Fn&& fn) {
 
 }  // namespace
 
-// N and K span several column tiles and leave partial ones; every product on 1 and 3 threads.
+// Every product on 1 thread (whole groups) and on 3 (groups cut into pieces of uneven sizes).
 TEST(GroupedGemm, MatchesTheDoubleReferenceOnUnevenLoads) {
   for (int threads : {1, 3})
     with_threads(threads, [&] {
       SCOPED_TRACE("threads " + std::to_string(threads));
-      for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{300, 70}, {33, 520}}) {
-        SCOPED_TRACE("N " + std::to_string(N) + " K " + std::to_string(K));
-        const Problem p = problem(N, K);
-        check_forward(p);
-        check_backward_data(p);
-        check_backward_weight(p);
-      }
+      for (const auto& loads : {kLoads, kFewRowsDominate})
+        for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{300, 70}, {33, 520}}) {
+          SCOPED_TRACE("groups " + std::to_string(loads.size()) + " N " + std::to_string(N) + " K " + std::to_string(K));
+          const Problem p = problem(N, K, loads);
+          check_forward(p);
+          check_backward_data(p);
+          check_backward_weight(p);
+        }
     });
 }
 

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include "core/error.h"
 
@@ -13,17 +15,50 @@ namespace megadlm::cpu {
 
 namespace {
 
-// Output tile: kTileRows x kTileCols. Large enough that oneDNN's packing of a tile's operands is small
-// beside its multiply-adds, small enough that a segment of a few hundred rows gives several work items.
-constexpr int64_t kTileRows = 128;
-constexpr int64_t kTileCols = 256;
-
-// One work item: rows [m0, m0 + m) and columns [n0, n0 + n) of group g's output, whose reduction has
+// A work item: rows [m0, m0 + m) and columns [n0, n0 + n) of group g's output, whose reduction has
 // `depth` terms (its cost is m * n * depth).
 struct Tile {
   int64_t g, m0, m, n0, n, depth;
   double cost() const { return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(depth); }
 };
+
+// One group's output [rows, cols] with a reduction of `depth` terms.
+struct GroupOutput {
+  int64_t g, rows, cols, depth;
+  double cost() const { return static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth); }
+};
+
+// Work items are cut no smaller than this many rows or columns: below that oneDNN's per-call packing
+// and setup are no longer small beside the tile's multiply-adds.
+constexpr int64_t kMinSide = 64;
+// Pieces are cut to at most 1 / (kPiecesPerThread * threads) of the whole work, so that the dynamic
+// shares (costliest first) can even out the threads' loads.
+constexpr int64_t kPiecesPerThread = 2;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The outputs cut into work items as coarse as the balance allows: an output whose cost fits within the
+// share above stays one item (one sgemm, as efficient as the whole product); a larger one is cut along
+// its rows first and along its columns only when rows alone cannot make the pieces small enough.
+// oneDNN runs a whole product measurably faster than the same product cut into small tiles, so
+// cutting only as far as the threads need keeps the per-thread rate of the loop.
+std::vector<Tile> cut(const std::vector<GroupOutput>& outputs, int threads) {
+  double total = 0;
+  for (const GroupOutput& o : outputs) total += o.cost();
+  const double cap = total / static_cast<double>(kPiecesPerThread * std::max(threads, 1));
+  std::vector<Tile> tiles;
+  for (const GroupOutput& o : outputs) {
+    if (o.rows == 0 || o.cols == 0) continue;
+    const int64_t pieces = threads > 1 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.cost() / cap))) : 1;
+    const int64_t row_pieces = std::min(pieces, ceil_div(o.rows, kMinSide));
+    const int64_t col_pieces = std::min(ceil_div(pieces, row_pieces), ceil_div(o.cols, kMinSide));
+    const int64_t tm = ceil_div(o.rows, row_pieces), tn = ceil_div(o.cols, col_pieces);
+    for (int64_t m0 = 0; m0 < o.rows; m0 += tm)
+      for (int64_t n0 = 0; n0 < o.cols; n0 += tn)
+        tiles.push_back({o.g, m0, std::min(tm, o.rows - m0), n0, std::min(tn, o.cols - n0), o.depth});
+  }
+  return tiles;
+}
 
 void check_groups(const char* who, int64_t G, const int64_t* offsets, int64_t N, int64_t K) {
   MEGADLM_CHECK(G >= 0 && N >= 1 && K >= 1, who, ": needs G >= 0, N >= 1 and K >= 1 (G=", G, ", N=", N, ", K=", K,
@@ -32,13 +67,6 @@ void check_groups(const char* who, int64_t G, const int64_t* offsets, int64_t N,
   for (int64_t g = 0; g < G; ++g)
     MEGADLM_CHECK(offsets[g + 1] >= offsets[g], who, ": offsets must not decrease (offsets[", g, "]=", offsets[g],
                   ", offsets[", g + 1, "]=", offsets[g + 1], ")");
-}
-
-// Appends the tiles of an [rows, cols] output of group g, each with a reduction of `depth` terms.
-void add_tiles(std::vector<Tile>& tiles, int64_t g, int64_t rows, int64_t cols, int64_t depth) {
-  for (int64_t m0 = 0; m0 < rows; m0 += kTileRows)
-    for (int64_t n0 = 0; n0 < cols; n0 += kTileCols)
-      tiles.push_back({g, m0, std::min(kTileRows, rows - m0), n0, std::min(kTileCols, cols - n0), depth});
 }
 
 // Runs sgemm(tile) for every tile: one parallel region, dynamic shares, costliest tiles first (the
@@ -63,8 +91,9 @@ void run_tiles(const char* who, std::vector<Tile>& tiles, Sgemm&& sgemm) {
 void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
                           const float* const* W, float* Y) {
   check_groups("grouped_gemm_forward", G, offsets, N, K);
-  std::vector<Tile> tiles;
-  for (int64_t g = 0; g < G; ++g) add_tiles(tiles, g, offsets[g + 1] - offsets[g], N, K);
+  std::vector<GroupOutput> outputs;
+  for (int64_t g = 0; g < G; ++g) outputs.push_back({g, offsets[g + 1] - offsets[g], N, K});
+  std::vector<Tile> tiles = cut(outputs, omp_get_max_threads());
   run_tiles("grouped_gemm_forward", tiles, [&](const Tile& t) {
     const int64_t r = offsets[t.g] + t.m0;  // first row of the tile in X and Y
     // Y[r.., n0..] = X[r.., :] @ (W_g[n0.., :])^T
@@ -75,8 +104,9 @@ void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t 
 void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
                                 const float* const* W, float* dX) {
   check_groups("grouped_gemm_backward_data", G, offsets, N, K);
-  std::vector<Tile> tiles;
-  for (int64_t g = 0; g < G; ++g) add_tiles(tiles, g, offsets[g + 1] - offsets[g], K, N);
+  std::vector<GroupOutput> outputs;
+  for (int64_t g = 0; g < G; ++g) outputs.push_back({g, offsets[g + 1] - offsets[g], K, N});
+  std::vector<Tile> tiles = cut(outputs, omp_get_max_threads());
   run_tiles("grouped_gemm_backward_data", tiles, [&](const Tile& t) {
     const int64_t r = offsets[t.g] + t.m0;
     // dX[r.., k0..] = dY[r.., :] @ W_g[:, k0..]
@@ -87,11 +117,12 @@ void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, in
 void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
                                   const float* X, float* const* dW) {
   check_groups("grouped_gemm_backward_weight", G, offsets, N, K);
-  std::vector<Tile> tiles;
+  std::vector<GroupOutput> outputs;
   for (int64_t g = 0; g < G; ++g) {
     const int64_t rows = offsets[g + 1] - offsets[g];
-    if (rows > 0) add_tiles(tiles, g, N, K, rows);  // an empty group adds nothing
+    if (rows > 0) outputs.push_back({g, N, K, rows});  // an empty group adds nothing
   }
+  std::vector<Tile> tiles = cut(outputs, omp_get_max_threads());
   run_tiles("grouped_gemm_backward_weight", tiles, [&](const Tile& t) {
     const int64_t r0 = offsets[t.g];
     // dW_g[n0.., k0..] += (dY[r0.., n0..])^T @ X[r0.., k0..], over the group's `depth` rows
