@@ -148,7 +148,7 @@ void print_products_header(int64_t P, int64_t C, int64_t F) {
 }
 
 // Times the loop and the grouped products at E experts with skewed loads and prints one table row per
-// direction and one for both; loop and grouped alternate rep by rep so drifts in the machine hit both.
+// direction and one for both (each the median of `reps` runs after warm-up, the loop then the grouped ops).
 void bench_grouped_products(int64_t E, double ratio, int64_t P, int64_t C, int64_t F, int reps) {
   const Backend& be = cpu_backend();
   ExpertProducts ep(E, skewed_offsets(E, P, ratio), C, F);

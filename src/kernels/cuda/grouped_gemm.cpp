@@ -44,6 +44,7 @@ int as_int(int64_t v, const char* who) {
 
 // The problems of one grouped call, one group of one product each, in cuBLAS's column-major terms.
 struct Problems {
+  explicit Problems(const char* name) : who(name) {}
   const char* who;
   std::vector<cublasOperation_t> ta, tb;
   std::vector<int> m, n, k, lda, ldb, ldc, size;
