@@ -3,10 +3,17 @@
 // Forward + backward time of each (median of repeated runs after warm-up), side by side, with the
 // ratio to the dense MLP. Grouped (--moe-grouped-gemm) and looped experts are both timed.
 //
-// Usage: OMP_NUM_THREADS=n bench_moe [--tokens N] [--hidden C] [--ffn F] [--reps R]
+// Then the grouped products themselves (Backend::grouped_gemm_*) against the per-expert loop of gemm calls
+// (the Backend's default definition), at 8 and 16 experts with skewed loads: the 2N routed rows shared
+// out geometrically (each expert a fixed fraction of the previous one's), the last expert given none.
+// The six products of an SwiGLU expert layer's forward and backward, same inputs for both, with the
+// ratio loop / grouped and the largest difference between their results.
+//
+// Usage: OMP_NUM_THREADS=n bench_moe [--tokens N] [--hidden C] [--ffn F] [--reps R] [--products-only 1]
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +23,7 @@
 
 #include "core/log.h"
 #include "core/philox.h"
+#include "kernels/backend.h"
 #include "nn/mlp.h"
 #include "nn/moe/moe_layer.h"
 
@@ -40,11 +48,140 @@ void fill_normal(float* x, int64_t n, uint64_t seed, float std) {
   for (int64_t i = 0; i < n; ++i) x[i] = std * (rng.uniform(i, 0) * 2.0f - 1.0f) * 1.7320508f;
 }
 
+// Skewed loads over E experts summing to P: expert e gets a share proportional to ratio^e, the last none.
+std::vector<int64_t> skewed_offsets(int64_t E, int64_t P, double ratio) {
+  std::vector<double> w(static_cast<size_t>(E), 0.0);
+  double sum = 0;
+  for (int64_t e = 0; e + 1 < E; ++e) sum += (w[e] = std::pow(ratio, static_cast<double>(e)));
+  std::vector<int64_t> off{0};
+  double acc = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    acc += w[e];
+    off.push_back(e + 1 == E ? P : static_cast<int64_t>(std::llround(acc / sum * static_cast<double>(P))));
+  }
+  return off;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+
+// The six products of an SwiGLU expert layer (fc1 [F1, C], fc2 [C, F], F1 = 2F) over P rows grouped by
+// offsets, forward and backward, through either the per-expert loop or the grouped ops of `be`.
+struct ExpertProducts {
+  int64_t E, P, C, F, F1;
+  std::vector<int64_t> off;
+  std::vector<float> x, h, a, y, dy, da, dh, dx;
+  std::vector<std::vector<float>> w1, w2, dw1, dw2;
+
+  ExpertProducts(int64_t E_, const std::vector<int64_t>& off_, int64_t C_, int64_t F_)
+      : E(E_), P(off_.back()), C(C_), F(F_), F1(2 * F_), off(off_) {
+    x.resize(P * C), h.resize(P * F1), a.resize(P * F), y.resize(P * C);
+    dy.resize(P * C), da.resize(P * F), dh.resize(P * F1), dx.resize(P * C);
+    fill_normal(x.data(), P * C, 11, 1.0f);
+    fill_normal(a.data(), P * F, 12, 1.0f);
+    fill_normal(dy.data(), P * C, 13, 1e-3f);
+    fill_normal(dh.data(), P * F1, 14, 1e-3f);
+    for (int64_t e = 0; e < E; ++e) {
+      w1.emplace_back(F1 * C), w2.emplace_back(C * F), dw1.emplace_back(F1 * C, 0.0f), dw2.emplace_back(C * F, 0.0f);
+      fill_normal(w1.back().data(), F1 * C, 100 + e, 0.02f);
+      fill_normal(w2.back().data(), C * F, 200 + e, 0.02f);
+    }
+  }
+  template <typename T>
+  static std::vector<T*> ptrs(std::vector<std::vector<float>>& v) {
+    std::vector<T*> p;
+    for (auto& m : v) p.push_back(m.data());
+    return p;
+  }
+  // The forward's two products, the backward's four (the activation between them is not timed: both
+  // paths run the same one-pass activation).
+  void forward(const Backend& be, bool grouped) {
+    const auto W1 = ptrs<const float>(w1), W2 = ptrs<const float>(w2);
+    if (grouped) {
+      be.grouped_gemm_forward(E, off.data(), F1, C, x.data(), W1.data(), h.data());
+      be.grouped_gemm_forward(E, off.data(), C, F, a.data(), W2.data(), y.data());
+    } else {
+      be.Backend::grouped_gemm_forward(E, off.data(), F1, C, x.data(), W1.data(), h.data());
+      be.Backend::grouped_gemm_forward(E, off.data(), C, F, a.data(), W2.data(), y.data());
+    }
+  }
+  void backward(const Backend& be, bool grouped) {
+    const auto W1 = ptrs<const float>(w1), W2 = ptrs<const float>(w2);
+    const auto dW1 = ptrs<float>(dw1), dW2 = ptrs<float>(dw2);
+    if (grouped) {
+      be.grouped_gemm_backward_data(E, off.data(), C, F, dy.data(), W2.data(), da.data());
+      be.grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
+      be.grouped_gemm_backward_data(E, off.data(), F1, C, dh.data(), W1.data(), dx.data());
+      be.grouped_gemm_backward_weight(E, off.data(), F1, C, dh.data(), x.data(), dW1.data());
+    } else {
+      be.Backend::grouped_gemm_backward_data(E, off.data(), C, F, dy.data(), W2.data(), da.data());
+      be.Backend::grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
+      be.Backend::grouped_gemm_backward_data(E, off.data(), F1, C, dh.data(), W1.data(), dx.data());
+      be.Backend::grouped_gemm_backward_weight(E, off.data(), F1, C, dh.data(), x.data(), dW1.data());
+    }
+  }
+  void zero_weight_grads() {
+    for (auto& m : dw1) std::fill(m.begin(), m.end(), 0.0f);
+    for (auto& m : dw2) std::fill(m.begin(), m.end(), 0.0f);
+  }
+  // Every output of one forward + backward (weight gradients from zero), in one vector.
+  std::vector<float> outputs(const Backend& be, bool grouped) {
+    zero_weight_grads();
+    forward(be, grouped);
+    backward(be, grouped);
+    std::vector<float> out;
+    for (const auto* v : {&h, &y, &da, &dx}) out.insert(out.end(), v->begin(), v->end());
+    for (const auto* m : {&dw1, &dw2})
+      for (const auto& w : *m) out.insert(out.end(), w.begin(), w.end());
+    return out;
+  }
+};
+
+void print_products_header(int64_t P, int64_t C, int64_t F) {
+  std::printf("Grouped expert products vs the per-expert gemm loop, SwiGLU (fc1 [%lld, %lld], fc2 [%lld, %lld]), "
+              "P = %lld routed rows, %d OpenMP threads\n",
+              static_cast<long long>(2 * F), static_cast<long long>(C), static_cast<long long>(C),
+              static_cast<long long>(F), static_cast<long long>(P), omp_get_max_threads());
+}
+
+// Times the loop and the grouped products at E experts with skewed loads and prints one table row per
+// direction and one for both (each the median of `reps` runs after warm-up, the loop then the grouped ops).
+void bench_grouped_products(int64_t E, double ratio, int64_t P, int64_t C, int64_t F, int reps) {
+  const Backend& be = cpu_backend();
+  ExpertProducts ep(E, skewed_offsets(E, P, ratio), C, F);
+  const double diff = max_abs_diff(ep.outputs(be, false), ep.outputs(be, true));
+  std::string loads;
+  for (int64_t e = 0; e < E; ++e) loads += (e ? " " : "") + std::to_string(ep.off[e + 1] - ep.off[e]);
+  std::printf("\n%lld experts, skewed loads (rows per expert): %s\n", static_cast<long long>(E), loads.c_str());
+  const auto fwd = [&](bool g) { ep.forward(be, g); };
+  const auto bwd = [&](bool g) { ep.backward(be, g); };
+  const auto both = [&](bool g) { ep.forward(be, g), ep.backward(be, g); };
+  std::printf("%-22s %12s %12s %10s\n", "products", "loop (ms)", "grouped (ms)", "loop/grp");
+  for (const auto& [name, fn] : std::vector<std::pair<const char*, std::function<void(bool)>>>{
+           {"forward (2)", fwd}, {"backward (4)", bwd}, {"forward + backward", both}}) {
+    const double t_loop = median_seconds([&] { fn(false); }, reps);
+    const double t_grp = median_seconds([&] { fn(true); }, reps);
+    std::printf("%-22s %12.2f %12.2f %10.2f\n", name, 1e3 * t_loop, 1e3 * t_grp, t_loop / t_grp);
+  }
+  // How well the loop's own products use the threads: what a grouped pass can win is at most the gap.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double t_loop1 = median_seconds([&] { both(false); }, reps);
+  omp_set_num_threads(threads);
+  std::printf("loop on 1 thread: %.2f ms, so the loop on %d threads runs %.2fx faster than on 1\n", 1e3 * t_loop1,
+              threads, t_loop1 / median_seconds([&] { both(false); }, reps));
+  std::printf("results agree: largest |loop - grouped| over every output %.3g\n", diff);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t N = 2048, C = 512, F = 1024;
   int reps = 7;
+  bool products_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int64_t v = std::atoll(argv[i + 1]);
@@ -52,6 +189,7 @@ int main(int argc, char** argv) {
     else if (a == "--hidden") C = v;
     else if (a == "--ffn") F = v;
     else if (a == "--reps") reps = static_cast<int>(v);
+    else if (a == "--products-only") products_only = v != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -102,6 +240,12 @@ int main(int argc, char** argv) {
     arena.reset();
   };
 
+  if (products_only) {
+    print_products_header(N * k, C, F);
+    bench_grouped_products(8, 0.6, N * k, C, F, reps);
+    bench_grouped_products(16, 0.75, N * k, C, F, reps);
+    return 0;
+  }
   const double t_dense = median_seconds(run_dense, reps);
   moe.set_grouped_gemm(true);
   const double t_grouped = median_seconds(run_moe, reps);
@@ -123,5 +267,10 @@ int main(int argc, char** argv) {
               t_looped / t_dense);
   std::printf("* the dense MLP's matrix FLOPs (6 N x active parameters) over each time\n");
   std::printf("acceptance (grouped MoE <= 1.5x dense): %s\n", t_grouped <= 1.5 * t_dense ? "met" : "NOT met");
+
+  std::printf("\n");
+  print_products_header(N * k, C, F);
+  bench_grouped_products(8, 0.6, N * k, C, F, reps);
+  bench_grouped_products(16, 0.75, N * k, C, F, reps);
   return 0;
 }

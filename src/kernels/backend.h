@@ -63,6 +63,19 @@ class Backend {
   // Whether gemm_bf16 multiplies bf16 (rather than widening its inputs to fp32 products).
   virtual bool bf16_products() const { return true; }
 
+  // ---- grouped products over experts (kernels/cpu/grouped_gemm.h): an MoE layer's fc1 / fc2 ----
+  // Group g owns rows [offsets[g], offsets[g+1]) of the row-major operands and the weight W_g [N, K];
+  // offsets [G+1] and the pointer arrays W / dW [G] are host arrays, the pointers device pointers.
+  // Y [P, N] rows of g = X [P, K] rows of g @ W_g^T, written.
+  virtual void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
+                                    const float* const* W, float* Y) const;
+  // dX [P, K] rows of g = dY [P, N] rows of g @ W_g, written.
+  virtual void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                          const float* const* W, float* dX) const;
+  // dW_g [N, K] += (dY rows of g)^T @ (X rows of g); an empty group leaves dW_g as it was.
+  virtual void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K,
+                                            const float* dY, const float* X, float* const* dW) const;
+
   // ---- pointwise (kernels/cpu/elementwise.h) ----
   virtual void gelu_forward(float* out, const float* inp, int64_t n) const = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) const = 0;

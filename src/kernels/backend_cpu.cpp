@@ -12,6 +12,7 @@
 #include "kernels/cpu/fp8_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_peak.h"
+#include "kernels/cpu/grouped_gemm.h"
 #include "kernels/cpu/moe_permute.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
@@ -56,6 +57,18 @@ class CpuBackend final : public Backend {
   void gemm_fp8(int64_t M, int64_t N, int64_t K, const uint8_t* A, bool a_e5m2, float a_scale, const uint8_t* B,
                 bool b_e5m2, float b_scale, float beta, float* C) const override {
     cpu::gemm_fp8(M, N, K, A, a_e5m2, a_scale, B, b_e5m2, b_scale, beta, C);
+  }
+  void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
+                            const float* const* W, float* Y) const override {
+    cpu::grouped_gemm_forward(G, offsets, N, K, X, W, Y);
+  }
+  void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                  const float* const* W, float* dX) const override {
+    cpu::grouped_gemm_backward_data(G, offsets, N, K, dY, W, dX);
+  }
+  void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                    const float* X, float* const* dW) const override {
+    cpu::grouped_gemm_backward_weight(G, offsets, N, K, dY, X, dW);
   }
   void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const override {
     cpu::transpose_u8(out, in, R, C);

@@ -110,6 +110,12 @@ inline std::atomic<int64_t>& emulated_fp8_products() {
   return n;
 }
 
+// Grouped expert products (Backend::grouped_gemm_*) run so far.
+inline std::atomic<int64_t>& emulated_grouped_products() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 // Collectives run by the emulated device communicator so far.
 inline std::atomic<int64_t>& emulated_collectives() {
   static std::atomic<int64_t> n{0};
@@ -176,6 +182,30 @@ class EmulatedCudaBackend final : public Backend {
   bool fp8_products() const override { return true; }
   void transpose_u8(uint8_t* out, const uint8_t* in, int64_t R, int64_t C) const override {
     on_cpu({out, in}, "transpose_u8", [&] { return cpu().transpose_u8(out, in, R, C); });
+  }
+  // The grouped products: offsets and the pointer arrays are host arrays, every pointer in them device memory.
+  template <typename Ptr>
+  static void grouped_pointers_on_device(int64_t G, const int64_t* offsets, const Ptr* ptrs, const char* op) {
+    on_host(offsets, op), on_host(ptrs, op);
+    for (int64_t g = 0; g < G; ++g) on_device(ptrs[g], op);
+    ++emulated_grouped_products();
+  }
+  void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
+                            const float* const* W, float* Y) const override {
+    grouped_pointers_on_device(G, offsets, W, "grouped_gemm_forward");
+    on_cpu({X, Y}, "grouped_gemm_forward", [&] { return cpu().grouped_gemm_forward(G, offsets, N, K, X, W, Y); });
+  }
+  void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                  const float* const* W, float* dX) const override {
+    grouped_pointers_on_device(G, offsets, W, "grouped_gemm_backward_data");
+    on_cpu({dY, dX}, "grouped_gemm_backward_data",
+           [&] { return cpu().grouped_gemm_backward_data(G, offsets, N, K, dY, W, dX); });
+  }
+  void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                    const float* X, float* const* dW) const override {
+    grouped_pointers_on_device(G, offsets, dW, "grouped_gemm_backward_weight");
+    on_cpu({dY, X}, "grouped_gemm_backward_weight",
+           [&] { return cpu().grouped_gemm_backward_weight(G, offsets, N, K, dY, X, dW); });
   }
   void softmax_forward(float* out, const float* inp, int64_t N, int64_t V) const override {
     on_cpu({out, inp}, "softmax_forward", [&] { return cpu().softmax_forward(out, inp, N, V); });

@@ -108,6 +108,18 @@ class CudaBackend final : public Backend {
     cuda::device_free_async(a, kStream);
   }
   bool fp8_products() const override { return fp8_capable_; }
+  void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
+                            const float* const* W, float* Y) const override {
+    cuda::grouped_gemm_forward(G, offsets, N, K, X, W, Y, kStream);
+  }
+  void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                  const float* const* W, float* dX) const override {
+    cuda::grouped_gemm_backward_data(G, offsets, N, K, dY, W, dX, kStream);
+  }
+  void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                    const float* X, float* const* dW) const override {
+    cuda::grouped_gemm_backward_weight(G, offsets, N, K, dY, X, dW, kStream);
+  }
   // The best of five timed square products (after one untimed): bf16 8192^3 with fp32 accumulation, or
   // exact fp32 4096^3 (no TF32: the products fp32 runs make), on inputs of 0.75 or so.
   double peak_gemm_flops(bool bf16) const override {

@@ -116,6 +116,15 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
                   const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                   float beta, float* C, int64_t ldc, int64_t stride_c, cudaStream_t stream = 0);
 
+// ---- grouped products over experts (grouped_gemm.cpp): kernels/cpu/grouped_gemm.h's contract, one
+// cublasGemmGroupedBatchedEx call each; offsets and the pointer arrays W / dW on the host ----
+void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
+                          const float* const* W, float* Y, cudaStream_t stream = 0);
+void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                const float* const* W, float* dX, cudaStream_t stream = 0);
+void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                  const float* X, float* const* dW, cudaStream_t stream = 0);
+
 // ---- pointwise (elementwise.cu); out may alias inp; `n` elements -----------------------------------
 template <typename T> void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t stream = 0);
 template <typename T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream = 0);

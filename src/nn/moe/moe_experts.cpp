@@ -36,6 +36,34 @@ void MoEExperts::fc2_segment(int64_t e, int64_t rows, const float* a, float* y) 
   if (b2_[e] >= 0) be().bias_add_forward(y, store_->value(b2_[e]).data<float>(), rows, C_);
 }
 
+std::vector<const float*> MoEExperts::values(const std::vector<int>& ids) const {
+  std::vector<const float*> p;
+  for (int id : ids) p.push_back(store_->value(id).data<float>());
+  return p;
+}
+
+std::vector<float*> MoEExperts::grads(const std::vector<int>& ids) const {
+  std::vector<float*> p;
+  for (int id : ids) p.push_back(store_->grad(id).data<float>());
+  return p;
+}
+
+// out [P, width] rows of expert e += bias_e, for experts with a bias and rows (grouped path).
+void MoEExperts::add_biases(const std::vector<int>& bias, float* out, int64_t width) const {
+  for (int64_t e = 0; e < E_; ++e) {
+    const int64_t r0 = offsets_[e], n = offsets_[e + 1] - r0;
+    if (bias[e] >= 0 && n > 0) be().bias_add_forward(out + r0 * width, store_->value(bias[e]).data<float>(), n, width);
+  }
+}
+
+// dbias_e += column sums of dout [P, width] over expert e's rows (grouped path).
+void MoEExperts::bias_grads(const std::vector<int>& bias, const float* dout, int64_t width) const {
+  for (int64_t e = 0; e < E_; ++e) {
+    const int64_t r0 = offsets_[e], n = offsets_[e + 1] - r0;
+    if (bias[e] >= 0 && n > 0) be().bias_backward(store_->grad(bias[e]).data<float>(), dout + r0 * width, n, width);
+  }
+}
+
 void MoEExperts::act_forward(float* a, const float* h, int64_t rows) const {
   if (act_ == Activation::Gelu) be().gelu_forward(a, h, rows * F_);
   else be().swiglu_forward(a, h, rows, F_);
@@ -56,17 +84,14 @@ Tensor MoEExperts::forward(Arena& arena, const Tensor& xp, const std::vector<int
   const float* x = xp.data<float>();
   float* y = out.data<float>();
   if (grouped_) {
+    // fc1 and fc2 each one grouped product over every expert's rows; the activation one pass over all rows.
     h_ = arena.tensor({P, F1_});
     a_ = arena.tensor({P, F_});
-    for (int64_t e = 0; e < E_; ++e) {
-      const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
-      if (n > 0) fc1_segment(e, n, x + r0 * C_, h_.data<float>() + r0 * F1_);
-    }
-    act_forward(a_.data<float>(), h_.data<float>(), P);  // one pass over every row
-    for (int64_t e = 0; e < E_; ++e) {
-      const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
-      if (n > 0) fc2_segment(e, n, a_.data<float>() + r0 * F_, y + r0 * C_);
-    }
+    be().grouped_gemm_forward(E_, offsets_.data(), F1_, C_, x, values(w1_).data(), h_.data<float>());
+    add_biases(b1_, h_.data<float>(), F1_);
+    act_forward(a_.data<float>(), h_.data<float>(), P);
+    be().grouped_gemm_forward(E_, offsets_.data(), C_, F_, a_.data<float>(), values(w2_).data(), y);
+    add_biases(b2_, y, C_);
   } else {
     hs_.assign(static_cast<size_t>(E_), Tensor());
     as_.assign(static_cast<size_t>(E_), Tensor());
@@ -109,26 +134,15 @@ void MoEExperts::backward(Arena& arena, const Tensor& dout, Tensor& dxp) {
     Tensor dh = arena.tensor({P, F1_});
     float* dap = da.data<float>();
     float* dhp = dh.data<float>();
-    // fc2 of every segment, then one activation backward over all rows, then fc1 of every segment.
-    for (int64_t e = 0; e < E_; ++e) {
-      const int64_t r0 = offsets_[e], n = offsets_[e + 1] - r0;
-      if (n == 0) continue;
-      be().gemm(false, false, n, F_, C_, 1.0f, dy + r0 * C_, C_, store_->value(w2_[e]).data<float>(), F_, 0.0f,
-                dap + r0 * F_, F_);
-      be().gemm(true, false, C_, F_, n, 1.0f, dy + r0 * C_, C_, a_.data<float>() + r0 * F_, F_, 1.0f,
-                store_->grad(w2_[e]).data<float>(), F_);
-      if (b2_[e] >= 0) be().bias_backward(store_->grad(b2_[e]).data<float>(), dy + r0 * C_, n, C_);
-    }
+    // fc2: da [P, F] = dy @ W2_e, dW2_e += dy^T a; one activation backward over all rows; then fc1:
+    // dx [P, C] = dh @ W1_e, dW1_e += dh^T x. Each product one grouped call over every expert's rows.
+    be().grouped_gemm_backward_data(E_, offsets_.data(), C_, F_, dy, values(w2_).data(), dap);
+    be().grouped_gemm_backward_weight(E_, offsets_.data(), C_, F_, dy, a_.data<float>(), grads(w2_).data());
+    bias_grads(b2_, dy, C_);
     act_backward(dhp, h_.data<float>(), dap, P);
-    for (int64_t e = 0; e < E_; ++e) {
-      const int64_t r0 = offsets_[e], n = offsets_[e + 1] - r0;
-      if (n == 0) continue;
-      be().gemm(false, false, n, C_, F1_, 1.0f, dhp + r0 * F1_, F1_, store_->value(w1_[e]).data<float>(), C_, 0.0f,
-                dx + r0 * C_, C_);
-      be().gemm(true, false, F1_, C_, n, 1.0f, dhp + r0 * F1_, F1_, x + r0 * C_, C_, 1.0f,
-                store_->grad(w1_[e]).data<float>(), C_);
-      if (b1_[e] >= 0) be().bias_backward(store_->grad(b1_[e]).data<float>(), dhp + r0 * F1_, n, F1_);
-    }
+    be().grouped_gemm_backward_data(E_, offsets_.data(), F1_, C_, dhp, values(w1_).data(), dx);
+    be().grouped_gemm_backward_weight(E_, offsets_.data(), F1_, C_, dhp, x, grads(w1_).data());
+    bias_grads(b1_, dhp, F1_);
   } else {
     for (int64_t e = 0; e < E_; ++e) {
       const int64_t r0 = offsets_[e], n = offsets_[e + 1] - r0;

@@ -2,10 +2,11 @@
 // The routed experts of one MoE layer: E independent MLPs (fc1 -> GELU or SwiGLU -> fc2) over the
 // expert-contiguous rows the TokenDispatcher produced. Parameters are registered per expert
 // (`<name>.E.fc1.weight`, ...), so initialisation and checkpoints do not depend on the layout.
-//   grouped (--moe-grouped-gemm): one pass over all rows; fc1 and fc2 are one loop of GEMMs over the
-//            segments into shared buffers, the activation one call over all P rows.
+//   grouped (--moe-grouped-gemm): one pass over all rows into shared buffers; fc1 and fc2 are each one
+//            grouped product over every expert's segment (Backend::grouped_gemm_*), forward and backward,
+//            the activation one call over all P rows.
 //   looped:  a plain loop over experts, each a separate MLP on its own buffers (Megatron's SequentialMLP).
-// Both give the same numbers; tests check that.
+// Both give the same numbers to fp32 rounding (the products' summation order may differ); tests check that.
 // Legend: P dispatched rows, C hidden, F expert ffn hidden (F1 = F, or 2F with SwiGLU), E experts.
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ class MoEExperts {
   const Backend& be() const;  // the parameters' device's
   void fc1_segment(int64_t e, int64_t rows, const float* x, float* h) const;
   void fc2_segment(int64_t e, int64_t rows, const float* a, float* y) const;
+  std::vector<const float*> values(const std::vector<int>& ids) const;  // the experts' parameter pointers
+  std::vector<float*> grads(const std::vector<int>& ids) const;
+  void add_biases(const std::vector<int>& bias, float* out, int64_t width) const;
+  void bias_grads(const std::vector<int>& bias, const float* dout, int64_t width) const;
   void act_forward(float* a, const float* h, int64_t rows) const;
   void act_backward(float* dh, const float* h, const float* da, int64_t rows) const;
   void expert_backward(int64_t e, int64_t rows, const float* x, const float* h, const float* a, const float* dy,

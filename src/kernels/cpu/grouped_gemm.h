@@ -1,0 +1,40 @@
+#pragma once
+// Grouped matrix products (an MoE layer's experts): G products whose rows are consecutive segments of
+// shared row-major operands, group g owning rows [offsets[g], offsets[g+1]) (none at all is fine) and
+// its own weight W_g [N, K] (row-major, row stride K; the experts' fc1 / fc2 weight layout).
+//
+//   grouped_gemm_forward:         Y [P, N],  rows of g  = X [P, K] rows of g @ W_g^T            written
+//   grouped_gemm_backward_data:   dX [P, K], rows of g  = dY [P, N] rows of g @ W_g             written
+//   grouped_gemm_backward_weight: dW_g [N, K]          += (dY rows of g)^T @ (X rows of g)      accumulated
+//
+// P = offsets[G]; offsets [G+1] non-decreasing from 0; W and dW are arrays of G pointers. An empty group
+// leaves its dW_g as it was (it adds nothing), as a per-group loop that skips it does.
+//
+// One OpenMP pass covers every group: the outputs of all groups become one flattened list of (group,
+// piece) work items, shared out dynamically, costliest first, so a heavily loaded expert and many lightly
+// loaded ones keep every thread busy in a single parallel region. A group's output stays whole when it
+// fits within 1 / (2 x threads) of all the work, and is otherwise cut into that many pieces (rows first,
+// columns when a few rows hold much of the work, none thinner than 64): oneDNN's sgemm runs a whole
+// product faster than the same product in small tiles, so the cutting goes only as far as the balance
+// needs. Each item is one oneDNN sgemm (the kernels cpu::gemm calls) over its full reduction; called
+// from inside the parallel region it runs on the calling thread. A single item (or one thread) runs
+// outside any region, so oneDNN threads it itself.
+//
+// Numerics: every output element is one fp32 dot product over the whole reduction (K, N, or the
+// group's rows) by oneDNN's sgemm kernels, as in the per-group loop of cpu::gemm calls; the loop's
+// products run over a whole segment on every thread, the items over a piece on one thread, and oneDNN's
+// blocking (so the order of its partial sums) depends on the shape and thread count, so the two agree to
+// fp32 rounding, not bitwise: within 1e-5 relative in tests/kernels/test_grouped_gemm.cpp and
+// tests/moe/test_moe_grouped.cpp.
+#include <cstdint>
+
+namespace megadlm::cpu {
+
+void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
+                          const float* const* W, float* Y);
+void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                const float* const* W, float* dX);
+void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
+                                  const float* X, float* const* dW);
+
+}  // namespace megadlm::cpu
