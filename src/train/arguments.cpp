@@ -155,8 +155,7 @@ void require_unsupported_off(const CliFlags& f) {
 
 // Context parallelism splits every sequence into 2cp equal chunks (models/context_parallel.h) that the
 // ring attention pairs whole (nn/ring_attention.h): a block of a block-causal mask must not straddle two.
-void check_context_parallel_flags(const TrainArgs& a) {
-  const int cp = a.parallel.layout.cp;
+void check_context_parallel_flags(const TrainArgs& a, int cp) {
   check_context_parallel_length(a.seq_length, cp);
   const int64_t chunk = a.seq_length / (2 * cp);
   MEGADLM_CHECK(a.model.attention_mask != MaskType::BlockCausal || chunk % a.model.attention_block_size == 0,
@@ -306,8 +305,10 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.exit_duration_in_mins = f.get_double("exit-duration-in-mins");
   a.exit_signal_handler = f.get_bool("exit-signal-handler");
   a.exit_signal = parse_signal_name(f.get_string("exit-signal"));
+  // Before the sizes are checked against the world, so that these errors name their flags on any launch.
+  const int64_t cp = f.get_int("context-parallel-size");
+  if (cp > 1) check_context_parallel_flags(a, static_cast<int>(cp));
   read_parallel_flags(f, a.parallel);
-  if (a.parallel.layout.cp > 1) check_context_parallel_flags(a);
   read_precision_flags(f, a.precision, a.device);
   a.max_skipped_steps = f.get_int("max-skipped-steps");
   MEGADLM_CHECK(a.max_skipped_steps >= 0, "--max-skipped-steps ", a.max_skipped_steps, " must be 0 (no limit) or positive");

@@ -103,8 +103,10 @@ Trainer::Trainer(const TrainArgs& args)
   validate_config(args_.model);
   const int64_t params = parameter_count(args_.model);
   // A context-parallel rank holds T / cp rows of each sequence.
+  MemoryOptions mem_options = memory_options(args_.precision);
+  mem_options.context_parallel = args_.parallel.layout.cp;
   memory_ = estimate_memory(args_.model, params, args_.micro_batch_size,
-                            args_.seq_length / args_.parallel.layout.cp, memory_options(args_.precision));
+                            args_.seq_length / args_.parallel.layout.cp, mem_options);
   const MemoryEstimate& mem = memory_;
   // The host's memory bounds a CPU run; a GPU run's device memory is not estimated here.
   const double avail = args_.device == Device::CPU ? available_host_memory_bytes() : 0.0;
