@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Layout-equivalence matrix: one fixed tiny fp32 config trained N steps (default 20) under
 # every parallel layout (1, dp2, tp2, pp2, pp4, tp2xpp2, dp2xtp2, dp2xpp2, tp2 + sequence parallel,
-# dp2 + distributed optimizer, dp2 + overlapped buckets), for gpt and difflm, plus MoE under dp2, ep2
+# dp2 + distributed optimizer, dp2 + overlapped buckets, cp2, cp4, cp2xtp2, cp2xdp2, cp2xpp2), for gpt
+# and difflm, plus MoE under dp2, ep2
 # and ep2 + overlap, plus checkpoints resumed across layouts; each layout's losses (metrics.jsonl)
 # compared with the single process: step 1 within 1e-6 relative, every step within 1e-4 (resumed
 # runs: 1e-4). Prints a table; exits non-zero on any mismatch or any layout that is not available
@@ -11,7 +12,7 @@
 #     --build   the build directory holding bin/pretrain_difflm and bin/preprocess_data (default build)
 #     --keep    keep the work directory (runs' logs and metrics) instead of deleting it
 #     --quick   the CI subset (10 steps): dp2 (overlapped buckets), dp2 + distributed optimizer, tp2,
-#               pp2, and a dp2 + distributed-optimizer checkpoint resumed under 1 and dp2; gpt and difflm;
+#               pp2, cp2, and a dp2 + distributed-optimizer checkpoint resumed under 1 and dp2; gpt and difflm;
 #               and a difflm MoE checkpoint saved under ep2 resumed under 1
 # Needs mpirun (OpenMPI). Data: the first 120 documents of ../shared/data/brown.jsonl, byte tokenizer
 # (a synthetic text when that file is absent).
@@ -141,12 +142,18 @@ LAYOUTS_FULL=(
   "dp2xpp2|4|--pipeline-model-parallel-size 2"
   "dp2+distopt|2|--use-distributed-optimizer"
   "dp2+overlap|2|--overlap-grad-reduce --ddp-bucket-size 20000"
+  "cp2|2|--context-parallel-size 2"
+  "cp4|4|--context-parallel-size 4"
+  "cp2xtp2|4|--context-parallel-size 2 --tensor-model-parallel-size 2"
+  "cp2xdp2|4|--context-parallel-size 2"
+  "cp2xpp2|4|--context-parallel-size 2 --pipeline-model-parallel-size 2"
 )
 LAYOUTS_QUICK=(
   "dp2|2|--overlap-grad-reduce --ddp-bucket-size 20000"
   "dp2+distopt|2|--use-distributed-optimizer"
   "tp2|2|--tensor-model-parallel-size 2"
   "pp2|2|--pipeline-model-parallel-size 2"
+  "cp2|2|--context-parallel-size 2"
 )
 if [[ $QUICK == 1 ]]; then LAYOUTS=("${LAYOUTS_QUICK[@]}"); else LAYOUTS=("${LAYOUTS_FULL[@]}"); fi
 
@@ -191,6 +198,12 @@ for model in gpt difflm; do
   launch "$model-resume-1-tp2pp2" 4 "$model" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --load "$WORK/$model-save-1/ckpt"
   check "$model" "1->tp2xpp2 resume" "$model-resume-1-tp2pp2" "$model-1" "$((STEPS - half))" "$half"
+  # Context parallelism: a cp2 checkpoint resumed under 1 rank, a single-process one under cp2 x dp2.
+  launch "$model-save-cp2" 2 "$model" --context-parallel-size 2 --exit-interval "$half"
+  launch "$model-resume-cp2-1" 1 "$model" --load "$WORK/$model-save-cp2/ckpt"
+  check "$model" "cp2->1 resume" "$model-resume-cp2-1" "$model-1" "$((STEPS - half))" "$half"
+  launch "$model-resume-1-cp2dp2" 4 "$model" --context-parallel-size 2 --load "$WORK/$model-save-1/ckpt"
+  check "$model" "1->cp2xdp2 resume" "$model-resume-1-cp2dp2" "$model-1" "$((STEPS - half))" "$half"
 done
 
 # A MoE checkpoint saved under ep2 (each rank holds two of the four experts) resumed under 1 rank: the

@@ -101,10 +101,11 @@ void gather_full_state(const ParamStore& local, MomentBuffers lm, const Parallel
   if (ctx.world_size == 1) return;
   Communicator& world = ctx.world.communicator();
   // Every rank says whether it sends (expert-data-parallel rank 0 of its tp / pp coordinate: dp rank 0,
-  // and under expert parallelism the dp ranks that hold the other experts), so rank 0 knows whom to
+  // and under expert parallelism the dp ranks that hold the other experts; context-parallel rank 0
+  // only, the cp ranks holding the same parameters), so rank 0 knows whom to
   // wait for without recomputing the layout.
   std::vector<float> senders(static_cast<size_t>(ctx.world_size), 0.0f), mine(1, 0.0f);
-  mine[0] = (ctx.edp.rank == 0 && !root) ? 1.0f : 0.0f;
+  mine[0] = (ctx.edp.rank == 0 && ctx.cp.rank == 0 && !root) ? 1.0f : 0.0f;
   world.all_gather(mine.data(), senders.data(), 1);
   const bool moments = lm.m != nullptr && lm.v != nullptr;
   if (!root) {

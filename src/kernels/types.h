@@ -24,6 +24,10 @@ struct AttentionMask {
   const int32_t* segment_ids = nullptr;  // [B, T] or null; when set, additionally key j is visible to
                                          // query i only if segment_ids[b,i] == segment_ids[b,j]
                                          // (documents packed in one sequence)
+  // [B, T] the keys' segment ids when they are not the queries' (context parallelism pairs a query
+  // chunk with another rank's key chunk: nn/ring_attention.h), or null: the keys' are segment_ids.
+  // The CPU kernels only; with it, segment_ids must be set too.
+  const int32_t* key_segment_ids = nullptr;
 };
 
 // One AdamW step's hyperparameters (kernels/cpu/optim.h has the update).

@@ -64,9 +64,9 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec
   if (device != Device::CPU) {
     backend_for(device);  // throws when the build has no CUDA or no GPU is visible
     // Data, tensor, pipeline and expert parallelism (train/parallel_training.cpp gives their groups
-    // device communicators); context parallelism is not implemented on any device.
+    // device communicators); context parallelism's ring runs on CPU groups only (nn/ring_attention.h).
     MEGADLM_CHECK(ctx.cp.size == 1, "--device ", device_name(device), " runs one GPU per rank without context ",
-                  "parallelism (--context-parallel-size must be 1)");
+                  "parallelism (--context-parallel-size must be 1: the ring attention is CPU only)");
     params_.set_device(device);
     arena_.set_device(device);
   }
@@ -114,8 +114,8 @@ Arena& LanguageModel::work_arena() {
 }
 
 LanguageModel::Staged LanguageModel::host_arrays(const MicroBatch& mb) {
-  const BatchInfo info{mb.B, mb.T, mb.positions.empty() ? nullptr : mb.positions.data(), mb.segments(),
-                       nullptr, nullptr, 0, mb.weight};
+  const BatchInfo info{mb.B,    mb.T,    mb.positions.empty() ? nullptr : mb.positions.data(), mb.segments(),
+                       mb.sequence_segments(), nullptr, nullptr, 0, mb.weight};
   return Staged{mb.tokens.data(), mb.targets.empty() ? nullptr : mb.targets.data(), mb.weights_or_null(), info};
 }
 

@@ -15,6 +15,9 @@ struct MicroBatch {
   std::vector<int32_t> segment_ids;  // document ids for per-document attention, or empty
   std::vector<int32_t> targets;      // label ids, kIgnoreIndex where no loss (empty: forward only)
   std::vector<float> weights;        // per-token loss weights, or empty for 1
+  // Context parallelism (models/context_parallel.h): the arrays above hold this rank's chunks of each
+  // sequence, and this the whole sequences' document ids [B, T*cp] (empty without documents).
+  std::vector<int32_t> sequence_segment_ids;
   // This micro-batch's share of the step (1 / the step's micro-batches): folded into the weights by
   // the objective, and the gradient scale of the MoE aux and z losses.
   float weight = 1.0f;
@@ -28,9 +31,13 @@ struct MicroBatch {
     const size_t N = static_cast<size_t>(batch * seq);
     for (auto* v : {&tokens, &positions, &segment_ids, &targets}) v->resize(N);
     weights.resize(N);
+    sequence_segment_ids.clear();
   }
 
   const int32_t* segments() const { return segment_ids.empty() ? nullptr : segment_ids.data(); }
+  const int32_t* sequence_segments() const {
+    return sequence_segment_ids.empty() ? nullptr : sequence_segment_ids.data();
+  }
   const float* weights_or_null() const { return weights.empty() ? nullptr : weights.data(); }
 };
 

@@ -1,6 +1,7 @@
 #include "nn/attention.h"
 
 #include "kernels/backend.h"
+#include "nn/ring_attention.h"
 #include "parallel/tp_mappings.h"
 
 #include <algorithm>
@@ -38,6 +39,29 @@ AttentionMask SelfAttention::mask() const {
   m.block_size = spec_.block_size;
   m.segment_ids = batch_.segment_ids;
   return m;
+}
+
+RingAttentionArgs SelfAttention::ring_args() const {
+  RingAttentionArgs a;
+  a.B = batch_.B;
+  a.T = batch_.T;
+  a.H = H_;
+  a.K = K_;
+  a.D = D_;
+  a.mask = spec_.mask;
+  a.block_size = spec_.block_size;
+  a.sequence_segments = batch_.sequence_segment_ids;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D_));
+  return a;
+}
+
+void SelfAttention::attend(Arena& arena, float* out, const float* q, const float* k, const float* v) {
+  if (ctx_->cp.size > 1) {
+    ring_attention_forward(arena, *ctx_, ring_args(), out, lse_.data<float>(), q, k, v);
+    return;
+  }
+  backend_for(arena.device()).attention_forward(out, lse_.data<float>(), q, k, v, batch_.B, batch_.T, H_, K_, D_,
+                                                     mask(), 1.0f / std::sqrt(static_cast<float>(D_)));
 }
 
 void SelfAttention::normalize_and_rotate(Arena& arena, Arena& work, Tensor& q, Tensor& k) {
@@ -85,9 +109,7 @@ Tensor SelfAttention::forward(Arena& arena, const Tensor& x_local, const BatchIn
   attn_out_ = arena.tensor({N, H_ * D_});
   lse_ = arena.tensor({batch.B * H_ * batch.T});
   bf16_attention_ = false;
-  backend_of(x).attention_forward(attn_out_.data<float>(), lse_.data<float>(), q_.data<float>(), k_.data<float>(),
-                         v_.data<float>(), batch.B, batch.T, H_, K_, D_, mask(),
-                         1.0f / std::sqrt(static_cast<float>(D_)));
+  attend(arena, attn_out_.data<float>(), q_.data<float>(), k_.data<float>(), v_.data<float>());
   return proj_.o.forward(arena, attn_out_);
 }
 
@@ -119,8 +141,10 @@ Tensor SelfAttention::forward_low_precision(Arena& arena, const Tensor& x_local)
   // With bf16 products the attention's own products take the bf16 copies too (bf16 tile products, fp32
   // softmax and accumulation, as flash-attention on GPUs); bf16 storage only, fp16 and fp8 keep fp32.
   // (Backend::attention_forward_bf16: on a GPU cuDNN's fused attention where it applies.)
-  bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm();
-  if (bf16_attention_) {
+  bf16_attention_ = narrow == DType::BF16 && prec_->bf16_gemm() && ctx_->cp.size == 1;
+  if (ctx_->cp.size > 1) {
+    attend(arena, o.data<float>(), q.data<float>(), k.data<float>(), v.data<float>());
+  } else if (bf16_attention_) {
     be.attention_forward_bf16(o.data<float>(), lse_.data<float>(), q_.data<uint16_t>(), k_.data<uint16_t>(),
                               v_.data<uint16_t>(), batch_.B, batch_.T, H_, K_, D_, mask(), scale);
   } else {
@@ -211,9 +235,15 @@ void SelfAttention::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
         load_activation(*wide, *kept);
       }
     }
-    be.attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
-                          q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(), lse_.data<float>(),
-                          batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+    if (ctx_->cp.size > 1) {
+      ring_attention_backward(arena, *ctx_, ring_args(), dq.data<float>(), dk.data<float>(), dv.data<float>(),
+                              d_attn.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(),
+                              lse_.data<float>());
+    } else {
+      be.attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_attn.data<float>(),
+                            q.data<float>(), k.data<float>(), v.data<float>(), o.data<float>(), lse_.data<float>(),
+                            batch_.B, batch_.T, H_, K_, D_, mask(), scale);
+    }
   }
   if (cfg_.position_embedding == PositionEmbedding::Rope) {
     be.rope_backward(dq.data<float>(), dq.data<float>(), batch_.positions, rope_cos_.data<float>(),

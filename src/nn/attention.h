@@ -5,6 +5,8 @@
 // Tensor parallelism: each rank computes H/tp heads and their K/tp KV groups (QK-norm and RoPE per
 // local head; the QK-norm weights' gradients are summed over tp). Under sequence parallelism x and y
 // hold this rank's N/tp rows: x is all-gathered once for q, k, v, and dx reduce-scattered back.
+// Context parallelism: the rows are this rank's two chunks of each sequence and the attention itself
+// is the ring over the cp group (nn/ring_attention.h), in fp32 whatever the precision policy.
 // Legend: N = B*T tokens, C hidden, H heads, K kv heads, D head dim.
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "nn/module_specs.h"
 #include "nn/attention_projections.h"
 #include "nn/linear.h"
+#include "nn/ring_attention.h"
 #include "nn/sublayer.h"
 
 namespace megadlm {
@@ -38,6 +41,10 @@ class SelfAttention : public Sublayer {
 
  private:
   AttentionMask mask() const;
+  // The attention of q, k, v into out and lse_ (allocated by the caller): the backend's kernel, or
+  // the ring over the context-parallel group (nn/ring_attention.h) when cp > 1.
+  void attend(Arena& arena, float* out, const float* q, const float* k, const float* v);
+  RingAttentionArgs ring_args() const;
   Tensor forward_low_precision(Arena& arena, const Tensor& x_local);
   // q, k (raw projections) -> QK-norm (when configured) and RoPE, in place or into `work` tensors.
   void normalize_and_rotate(Arena& arena, Arena& work, Tensor& q, Tensor& k);

@@ -43,6 +43,10 @@ struct BatchInfo {
   int64_t B = 0, T = 0;
   const int32_t* positions = nullptr;    // [B*T] position ids (RoPE / learned positions)
   const int32_t* segment_ids = nullptr;  // [B*T] document ids for per-document masks, or null
+  // Context parallelism (nn/ring_attention.h): B, T, positions and segment_ids are this rank's two
+  // chunks of each sequence; the whole sequences' document ids [B, T*cp] (host), or null, give the
+  // keys' ids of the other ranks' chunks.
+  const int32_t* sequence_segment_ids = nullptr;
   // Encoder-decoder models: the other stack's output that cross-attention reads, memory [B*S, C] (S
   // rows a sequence), and memory_grad [B*S, C] where the backward accumulates its gradient (+=, so
   // several cross-attention layers add theirs). Null in a decoder-only model.

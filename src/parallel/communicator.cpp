@@ -6,6 +6,19 @@
 
 namespace megadlm {
 
+CommRequest Communicator::send_recv_async(const void*, int64_t, int, void*, int64_t, int, int) {
+  fail("the ", name_, " group's communicator has no non-blocking send/receive (context parallelism runs on CPU groups)");
+}
+
+CommRequest SelfCommunicator::send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv,
+                                              int64_t recv_bytes, int src, int) {
+  MEGADLM_CHECK(dst == 0 && src == 0 && send_bytes == recv_bytes, name_, ": send_recv_async in a group of one must ",
+                "exchange with itself, equal sizes (dst ", dst, ", src ", src, ", ", send_bytes, " / ", recv_bytes,
+                " bytes)");
+  if (send != recv) std::memmove(recv, send, static_cast<size_t>(send_bytes));
+  return {};
+}
+
 void SelfCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
   if (in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
 }

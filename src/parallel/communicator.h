@@ -70,6 +70,12 @@ class Communicator {
   // Point to point (pipeline stages). Blocking; tags keep micro-batches apart.
   virtual void send(const void* data, int64_t bytes, int dst, int tag) = 0;
   virtual void recv(void* data, int64_t bytes, int src, int tag) = 0;
+  // Non-blocking exchange (context parallelism's ring): send_bytes of `send` to dst and recv_bytes from
+  // src into `recv`, both under `tag`; neither buffer may be touched until wait(req). Every rank of a
+  // ring posts one, so no ordering between the halves is needed. Communicators that do not implement
+  // it throw (CPU groups only: the device communicators do not).
+  virtual CommRequest send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv, int64_t recv_bytes,
+                                      int src, int tag);
   // Variable all-to-all (expert parallelism): send_counts[size] / recv_counts[size] in floats; the
   // chunks are laid out in rank order in send[] and recv[].
   virtual void all_to_all_v(const float* send, const int64_t* send_counts, float* recv,
@@ -97,6 +103,8 @@ class SelfCommunicator final : public Communicator {
   void broadcast(void*, int64_t, int) override {}
   void send(const void*, int64_t, int dst, int) override;
   void recv(void*, int64_t, int src, int) override;
+  CommRequest send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv, int64_t recv_bytes, int src,
+                              int tag) override;
   void all_to_all_v(const float* send, const int64_t* send_counts, float* recv, const int64_t* recv_counts) override;
   void barrier() override {}
 };

@@ -30,6 +30,11 @@ int to_int_count(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
+// The MPI requests behind a CommRequest: one (a reduction) or two (an exchange); unused ones are null.
+struct Requests {
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, int size, int rank, std::string name)
@@ -58,16 +63,25 @@ class MpiCommunicator final : public Communicator {
   }
   CommRequest all_reduce_sum_async(float* data, int64_t n) override {
     CommTimer t(stats_, ring(4.0 * n, 2));
-    auto req = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int_count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, comm_, req.get()),
+    auto req = std::make_shared<Requests>();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int_count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, comm_,
+                             &req->r[0]),
               "Iallreduce");
+    return CommRequest(std::static_pointer_cast<void>(req));
+  }
+  CommRequest send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv, int64_t recv_bytes, int src,
+                              int tag) override {
+    CommTimer t(stats_, static_cast<double>(send_bytes));
+    auto req = std::make_shared<Requests>();
+    check_mpi(MPI_Irecv(recv, to_int_count(recv_bytes, "recv"), MPI_BYTE, src, tag, comm_, &req->r[0]), "Irecv");
+    check_mpi(MPI_Isend(send, to_int_count(send_bytes, "send"), MPI_BYTE, dst, tag, comm_, &req->r[1]), "Isend");
     return CommRequest(std::static_pointer_cast<void>(req));
   }
   void wait(CommRequest& r) override {
     if (!r.pending()) return;
     const double t0 = CommTimer::now_s();
-    auto* req = static_cast<MPI_Request*>(r.impl().get());
-    check_mpi(MPI_Wait(req, MPI_STATUS_IGNORE), "Wait");
+    auto* req = static_cast<Requests*>(r.impl().get());
+    check_mpi(MPI_Waitall(2, req->r, MPI_STATUSES_IGNORE), "Waitall");
     stats_.seconds += CommTimer::now_s() - t0;
     r = CommRequest();
   }

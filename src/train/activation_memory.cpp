@@ -64,10 +64,14 @@ double layer_saved(const LayerDims& d, const TransformerConfig& c, int64_t layer
 }
 
 // Bytes per token of one layer's backward temporaries at their peak.
-double layer_backward_temps(const LayerDims& d, bool lowp, bool bf16_attention) {
+double layer_backward_temps(const LayerDims& d, bool lowp, bool bf16_attention, bool ring) {
   double mlp = 4 * (d.F + d.fc1);                                 // da, dh (also h back in fp32)
   if (lowp) mlp += kNarrow * d.F;                                 // fc2's input remade (bf16 products, fp16)
   double attn = 4 * (2 * d.H * d.D + 2 * d.K * d.D);              // d_attn, dq, dk, dv
+  // The ring attention's backward (nn/ring_attention.cpp): keys, values and their gradients twice
+  // (current and incoming), the query-side chunk copies (q, dout, out, dq, a partial dq, lse) and the
+  // key-side ones (k, v, dk, dv and their partials).
+  if (ring) attn += 4 * (8 * d.K * d.D + 4.5 * d.H * d.D + d.H + 3 * d.K * d.D);
   if (lowp && !bf16_attention) attn += 4 * (2 * d.H * d.D + 2 * d.K * d.D);  // q, k, v, output back in fp32
   if (d.qk_norm) attn += 4 * (d.H + d.K) * d.D;                   // dq_raw, dk_raw
   return 4 * 2 * d.C + std::max(mlp, attn);                       // tmp, dx1 + the larger block
@@ -94,7 +98,8 @@ double activation_peak_bytes(const TransformerConfig& c, int64_t micro_batch, in
   double temps = 0;
   for (int64_t l = 0; l < L; ++l) {
     const double s = layer_saved(d, c, l, o.precision);
-    temps = std::max(temps, layer_backward_temps(d, lowp, bf16_products_on(o.precision)));
+    temps = std::max(temps, layer_backward_temps(d, lowp, bf16_products_on(o.precision) && o.context_parallel == 1,
+                                                 o.context_parallel > 1));
     if (lowp) temps = std::max(temps, layer_forward_transient(d));
     const int64_t g = start[static_cast<size_t>(l)];
     if (g < 0) {

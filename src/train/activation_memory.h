@@ -14,6 +14,7 @@ namespace megadlm {
 struct MemoryOptions {
   PrecisionConfig precision;
   RecomputeConfig recompute;
+  int context_parallel = 1;  // cp > 1: T is this rank's rows, and the ring attention's buffers count
 };
 
 // Peak bytes of activations during forward_backward of a [micro_batch, T] micro-batch: the model's

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/cli_flags.h"
+#include "models/context_parallel.h"
 #include "parallel/mpi_communicator.h"
 #include "train/flag_agreement.h"
 #include "train/hf_init.h"
@@ -152,6 +153,18 @@ void require_unsupported_off(const CliFlags& f) {
                 ": dropout is not available in this build yet (use 0)");
 }
 
+// Context parallelism splits every sequence into 2cp equal chunks (models/context_parallel.h) that the
+// ring attention pairs whole (nn/ring_attention.h): a block of a block-causal mask must not straddle two.
+void check_context_parallel_flags(const TrainArgs& a, int cp) {
+  check_context_parallel_length(a.seq_length, cp);
+  const int64_t chunk = a.seq_length / (2 * cp);
+  MEGADLM_CHECK(a.model.attention_mask != MaskType::BlockCausal || chunk % a.model.attention_block_size == 0,
+                "--block-length ", a.model.attention_block_size, " does not divide the context-parallel chunk of ",
+                chunk, " tokens (--seq-length ", a.seq_length, " / (2 x --context-parallel-size ", cp, "))");
+  MEGADLM_CHECK(a.device == Device::CPU, "--context-parallel-size ", cp, " runs on the CPU only (the ring attention ",
+                "exchanges host buffers); use --device cpu or --context-parallel-size 1");
+}
+
 }  // namespace
 
 bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
@@ -292,6 +305,9 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.exit_duration_in_mins = f.get_double("exit-duration-in-mins");
   a.exit_signal_handler = f.get_bool("exit-signal-handler");
   a.exit_signal = parse_signal_name(f.get_string("exit-signal"));
+  // Before the sizes are checked against the world, so that these errors name their flags on any launch.
+  const int64_t cp = f.get_int("context-parallel-size");
+  if (cp > 1) check_context_parallel_flags(a, static_cast<int>(cp));
   read_parallel_flags(f, a.parallel);
   read_precision_flags(f, a.precision, a.device);
   a.max_skipped_steps = f.get_int("max-skipped-steps");

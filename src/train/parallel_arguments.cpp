@@ -9,7 +9,7 @@ void declare_parallel_flags(CliFlags& f) {
   f.add_int("tensor-model-parallel-size", 1, "tensor-parallel size (ranks splitting each layer)", at_least(1));
   f.add_int("pipeline-model-parallel-size", 1, "pipeline-parallel size (stages splitting the layers)", at_least(1));
   f.add_int("expert-model-parallel-size", 1, "expert-parallel size (ranks splitting the experts; divides dp)", at_least(1));
-  f.add_int("context-parallel-size", 1, "context-parallel size (only 1 in this build)", at_least(1));
+  f.add_int("context-parallel-size", 1, "context-parallel size (ranks splitting every sequence; CPU only)", at_least(1));
   f.add_bool("sequence-parallel", "split activations between blocks along the sequence over the tp group");
   f.add_bool("use-distributed-optimizer", "shard AdamW state and the update over the data-parallel group");
   f.add_bool("overlap-grad-reduce", "all-reduce each gradient bucket while the backward still runs");
@@ -21,7 +21,6 @@ void read_parallel_flags(const CliFlags& f, ParallelArgs& p) {
   p.layout.pp = static_cast<int>(f.get_int("pipeline-model-parallel-size"));
   p.layout.ep = static_cast<int>(f.get_int("expert-model-parallel-size"));
   p.layout.cp = static_cast<int>(f.get_int("context-parallel-size"));
-  MEGADLM_CHECK(p.layout.cp == 1, "--context-parallel-size ", p.layout.cp, ": context parallelism is not supported yet");
   p.sequence_parallel = f.get_bool("sequence-parallel");
   p.use_distributed_optimizer = f.get_bool("use-distributed-optimizer");
   p.overlap_grad_reduce = f.get_bool("overlap-grad-reduce");
@@ -52,6 +51,10 @@ void validate_parallel_layout(const ParallelArgs& p, int world, const Transforme
     MEGADLM_CHECK(c.moe.num_experts % l.ep == 0, "--num-experts ", c.moe.num_experts,
                   " is not divisible by --expert-model-parallel-size ", l.ep);
   }
+  // The router's statistics (aux loss, capacity) need all of a layer's tokens, which cp splits.
+  MEGADLM_CHECK(l.cp == 1 || !c.moe.enabled(), "--context-parallel-size ", l.cp,
+                " with a MoE model (--num-experts) is not supported: the router's statistics would cover one rank's ",
+                "chunks only");
   MEGADLM_CHECK(global % (micro * dp) == 0, "--global-batch-size ", global, " is not a multiple of --micro-batch-size ",
                 micro, " x data-parallel size ", dp, " (world ", world, " / tp ", l.tp, " / pp ", l.pp, ")");
 }

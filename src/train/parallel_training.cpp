@@ -65,16 +65,27 @@ void ParallelTraining::before_micro_batch(int64_t m, int64_t M) {
 }
 
 void ParallelTraining::reduce_gradients() {
+  // The cp sum goes over the whole buffer: before the distributed optimizer's reduce-scatter, after
+  // the buckets' dp reductions (which may be in flight on the buffer until finish()).
+  auto sum_over_cp = [this] {
+    if (ctx_.cp.size > 1) ctx_.cp.communicator().all_reduce_sum(model_->params().grads(), model_->params().numel());
+  };
   if (dist_) {
+    sum_over_cp();
     dist_->reduce_scatter_grads();
     // Expert gradients would need edp; the constructor refuses ep > 1.
   } else if (buckets_) {
     buckets_->finish();
+    sum_over_cp();
   }
 }
 
 void ParallelTraining::sum_over_dp(double* v, int n) {
   if (ctx_.dp.size > 1) ctx_.dp.communicator().all_reduce_sum(v, n);
+}
+
+void ParallelTraining::sum_over_cp(double* v, int n) {
+  if (ctx_.cp.size > 1) ctx_.cp.communicator().all_reduce_sum(v, n);
 }
 
 std::function<bool(const ParamInfo&)> ParallelTraining::duplicate_filter() const {

@@ -47,10 +47,13 @@ class ParallelTraining {
   void attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_model);
   // Before the forward/backward of local micro-batch m of M: the last one arms the bucket launches.
   void before_micro_batch(int64_t m, int64_t M);
-  // After the last backward: gradients become the data-parallel mean (or the optimizer's shards).
+  // After the last backward: gradients become the data-parallel mean (or the optimizer's shards),
+  // summed over the context-parallel ranks first (each saw its chunks of the same sequences).
   void reduce_gradients();
   // Sums v[n] over the data-parallel group (the step's loss and objective statistics for the log).
   void sum_over_dp(double* v, int n);
+  // Sums v[n] over the context-parallel group (its ranks' parts of a micro-batch's loss).
+  void sum_over_cp(double* v, int n);
   // v[n] <- max over every rank (exit decisions); nothing with one rank.
   void max_over_world(float* v, int n);
   // The global gradient norm (parallel/grad_norm.h), identical on every rank.

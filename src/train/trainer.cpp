@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "kernels/dispatch.h"
 #include "models/config_json.h"
+#include "models/context_parallel.h"
 #include "parallel/mpi_communicator.h"
 #include "train/hf_init.h"
 #include "train/moe_arguments.h"
@@ -105,8 +106,11 @@ Trainer::Trainer(const TrainArgs& args)
   // Refuse a model that cannot fit before allocating anything large.
   validate_config(args_.model);
   const int64_t params = parameter_count(args_.model);
-  memory_ = estimate_memory(args_.model, params, args_.micro_batch_size, args_.seq_length,
-                            memory_options(args_.precision));
+  // A context-parallel rank holds T / cp rows of each sequence.
+  MemoryOptions mem_options = memory_options(args_.precision);
+  mem_options.context_parallel = args_.parallel.layout.cp;
+  memory_ = estimate_memory(args_.model, params, args_.micro_batch_size,
+                            args_.seq_length / args_.parallel.layout.cp, mem_options);
   const MemoryEstimate& mem = memory_;
   // The host's memory bounds a CPU run; a GPU run's device memory is not estimated here.
   const double avail = args_.device == Device::CPU ? available_host_memory_bytes() : 0.0;
@@ -251,8 +255,10 @@ EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
   BatchLoader loader(std::shared_ptr<const TokenDataset>(&data, [](const TokenDataset*) {}), lc);
   for (int64_t i = 0; i < batches; ++i) {
     eval_objective_->prepare(loader.next(), 1.0f, mb);
+    keep_context_parallel_rows(mb, parallel_->context().cp.size, parallel_->context().cp.rank);
     r.loss += pipeline_forward_loss(*model_, parallel_->context(), mb);  // forward_loss at pp = 1
   }
+  parallel_->sum_over_cp(&r.loss, 1);
   r.batches = batches;
   if (batches > 0) r.loss /= static_cast<double>(batches);
   r.ppl = std::exp(r.loss);
@@ -331,7 +337,13 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
   model_->params().zero_grads();
   Step step;
   // The next micro-batch from the loader, its objective statistics counted.
-  auto next_micro_batch = [&](MicroBatch& mb) { step.stats += objective_->prepare(loader.next(), micro_weight, mb); };
+  // Under context parallelism the whole micro-batch is prepared, then this rank keeps its chunks
+  // (models/context_parallel.h); the statistics are the whole micro-batch's on every cp rank.
+  const ParallelContext& ctx = parallel_->context();
+  auto next_micro_batch = [&](MicroBatch& mb) {
+    step.stats += objective_->prepare(loader.next(), micro_weight, mb);
+    keep_context_parallel_rows(mb, ctx.cp.size, ctx.cp.rank);
+  };
   if (parallel_->context().pp.size > 1) {
     // 1F1B over the pipeline stages, each preparing every micro-batch itself; the loss comes from
     // the last stage (train/pipeline_schedule.h). The dp reduction is not overlapped here: the
@@ -346,8 +358,10 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
       step.loss += model_->forward_backward(micro_batch_, precision_->grad_scale());
     }
   }
-  // Gradients become the data-parallel mean; the loss and statistics the global batch's.
+  // Gradients become the data-parallel mean; the loss and statistics the global batch's (the cp ranks'
+  // losses are parts of one sum).
   parallel_->reduce_gradients();
+  parallel_->sum_over_cp(&step.loss, 1);
   {
     double v[5] = {step.loss, step.stats.sum_t, step.stats.loss_tokens, step.stats.real_tokens, step.stats.sequences};
     parallel_->sum_over_dp(v, 5);

@@ -213,13 +213,32 @@ TEST(ParallelArgs, LayoutErrorsNameTheFlagAndTheSizes) {
   EXPECT_NE(err(1, 1, 1, 4, 2, 12).find("--global-batch-size 12"), std::string::npos);   // 12 % (2 x 4)
 }
 
-TEST(ParallelArgs, ContextParallelIsRefused) {
+// --context-parallel-size is read (and checked against the world, which has one rank here).
+TEST(ParallelArgs, ContextParallelSizeIsReadAndCheckedAgainstTheWorld) {
   CliFlags f("x", "");
   declare_parallel_flags(f);
   std::vector<std::string> args = {"--context-parallel-size", "2"};
   f.parse(args);
   ParallelArgs p;
-  EXPECT_NE(error_of([&] { read_parallel_flags(f, p); }).find("not supported yet"), std::string::npos);
+  const std::string e = error_of([&] { read_parallel_flags(f, p); });
+  EXPECT_NE(e.find("--context-parallel-size 2"), std::string::npos) << e;
+  EXPECT_EQ(e.find("not supported"), std::string::npos) << e;
+}
+
+// A MoE model's router needs all of a layer's tokens: cp with --num-experts is refused by name.
+TEST(ParallelArgs, ContextParallelRefusesMoE) {
+  TransformerConfig c;
+  c.num_layers = 2;
+  c.num_attention_heads = 2;
+  c.num_query_groups = 2;
+  c.vocab_size = 64;
+  ParallelArgs p;
+  p.layout.cp = 2;
+  EXPECT_EQ(error_of([&] { validate_parallel_layout(p, 2, c, 1, 1); }), "");
+  c.moe.num_experts = 4;
+  const std::string e = error_of([&] { validate_parallel_layout(p, 2, c, 1, 1); });
+  EXPECT_NE(e.find("--context-parallel-size 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("--num-experts"), std::string::npos) << e;
 }
 
 // ---- two ranks ---------------------------------------------------------------------------------

@@ -93,7 +93,8 @@ struct TileMask {
 struct Visibility {
   MaskType type;
   int64_t block;
-  const int32_t* seg;  // [T] for this batch row, or null
+  const int32_t* seg;   // [T] the queries' segment ids for this batch row, or null
+  const int32_t* kseg;  // [T] the keys' (seg itself unless the mask gives key_segment_ids); null with seg
 
   // The position rule as ranges, both monotone in the index: query i sees exactly the keys
   // j <= last_key(i), and key j is seen exactly by the queries i >= first_query(j).
@@ -118,7 +119,7 @@ struct Visibility {
     m.by_position = k1 > last_key(q0);  // the first query misses some key
     if (seg != nullptr) {
       const auto [qmin, qmax] = std::minmax_element(seg + q0, seg + q0 + nq);
-      const auto [kmin, kmax] = std::minmax_element(seg + k0, seg + k0 + nk);
+      const auto [kmin, kmax] = std::minmax_element(kseg + k0, kseg + k0 + nk);
       if (*qmax < *kmin || *kmax < *qmin) {
         m.skip = true;
         return m;
@@ -147,8 +148,8 @@ inline void mask_tile(float* st, int64_t ld, bool keys_by_queries, const Visibil
       }
     }
     if (tm.by_segment) {
-      const int32_t* other = vis.seg + (keys_by_queries ? q0 : k0);
-      const int32_t mine = vis.seg[(keys_by_queries ? k0 : q0) + r];
+      const int32_t* other = keys_by_queries ? vis.seg + q0 : vis.kseg + k0;
+      const int32_t mine = keys_by_queries ? vis.kseg[k0 + r] : vis.seg[q0 + r];
       for (int64_t c = 0; c < cols; ++c) row[c] = other[c] == mine ? row[c] : kNegInf;
     }
   }
@@ -225,7 +226,9 @@ inline void for_each_kept_block(float* C, int64_t ldc, int64_t rows, int64_t W, 
 
 // A block of T or more keys is one block for the whole sequence; clamping keeps last_key from overflowing.
 inline Visibility visibility(const AttentionMask& mask, int64_t b, int64_t T) {
-  return Visibility{mask.type, std::min(mask.block_size, T), mask.segment_ids ? mask.segment_ids + b * T : nullptr};
+  const int32_t* seg = mask.segment_ids ? mask.segment_ids + b * T : nullptr;
+  const int32_t* kseg = mask.key_segment_ids ? mask.key_segment_ids + b * T : seg;
+  return Visibility{mask.type, std::min(mask.block_size, T), seg, kseg};
 }
 
 // ---- per-thread scratch ----------------------------------------------------------------------------
@@ -270,6 +273,8 @@ inline Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t
   MEGADLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
                 ": BlockCausal needs block_size > 0, got ", mask.block_size);
   MEGADLM_CHECK(std::isfinite(scale), who, ": scale = ", scale, " is not finite");
+  MEGADLM_CHECK(mask.key_segment_ids == nullptr || mask.segment_ids != nullptr, who,
+                ": key_segment_ids without the queries' segment_ids");
   Shape s;
   s.B = B, s.T = T, s.H = H, s.K = K, s.D = D;
   s.Dp = (D + 15) / 16 * 16;

@@ -351,6 +351,7 @@ MaskDev attention_check_args(const char* who, int64_t B, int64_t Tn, int64_t H, 
   MEGADLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
                 ": BlockCausal needs block_size > 0, got ", mask.block_size);
   MEGADLM_CHECK(Tn <= 65535LL * kWarps && H <= 65535 && B <= 65535, who, ": grid too large (B=", B, " T=", Tn, " H=", H, ")");
+  MEGADLM_CHECK(mask.key_segment_ids == nullptr, who, ": separate key segment ids (context parallelism) are CPU only");
   return MaskDev{mask.type, std::min(mask.block_size, Tn), mask.segment_ids};
 }
 
