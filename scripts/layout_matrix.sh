@@ -8,8 +8,9 @@
 # runs: 1e-4). Prints a table; exits non-zero on any mismatch or any layout that is not available
 # (its error says "not supported yet" / "not available"), or that fails.
 #
-#   scripts/layout_matrix.sh [--build DIR] [--quick] [--steps N] [--work DIR] [--keep]
+#   scripts/layout_matrix.sh [--build DIR] [--quick] [--steps N] [--work DIR] [--keep] [--gpt2]
 #     --build   the build directory holding bin/pretrain_difflm and bin/preprocess_data (default build)
+#     --gpt2    GPT-2's tokenizer (50,257 tokens, ../shared/tokenizers/gpt2) instead of the byte one
 #     --keep    keep the work directory (runs' logs and metrics) instead of deleting it
 #     --quick   the CI subset (10 steps): dp2 (overlapped buckets), dp2 + distributed optimizer, tp2,
 #               pp2, cp2, and a dp2 + distributed-optimizer checkpoint resumed under 1 and dp2; gpt and difflm;
@@ -25,6 +26,7 @@ STEPS=20
 STEPS_SET=0
 WORK=""
 KEEP=0
+GPT2=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
@@ -32,6 +34,7 @@ while [[ $# -gt 0 ]]; do
     --steps) STEPS="$2"; STEPS_SET=1; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --gpt2) GPT2=1; shift ;;
     *) echo "layout_matrix.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -44,7 +47,14 @@ mkdir -p "$WORK"
 [[ $KEEP == 1 ]] || trap 'rm -rf "$WORK"' EXIT
 
 # ---- data -------------------------------------------------------------------------------------
-"$ROOT/scripts/small_corpus.sh" "$BIN" "$WORK"
+TOKENIZER_FLAGS="--tokenizer-type ByteTokenizer"
+if [[ $GPT2 == 1 ]]; then
+  "$ROOT/scripts/small_corpus.sh" "$BIN" "$WORK" gpt2
+  G="$ROOT/../shared/tokenizers/gpt2"
+  TOKENIZER_FLAGS="--tokenizer-type GPT2BPETokenizer --vocab-file $G/vocab.json --merge-file $G/merges.txt"
+else
+  "$ROOT/scripts/small_corpus.sh" "$BIN" "$WORK"
+fi
 
 # ---- the fixed config ---------------------------------------------------------------------------
 # 4 layers (pp4), 4 heads / 2 kv groups (tp2), micro 2 x global 8 (4 micro-batches at dp1, 2 at dp2).
@@ -53,7 +63,7 @@ common() {  # $1 model type
     --num-query-groups 2 --ffn-hidden-size 128 --seq-length 32 --max-position-embeddings 32 \
     --micro-batch-size 2 --global-batch-size 8 --train-iters "$STEPS" --lr 1e-3 --lr-warmup-iters 2 \
     --min-lr 1e-4 --lr-decay-style cosine --weight-decay 0.01 --clip-grad 1.0 --seed 1234 \
-    --data-path "$WORK/corpus_text_document" --split 100,0,0 --tokenizer-type ByteTokenizer \
+    --data-path "$WORK/corpus_text_document" --split 100,0,0 $TOKENIZER_FLAGS \
     --log-interval 1 --eval-interval 100000 --eval-iters 0 \
     --data-cache-path "$WORK/cache"
 }
