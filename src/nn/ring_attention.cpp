@@ -26,7 +26,8 @@ Ring ring_of(const ParallelContext& ctx, const RingAttentionArgs& a) {
   return Ring{cp, r, (r + 1) % cp, (r + cp - 1) % cp, a.T / 2};
 }
 
-// Rows [half*c, (half+1)*c) of every sequence: src [B, T, W] <-> dst [B, c, W].
+// Rows [half*c, (half+1)*c) of every sequence: src [B, T, W] <-> dst [B, c, W] (the log-sum-exps
+// [B, H, T] as B*H sequences of W = 1).
 void take_half(float* dst, const float* src, int64_t B, int64_t T, int64_t c, int64_t W, int half) {
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(dst + b * c * W, src + (b * T + half * c) * W, sizeof(float) * static_cast<size_t>(c * W));
@@ -35,16 +36,6 @@ void put_half(float* dst, const float* src, int64_t B, int64_t T, int64_t c, int
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(dst + (b * T + half * c) * W, src + b * c * W, sizeof(float) * static_cast<size_t>(c * W));
 }
-// The log-sum-exps' layout [B, H, T] <-> [B, H, c].
-void take_lse_half(float* dst, const float* src, int64_t BH, int64_t T, int64_t c, int half) {
-  for (int64_t bh = 0; bh < BH; ++bh)
-    std::memcpy(dst + bh * c, src + bh * T + half * c, sizeof(float) * static_cast<size_t>(c));
-}
-void put_lse_half(float* dst, const float* src, int64_t BH, int64_t T, int64_t c, int half) {
-  for (int64_t bh = 0; bh < BH; ++bh)
-    std::memcpy(dst + bh * T + half * c, src + bh * c, sizeof(float) * static_cast<size_t>(c));
-}
-
 // The document ids of chunk x of every sequence: [B, c] out of [B, 2cp*c].
 void chunk_segments(int32_t* dst, const int32_t* seq, int64_t B, int64_t S, int64_t c, int64_t x) {
   for (int64_t b = 0; b < B; ++b)
@@ -123,6 +114,22 @@ struct Chunks {
     }
     return true;
   }
+  // For each of owner's key halves kh that some query half of this rank sees: load(kh) once, then
+  // pair(qh, kh, mask) for each such query half qh, and done(kh).
+  template <class Load, class Pair, class Done>
+  void for_each_pair(int owner, Load&& load, Pair&& pair, Done&& done) const {
+    for (int kh = 0; kh < 2; ++kh) {
+      bool loaded = false;
+      for (int qh = 0; qh < 2; ++qh) {
+        AttentionMask m;
+        if (!mask(context_chunk(ring.cp, ring.rank, qh), context_chunk(ring.cp, owner, kh), m)) continue;
+        if (!loaded) load(kh);
+        loaded = true;
+        pair(qh, kh, m);
+      }
+      if (loaded) done(kh);
+    }
+  }
 };
 
 }  // namespace
@@ -154,31 +161,28 @@ void ring_attention_forward(Arena& arena, const ParallelContext& ctx, const Ring
   float* part_out = arena.tensor({B * c * HD}).data<float>();
   float* part_lse = arena.tensor({B * H * c}).data<float>();
 
+  const int64_t bytes = static_cast<int64_t>(sizeof(float)) * 2 * kv;
   for (int s = 0; s < ring.cp; ++s) {
     const int owner = (ring.rank - s + ring.cp) % ring.cp;
     CommRequest req;
-    const int64_t bytes = static_cast<int64_t>(sizeof(float)) * 2 * kv;
     if (s + 1 < ring.cp) req = comm.send_recv_async(kv_cur, bytes, ring.next, kv_nxt, bytes, ring.prev, kTagKV);
-    for (int kh = 0; kh < 2; ++kh) {
-      bool loaded = false;
-      for (int qh = 0; qh < 2; ++qh) {
-        AttentionMask m;
-        if (!chunks.mask(context_chunk(ring.cp, ring.rank, qh), context_chunk(ring.cp, owner, kh), m)) continue;
-        if (!loaded) {
+    chunks.for_each_pair(
+        owner,
+        [&](int kh) {
           take_half(kc, kv_cur, B, T, c, KD, kh);
           take_half(vc, kv_cur + kv, B, T, c, KD, kh);
-          loaded = true;
-        }
-        be.attention_forward(part_out, part_lse, qc[qh], kc, vc, B, c, H, K, D, m, a.scale);
-        merge(acc_out[qh], acc_lse[qh], part_out, part_lse, B, c, H, D);
-      }
-    }
+        },
+        [&](int qh, int, const AttentionMask& m) {
+          be.attention_forward(part_out, part_lse, qc[qh], kc, vc, B, c, H, K, D, m, a.scale);
+          merge(acc_out[qh], acc_lse[qh], part_out, part_lse, B, c, H, D);
+        },
+        [](int) {});
     comm.wait(req);
     std::swap(kv_cur, kv_nxt);
   }
   for (int h = 0; h < 2; ++h) {
     put_half(out, acc_out[h], B, T, c, HD, h);
-    put_lse_half(lse, acc_lse[h], B * H, T, c, h);
+    put_half(lse, acc_lse[h], B * H, T, c, 1, h);
   }
   arena.release(mark);
 }
@@ -207,13 +211,13 @@ void ring_attention_backward(Arena& arena, const ParallelContext& ctx, const Rin
   float* dq_acc[2];
   for (int h = 0; h < 2; ++h) {
     lc[h] = arena.tensor({B * H * c}).data<float>();
-    take_lse_half(lc[h], lse, B * H, T, c, h);
+    take_half(lc[h], lse, B * H, T, c, 1, h);
     dq_acc[h] = arena.zeros({B * c * HD}).data<float>();
   }
   float* kc = arena.tensor({B * c * KD}).data<float>();
   float* vc = arena.tensor({B * c * KD}).data<float>();
-  float* dkc = arena.zeros({B * c * KD}).data<float>();
-  float* dvc = arena.zeros({B * c * KD}).data<float>();
+  float* dkc = arena.tensor({B * c * KD}).data<float>();
+  float* dvc = arena.tensor({B * c * KD}).data<float>();
   float* dq_part = arena.tensor({B * c * HD}).data<float>();
   float* dk_part = arena.tensor({B * c * KD}).data<float>();
   float* dv_part = arena.tensor({B * c * KD}).data<float>();
@@ -223,29 +227,25 @@ void ring_attention_backward(Arena& arena, const ParallelContext& ctx, const Rin
     const int owner = (ring.rank - s + ring.cp) % ring.cp;
     CommRequest req_kv;
     if (s + 1 < ring.cp) req_kv = comm.send_recv_async(kv_cur, bytes, ring.next, kv_nxt, bytes, ring.prev, kTagKV);
-    for (int kh = 0; kh < 2; ++kh) {
-      bool loaded = false;
-      for (int qh = 0; qh < 2; ++qh) {
-        AttentionMask m;
-        if (!chunks.mask(context_chunk(ring.cp, ring.rank, qh), context_chunk(ring.cp, owner, kh), m)) continue;
-        if (!loaded) {
+    chunks.for_each_pair(
+        owner,
+        [&](int kh) {
           take_half(kc, kv_cur, B, T, c, KD, kh);
           take_half(vc, kv_cur + kv, B, T, c, KD, kh);
           take_half(dkc, dkv_cur, B, T, c, KD, kh);
           take_half(dvc, dkv_cur + kv, B, T, c, KD, kh);
-          loaded = true;
-        }
-        be.attention_backward(dq_part, dk_part, dv_part, doc[qh], qc[qh], kc, vc, oc[qh], lc[qh], B, c, H, K, D, m,
-                              a.scale);
-        add_into(dq_acc[qh], dq_part, B * c * HD);
-        add_into(dkc, dk_part, B * c * KD);
-        add_into(dvc, dv_part, B * c * KD);
-      }
-      if (loaded) {
-        put_half(dkv_cur, dkc, B, T, c, KD, kh);
-        put_half(dkv_cur + kv, dvc, B, T, c, KD, kh);
-      }
-    }
+        },
+        [&](int qh, int, const AttentionMask& m) {
+          be.attention_backward(dq_part, dk_part, dv_part, doc[qh], qc[qh], kc, vc, oc[qh], lc[qh], B, c, H, K, D,
+                                m, a.scale);
+          add_into(dq_acc[qh], dq_part, B * c * HD);
+          add_into(dkc, dk_part, B * c * KD);
+          add_into(dvc, dv_part, B * c * KD);
+        },
+        [&](int kh) {
+          put_half(dkv_cur, dkc, B, T, c, KD, kh);
+          put_half(dkv_cur + kv, dvc, B, T, c, KD, kh);
+        });
     // This owner's gradients go on to the next rank, which holds its keys and values next step; after
     // the last step they arrive at the owner.
     CommRequest req_d = comm.send_recv_async(dkv_cur, bytes, ring.next, dkv_nxt, bytes, ring.prev, kTagDKV);

@@ -24,23 +24,9 @@ using namespace megadlm;
 
 namespace {
 
-// mpirun from PATH, or "" when MPI is not installed.
-std::string find_mpirun() {
-  const char* path = std::getenv("PATH");
-  const std::string dirs = path ? path : "/usr/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = std::min(dirs.find(':', start), dirs.size());
-    const fs::path p = fs::path(dirs.substr(start, end - start)) / "mpirun";
-    if (fs::exists(p)) return p.string();
-    start = end + 1;
-  }
-  return "";
-}
-
 #define REQUIRE_MPIRUN(var)                \
   MEGADLM_REQUIRE_BINARY("pretrain_difflm"); \
-  const std::string var = find_mpirun();   \
+  const std::string var = test::find_mpirun();   \
   if (var.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)"
 
 // pretrain_difflm with `flags` on `np` ranks (mpirun when np > 1) at tensor-parallel size np; the

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <cstdlib>
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,5 +118,19 @@ inline ChildResult run_binary(const std::string& name, const std::vector<std::st
     EXPECT_TRUE(r_.exited) << "killed by signal " << r_.signal << "\n" << r_.output;                   \
     EXPECT_EQ(r_.exit_code, 1) << r_.output;                                                           \
   } while (0)
+
+// mpirun from PATH, or "" when MPI is not installed.
+inline std::string find_mpirun() {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "/usr/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::filesystem::path p = std::filesystem::path(dirs.substr(start, end - start)) / "mpirun";
+    if (std::filesystem::exists(p)) return p.string();
+    start = end + 1;
+  }
+  return "";
+}
 
 }  // namespace megadlm::test

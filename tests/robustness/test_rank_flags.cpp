@@ -20,20 +20,6 @@ using namespace megadlm;
 
 namespace {
 
-// mpirun from PATH, or "" when MPI is not installed.
-std::string find_mpirun() {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = std::min(dirs.find(':', start), dirs.size());
-    const fs::path p = fs::path(dirs.substr(start, end - start)) / "mpirun";
-    if (fs::exists(p)) return p.string();
-    start = end + 1;
-  }
-  return "";
-}
-
 // `mpirun ... -np 1 pretrain_difflm <a> : -np 1 pretrain_difflm <b>`: two ranks, each with its own flags.
 std::vector<std::string> two_ranks(const std::vector<std::string>& a, const std::vector<std::string>& b) {
   // Under AddressSanitizer the ranks run without leak detection, as scripts/sanitize.sh runs the MPI
@@ -95,7 +81,7 @@ TEST(RankFlags, FirstDifferingFlag) {
 
 TEST(RankFlags, RanksWithDifferentFlagsStopNamingTheFlag) {
   MEGADLM_REQUIRE_BINARY("pretrain_difflm");
-  const std::string mpirun = find_mpirun();
+  const std::string mpirun = test::find_mpirun();
   if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
   test::TempDir dir;
   const std::string data = test::make_counting_dataset(dir.str(), 40);

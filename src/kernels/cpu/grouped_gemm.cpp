@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "core/error.h"
+#include "kernels/grouped_gemm_args.h"
 
 namespace megadlm::cpu {
 
@@ -60,15 +61,6 @@ std::vector<Tile> cut(const std::vector<GroupOutput>& outputs, int threads) {
   return tiles;
 }
 
-void check_groups(const char* who, int64_t G, const int64_t* offsets, int64_t N, int64_t K) {
-  MEGADLM_CHECK(G >= 0 && N >= 1 && K >= 1, who, ": needs G >= 0, N >= 1 and K >= 1 (G=", G, ", N=", N, ", K=", K,
-                ")");
-  MEGADLM_CHECK(offsets[0] == 0, who, ": offsets must start at 0, got ", offsets[0]);
-  for (int64_t g = 0; g < G; ++g)
-    MEGADLM_CHECK(offsets[g + 1] >= offsets[g], who, ": offsets must not decrease (offsets[", g, "]=", offsets[g],
-                  ", offsets[", g + 1, "]=", offsets[g + 1], ")");
-}
-
 // Runs sgemm(tile) for every tile: one parallel region, dynamic shares, costliest tiles first (the
 // cheap ones then fill the gaps at the end). A failing sgemm cannot throw out of the region; its status
 // is kept and reported after it.
@@ -90,7 +82,7 @@ void run_tiles(const char* who, std::vector<Tile>& tiles, Sgemm&& sgemm) {
 
 void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
                           const float* const* W, float* Y) {
-  check_groups("grouped_gemm_forward", G, offsets, N, K);
+  check_grouped_gemm_args("grouped_gemm_forward", G, offsets, N, K);
   std::vector<GroupOutput> outputs;
   for (int64_t g = 0; g < G; ++g) outputs.push_back({g, offsets[g + 1] - offsets[g], N, K});
   std::vector<Tile> tiles = cut(outputs, omp_get_max_threads());
@@ -103,7 +95,7 @@ void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t 
 
 void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
                                 const float* const* W, float* dX) {
-  check_groups("grouped_gemm_backward_data", G, offsets, N, K);
+  check_grouped_gemm_args("grouped_gemm_backward_data", G, offsets, N, K);
   std::vector<GroupOutput> outputs;
   for (int64_t g = 0; g < G; ++g) outputs.push_back({g, offsets[g + 1] - offsets[g], K, N});
   std::vector<Tile> tiles = cut(outputs, omp_get_max_threads());
@@ -116,7 +108,7 @@ void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, in
 
 void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
                                   const float* X, float* const* dW) {
-  check_groups("grouped_gemm_backward_weight", G, offsets, N, K);
+  check_grouped_gemm_args("grouped_gemm_backward_weight", G, offsets, N, K);
   std::vector<GroupOutput> outputs;
   for (int64_t g = 0; g < G; ++g) {
     const int64_t rows = offsets[g + 1] - offsets[g];

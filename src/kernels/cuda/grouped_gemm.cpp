@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/grouped_gemm_args.h"
 #include "kernels/cuda/ops.h"
 
 namespace megadlm::cuda {
@@ -93,21 +94,12 @@ struct Problems {
   }
 };
 
-void check_groups(const char* who, int64_t G, const int64_t* offsets, int64_t N, int64_t K) {
-  MEGADLM_CHECK(G >= 0 && N >= 1 && K >= 1, who, ": needs G >= 0, N >= 1 and K >= 1 (G=", G, ", N=", N, ", K=", K,
-                ")");
-  MEGADLM_CHECK(offsets[0] == 0, who, ": offsets must start at 0, got ", offsets[0]);
-  for (int64_t g = 0; g < G; ++g)
-    MEGADLM_CHECK(offsets[g + 1] >= offsets[g], who, ": offsets must not decrease (offsets[", g, "]=", offsets[g],
-                  ", offsets[", g + 1, "]=", offsets[g + 1], ")");
-}
-
 }  // namespace
 
 void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* X,
                           const float* const* W, float* Y, cudaStream_t stream) {
   Problems p{"cuda grouped_gemm_forward"};
-  check_groups(p.who, G, offsets, N, K);
+  check_grouped_gemm_args(p.who, G, offsets, N, K);
   for (int64_t g = 0; g < G; ++g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
     // Y_g [rows, N] = X_g [rows, K] @ W_g^T: cuBLAS's A = W_g (transposed), B = X_g.
@@ -119,7 +111,7 @@ void grouped_gemm_forward(int64_t G, const int64_t* offsets, int64_t N, int64_t 
 void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
                                 const float* const* W, float* dX, cudaStream_t stream) {
   Problems p{"cuda grouped_gemm_backward_data"};
-  check_groups(p.who, G, offsets, N, K);
+  check_grouped_gemm_args(p.who, G, offsets, N, K);
   for (int64_t g = 0; g < G; ++g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
     // dX_g [rows, K] = dY_g [rows, N] @ W_g [N, K]: cuBLAS's A = W_g, B = dY_g, neither transposed.
@@ -131,7 +123,7 @@ void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, in
 void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
                                   const float* X, float* const* dW, cudaStream_t stream) {
   Problems p{"cuda grouped_gemm_backward_weight"};
-  check_groups(p.who, G, offsets, N, K);
+  check_grouped_gemm_args(p.who, G, offsets, N, K);
   for (int64_t g = 0; g < G; ++g) {
     const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
     // dW_g [N, K] += dY_g^T @ X_g: cuBLAS's A = X_g, B = dY_g (transposed), reduced over the rows.
