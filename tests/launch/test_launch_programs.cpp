@@ -69,11 +69,9 @@ TEST(SlurmLaunch, TwoTasksWithoutPmiAreRefusedNamingSlurmAndMpi) {
   if (under_a_launcher()) GTEST_SKIP() << "runs its own launcher environment; this process is already under one";
   test::TempDir dir;
   const std::string data = test::make_counting_dataset(dir.str(), 40);
-  // This task starts MPI (a singleton): under AddressSanitizer without leak detection, as
-  // scripts/sanitize.sh runs the MPI tests (OpenMPI's own allocations outlive MPI_Finalize and MPI_Abort).
+  // This task starts MPI (a singleton).
   std::map<std::string, std::string> vars = srun_task(0, 2);
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  vars["ASAN_OPTIONS"] = std::string(asan ? asan : "") + ":detect_leaks=0";
+  vars["ASAN_OPTIONS"] = test::asan_options_for_mpi();
   ScopedEnv env(vars);
   test::ChildOptions opt;
   opt.timeout_s = 120;

@@ -39,10 +39,7 @@ void train(const std::string& mpirun, int np, const std::vector<std::string>& fl
   if (np == 1) {
     r = test::run_binary("pretrain_difflm", test::plus(flags, tp), log, opt);
   } else {
-    // Under AddressSanitizer the ranks run without leak detection, as scripts/sanitize.sh runs the MPI
-    // tests: OpenMPI's own allocations outlive MPI_Finalize.
-    const char* asan = std::getenv("ASAN_OPTIONS");
-    const std::string asan_options = std::string("ASAN_OPTIONS=") + (asan ? asan : "") + ":detect_leaks=0";
+    const std::string asan_options = "ASAN_OPTIONS=" + test::asan_options_for_mpi();
     const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
                                              "btl", "self,vader", "-x", "OMP_NUM_THREADS=1", "-x", asan_options,
                                              "-np", std::to_string(np), test::binary_path("pretrain_difflm")};

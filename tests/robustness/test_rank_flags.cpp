@@ -22,11 +22,8 @@ namespace {
 
 // `mpirun ... -np 1 pretrain_difflm <a> : -np 1 pretrain_difflm <b>`: two ranks, each with its own flags.
 std::vector<std::string> two_ranks(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  // Under AddressSanitizer the ranks run without leak detection, as scripts/sanitize.sh runs the MPI
-  // tests: OpenMPI's own allocations outlive MPI_Finalize and MPI_Abort. The environment is given to
-  // each of the two app contexts.
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  const std::string asan_options = std::string("ASAN_OPTIONS=") + (asan ? asan : "") + ":detect_leaks=0";
+  // The environment is given to each of the two app contexts.
+  const std::string asan_options = "ASAN_OPTIONS=" + test::asan_options_for_mpi();
   const std::vector<std::string> rank = {"-x", "OMP_NUM_THREADS=1", "-x", asan_options, "-np", "1",
                                          test::binary_path("pretrain_difflm")};
   std::vector<std::string> args = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
