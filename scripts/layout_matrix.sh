@@ -2,8 +2,8 @@
 # Layout-equivalence matrix: one fixed tiny fp32 config trained N steps (default 20) under
 # every parallel layout (1, dp2, tp2, pp2, pp4, tp2xpp2, dp2xtp2, dp2xpp2, tp2 + sequence parallel,
 # dp2 + distributed optimizer, dp2 + overlapped buckets, cp2, cp4, cp2xtp2, cp2xdp2, cp2xpp2), for gpt
-# and difflm, plus MoE under dp2, ep2
-# and ep2 + overlap, plus checkpoints resumed across layouts; each layout's losses (metrics.jsonl)
+# and difflm, plus MoE (aux and z losses) under dp2, ep2, ep2 + overlap, cp2 and cp2 x dp2 x ep2,
+# plus checkpoints resumed across layouts; each layout's losses (metrics.jsonl)
 # compared with the single process: step 1 within 1e-6 relative, every step within 1e-4 (resumed
 # runs: 1e-4). Prints a table; exits non-zero on any mismatch or any layout that is not available
 # (its error says "not supported yet" / "not available"), or that fails.
@@ -67,7 +67,7 @@ common() {  # $1 model type
     --log-interval 1 --eval-interval 100000 --eval-iters 0 \
     --data-cache-path "$WORK/cache"
 }
-MOE_FLAGS="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01"
+MOE_FLAGS="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
 
 run() {  # $1 run name, $2 ranks, $3 model type, rest: layout flags. Returns the exit status.
   local name="$1" np="$2" type="$3"
@@ -85,21 +85,27 @@ run() {  # $1 run name, $2 ranks, $3 model type, rest: layout flags. Returns the
 }
 
 # Compares $WORK/$2/ckpt/metrics.jsonl with $WORK/$1/ckpt/metrics.jsonl; prints "worst_first worst_all steps".
+# A MoE run's logged aux and z losses (every micro-batch of the step, all ranks) count as losses too.
 compare() {
   python3 - "$WORK/$1/ckpt/metrics.jsonl" "$WORK/$2/ckpt/metrics.jsonl" "${3:-0}" <<'PY'
 import json, sys
+KEYS = ("loss", "moe_aux_loss", "moe_z_loss")
 def losses(p):
     out = {}
     for line in open(p):
         j = json.loads(line)
-        if "loss" in j: out[j["iteration"]] = j["loss"]
+        if "loss" in j: out[j["iteration"]] = [j.get(k) for k in KEYS]
     return out
 ref, got = losses(sys.argv[1]), losses(sys.argv[2])
 first_iter = int(sys.argv[3])  # a resumed run starts after this iteration
 its = sorted(i for i in got if i > first_iter)
 if not its or any(i not in ref for i in its):
     print("nan nan 0"); sys.exit()
-rel = [abs(got[i] - ref[i]) / max(abs(ref[i]), 1e-30) for i in its]
+def rel_err(i):
+    pairs = [(g, r) for g, r in zip(got[i], ref[i]) if g is not None or r is not None]
+    if any(g is None or r is None for g, r in pairs): return float("nan")
+    return max(abs(g - r) / max(abs(r), 1e-30) for g, r in pairs)
+rel = [rel_err(i) for i in its]
 print(f"{rel[0]:.3e} {max(rel):.3e} {len(its)}")
 PY
 }
@@ -241,6 +247,10 @@ if [[ $QUICK == 0 ]]; then
       launch "moe-$model-ep2-overlap" 2 "$model" $MOE_FLAGS --expert-model-parallel-size 2 --overlap-grad-reduce \
         --ddp-bucket-size 20000
       check "moe-$model" "ep2+overlap" "moe-$model-ep2-overlap" "moe-$model-1" "$STEPS"
+      launch "moe-$model-cp2" 2 "$model" $MOE_FLAGS --context-parallel-size 2
+      check "moe-$model" "cp2" "moe-$model-cp2" "moe-$model-1" "$STEPS"
+      launch "moe-$model-cp2xep2" 4 "$model" $MOE_FLAGS --context-parallel-size 2 --expert-model-parallel-size 2
+      check "moe-$model" "cp2xdp2xep2" "moe-$model-cp2xep2" "moe-$model-1" "$STEPS"
     else
       row "moe-$model" "1 (reference)" "-" "-" "-" "FAIL: $(grep -m1 error "$WORK/moe-$model-1/log" | cut -c1-80)"
       FAILED=1

@@ -11,6 +11,27 @@ std::vector<MoELayerReport> take_moe_layers(LanguageModel& model) {
   return out;
 }
 
+void sum_moe_layers_over_dp(const ParallelGroup& dp, std::vector<MoELayerReport>& layers) {
+  if (dp.size == 1 || layers.empty()) return;
+  std::vector<double> v;
+  for (const MoELayerReport& l : layers) {
+    const MoEStats& s = l.stats;
+    v.insert(v.end(), s.tokens_per_expert.begin(), s.tokens_per_expert.end());
+    v.insert(v.end(), {s.assignments, s.dropped, s.aux_loss, s.z_loss, static_cast<double>(s.micro_batches)});
+  }
+  dp.communicator().all_reduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  size_t i = 0;
+  for (MoELayerReport& l : layers) {
+    MoEStats& s = l.stats;
+    for (double& t : s.tokens_per_expert) t = v[i++];
+    s.assignments = v[i++];
+    s.dropped = v[i++];
+    s.aux_loss = v[i++];
+    s.z_loss = v[i++];
+    s.micro_batches = static_cast<int64_t>(v[i++]);
+  }
+}
+
 void add_moe_layers(std::vector<MoELayerReport>& into, const std::vector<MoELayerReport>& more) {
   if (into.empty()) {
     into = more;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/language_model.h"
+#include "parallel/parallel_context.h"
 
 namespace megadlm {
 
@@ -26,6 +27,10 @@ struct MoEReport {
 
 // Each MoE layer's statistics since the last take, in layer order; resets them in the layers.
 std::vector<MoELayerReport> take_moe_layers(LanguageModel& model);
+// Sums the layers' statistics over the data-parallel group, so that every dp rank (the one that logs among
+// them) reports the step's micro-batches of all of them. Context-parallel ranks already agree (the
+// router sums over cp) and tensor-parallel ranks hold copies, so neither is summed.
+void sum_moe_layers_over_dp(const ParallelGroup& dp, std::vector<MoELayerReport>& layers);
 // Adds `more` (the same layers, as take_moe_layers gives them) into `into`; an empty `into` takes a copy.
 void add_moe_layers(std::vector<MoELayerReport>& into, const std::vector<MoELayerReport>& more);
 // The totals over the layers.

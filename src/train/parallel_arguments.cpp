@@ -51,10 +51,15 @@ void validate_parallel_layout(const ParallelArgs& p, int world, const Transforme
     MEGADLM_CHECK(c.moe.num_experts % l.ep == 0, "--num-experts ", c.moe.num_experts,
                   " is not divisible by --expert-model-parallel-size ", l.ep);
   }
-  // The router's statistics (aux loss, capacity) need all of a layer's tokens, which cp splits.
-  MEGADLM_CHECK(l.cp == 1 || !c.moe.enabled(), "--context-parallel-size ", l.cp,
-                " with a MoE model (--num-experts) is not supported: the router's statistics would cover one rank's ",
-                "chunks only");
+  // Under cp the router sums its top-k counts over the cp group; a capacity or expert choice would rank
+  // all of a batch's tokens together, which cp splits.
+  if (l.cp > 1 && c.moe.enabled()) {
+    MEGADLM_CHECK(c.moe.router_type == MoERouterType::TopK, "--context-parallel-size ", l.cp,
+                  " with --moe-router-type expert_choice is not supported: an expert would choose among one rank's ",
+                  "chunks only");
+    MEGADLM_CHECK(c.moe.capacity_factor <= 0, "--context-parallel-size ", l.cp, " with --moe-expert-capacity-factor ",
+                  c.moe.capacity_factor, " is not supported: the capacity would rank one rank's chunks only");
+  }
   MEGADLM_CHECK(global % (micro * dp) == 0, "--global-batch-size ", global, " is not a multiple of --micro-batch-size ",
                 micro, " x data-parallel size ", dp, " (world ", world, " / tp ", l.tp, " / pp ", l.pp, ")");
 }

@@ -386,6 +386,7 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
   precision_->after_step(copies_written);
   precision_->report_memory_once(memory_);
   step.moe = take_moe_layers(*model_);
+  sum_moe_layers_over_dp(parallel_->context().dp, step.moe);
   consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
   ++iteration_;
   return step;

@@ -226,19 +226,25 @@ TEST(ParallelArgs, ContextParallelSizeIsReadAndCheckedAgainstTheWorld) {
 }
 
 // A MoE model's router needs all of a layer's tokens: cp with --num-experts is refused by name.
-TEST(ParallelArgs, ContextParallelRefusesMoE) {
+TEST(ParallelArgs, ContextParallelTakesTokenChoiceMoEOnly) {
   TransformerConfig c;
   c.num_layers = 2;
   c.num_attention_heads = 2;
   c.num_query_groups = 2;
   c.vocab_size = 64;
+  c.moe.num_experts = 4;
   ParallelArgs p;
   p.layout.cp = 2;
   EXPECT_EQ(error_of([&] { validate_parallel_layout(p, 2, c, 1, 1); }), "");
-  c.moe.num_experts = 4;
-  const std::string e = error_of([&] { validate_parallel_layout(p, 2, c, 1, 1); });
+  c.moe.capacity_factor = 1.25;
+  std::string e = error_of([&] { validate_parallel_layout(p, 2, c, 1, 1); });
   EXPECT_NE(e.find("--context-parallel-size 2"), std::string::npos) << e;
-  EXPECT_NE(e.find("--num-experts"), std::string::npos) << e;
+  EXPECT_NE(e.find("--moe-expert-capacity-factor"), std::string::npos) << e;
+  c.moe.capacity_factor = 0;
+  c.moe.router_type = MoERouterType::ExpertChoice;
+  e = error_of([&] { validate_parallel_layout(p, 2, c, 1, 1); });
+  EXPECT_NE(e.find("--context-parallel-size 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("--moe-router-type expert_choice"), std::string::npos) << e;
 }
 
 // ---- two ranks ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ MoELayer::MoELayer(ParamStore& store, const ParallelContext& ctx, const std::str
                 ": --sequence-parallel is not supported with MoE layers (--num-experts)");
   const int64_t F = cfg_.ffn_hidden_size > 0 ? cfg_.ffn_hidden_size : cfg.ffn_hidden_size;
   router_ = MoERouter(store, name + ".router", cfg_, C_, cfg.init_method_std);
+  router_.set_context_parallel(ctx.cp);
   expert_parallel_ = ctx.ep.size > 1;
   if (expert_parallel_) {
     exchange_ = ExpertExchange(ctx, cfg_.num_experts, C_);

@@ -29,11 +29,22 @@ static int64_t expert_capacity(int64_t tokens, int64_t E, double factor) {
   return static_cast<int64_t>(std::ceil(static_cast<double>(tokens) / static_cast<double>(E) * factor));
 }
 
+void MoERouter::set_context_parallel(const ParallelGroup& cp) {
+  MEGADLM_CHECK(cp.size == 1 || (cfg_.router_type == MoERouterType::TopK && cfg_.capacity_factor <= 0),
+                "MoERouter: context parallelism needs token choice without a capacity");
+  cp_ = cp;
+}
+
+void MoERouter::sum_over_cp(double* v, int64_t n) const {
+  if (cp_.size > 1) cp_.communicator().all_reduce_sum(v, n);
+}
+
 void MoERouter::forward(Arena& arena, const Tensor& x, int64_t B, int64_t T, MoERouting& r) {
   const int64_t N = x.numel() / C_;
   MEGADLM_CHECK(x.numel() == N * C_ && N == B * T, "MoERouter: input ", x.shape().str(), " is not [B*T=", B * T,
                 ", ", C_, "]");
   N_ = N, B_ = B, T_ = T;
+  Ng_ = N * cp_.size, Tg_ = T * cp_.size;
   x_ = x;
   const int64_t E = E_;
   logits_.resize(static_cast<size_t>(N * E));
@@ -69,14 +80,26 @@ void MoERouter::forward(Arena& arena, const Tensor& x, int64_t B, int64_t T, MoE
       s[e] = sigmoid ? static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(l[e]))))
                      : static_cast<float>(std::exp(static_cast<double>(l[e] - m)) / sum);
   }
-  // z loss (ST-MoE): coeff * mean_n lse_n^2.
+  // z loss (ST-MoE): coeff * mean_n lse_n^2, the mean over the whole sequences' tokens.
   double z = 0;
   for (int64_t n = 0; n < N; ++n) z += static_cast<double>(lse[n]) * lse[n];
-  r.z_loss = cfg_.z_loss_coeff > 0 ? cfg_.z_loss_coeff * z / static_cast<double>(N) : 0.0;
+  r.z_loss = cfg_.z_loss_coeff > 0 ? cfg_.z_loss_coeff * z / static_cast<double>(Ng_) : 0.0;
   r.N = N, r.E = E;
   r.aux_loss = 0;
   if (cfg_.router_type == MoERouterType::TopK) route_token_choice(r);
   else route_expert_choice(r);
+  if (cp_.size > 1) {
+    // This rank's shares of the losses and of the loads, summed into the whole sequences'.
+    reduce_.assign(static_cast<size_t>(E + 2), 0.0);
+    for (int64_t e = 0; e < E; ++e) reduce_[e] = static_cast<double>(r.tokens_per_expert[e]);
+    reduce_[E] = r.aux_loss;
+    reduce_[E + 1] = r.z_loss;
+    sum_over_cp(reduce_.data(), E + 2);
+    for (int64_t e = 0; e < E; ++e) r.tokens_per_expert[e] = static_cast<int64_t>(reduce_[e]);
+    r.aux_loss = reduce_[E];
+    r.z_loss = reduce_[E + 1];
+    r.assignments *= cp_.size;
+  }
 }
 
 void MoERouter::route_token_choice(MoERouting& r) {
@@ -122,10 +145,17 @@ void MoERouter::route_token_choice(MoERouting& r) {
   counts_.assign(static_cast<size_t>(groups * E), 0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < k; ++i) ++counts_[(seq ? n / T_ : 0) * E + sel_[n * k + i]];
+  if (cp_.size > 1) {
+    // The counts of the whole sequences: each cp rank holds chunks of every sequence.
+    reduce_.assign(counts_.begin(), counts_.end());
+    sum_over_cp(reduce_.data(), static_cast<int64_t>(reduce_.size()));
+    for (size_t i = 0; i < counts_.size(); ++i) counts_[i] = static_cast<int64_t>(reduce_[i]);
+  }
   if (cfg_.load_balancing != MoELoadBalancing::None && cfg_.aux_loss_coeff > 0) {
     // aux:  coeff E / (k N^2)   sum_e count_e sum_n score_ne                   (Switch, Megatron)
     // seq:  coeff E / (k T^2 B) sum_b sum_e count_be sum_{t in b} score_bte    (Megatron's seq_aux_loss)
-    const double Tg = seq ? static_cast<double>(T_) : static_cast<double>(N);
+    // N and T count the whole sequences; the sum over n runs over this rank's tokens.
+    const double Tg = seq ? static_cast<double>(Tg_) : static_cast<double>(Ng_);
     const double c = cfg_.aux_loss_coeff * static_cast<double>(E) / (static_cast<double>(k) * Tg * Tg * groups);
     double acc = 0;
     for (int64_t n = 0; n < N; ++n) {
@@ -258,7 +288,7 @@ void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight
       if (r.source[row] >= 0) dp[r.source[row]] += dweight[row];
     const bool seq = cfg_.load_balancing == MoELoadBalancing::SeqAuxLoss;
     const bool aux = cfg_.load_balancing != MoELoadBalancing::None && cfg_.aux_loss_coeff > 0;
-    const double Tg = seq ? static_cast<double>(T_) : static_cast<double>(N);
+    const double Tg = seq ? static_cast<double>(Tg_) : static_cast<double>(Ng_);
     const double groups = seq ? static_cast<double>(B_) : 1.0;
     const double aux_c =
         aux ? loss_scale * cfg_.aux_loss_coeff * static_cast<double>(E) / (static_cast<double>(k) * Tg * Tg * groups) : 0.0;
@@ -303,7 +333,7 @@ void MoERouter::backward(Arena& arena, const MoERouting& r, const float* dweight
   }
   if (cfg_.z_loss_coeff > 0) {
     // d/dl_e of coeff/N sum_n lse_n^2 = coeff/N * 2 lse_n softmax(l_n)_e.
-    const double zc = loss_scale * 2.0 * cfg_.z_loss_coeff / static_cast<double>(N);
+    const double zc = loss_scale * 2.0 * cfg_.z_loss_coeff / static_cast<double>(Ng_);
 #pragma omp parallel for schedule(static) if (N * E >= kMinParallelWork)
     for (int64_t n = 0; n < N; ++n) {
       const float* l = lg + n * E;

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "nn/moe/moe_config.h"
 #include "core/parameters.h"
+#include "nn/moe/moe_config.h"
+#include "parallel/parallel_context.h"
 
 namespace megadlm {
 
@@ -21,7 +22,8 @@ struct MoERouting {
   std::vector<int32_t> token;    // [P] token of each row; -1 for a padding row (pad to capacity)
   std::vector<float> weight;     // [P] combine weight (router probability); 0 for padding
   std::vector<int32_t> source;   // [P] index of the router probability the weight came from; -1 for padding
-  // Statistics of this micro-batch.
+  // Statistics of this micro-batch (under context parallelism: of its whole sequences, summed over the
+  // cp group, so every cp rank reports what one process would).
   std::vector<int64_t> tokens_per_expert;  // [E] rows carrying a token, after capacity dropping
   int64_t assignments = 0;  // token choice: N k wanted assignments; expert choice: N tokens
   int64_t dropped = 0;      // token choice: assignments over capacity; expert choice: tokens no expert took
@@ -45,13 +47,24 @@ class MoERouter {
 
   int weight_id() const { return w_; }
 
+  // Context parallelism: x holds this rank's chunks of every sequence; the aux and z losses and the
+  // statistics are those of the whole sequences (the top-k counts summed over `cp`, the normalisers
+  // counting every rank's tokens), so the gradients are the one-process ones restricted to this rank's
+  // tokens. Token choice without a capacity only: a capacity or expert choice ranks all of a batch's
+  // tokens together (train/parallel_arguments.cpp refuses them with cp).
+  void set_context_parallel(const ParallelGroup& cp);
+
  private:
   void route_token_choice(MoERouting& r);
   void route_expert_choice(MoERouting& r);
+  // Sums `n` values over the cp group (nothing without context parallelism).
+  void sum_over_cp(double* v, int64_t n) const;
 
   ParamStore* store_ = nullptr;
   MoEConfig cfg_;
   int64_t C_ = 0, E_ = 0, k_ = 0, B_ = 0, T_ = 0, N_ = 0;
+  ParallelGroup cp_;    // size 1 without context parallelism
+  int64_t Tg_ = 0, Ng_ = 0;  // the whole sequences' T and B*T: cp_.size times this rank's
   int w_ = -1;
   Tensor x_;  // [N, C] saved input, on the model's device
   // On the host whatever the device (the routing is host work): logits [N, E], their softmax (softmax
@@ -60,7 +73,8 @@ class MoERouter {
   std::vector<float> logits_, scores_, lse_, dl_, dp_, dweight_;
   std::vector<int32_t> sel_;     // [N k] selected experts per token, best first (token choice)
   std::vector<float> probs_;     // [N k] their routing probabilities
-  std::vector<int64_t> counts_;  // [E] or [B, E]: top-k counts for the aux loss (before dropping)
+  std::vector<int64_t> counts_;  // [E] or [B, E]: top-k counts for the aux loss (before dropping), whole sequences
+  std::vector<double> reduce_;   // scratch: what goes over the cp group
   std::vector<int32_t> cand_;    // scratch: candidate rows of one expert
 };
 
