@@ -55,10 +55,16 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
-// --sampler: llada and mdlm (diffusion_sampler_from_name), or bd3.
-void check_sampler_name(const std::string& name) {
+// --sampler: llada and mdlm (diffusion_sampler_from_name), or bd3; --commit-rule belongs to bd3.
+void check_sampler_flags(const CliFlags& f) {
+  const std::string name = f.get_string("sampler");
   MEGADLM_CHECK(name == "llada" || name == "mdlm" || name == "bd3", "--sampler: unknown value '", name,
                 "' (expected llada, mdlm or bd3)");
+  MEGADLM_CHECK(name == "bd3" || !f.given("commit-rule"), "--commit-rule applies to --sampler bd3 only (--sampler ",
+                name, " is its own rule)");
+  const std::string rule = f.get_string("commit-rule");
+  MEGADLM_CHECK(rule == "llada" || rule == "mdlm", "--commit-rule: unknown value '", rule,
+                "' (expected mdlm or llada)");
 }
 
 // Flags of the other samplers that --sampler bd3 does not take: an Error naming the first one given.
@@ -76,7 +82,8 @@ void check_bd3_flags(const CliFlags& f) {
 // Block diffusion: the checkpoint must be a block_causal diffusion model whose block size is
 // --block-length (default: the checkpoint's).
 BlockSampleOptions bd3_options(const CliFlags& f, const LoadedModel& lm, int64_t vocab_limit) {
-  MEGADLM_CHECK(lm.diffusion, "--sampler bd3 needs a diffusion checkpoint; ", lm.dir, " holds an autoregressive model");
+  MEGADLM_CHECK(lm.diffusion, "--sampler bd3 needs a diffusion checkpoint; ", lm.dir,
+                " holds an autoregressive model");
   const TransformerConfig& cfg = lm.model->config();
   BlockSampleOptions o;
   o.block_length = f.given("block-length") ? f.get_int("block-length") : cfg.attention_block_size;
@@ -106,20 +113,25 @@ int main(int argc, char** argv) {
     f.add_string("output", "", ".jsonl output (default: print to stdout)");
     f.add_int("batch-size", 8, "prompts decoded together (diffusion: prompts of equal token length)", at_least(1));
     f.add_int("gen-length", 64, "diffusion: tokens to generate", at_least(1));
-    f.add_int("steps", 64, "diffusion: denoising steps (ignored with --threshold); bd3: per block (default --block-length)",
+    f.add_int("steps", 64,
+              "diffusion: denoising steps (ignored with --threshold); bd3: per block (default --block-length)",
               at_least(1));
-    f.add_int("block-length", 0, "diffusion: block size (default --gen-length); bd3: must be the checkpoint's (its default)",
-              at_least(0));
+    f.add_int("block-length", 0,
+              "diffusion: block size (default --gen-length); bd3: must be the checkpoint's (its default)", at_least(0));
     f.add_string("remasking", "low_confidence", "diffusion: low_confidence or random");
     f.add_string("sampler", "llada",
-                 "diffusion: llada (reverse process), mdlm (ancestral) or bd3 (block diffusion, block_causal checkpoints)");
-    f.add_string("commit-rule", "mdlm", "bd3: how a step commits tokens: mdlm (ancestral) or llada (most confident)");
+                 "diffusion: llada (reverse process), mdlm (ancestral) or bd3 (block diffusion, block_causal "
+                 "checkpoints)");
+    f.add_string("commit-rule", "mdlm",
+                 "bd3: how a step commits tokens: mdlm (ancestral) or llada (most confident first)");
     f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance scale (0 = off)", at_least(0));
     f.add_double("threshold", 0.0, "diffusion: commit every token above this confidence per step (0 = off)", closed_open(0, 1));
     f.add_bool("prefix-cache", "diffusion: reuse the prefix keys/values within a block (approximate)");
-    f.add_int("max-new-tokens", 64, "gpt and bd3: tokens to generate (at most; generation stops at end-of-document)",
-              at_least(0));
-    f.add_bool("no-kv-cache", "gpt: re-run the whole prefix for every token; bd3: re-run the committed blocks at every step (references)");
+    f.add_int("max-new-tokens", 64,
+              "gpt and bd3: tokens to generate (at most: generation stops at end-of-document)", at_least(0));
+    f.add_bool("no-kv-cache",
+               "gpt: re-run the whole prefix for every token; bd3: re-run the committed blocks at every step "
+               "(the references)");
     f.add_double("temperature", 0.0, "sampling temperature (0 = greedy)", at_least(0));
     f.add_int("top-k", 0, "gpt: keep the k most likely tokens (0 = all)", at_least(0));
     f.add_double("top-p", 1.0, "gpt: nucleus sampling threshold", open_closed(0, 1));
@@ -130,7 +142,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
-    check_sampler_name(f.get_string("sampler"));
+    check_sampler_flags(f);
     const bool bd3 = f.get_string("sampler") == "bd3";
     if (bd3) check_bd3_flags(f);
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));

@@ -44,8 +44,8 @@ std::pair<int32_t, float> propose(const DenoiseRule& rule, const std::vector<flo
 }
 
 // Which of the candidates (confidence, position) to commit, by the rule's commit rule.
-std::vector<char> choose(const DenoiseRule& rule, const DenoiseStep& st, const std::vector<std::pair<float, int64_t>>& cand,
-                         const CounterRng& rng, int64_t& scheduled) {
+std::vector<char> choose(const DenoiseRule& rule, const DenoiseStep& st,
+                         const std::vector<std::pair<float, int64_t>>& cand, const CounterRng& rng, int64_t& scheduled) {
   std::vector<char> commit(cand.size(), 0);
   scheduled = -1;
   if (rule.sampler == DiffusionSampler::MDLM) {
@@ -86,7 +86,8 @@ bool denoise_block_step(const DenoiseRule& rule, const DenoiseStep& st, const fl
     if (x[i] != M) continue;
     const float* row = rows + (i - st.begin) * V;  // [V]
     const float* un = un_rows ? un_rows + (i - st.begin) * V : nullptr;
-    for (int64_t v = 0; v < Vlim; ++v) work[static_cast<size_t>(v)] = un ? cfg_logit(row[v], un[v], rule.cfg_scale) : row[v];
+    for (int64_t v = 0; v < Vlim; ++v)
+      work[static_cast<size_t>(v)] = un ? cfg_logit(row[v], un[v], rule.cfg_scale) : row[v];
     const auto [tok, conf] = propose(rule, work, i, st.counter, rng);
     proposal[static_cast<size_t>(i - st.begin)] = tok;
     candidates.emplace_back(conf, i);

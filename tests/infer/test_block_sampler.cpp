@@ -281,7 +281,8 @@ std::vector<float> probe(LanguageModel& m, KVCache& cache, int64_t b, const std:
 }
 
 // Rows [row0, row0 + n) of every sequence of `seqs` run together against the cache.
-void run_rows(LanguageModel& m, KVCache& cache, const std::vector<std::vector<int32_t>>& seqs, int64_t row0, int64_t n) {
+void run_rows(LanguageModel& m, KVCache& cache, const std::vector<std::vector<int32_t>>& seqs, int64_t row0,
+              int64_t n) {
   const int64_t B = static_cast<int64_t>(seqs.size());
   std::vector<int32_t> tokens, pos;
   for (const auto& s : seqs) {
@@ -357,7 +358,7 @@ TEST(BlockSampler, StopsAfterTheBlockThatCommitsEodAndTrimsBeforeIt) {
   BlockSampleOptions o = options(4, 4, 24);
   o.rule = DiffusionSampler::LLaDA;
   const SampleRun unstopped = run(*m, prompts, o, true);
-  // An eod that sequence 0 commits in its second generated block (canvas block 2: positions 8..11).
+  // An eod that sequence 0 commits (its 6th token, position 10, or an earlier one of that id).
   const int32_t eod = unstopped.tokens[0][5];
   o.eod = eod;
   for (bool kv : {true, false}) {
@@ -370,8 +371,9 @@ TEST(BlockSampler, StopsAfterTheBlockThatCommitsEodAndTrimsBeforeIt) {
     int64_t last_block_of_0 = 0;
     for (const auto& t : stopped.trace)
       if (t.seq == 0) last_block_of_0 = std::max(last_block_of_0, t.block);
-    EXPECT_EQ(last_block_of_0, (5 + std::find(unstopped.tokens[0].begin(), unstopped.tokens[0].end(), eod) - unstopped.tokens[0].begin()) / 4)
-        << "sequence 0 goes on after its eod block";
+    const auto& u0 = unstopped.tokens[0];
+    const int64_t eod_position = 5 + (std::find(u0.begin(), u0.end(), eod) - u0.begin());
+    EXPECT_EQ(last_block_of_0, eod_position / 4) << "sequence 0 goes on after its eod block";
   }
   // Every sequence stopped early: fewer denoising calls than the full length needs.
   bool all_stop = true;
@@ -451,7 +453,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Checkpoints of the tiny difflm run (1 iteration): one block-causal with block 4, one bidirectional.
+// Checkpoints of the tiny run (1 iteration): a block-causal difflm with block 4, a bidirectional
+// difflm and a gpt.
 class Bd3Generate : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -463,10 +466,14 @@ class Bd3Generate : public ::testing::Test {
     test::run_training(flags, {"--train-iters", "1", "--attention-mask-type", "block_causal", "--block-length", "4",
                                "--save", root_ + "/bd3"});
     test::run_training(flags, {"--train-iters", "1", "--save", root_ + "/plain"});
+    std::vector<std::string> gpt_flags = flags;
+    *(std::find(gpt_flags.begin(), gpt_flags.end(), "--model-type") + 1) = "gpt";
+    test::run_training(gpt_flags, {"--train-iters", "1", "--save", root_ + "/gpt"});
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
   static std::string bd3() { return root_ + "/bd3"; }
   static std::string plain() { return root_ + "/plain"; }
+  static std::string gpt() { return root_ + "/gpt"; }
   static std::string root_;
 };
 std::string Bd3Generate::root_;
@@ -522,7 +529,9 @@ TEST_F(Bd3Generate, BadFlagsExitOneNamingTheFlag) {
       {{"--load", bd3(), "--sampler", "bd3", "--gen-length", "8"}, {"--gen-length", "--sampler bd3"}},
       {{"--load", bd3(), "--sampler", "bd3", "--prefix-cache"}, {"--prefix-cache", "--sampler bd3"}},
       {{"--load", bd3(), "--sampler", "bd3", "--cfg-scale", "1"}, {"--cfg-scale", "--sampler bd3"}},
-      {{"--load", bd3(), "--sampler", "bd3", "--commit-rule", "greedy"}, {"--sampler", "greedy"}},
+      {{"--load", bd3(), "--sampler", "bd3", "--commit-rule", "greedy"}, {"--commit-rule", "'greedy'"}},
+      {{"--load", bd3(), "--commit-rule", "llada"}, {"--commit-rule", "--sampler bd3 only"}},
+      {{"--load", gpt(), "--sampler", "bd3"}, {"--sampler bd3", gpt(), "autoregressive"}},
       {{"--load", bd3(), "--sampler", "bd3", "--threshold", "0.5"}, {"--threshold", "--commit-rule llada"}},
       {{"--load", bd3(), "--sampler", "bdd"}, {"--sampler", "'bdd'", "bd3"}},
   };
