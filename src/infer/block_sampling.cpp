@@ -38,7 +38,8 @@ Canvas make_canvas(const LanguageModel& model, const std::vector<std::vector<int
   const int64_t maxpos = model.config().max_position_embeddings;
   MEGADLM_CHECK(c.P <= maxpos, "the prompt of ", c.P, " tokens is longer than the model's --max-position-embeddings ",
                 maxpos);
-  const int64_t wanted = (c.P + opt.max_new_tokens + c.L - 1) / c.L;  // blocks covering P + max_new_tokens
+  // Blocks covering P + max_new_tokens (max_new_tokens capped by the positions, so no overflow).
+  const int64_t wanted = (c.P + std::min(opt.max_new_tokens, maxpos) + c.L - 1) / c.L;
   c.last = std::min(wanted, maxpos / c.L);
   c.first = c.P / c.L;
   c.E = std::max(c.last, c.first) * c.L;
@@ -94,6 +95,7 @@ void check_block_diffusion_model(const TransformerConfig& cfg, int64_t block_len
   MEGADLM_CHECK(block_length == cfg.attention_block_size, "--block-length ", block_length,
                 " does not match the block size ", cfg.attention_block_size, " of ", source,
                 " (its attention_block_size)");
+  MEGADLM_CHECK(block_length >= 1, "--block-length must be positive, got ", block_length, " (", source, ")");
 }
 
 std::vector<std::vector<int32_t>> block_diffusion_generate(LanguageModel& model,
@@ -113,7 +115,8 @@ std::vector<std::vector<int32_t>> block_diffusion_generate(LanguageModel& model,
                 " seeds for ", B, " prompts");
   Canvas c = make_canvas(model, prompts, opt);
   const int64_t L = c.L, V = model.config().vocab_size;
-  const int64_t gen_end = std::min(c.P + opt.max_new_tokens, c.E);  // generated tokens: [P, gen_end)
+  // Generated tokens: [P, gen_end).
+  const int64_t gen_end = c.E - c.P > opt.max_new_tokens ? c.P + opt.max_new_tokens : c.E;
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
   if (gen_end <= c.P) return out;
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -410,6 +411,8 @@ TEST(BlockSampler, PromptAndLengthHandling) {
   }
   BlockSampleOptions o = options(4, 1, 30);
   EXPECT_EQ(block_diffusion_generate(*m, {prompt(30, 1)}, o)[0].size(), 18u);  // 48 - 30
+  o.max_new_tokens = std::numeric_limits<int64_t>::max();  // "as long as the positions allow"
+  EXPECT_EQ(block_diffusion_generate(*m, {prompt(30, 1)}, o)[0].size(), 18u);
   o = options(5, 1, 30);
   auto m5 = model(false, 5);
   EXPECT_EQ(block_diffusion_generate(*m5, {prompt(30, 1)}, o)[0].size(), 15u);  // 45 - 30: blocks of 5 end at 45
