@@ -2,11 +2,15 @@
 // Diffusion models: LLaDA's reverse process (--gen-length, --steps, --block-length, --remasking,
 // --temperature) with classifier-free guidance (--cfg-scale), Fast-dLLM's confidence-threshold
 // parallel decoding (--threshold) and approximate prefix KV cache (--prefix-cache), or MDLM's
-// ancestral sampler (--sampler mdlm). GPT models sample left to right with a KV cache
+// ancestral sampler (--sampler mdlm). Block-diffusion models (attention mask block_causal) sample
+// block by block with an exact KV cache of the committed blocks (--sampler bd3, --block-length,
+// --steps per block, --max-new-tokens, --commit-rule; --no-kv-cache re-runs the committed blocks at
+// every step; docs/block_diffusion.md). GPT models sample left to right with a KV cache
 // (--max-new-tokens, --temperature, --top-k, --top-p; --no-kv-cache re-runs the prefix each token).
 //
 //   generate --load runs/dlm --prompt "The jury said" --gen-length 64 --steps 64 --block-length 16
 //   generate --load runs/dlm --prompt-file prompts.jsonl --threshold 0.9 --prefix-cache --output out.jsonl
+//   generate --load runs/bd3 --prompt "The jury said" --sampler bd3 --steps 8 --max-new-tokens 256
 //   generate --load runs/gpt --prompt "Once" --max-new-tokens 128 --temperature 0.8 --top-p 0.95
 #include <cstdio>
 #include <fstream>
@@ -23,6 +27,7 @@
 #include "core/cli_flags.h"
 #include "tokenizers/tokenizer.h"
 #include "tokenizers/unicode.h"
+#include "infer/block_sampling.h"
 #include "infer/sampling.h"
 
 using namespace megadlm;
@@ -50,6 +55,52 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
+// --sampler: llada and mdlm (diffusion_sampler_from_name), or bd3; --commit-rule belongs to bd3.
+void check_sampler_flags(const CliFlags& f) {
+  const std::string name = f.get_string("sampler");
+  MEGADLM_CHECK(name == "llada" || name == "mdlm" || name == "bd3", "--sampler: unknown value '", name,
+                "' (expected llada, mdlm or bd3)");
+  MEGADLM_CHECK(name == "bd3" || !f.given("commit-rule"), "--commit-rule applies to --sampler bd3 only (--sampler ",
+                name, " is its own rule)");
+  const std::string rule = f.get_string("commit-rule");
+  MEGADLM_CHECK(rule == "llada" || rule == "mdlm", "--commit-rule: unknown value '", rule,
+                "' (expected mdlm or llada)");
+}
+
+// Flags of the other samplers that --sampler bd3 does not take: an Error naming the first one given.
+void check_bd3_flags(const CliFlags& f) {
+  const std::pair<const char*, const char*> others[] = {
+      {"gen-length", "its length is --max-new-tokens"},
+      {"cfg-scale", "no classifier-free guidance"},
+      {"prefix-cache", "its KV cache is exact and on by default; --no-kv-cache turns it off"},
+      {"top-k", "a gpt flag"},
+      {"top-p", "a gpt flag"}};
+  for (const auto& [flag, why] : others)
+    MEGADLM_CHECK(!f.given(flag), "--", flag, " does not apply to --sampler bd3 (", why, ")");
+}
+
+// Block diffusion: the checkpoint must be a block_causal diffusion model whose block size is
+// --block-length (default: the checkpoint's).
+BlockSampleOptions bd3_options(const CliFlags& f, const LoadedModel& lm, int64_t vocab_limit) {
+  MEGADLM_CHECK(lm.diffusion, "--sampler bd3 needs a diffusion checkpoint; ", lm.dir,
+                " holds an autoregressive model");
+  const TransformerConfig& cfg = lm.model->config();
+  BlockSampleOptions o;
+  o.block_length = f.given("block-length") ? f.get_int("block-length") : cfg.attention_block_size;
+  check_block_diffusion_model(cfg, o.block_length, lm.dir);
+  o.steps = f.given("steps") ? f.get_int("steps") : o.block_length;
+  o.max_new_tokens = f.get_int("max-new-tokens");
+  o.rule = diffusion_sampler_from_name(f.get_string("commit-rule"));
+  o.remasking = remasking_from_name(f.get_string("remasking"));
+  o.threshold = static_cast<float>(f.get_double("threshold"));
+  o.temperature = static_cast<float>(f.get_double("temperature"));
+  o.mask_token = lm.mask_token;
+  o.eod = lm.eod;
+  o.vocab_limit = vocab_limit;
+  o.kv_cache = !f.get_bool("no-kv-cache");
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,15 +113,25 @@ int main(int argc, char** argv) {
     f.add_string("output", "", ".jsonl output (default: print to stdout)");
     f.add_int("batch-size", 8, "prompts decoded together (diffusion: prompts of equal token length)", at_least(1));
     f.add_int("gen-length", 64, "diffusion: tokens to generate", at_least(1));
-    f.add_int("steps", 64, "diffusion: denoising steps (ignored with --threshold)", at_least(1));
-    f.add_int("block-length", 0, "diffusion: block size (default --gen-length)", at_least(0));
+    f.add_int("steps", 64,
+              "diffusion: denoising steps (ignored with --threshold); bd3: per block (default --block-length)",
+              at_least(1));
+    f.add_int("block-length", 0,
+              "diffusion: block size (default --gen-length); bd3: must be the checkpoint's (its default)", at_least(0));
     f.add_string("remasking", "low_confidence", "diffusion: low_confidence or random");
-    f.add_string("sampler", "llada", "diffusion: llada (reverse process) or mdlm (ancestral)");
+    f.add_string("sampler", "llada",
+                 "diffusion: llada (reverse process), mdlm (ancestral) or bd3 (block diffusion, block_causal "
+                 "checkpoints)");
+    f.add_string("commit-rule", "mdlm",
+                 "bd3: how a step commits tokens: mdlm (ancestral) or llada (most confident first)");
     f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance scale (0 = off)", at_least(0));
     f.add_double("threshold", 0.0, "diffusion: commit every token above this confidence per step (0 = off)", closed_open(0, 1));
     f.add_bool("prefix-cache", "diffusion: reuse the prefix keys/values within a block (approximate)");
-    f.add_int("max-new-tokens", 64, "gpt: tokens to generate", at_least(0));
-    f.add_bool("no-kv-cache", "gpt: re-run the whole prefix for every token (reference)");
+    f.add_int("max-new-tokens", 64,
+              "gpt and bd3: tokens to generate (at most: generation stops at end-of-document)", at_least(0));
+    f.add_bool("no-kv-cache",
+               "gpt: re-run the whole prefix for every token; bd3: re-run the committed blocks at every step "
+               "(the references)");
     f.add_double("temperature", 0.0, "sampling temperature (0 = greedy)", at_least(0));
     f.add_int("top-k", 0, "gpt: keep the k most likely tokens (0 = all)", at_least(0));
     f.add_double("top-p", 1.0, "gpt: nucleus sampling threshold", open_closed(0, 1));
@@ -81,11 +142,15 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
+    check_sampler_flags(f);
+    const bool bd3 = f.get_string("sampler") == "bd3";
+    if (bd3) check_bd3_flags(f);
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by generate yet");
     MEGADLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
     std::unique_ptr<Tokenizer> tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
+    const BlockSampleOptions bd3_base = bd3 ? bd3_options(f, lm, tok->vocab_size()) : BlockSampleOptions{};
 
     std::vector<std::string> prompts = f.get_list("prompt");
     if (!f.get_string("prompt-file").empty()) {
@@ -130,7 +195,12 @@ int main(int argc, char** argv) {
       }
       std::vector<std::vector<int32_t>> out;
       DiffusionStats stats;
-      if (lm.diffusion) {
+      if (bd3) {
+        BlockSampleOptions o = bd3_base;
+        o.seeds = seeds;
+        o.stats = &stats;
+        out = block_diffusion_generate(*lm.model, in, o);
+      } else if (lm.diffusion) {
         DiffusionSampleOptions o;
         o.gen_length = f.get_int("gen-length");
         o.steps = f.get_int("steps");

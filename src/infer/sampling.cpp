@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "infer/denoise_step.h"
 #include "infer/likelihood.h"
 
 namespace megadlm {
@@ -49,12 +50,6 @@ Tensor logits_of(LanguageModel& model, const std::vector<int32_t>& seq, int64_t 
   mb.tokens = seq;
   mb.positions = positions;
   return model.forward_logits(mb);
-}
-
-// Gumbel(0, 1) noise from a uniform draw.
-float gumbel(const CounterRng& rng, uint64_t index, uint32_t position) {
-  const double u = (static_cast<double>(rng.bits(index, position)[0]) + 0.5) / 4294967296.0;
-  return static_cast<float>(-std::log(-std::log(u)));
 }
 
 }  // namespace
@@ -107,6 +102,15 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
   if (opt.prefix_cache) model.allocate_cache(cache, R, T);
   std::vector<int64_t> offsets(static_cast<size_t>(R));
   std::vector<float> comb(static_cast<size_t>(Vlim));
+  DenoiseRule rule;
+  rule.sampler = opt.sampler;
+  rule.remasking = opt.remasking;
+  rule.temperature = opt.temperature;
+  rule.threshold = opt.threshold;
+  rule.cfg_scale = opt.cfg_scale;
+  rule.mask_token = M;
+  rule.vocab = V;
+  rule.vocab_limit = Vlim;
   uint64_t step_counter = 0;
 
   for (int64_t blk = 0; blk < num_blocks; ++blk) {
@@ -143,85 +147,23 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
         opt.stats->rows_computed += R * Tw;
       }
       const float* logits = lg.data<float>();
+      DenoiseStep st;
+      st.begin = begin;
+      st.end = end;
+      st.step = s;
+      st.steps = steps_per_block;
+      st.scheduled = k[static_cast<size_t>(s)];
+      st.counter = step_counter;
       for (int64_t b = 0; b < B; ++b) {
-        const CounterRng& rng = rngs[static_cast<size_t>(b)];
-        std::vector<std::pair<float, int64_t>> candidates;  // (confidence, position)
-        std::vector<int32_t> proposal(static_cast<size_t>(end - begin), -1);
-        for (int64_t i = begin; i < end; ++i) {
-          if (x[static_cast<size_t>(b * T + i)] != M) continue;
-          const float* row = logits + (b * Tw + i - w0) * V;  // [V]
-          const float* un = cfg ? logits + ((B + b) * Tw + i - w0) * V : nullptr;
-          for (int64_t v = 0; v < Vlim; ++v)
-            comb[static_cast<size_t>(v)] = cfg ? cfg_logit(row[v], un[v], opt.cfg_scale) : row[v];
-          int32_t best = -1;
-          float best_score = -INFINITY, maxv = -INFINITY;
-          for (int64_t v = 0; v < Vlim; ++v) {
-            if (v == M) continue;
-            const float l = comb[static_cast<size_t>(v)];
-            maxv = std::max(maxv, l);
-            float score = l;
-            if (opt.temperature > 0)
-              score = l / opt.temperature + gumbel(rng, step_counter, static_cast<uint32_t>(i * Vlim + v));
-            if (score > best_score) {
-              best_score = score;
-              best = static_cast<int32_t>(v);
-            }
-          }
-          float conf;
-          if (opt.remasking == Remasking::LowConfidence) {
-            double z = 0;
-            for (int64_t v = 0; v < Vlim; ++v)
-              if (v != M) z += std::exp(static_cast<double>(comb[static_cast<size_t>(v)] - maxv));
-            conf = static_cast<float>(std::exp(static_cast<double>(comb[static_cast<size_t>(best)] - maxv)) / z);
-          } else {
-            conf = rng.uniform(step_counter, static_cast<uint32_t>(i), 1);
-          }
-          proposal[static_cast<size_t>(i - begin)] = best;
-          candidates.emplace_back(conf, i);
-        }
-        if (candidates.empty()) continue;
-        // Which proposals to commit.
-        std::vector<char> commit(candidates.size(), 0);
-        int64_t scheduled = -1;
-        if (opt.sampler == DiffusionSampler::MDLM) {
-          const double reveal = 1.0 / static_cast<double>(steps_per_block - s);
-          for (size_t c = 0; c < candidates.size(); ++c)
-            commit[c] = s == steps_per_block - 1 ||
-                        rng.uniform_double(step_counter, static_cast<uint32_t>(candidates[c].second) + (1u << 30)) < reveal;
-        } else if (thresholded) {
-          size_t best = 0;
-          bool any = false;
-          for (size_t c = 0; c < candidates.size(); ++c) {
-            if (candidates[c].first > opt.threshold) commit[c] = any = true;
-            if (candidates[c].first > candidates[best].first) best = c;
-          }
-          if (!any) commit[best] = 1;  // at least one token per step
-        } else {
-          // The k most confident (ties broken by position, leftmost first).
-          std::vector<size_t> order(candidates.size());
-          std::iota(order.begin(), order.end(), size_t{0});
-          std::stable_sort(order.begin(), order.end(),
-                           [&](size_t a, size_t c) { return candidates[a].first > candidates[c].first; });
-          scheduled = k[static_cast<size_t>(s)];
-          const int64_t n = std::min<int64_t>(scheduled, static_cast<int64_t>(candidates.size()));
-          for (int64_t c = 0; c < n; ++c) commit[order[static_cast<size_t>(c)]] = 1;
-        }
+        const float* rows = logits + (b * Tw + begin - w0) * V;  // [block_length, V]
+        const float* un = cfg ? logits + ((B + b) * Tw + begin - w0) * V : nullptr;
         DiffusionStepTrace tr;
+        if (!denoise_block_step(rule, st, rows, un, x.data() + b * T, rngs[static_cast<size_t>(b)], comb, tr)) continue;
+        // The unconditional canvas takes the same commits (its block was masked where this one was).
+        if (cfg) std::copy(x.begin() + b * T + begin, x.begin() + b * T + end, x.begin() + (B + b) * T + begin);
         tr.seq = b;
         tr.block = blk;
         tr.step = s;
-        tr.scheduled = scheduled;
-        for (size_t c = 0; c < candidates.size(); ++c) {
-          const int64_t i = candidates[c].second;
-          if (commit[c]) {
-            const int32_t tok = proposal[static_cast<size_t>(i - begin)];
-            x[static_cast<size_t>(b * T + i)] = tok;
-            if (cfg) x[static_cast<size_t>((B + b) * T + i)] = tok;
-            tr.committed_conf.push_back(candidates[c].first);
-          } else {
-            tr.skipped_conf.push_back(candidates[c].first);
-          }
-        }
         if (opt.trace) opt.trace->push_back(std::move(tr));
       }
       model.arena().reset();
