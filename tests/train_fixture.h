@@ -81,18 +81,20 @@ namespace megadlm::test {
 // Supervised fine-tuning data for ByteTokenizer (eod 256): `conversations` conversations
 // "<letters>=" (prompt, loss mask 0) followed by the letters reversed and the eod (response, loss
 // mask 1), 3 to 8 letters each, at <dir>/sft_text_document with its loss mask beside it
-// (data/loss_mask.h). The longest conversation has 2 * 8 + 2 = 18 tokens.
-inline std::string make_sft_dataset(const std::string& dir, int conversations) {
+// (data/loss_mask.h). The longest conversation has 2 * 8 + 2 = 18 tokens. Other tokenizers: the
+// letters from id first_letter on, `equals` and `eod` in their place.
+inline std::string make_sft_dataset(const std::string& dir, int conversations, int32_t first_letter = 'a',
+                                    int32_t equals = '=', int32_t eod = 256) {
   const std::string prefix = dir + "/sft_text_document";
   IndexedDatasetWriter tokens(prefix, IndexDType::U16), mask(prefix + ".loss_mask", IndexDType::U8);
   for (int c = 0; c < conversations; ++c) {
     const int n = 3 + (c * 5) % 6;
     std::vector<int32_t> doc, m;
-    for (int i = 0; i < n; ++i) doc.push_back('a' + (c * 7 + i * 3) % 26);
-    doc.push_back('=');
+    for (int i = 0; i < n; ++i) doc.push_back(first_letter + (c * 7 + i * 3) % 26);
+    doc.push_back(equals);
     m.assign(doc.size(), 0);
     for (int i = n - 1; i >= 0; --i) doc.push_back(doc[i]);
-    doc.push_back(256);
+    doc.push_back(eod);
     m.resize(doc.size(), 1);
     tokens.add_document(doc);
     mask.add_document(m);

@@ -1,7 +1,7 @@
 #pragma once
 // What the loader consumes: a fixed-size, random-access collection of token samples, each holding
-// seq_length + 1 ids (the model reads [0, T), the labels are [1, T + 1)). GPTDataset and
-// BlendedDataset implement it; sample(i) must be a pure function of i, safe to call from any thread.
+// seq_length + 1 ids (the model reads [0, T), the labels are [1, T + 1)). GPTDataset, BlendedDataset
+// and SftDataset implement it; sample(i) must be a pure function of i, safe to call from any thread.
 // A supervised fine-tuning dataset (--sft) also carries a loss mask per token (data/loss_mask.h).
 #include <cstdint>
 

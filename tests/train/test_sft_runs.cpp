@@ -100,6 +100,28 @@ TEST(SftRuns, FinetuneFromAPretrainedCheckpoint) {
   EXPECT_LT(tuned[0]["loss"].get<double>(), losses(tmp / "scratch")[0]);
 }
 
+// --sft from a HuggingFace checkpoint (the Qwen3 fixture, vocabulary 96) on conversations of
+// NullTokenizer ids (letters 1..26, '=' 30, eod 64): both model types train from the loaded weights.
+TEST(SftRuns, StartsFromAHuggingFaceCheckpoint) {
+  test::TempDir tmp;
+  const std::string data = test::make_sft_dataset(tmp.str(), 40, 1, 30, 64);
+  const std::string hf = std::string(MEGADLM_SOURCE_DIR) + "/tests/checkpoint/fixtures/hf_qwen3";
+  for (const std::string type : {"gpt", "difflm"}) {
+    SCOPED_TRACE(type);
+    std::vector<std::string> flags = {"pretrain_difflm", "--load-hf", hf, "--model-type", type, "--sft",
+                                      "--seq-length", "24", "--micro-batch-size", "2", "--global-batch-size", "4",
+                                      "--data-path", data, "--split", "100,0,0", "--tokenizer-type", "NullTokenizer",
+                                      "--vocab-size", "64", "--lr", "1e-3", "--log-interval", "1", "--eval-iters", "0",
+                                      "--seed", "5", "--data-cache-path", data + "_cache", "--train-iters", "3",
+                                      "--save", tmp / type};
+    if (type == "difflm") flags = plus(flags, {"--mask-token", "62"});
+    test::run_training(flags, {});
+    const auto l = losses(tmp / type);
+    ASSERT_EQ(l.size(), 3u);
+    for (double x : l) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+  }
+}
+
 // Bad --sft inputs: exit status 1 and a message naming the flag or file, never a signal.
 TEST(SftRuns, BadSftInputsAreCleanErrors) {
   MEGADLM_REQUIRE_BINARY("pretrain_difflm");
