@@ -75,3 +75,43 @@ inline std::vector<nlohmann::json> training_lines(const std::string& metrics) {
 }
 
 }  // namespace megadlm::test
+
+namespace megadlm::test {
+
+// Supervised fine-tuning data for ByteTokenizer (eod 256): `conversations` conversations
+// "<letters>=" (prompt, loss mask 0) followed by the letters reversed and the eod (response, loss
+// mask 1), 3 to 8 letters each, at <dir>/sft_text_document with its loss mask beside it
+// (data/loss_mask.h). The longest conversation has 2 * 8 + 2 = 18 tokens. Other tokenizers: the
+// letters from id first_letter on, `equals` and `eod` in their place.
+inline std::string make_sft_dataset(const std::string& dir, int conversations, int32_t first_letter = 'a',
+                                    int32_t equals = '=', int32_t eod = 256) {
+  const std::string prefix = dir + "/sft_text_document";
+  IndexedDatasetWriter tokens(prefix, IndexDType::U16), mask(prefix + ".loss_mask", IndexDType::U8);
+  for (int c = 0; c < conversations; ++c) {
+    const int n = 3 + (c * 5) % 6;
+    std::vector<int32_t> doc, m;
+    for (int i = 0; i < n; ++i) doc.push_back(first_letter + (c * 7 + i * 3) % 26);
+    doc.push_back(equals);
+    m.assign(doc.size(), 0);
+    for (int i = n - 1; i >= 0; --i) doc.push_back(doc[i]);
+    doc.push_back(eod);
+    m.resize(doc.size(), 1);
+    tokens.add_document(doc);
+    mask.add_document(m);
+  }
+  tokens.finalize();
+  mask.finalize();
+  return prefix;
+}
+
+// pretrain_difflm flags (no argv[0]) of a tiny --sft run on make_sft_dataset's data: ByteTokenizer,
+// one layer, C = 32, 24-token samples, 4 conversations a step.
+inline std::vector<std::string> tiny_sft_flags(const std::string& data, const std::string& model_type) {
+  return {"--model-type", model_type, "--sft", "--num-layers", "1", "--hidden-size", "32", "--num-heads", "4",
+          "--seq-length", "24", "--micro-batch-size", "2", "--global-batch-size", "4", "--data-path", data,
+          "--split", "100,0,0", "--tokenizer-type", "ByteTokenizer", "--make-vocab-size-divisible-by", "16",
+          "--lr", "3e-3", "--lr-warmup-iters", "1", "--log-interval", "1", "--eval-iters", "0", "--seed", "5",
+          "--data-cache-path", data + "_cache"};
+}
+
+}  // namespace megadlm::test

@@ -10,6 +10,9 @@ namespace megadlm {
 struct SampleBatch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> tokens;  // [B, T+1] row-major
+  // Supervised fine-tuning (--sft): 1 where the token is a response token (it carries loss), 0 where
+  // it is prompt. Empty for pretraining data.
+  std::vector<uint8_t> loss_mask;  // [B, T+1] or empty
   uint64_t first_sample = 0;    // global index of row 0; row b is sample first_sample + b
 };
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
+#include "data/sft_dataset.h"
 
 namespace megadlm {
 
@@ -65,6 +66,9 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const TokenDataset>> 
     MEGADLM_CHECK(datasets_[i] != nullptr, "blend dataset ", i, " is missing");
     MEGADLM_CHECK(datasets_[i]->seq_length() == datasets_[0]->seq_length(), "blend dataset ", i, " has seq_length ",
                   datasets_[i]->seq_length(), " but dataset 0 has ", datasets_[0]->seq_length());
+    MEGADLM_CHECK(datasets_[i]->has_loss_mask() == datasets_[0]->has_loss_mask(), "blend dataset ", i,
+                  datasets_[i]->has_loss_mask() ? " carries" : " lacks", " a loss mask but dataset 0 ",
+                  datasets_[0]->has_loss_mask() ? "carries one" : "does not");
     MEGADLM_CHECK(used[i] <= datasets_[i]->size(), "blend dataset ", i, " (weight ", weights_[i], ") has ",
                   datasets_[i]->size(), " samples but the blend takes ", used[i]);
   }
@@ -73,6 +77,11 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const TokenDataset>> 
 void BlendedDataset::sample(int64_t i, int32_t* out) const {
   MEGADLM_CHECK(i >= 0 && i < size_, "blended sample ", i, " out of range [0, ", size_, ")");
   datasets_[dataset_index_[i]]->sample(dataset_sample_index_[i], out);
+}
+
+void BlendedDataset::sample_loss_mask(int64_t i, uint8_t* out) const {
+  MEGADLM_CHECK(i >= 0 && i < size_, "blended sample ", i, " out of range [0, ", size_, ")");
+  datasets_[dataset_index_[i]]->sample_loss_mask(dataset_sample_index_[i], out);
 }
 
 // ---- --data-path and the split builders -------------------------------------------------------------------
@@ -101,16 +110,42 @@ DataBlend parse_data_path(const std::vector<std::string>& tokens) {
 
 namespace {
 
+// One prefix's dataset for the split: the GPTDataset, carrying the loss mask under --sft packing, or
+// the SftDataset of --sft padding.
+std::shared_ptr<TokenDataset> build_part(const std::shared_ptr<const IndexedDataset>& data,
+                                         const std::shared_ptr<const IndexedDataset>& mask, SequenceRange range,
+                                         Split which, const GPTDatasetConfig& c) {
+  if (c.sft == SftLayout::Padding) return std::make_shared<SftDataset>(data, mask, range, which, c);
+  auto gpt = std::make_shared<GPTDataset>(data, range, which, c);
+  if (c.sft == SftLayout::Packing) gpt->attach_loss_mask(mask);
+  return gpt;
+}
+
+// The prefixes' token datasets and, under --sft, their loss masks (every prefix's, also one whose part
+// of the split is empty, so that a missing mask is found on the first run).
+struct OpenedData {
+  std::vector<std::shared_ptr<const IndexedDataset>> tokens, masks;
+};
+
+OpenedData open_prefixes(const DataBlend& blend, const GPTDatasetConfig& config, int64_t vocab_size) {
+  OpenedData d;
+  for (const std::string& p : blend.prefixes) {
+    d.tokens.push_back(std::make_shared<IndexedDataset>(p, vocab_size));
+    d.masks.push_back(config.sft == SftLayout::Off ? nullptr : open_loss_mask(*d.tokens.back()));
+  }
+  return d;
+}
+
 std::shared_ptr<TokenDataset> build_blend(const DataBlend& blend, Split which, int64_t num_samples,
                                           const GPTDatasetConfig& config,
                                           const std::vector<std::optional<SequenceRange>>& ranges,
-                                          const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
+                                          const OpenedData& data) {
   auto has_documents = [&](size_t i) { return ranges[i] && ranges[i]->size() > 0; };
   if (blend.prefixes.size() == 1) {
     if (!has_documents(0)) return nullptr;
     GPTDatasetConfig c = config;
     c.num_samples = num_samples;
-    return std::make_shared<GPTDataset>(data[0], *ranges[0], which, c);
+    return build_part(data.tokens[0], data.masks[0], *ranges[0], which, c);
   }
   MEGADLM_CHECK(num_samples > 0, "a blend of several datasets needs a number of samples for the ", split_name(which),
                 " split");
@@ -124,7 +159,7 @@ std::shared_ptr<TokenDataset> build_blend(const DataBlend& blend, Split which, i
     GPTDatasetConfig c = config;
     const double share = std::ceil(static_cast<double>(num_samples) * (blend.weights[i] / sum));
     c.num_samples = static_cast<int64_t>(std::ceil(share * 1.005));
-    parts.push_back(std::make_shared<GPTDataset>(data[i], *ranges[i], which, c));
+    parts.push_back(build_part(data.tokens[i], data.masks[i], *ranges[i], which, c));
     weights.push_back(blend.weights[i]);
   }
   if (parts.empty()) return nullptr;
@@ -136,23 +171,17 @@ std::shared_ptr<TokenDataset> build_blend(const DataBlend& blend, Split which, i
 std::shared_ptr<TokenDataset> build_gpt_split_dataset(const DataBlend& blend, const std::string& split, Split which,
                                                       int64_t num_samples, const GPTDatasetConfig& config,
                                                       int64_t vocab_size) {
-  std::vector<std::shared_ptr<const IndexedDataset>> data;
+  const OpenedData data = open_prefixes(blend, config, vocab_size);
   std::vector<std::optional<SequenceRange>> ranges;
-  for (const std::string& p : blend.prefixes) {
-    data.push_back(std::make_shared<IndexedDataset>(p, vocab_size));
-    ranges.push_back(split_ranges(split, data.back()->num_sequences())[static_cast<int>(which)]);
-  }
+  for (const auto& d : data.tokens) ranges.push_back(split_ranges(split, d->num_sequences())[static_cast<int>(which)]);
   return build_blend(blend, which, num_samples, config, ranges, data);
 }
 
 std::shared_ptr<TokenDataset> build_gpt_dataset_whole(const DataBlend& blend, Split which, int64_t num_samples,
                                                       const GPTDatasetConfig& config, int64_t vocab_size) {
-  std::vector<std::shared_ptr<const IndexedDataset>> data;
+  const OpenedData data = open_prefixes(blend, config, vocab_size);
   std::vector<std::optional<SequenceRange>> ranges;
-  for (const std::string& p : blend.prefixes) {
-    data.push_back(std::make_shared<IndexedDataset>(p, vocab_size));
-    ranges.push_back(SequenceRange{0, data.back()->num_sequences()});
-  }
+  for (const auto& d : data.tokens) ranges.push_back(SequenceRange{0, d->num_sequences()});
   return build_blend(blend, which, num_samples, config, ranges, data);
 }
 

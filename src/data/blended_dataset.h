@@ -34,6 +34,9 @@ class BlendedDataset : public TokenDataset {
   int64_t size() const override { return size_; }
   int64_t seq_length() const override { return datasets_[0]->seq_length(); }
   void sample(int64_t i, int32_t* out) const override;  // out: [T + 1]
+  // Every part carries a loss mask, or none does (Error naming the part otherwise).
+  bool has_loss_mask() const override { return datasets_[0]->has_loss_mask(); }
+  void sample_loss_mask(int64_t i, uint8_t* out) const override;  // out: [T + 1]
 
   const std::vector<double>& weights() const { return weights_; }  // normalised
   const std::vector<int16_t>& dataset_index() const { return dataset_index_; }
@@ -58,6 +61,8 @@ DataBlend parse_data_path(const std::vector<std::string>& tokens);
 // Builds the dataset for one split with Megatron's rules: each prefix is cut by `split` (e.g.
 // "969,30,1"); one prefix gives its GPTDataset with num_samples, several give a BlendedDataset of
 // num_samples drawing ceil(ceil(num_samples * w_i) * 1.005) samples' worth from each (w_i normalised).
+// With config.sft each prefix's loss mask is opened beside it (data/sft_dataset.h) and the prefix
+// becomes a GPTDataset carrying it (packing) or an SftDataset (padding).
 // A prefix whose part of the split holds no document is left out of the blend with its weight (a
 // small dataset's test split); null when no prefix has a document in the split. With vocab_size > 0
 // a token id at or above it is an Error naming the .bin when read.

@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/philox.h"
+#include "data/sft_dataset.h"
 
 namespace megadlm {
 
@@ -215,7 +216,8 @@ void GPTDataset::build() {
                    kStreamSamplesFinal);
 }
 
-void GPTDataset::sample(int64_t i, int32_t* out) const {
+template <typename Read>
+void GPTDataset::walk_sample(int64_t i, Read&& read) const {
   const int64_t T = config_.seq_length;
   MEGADLM_CHECK(i >= 0 && i < size(), data_->prefix(), ": ", split_name(split_), " sample ", i, " out of range [0, ",
                 size(), ")");
@@ -229,11 +231,22 @@ void GPTDataset::sample(int64_t i, int32_t* out) const {
     const int64_t to = p == p1 ? o1 + 1 : data_->sequence_length(seq);  // exclusive
     const int64_t n = to - from;
     MEGADLM_CHECK(n >= 0 && written + n <= T + 1, data_->prefix(), ": sample ", i, " is inconsistent (corrupt indices)");
-    data_->read(seq, from, n, out + written);
+    read(seq, from, n, written);
     written += n;
   }
   MEGADLM_CHECK(written == T + 1, data_->prefix(), ": sample ", i, " has ", written, " tokens instead of ", T + 1,
                 " (corrupt indices)");
+}
+
+void GPTDataset::sample(int64_t i, int32_t* out) const {
+  walk_sample(i, [&](int64_t seq, int64_t from, int64_t n, int64_t at) { data_->read(seq, from, n, out + at); });
+}
+
+void GPTDataset::sample_loss_mask(int64_t i, uint8_t* out) const {
+  MEGADLM_CHECK(loss_mask_ != nullptr, data_->prefix(), ": no loss mask attached (not --sft data)");
+  walk_sample(i, [&](int64_t seq, int64_t from, int64_t n, int64_t at) {
+    read_loss_mask(*loss_mask_, seq, from, n, out + at);
+  });
 }
 
 // ---- cache file: magic, version, description, then the three arrays ------------------------------------

@@ -43,11 +43,19 @@ struct SequenceRange {
 // half to even (Python's round). A split with zero weight is nullopt. Throws Error naming the string.
 std::array<std::optional<SequenceRange>, 3> split_ranges(const std::string& split, int64_t num_sequences);
 
+// Supervised fine-tuning (--sft) data layouts: Packing concatenates the conversations as pretraining
+// does (a GPTDataset carrying the loss mask); Padding gives each conversation a sample of its own,
+// padded with end-of-document tokens (SftDataset, data/sft_dataset.h).
+enum class SftLayout : uint8_t { Off, Packing, Padding };
+
 struct GPTDatasetConfig {
   int64_t seq_length = 0;   // T
   int64_t num_samples = 0;  // samples wanted; <= 0: one epoch's worth
   uint64_t seed = 1234;
   std::string cache_dir;    // "" = build in memory only
+  SftLayout sft = SftLayout::Off;  // Off: no loss mask is read
+  int32_t pad_token = -1;          // Padding: the end-of-document id that fills a sample
+  uint8_t pad_loss_mask = 0;       // Padding: the loss mask of the padding tokens (1 for diffusion, 0 for AR)
 };
 
 class GPTDataset : public TokenDataset {
@@ -57,6 +65,10 @@ class GPTDataset : public TokenDataset {
   int64_t size() const override { return static_cast<int64_t>(shuffle_index_.size()); }  // >= num_samples
   int64_t seq_length() const override { return config_.seq_length; }
   void sample(int64_t i, int32_t* out) const override;  // out: [T + 1]
+  bool has_loss_mask() const override { return loss_mask_ != nullptr; }
+  void sample_loss_mask(int64_t i, uint8_t* out) const override;  // out: [T + 1]
+  // Carries `mask` (the loss mask of the tokens, same lengths: data/sft_dataset.h open_loss_mask) along.
+  void attach_loss_mask(std::shared_ptr<const IndexedDataset> mask) { loss_mask_ = std::move(mask); }
 
   int64_t num_epochs() const { return num_epochs_; }
   int64_t tokens_per_epoch() const { return tokens_per_epoch_; }
@@ -73,8 +85,11 @@ class GPTDataset : public TokenDataset {
   void build();
   bool try_load(const std::string& path);
   void save(const std::string& path) const;
+  // Calls read(sequence, offset, count, written) for the pieces of documents that make sample i.
+  template <typename Read>
+  void walk_sample(int64_t i, Read&& read) const;
 
-  std::shared_ptr<const IndexedDataset> data_;
+  std::shared_ptr<const IndexedDataset> data_, loss_mask_;
   SequenceRange range_;
   Split split_;
   GPTDatasetConfig config_;

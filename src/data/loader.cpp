@@ -37,11 +37,15 @@ void BatchLoader::build(int64_t k, SampleBatch& out) const {
   const int64_t base = config_.consumed_samples + k * B * config_.dp_size + config_.dp_rank * B;
   out.first_sample = static_cast<uint64_t>(base);
   out.tokens.resize(static_cast<size_t>(B * (T + 1)));
+  // --sft data: the loss mask rides along; any other data leaves it empty.
+  const bool mask = dataset_->has_loss_mask();
+  out.loss_mask.resize(mask ? static_cast<size_t>(B * (T + 1)) : 0);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t id = base + b;
     MEGADLM_CHECK(id < dataset_->size(), "the data loader needs sample ", id, " but the dataset has only ",
                   dataset_->size(), " (train for fewer iterations or build the dataset with more samples)");
     dataset_->sample(id, out.tokens.data() + b * (T + 1));
+    if (mask) dataset_->sample_loss_mask(id, out.loss_mask.data() + b * (T + 1));
   }
 }
 

@@ -48,6 +48,9 @@ ObjectiveStats MaskedDiffusion::prepare(const SampleBatch& in, float micro_batch
   const DiffusionOptions& opt = opt_;
   MEGADLM_CHECK(opt.mask_token >= 0, "the diffusion objective needs a mask token (--mask-token)");
   const int64_t B = in.B, T = in.T, N = B * T;
+  MEGADLM_CHECK(in.loss_mask.empty() || in.loss_mask.size() == in.tokens.size(), "diffusion objective: a loss mask of ",
+                in.loss_mask.size(), " values for ", in.tokens.size(), " tokens");
+  const bool sft = !in.loss_mask.empty();
   out.reset(B, T, micro_batch_weight);
   bool use_segments = opt.reset_attention_mask;
   ObjectiveStats stats;
@@ -56,35 +59,39 @@ ObjectiveStats MaskedDiffusion::prepare(const SampleBatch& in, float micro_batch
   const CounterRng len_rng(opt.seed, RngPurpose::VariableLength);
   std::vector<float> row_weight(B, 0.0f);
   std::vector<int64_t> row_len(B, T);
+  std::vector<int64_t> row_response(B, 0);  // --sft: the response tokens of each row
   int64_t real_tokens = 0;
 
   for (int64_t b = 0; b < B; ++b) {
     const uint64_t sample = in.first_sample + static_cast<uint64_t>(b);
     const int32_t* row = in.tokens.data() + b * (T + 1);
+    // --sft: position i may be masked (and carry loss) only when its label is a response token.
+    const uint8_t* lm = sft ? in.loss_mask.data() + b * (T + 1) + (opt.shift ? 1 : 0) : nullptr;
     int32_t* inp = out.tokens.data() + b * T;
     int32_t* tgt = out.targets.data() + b * T;
     document_positions_and_segments(row, T, opt.eod, opt.reset_position_ids, opt.reset_attention_mask,
                                     out.positions.data() + b * T, out.segment_ids.data() + b * T);
     // Variable length: this row trains on its first L tokens; the rest is padding that nothing attends to.
     int64_t L = T;
-    if (opt.varilen_prob > 0 && len_rng.uniform_double(sample, 0) < opt.varilen_prob) {
+    if (!sft && opt.varilen_prob > 0 && len_rng.uniform_double(sample, 0) < opt.varilen_prob) {
       L = 1 + static_cast<int64_t>(len_rng.uniform_double(sample, 1) * static_cast<double>(T));
       L = std::min(L, T);
       use_segments = true;
       for (int64_t i = L; i < T; ++i) out.segment_ids[b * T + i] = std::numeric_limits<int32_t>::max();
     }
     row_len[b] = L;
-    real_tokens += L;
 
     const double t = diffusion_time(opt, sample);
     const double p = (1.0 - opt.eps) * t + opt.eps;
-    int64_t masked = 0, argmin = 0;
+    int64_t masked = 0, argmin = 0, response = 0;
     float umin = 2.0f;
     for (int64_t i = 0; i < T; ++i) {
+      const bool may_mask = i < L && (!lm || lm[i] != 0);
+      response += may_mask;
       // The label of position i: the token itself (no shift) or the next one (shift).
       const int32_t x0 = opt.shift ? row[i + 1] : row[i];
       const float u = mask_rng.uniform(sample, static_cast<uint32_t>(i));
-      const bool is_masked = i < L && u < p;
+      const bool is_masked = may_mask && u < p;
       if (opt.shift) {
         // Shifted mode: the input keeps token i; position i predicts token i+1, itself masked in the input.
         inp[i] = row[i];
@@ -93,7 +100,7 @@ ObjectiveStats MaskedDiffusion::prepare(const SampleBatch& in, float micro_batch
       }
       tgt[i] = is_masked ? x0 : kIgnoreIndex;
       masked += is_masked;
-      if (i < L && u < umin) {
+      if (may_mask && u < umin) {
         umin = u;
         argmin = i;
       }
@@ -103,7 +110,9 @@ ObjectiveStats MaskedDiffusion::prepare(const SampleBatch& in, float micro_batch
       for (int64_t i = 0; i + 1 < T; ++i)
         if (tgt[i] != kIgnoreIndex) inp[i + 1] = opt.mask_token;
     }
-    if (opt.loss == DiffusionLoss::MegaDLMs && masked == 0) {
+    row_response[b] = response;
+    real_tokens += response;
+    if (opt.loss == DiffusionLoss::MegaDLMs && masked == 0 && response > 0) {
       // At least one masked token per row: the one whose draw came closest to being masked.
       tgt[argmin] = opt.shift ? row[argmin + 1] : row[argmin];
       if (opt.shift) {
@@ -113,19 +122,26 @@ ObjectiveStats MaskedDiffusion::prepare(const SampleBatch& in, float micro_batch
       }
       masked = 1;
     }
-    const double p_eff = opt.loss == DiffusionLoss::MegaDLMs ? static_cast<double>(masked) / L : p;
+    const double p_eff = opt.loss == DiffusionLoss::MegaDLMs && response > 0
+                             ? static_cast<double>(masked) / static_cast<double>(response)
+                             : p;
     row_weight[b] = static_cast<float>(1.0 / p_eff);
     stats.loss_tokens += static_cast<double>(masked);
     stats.sum_t += t;
   }
-  // Normalisation: LLaDA and MegaDLMs divide by B*L, MDLM by the real tokens of the micro-batch.
+  // Normalisation: LLaDA and MegaDLMs divide by B*L, MDLM by the real tokens of the micro-batch; --sft
+  // (every loss) by each row's response length, then by B (LLaDA's SFT recipe).
   const double denom = opt.loss == DiffusionLoss::MDLM ? static_cast<double>(std::max<int64_t>(1, real_tokens))
                                                        : static_cast<double>(N);
-  for (int64_t b = 0; b < B; ++b)
+  for (int64_t b = 0; b < B; ++b) {
+    const double row_denom =
+        sft ? static_cast<double>(std::max<int64_t>(1, row_response[b])) * static_cast<double>(B) : denom;
     for (int64_t i = 0; i < T; ++i) {
       const int64_t n = b * T + i;
-      out.weights[n] = out.targets[n] == kIgnoreIndex ? 0.0f : static_cast<float>(row_weight[b] * micro_batch_weight / denom);
+      out.weights[n] =
+          out.targets[n] == kIgnoreIndex ? 0.0f : static_cast<float>(row_weight[b] * micro_batch_weight / row_denom);
     }
+  }
   if (!use_segments) out.segment_ids.clear();
   stats.real_tokens = static_cast<double>(real_tokens);
   stats.sequences = static_cast<double>(B);

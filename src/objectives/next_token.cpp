@@ -1,5 +1,6 @@
 #include "objectives/next_token.h"
 
+#include "core/error.h"
 #include "objectives/documents.h"
 
 namespace megadlm {
@@ -7,12 +8,16 @@ namespace megadlm {
 ObjectiveStats NextToken::prepare(const SampleBatch& in, float micro_batch_weight, MicroBatch& out) const {
   const int64_t B = in.B, T = in.T, N = B * T;
   out.reset(B, T, micro_batch_weight);
+  MEGADLM_CHECK(in.loss_mask.empty() || in.loss_mask.size() == in.tokens.size(), "next-token objective: a loss mask of ",
+                in.loss_mask.size(), " values for ", in.tokens.size(), " tokens");
   int64_t loss_tokens = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int32_t* row = in.tokens.data() + b * (T + 1);
+    // --sft: the label of position i is token i + 1, which carries loss only when it is a response token.
+    const uint8_t* response = in.loss_mask.empty() ? nullptr : in.loss_mask.data() + b * (T + 1);
     for (int64_t i = 0; i < T; ++i) {
       out.tokens[b * T + i] = row[i];
-      const bool masked = opt_.eod_mask_loss && row[i] == opt_.eod;
+      const bool masked = (opt_.eod_mask_loss && row[i] == opt_.eod) || (response && response[i + 1] == 0);
       out.targets[b * T + i] = masked ? kIgnoreIndex : row[i + 1];
       loss_tokens += masked ? 0 : 1;
     }

@@ -1,7 +1,9 @@
 #pragma once
 // The autoregressive objective: predict token i+1 from tokens <= i, the mean cross-entropy over the
 // tokens of the micro-batch. Megatron's loss mask: --eod-mask-loss drops the loss at positions whose
-// input is the end-of-document token.
+// input is the end-of-document token. Supervised fine-tuning (a SampleBatch with a loss mask): position
+// i carries loss only when its label, token i + 1, is a response token (loss_mask[i + 1] == 1), and
+// the mean runs over those loss tokens of the micro-batch.
 #include "objectives/objective.h"
 
 namespace megadlm {

@@ -102,6 +102,10 @@ void declare(CliFlags& f) {
   f.add_bool("reset-position-ids", "restart positions after each end-of-document token");
   f.add_bool("reset-attention-mask", "documents packed in a sample attend only within themselves");
   f.add_bool("eod-mask-loss", "no loss on end-of-document tokens (gpt)");
+  f.add_bool("sft", "supervised fine-tuning: loss only on response tokens, from the loss mask <prefix>.loss_mask "
+             "beside each data prefix (docs/sft.md)");
+  f.add_bool("sft-packing", "with --sft: pack conversations into samples as pretraining does (default: one "
+             "conversation per sample, padded with end-of-document tokens)");
   // training
   f.add_int("micro-batch-size", 8, "sequences per micro-batch (guide spelling: --batch-size)", at_least(1));
   f.add_int("global-batch-size", 0, "sequences per update (default: the micro-batch size)", at_least(0));
@@ -144,6 +148,19 @@ void declare(CliFlags& f) {
   f.add_int("max-skipped-steps", 10, "stop with an error after this many consecutive non-finite steps (0 = never)", at_least(0));
   declare_parallel_flags(f);  // --tensor-model-parallel-size, ... (train/parallel_arguments.cpp)
   declare_precision_flags(f);  // --bf16, --fp16, --fp8-*, --recompute-* (train/precision_arguments.cpp)
+}
+
+// --sft and its layout. The variable-length draw of diffusion pretraining would cut conversations and
+// their loss masks at random, so --sft turns it off and refuses it when asked for.
+void read_sft_flags(const CliFlags& f, TrainArgs& a) {
+  a.sft = f.get_bool("sft");
+  a.sft_packing = f.get_bool("sft-packing");
+  MEGADLM_CHECK(a.sft || !a.sft_packing, "--sft-packing needs --sft (it chooses how --sft data fills samples)");
+  if (!a.sft) return;
+  MEGADLM_CHECK(!f.given("difflm-varilen-prob") || a.diffusion.varilen_prob == 0, "--sft with --difflm-varilen-prob ",
+                a.diffusion.varilen_prob, ": supervised fine-tuning trains on whole conversations (give 0 or leave ",
+                "the flag out; --sft turns it off)");
+  a.diffusion.varilen_prob = 0;
 }
 
 void require_unsupported_off(const CliFlags& f) {
@@ -258,6 +275,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.reset_position_ids = f.get_bool("reset-position-ids");
   a.reset_attention_mask = f.get_bool("reset-attention-mask");
   a.eod_mask_loss = f.get_bool("eod-mask-loss");
+  read_sft_flags(f, a);
 
   a.micro_batch_size = f.get_int("micro-batch-size");
   a.global_batch_size = f.get_int("global-batch-size") > 0 ? f.get_int("global-batch-size") : a.micro_batch_size;

@@ -38,6 +38,9 @@ struct TrainArgs {
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;
   int64_t null_vocab_size = 0;
   bool reset_position_ids = false, reset_attention_mask = false, eod_mask_loss = false;
+  // supervised fine-tuning (docs/sft.md): loss masks beside the data; one conversation per sample
+  // padded with end-of-document tokens, or packed with --sft-packing
+  bool sft = false, sft_packing = false;
   // training
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 0;       // 0 = micro_batch_size (no accumulation)

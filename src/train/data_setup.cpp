@@ -91,6 +91,13 @@ GPTDatasetConfig gpt_config(const TrainArgs& a, const DataBlend& blend) {
   c.seq_length = a.seq_length;
   c.seed = a.seed;
   c.cache_dir = cache_dir_for(a, blend.prefixes.at(0));
+  if (a.sft) {
+    c.sft = a.sft_packing ? SftLayout::Packing : SftLayout::Padding;
+    // Padding eods teach a diffusion model where the answer ends (LLaDA), so they are response there;
+    // an autoregressive model learns to stop from the conversation's own end-of-document token.
+    c.pad_token = a.diffusion.eod;
+    c.pad_loss_mask = a.model_type == ModelType::DiffLM ? 1 : 0;
+  }
   return c;
 }
 
@@ -122,6 +129,7 @@ Datasets build_datasets(const TrainArgs& a, int64_t train_samples, int64_t valid
     if (!a.test_data_path.empty()) d.test = build_split(a, a.test_data_path, Split::Test, test_samples, true);
     desc << "separate train/valid/test paths";
   }
+  if (a.sft) desc << "; --sft, " << (a.sft_packing ? "conversations packed" : "one conversation per sample, eod-padded");
   MEGADLM_CHECK(d.train != nullptr, "the training split is empty (check --data-path and --split ", a.split, ")");
   d.description = desc.str();
   return d;
