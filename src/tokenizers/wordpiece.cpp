@@ -134,7 +134,13 @@ void WordPieceTokenizer::load_vocab(const std::string& path) {
   cls_ = required_token("[CLS]", path);
   pad_ = required_token("[PAD]", path);
   mask_ = required_token("[MASK]", path);
-  specials_ = {pad_, unk_, cls_, sep_, mask_};
+  for (const int32_t id : {pad_, unk_, cls_, sep_, mask_}) add_special_id(id);
+}
+
+void WordPieceTokenizer::add_special_id(int32_t id) {
+  if (std::find(specials_.begin(), specials_.end(), id) != specials_.end()) return;
+  specials_.push_back(id);
+  special_first_byte_[static_cast<unsigned char>(tokens_[static_cast<size_t>(id)][0])] = true;
 }
 
 int32_t WordPieceTokenizer::required_token(const char* name, const std::string& path) const {
@@ -151,13 +157,13 @@ int32_t WordPieceTokenizer::token_to_id(std::string_view token) const {
 int32_t WordPieceTokenizer::add_special_token(const std::string& token) {
   MEGADLM_CHECK(!token.empty(), "add_special_token: the token is empty");
   if (const int32_t id = token_to_id(token); id >= 0) {
-    if (std::find(specials_.begin(), specials_.end(), id) == specials_.end()) specials_.push_back(id);
+    add_special_id(id);
     return id;
   }
   const auto id = static_cast<int32_t>(tokens_.size());
   ids_.emplace(token, id);
   tokens_.push_back(token);
-  specials_.push_back(id);
+  add_special_id(id);
   spec_.added_special_tokens.push_back(token);
   return id;
 }
@@ -209,6 +215,7 @@ void bert_split_words(std::string_view normalized, const std::function<void(std:
 }
 
 size_t WordPieceTokenizer::special_at(std::string_view text, size_t pos, int32_t* id) const {
+  if (!special_first_byte_[static_cast<unsigned char>(text[pos])]) return 0;
   size_t best = 0;
   for (const int32_t s : specials_) {
     const std::string& t = tokens_[static_cast<size_t>(s)];

@@ -74,7 +74,10 @@ class WordPieceTokenizer : public Tokenizer {
   bool lower_case_ = true;
   std::vector<std::string> tokens_;  // id -> token: vocab.txt's lines, then added special tokens
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_;
+  void add_special_id(int32_t id);  // splits the token out of the raw text from now on
+
   std::vector<int32_t> specials_;  // ids split out of the raw text: the five, then added ones
+  bool special_first_byte_[256] = {};  // some special token starts with this byte
   size_t max_token_bytes_ = 0;     // longest vocabulary token, "##" included
   int32_t pad_ = -1, unk_ = -1, cls_ = -1, sep_ = -1, mask_ = -1;
 };
