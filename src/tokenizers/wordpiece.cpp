@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "tokenizers/bpe_merges.h"
 #include "tokenizers/unicode.h"
 
 namespace megadlm {
@@ -298,6 +299,104 @@ std::string WordPieceTokenizer::decode(const int32_t* ids, size_t n) const {
     text += token;
   }
   return text;
+}
+
+// ==== training ======================================================================================
+
+void WordPieceTrainer::add_text(std::string_view text) {
+  bert_split_words(bert_normalize(text, lower_case_), [&](std::string_view word) { ++counts_[std::string(word)]; });
+}
+
+namespace {
+
+// The code points of a word (valid UTF-8: it comes out of the normalizer).
+std::vector<uint32_t> code_points(std::string_view word) {
+  std::vector<uint32_t> out;
+  const auto* p = reinterpret_cast<const uint8_t*>(word.data());
+  for (size_t i = 0; i < word.size();) {
+    uint32_t cp = 0;
+    i += static_cast<size_t>(unicode::decode_utf8(p + i, word.size() - i, &cp));
+    out.push_back(cp);
+  }
+  return out;
+}
+
+// The `limit` most frequent characters (ties to the smaller code point), in code-point order.
+std::vector<uint32_t> alphabet_of(const std::unordered_map<std::string, int64_t>& counts, int64_t limit) {
+  std::unordered_map<uint32_t, int64_t> freq;
+  for (const auto& [word, c] : counts)
+    for (uint32_t cp : code_points(word)) freq[cp] += c;
+  std::vector<std::pair<uint32_t, int64_t>> chars(freq.begin(), freq.end());
+  std::sort(chars.begin(), chars.end(),
+            [](const auto& x, const auto& y) { return x.second != y.second ? x.second > y.second : x.first < y.first; });
+  if (static_cast<int64_t>(chars.size()) > limit) chars.resize(static_cast<size_t>(limit));
+  std::vector<uint32_t> out;
+  for (const auto& [cp, c] : chars) out.push_back(cp);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string utf8_of(uint32_t cp) {
+  std::string s;
+  unicode::append_utf8(cp, s);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> WordPieceTrainer::train(const WordPieceTrainerOptions& opt) const {
+  MEGADLM_CHECK(opt.min_frequency >= 0, "WordPiece training: --min-frequency must be >= 0 (got ", opt.min_frequency, ")");
+  MEGADLM_CHECK(opt.limit_alphabet >= 1, "WordPiece training: the alphabet limit must be >= 1 (got ", opt.limit_alphabet, ")");
+  std::vector<std::string> spelling;
+  std::unordered_map<std::string, int32_t> id_of;
+  auto add_token = [&](const std::string& s) {
+    const auto [it, inserted] = id_of.emplace(s, static_cast<int32_t>(spelling.size()));
+    if (inserted) spelling.push_back(s);
+    return it->second;
+  };
+  for (const std::string& t : opt.special_tokens) {
+    MEGADLM_CHECK(!t.empty() && t.find_first_of(" \t\r\n") == std::string::npos,
+                  "WordPiece training: special token '", t, "' is empty or holds whitespace (vocab.txt has one per line)");
+    add_token(t);
+  }
+  const std::vector<uint32_t> alphabet = alphabet_of(counts_, opt.limit_alphabet);
+  MEGADLM_CHECK(opt.vocab_size >= static_cast<int64_t>(id_of.size() + alphabet.size()), "--vocab-size ", opt.vocab_size,
+                " leaves no room for the alphabet: it must be at least ", id_of.size(), " special tokens + ",
+                alphabet.size(), " characters");
+  std::unordered_map<uint32_t, int32_t> first_id, next_id;  // character -> its token, first / "##" form
+  for (uint32_t cp : alphabet) first_id[cp] = add_token(utf8_of(cp));
+
+  // Words as symbol sequences; characters outside the alphabet are left out, as `tokenizers` does.
+  std::vector<std::vector<uint32_t>> chars;
+  std::vector<int64_t> count;
+  std::vector<uint32_t> continuing;
+  for (const auto& [word, c] : counts_) {
+    std::vector<uint32_t> w;
+    for (uint32_t cp : code_points(word))
+      if (first_id.count(cp)) w.push_back(cp);
+    for (size_t i = 1; i < w.size(); ++i) continuing.push_back(w[i]);
+    chars.push_back(std::move(w));
+    count.push_back(c);
+  }
+  std::sort(continuing.begin(), continuing.end());
+  continuing.erase(std::unique(continuing.begin(), continuing.end()), continuing.end());
+  for (uint32_t cp : continuing) next_id[cp] = add_token(std::string(kPrefix) + utf8_of(cp));
+  std::vector<std::vector<int32_t>> words;
+  words.reserve(chars.size());
+  for (const auto& w : chars) {
+    std::vector<int32_t> ids(w.size());
+    for (size_t i = 0; i < w.size(); ++i) ids[i] = i == 0 ? first_id[w[i]] : next_id[w[i]];
+    words.push_back(std::move(ids));
+  }
+
+  const auto full = [&] { return static_cast<int64_t>(id_of.size()) >= opt.vocab_size; };
+  const auto merge = [&](int32_t a, int32_t b) {
+    const std::string& tail = spelling[static_cast<size_t>(b)];
+    const bool continues = tail.compare(0, kPrefix.size(), kPrefix) == 0;
+    return add_token(spelling[static_cast<size_t>(a)] + (continues ? tail.substr(kPrefix.size()) : tail));
+  };
+  run_bpe_merges(words, count, opt.min_frequency, full, merge);
+  return spelling;
 }
 
 }  // namespace megadlm

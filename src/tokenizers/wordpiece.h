@@ -82,4 +82,33 @@ class WordPieceTokenizer : public Tokenizer {
   int32_t pad_ = -1, unk_ = -1, cls_ = -1, sep_ = -1, mask_ = -1;
 };
 
+// ---- training ------------------------------------------------------------------------------------
+
+struct WordPieceTrainerOptions {
+  int64_t vocab_size = 0;  // special tokens included
+  std::vector<std::string> special_tokens{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};  // ids 0, 1, ...
+  int64_t min_frequency = 2;      // a pair seen fewer times is not merged
+  int64_t limit_alphabet = 1000;  // the most frequent characters kept (`tokenizers`' default for BERT)
+};
+
+// WordPiece training in the manner of `tokenizers`' WordPieceTrainer: BPE over the words of BERT's
+// normalizer and pre-tokenizer, with the "##" prefix on every symbol but a word's first. The
+// vocabulary is the special tokens, then the alphabet (its `limit_alphabet` most frequent characters,
+// ties to the smaller code point, in code-point order; other characters are left out of the words),
+// then the "##" forms of the characters that continue a word (code-point order), then one token per
+// merge: a + b without its "##". `tokenizers` numbers the "##" forms in the order its threads meet
+// them, so its ids are not reproducible; these are.
+class WordPieceTrainer {
+ public:
+  explicit WordPieceTrainer(bool lower_case) : lower_case_(lower_case) {}
+  void add_text(std::string_view text);  // normalizes, splits into words and counts them
+  size_t distinct_words() const { return counts_.size(); }
+  // vocab.txt's lines, by id. Throws Error when the options leave no room for a token.
+  std::vector<std::string> train(const WordPieceTrainerOptions& options) const;
+
+ private:
+  bool lower_case_;
+  std::unordered_map<std::string, int64_t> counts_;  // word -> occurrences
+};
+
 }  // namespace megadlm

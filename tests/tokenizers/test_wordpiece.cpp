@@ -242,3 +242,91 @@ TEST(WordPiece, InvalidUtf8IsDroppedAsTheReplacementCharacter) {
     EXPECT_EQ(tok.encode(std::string("the\0 cat", 8)), tok.encode("the cat"));
   }
 }
+
+// ---- training ---------------------------------------------------------------------------------------
+
+namespace {
+
+// The tokenizer of a trained vocabulary, through a vocab.txt as train_tokenizer writes it.
+WordPieceTokenizer load_trained(const test::TempDir& dir, const std::vector<std::string>& vocab, bool lower) {
+  std::string text;
+  for (const std::string& t : vocab) text += t + "\n";
+  return WordPieceTokenizer(wordpiece_spec(lower, write_vocab(dir, text)));
+}
+
+}  // namespace
+
+// Trained on Brown, the vocabulary loads; every document encodes without [UNK] (its whole alphabet is
+// kept), decoding then encoding again gives the same ids, and the ids are as few as with the vocabulary
+// `tokenizers` trained.
+TEST(WordPieceTrainer, TrainsOnBrownAndRoundTrips) {
+  MEGADLM_REQUIRE_SHARED(brown, "data/brown.jsonl");
+  const auto docs = read_jsonl(brown);
+  for (bool lower : {true, false}) {
+    WordPieceTrainer trainer(lower);
+    for (const json& d : docs) trainer.add_text(d.at("text").get<std::string>());
+    WordPieceTrainerOptions opt;
+    opt.vocab_size = 6000;
+    const std::vector<std::string> vocab = trainer.train(opt);
+    ASSERT_EQ(vocab.size(), 6000u);
+    EXPECT_EQ(std::vector<std::string>(vocab.begin(), vocab.begin() + 5), opt.special_tokens);
+    test::TempDir dir(lower ? "uncased" : "cased");
+    const WordPieceTokenizer tok = load_trained(dir, vocab, lower);
+    EXPECT_GE(tok.token_to_id("the"), 0);
+    EXPECT_EQ(tok.token_to_id("The") >= 0, !lower);
+    int64_t n_ids = 0;
+    for (const json& d : docs) {
+      const std::string text = d.at("text");
+      const auto ids = tok.encode(text);
+      ASSERT_EQ(std::count(ids.begin(), ids.end(), tok.unk()), 0);
+      ASSERT_EQ(tok.encode(tok.decode(ids)), ids);
+      n_ids += static_cast<int64_t>(ids.size());
+    }
+    // As compact as the fixture's vocabulary of the same size, which `tokenizers` trained (cased, on
+    // Brown and the hard strings): within 2% of its id count on Brown.
+    int64_t reference = 0;
+    for (const json& c : expected_cases(lower ? "uncased" : "cased", true)) reference += c.at("n_ids").get<int64_t>();
+    EXPECT_LT(static_cast<double>(n_ids), 1.02 * static_cast<double>(reference)) << n_ids << " ids, reference " << reference;
+  }
+}
+
+// Merges follow BPE: the most frequent pair first, "##" dropped from the second part; the alphabet is
+// in code-point order after the special tokens, then the "##" forms.
+TEST(WordPieceTrainer, SmallCorpusGivesTheExpectedVocabulary) {
+  WordPieceTrainer trainer(true);
+  trainer.add_text("abab abab ab CAB");
+  WordPieceTrainerOptions opt;
+  opt.special_tokens = {"[UNK]"};
+  opt.vocab_size = 9;
+  const std::vector<std::string> expected = {"[UNK]", "a", "b", "c", "##a", "##b", "ab", "##ab", "abab"};
+  EXPECT_EQ(trainer.train(opt), expected);
+  opt.vocab_size = 3;
+  EXPECT_NE(test::error_of([&] { trainer.train(opt); }).find("--vocab-size 3 leaves no room for the alphabet"),
+            std::string::npos);
+}
+
+TEST(WordPieceTrainer, ThroughTrainTokenizer) {
+  MEGADLM_REQUIRE_BINARY("train_tokenizer");
+  test::TempDir dir;
+  std::ofstream(dir / "in.jsonl") << "{\"text\": \"The cat sat on the mat. The cats sat.\"}\n{\"text\": \"Caf\\u00e9!\"}\n";
+  const test::ChildResult r = test::run_binary(
+      "train_tokenizer",
+      {"--type", "wordpiece", "--lower-case", "--input", dir / "in.jsonl", "--vocab-size", "40", "--min-frequency",
+       "1", "--output", dir / "vocab.txt"},
+      dir / "train.log");
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  const WordPieceTokenizer tok(wordpiece_spec(true, dir / "vocab.txt"));
+  const auto ids = tok.encode("The cats sat on the mat. Café!");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.unk()), 0);
+  EXPECT_EQ(tok.decode(ids), "the cats sat on the mat. cafe!");
+  const test::ChildResult bad = test::run_binary(
+      "train_tokenizer", {"--type", "wordpiece", "--input", dir / "in.jsonl", "--vocab-size", "4", "--output", dir / "v2.txt"},
+      dir / "bad.log");
+  EXPECT_CLEAN_ERROR_EXIT(bad);
+  EXPECT_NE(bad.output.find("--vocab-size 4 leaves no room"), std::string::npos) << bad.output;
+  const test::ChildResult bad_type = test::run_binary(
+      "train_tokenizer", {"--type", "unigram", "--input", dir / "in.jsonl", "--vocab-size", "40", "--output", dir / "v3.txt"},
+      dir / "bad_type.log");
+  EXPECT_CLEAN_ERROR_EXIT(bad_type);
+  EXPECT_NE(bad_type.output.find("--type 'unigram' is not bpe or wordpiece"), std::string::npos) << bad_type.output;
+}
