@@ -60,6 +60,12 @@ BERT_STRINGS = [
     "##prefix ## # ### a##b",
     "\u1100\u1161\u11a8 \uac00\uac01 \ud7a3",
     "\u0130\u0131 \u1e9e\u00df \u03a3\u03c3\u03c2 \u01f0\u0149",
+    # Where tokenizers' Unicode versions differ from a recent Unicode database: punctuation it does not
+    # know (U+061D, U+2E43, U+2E5A) and a symbol it counts as punctuation (U+166D), non-spacing marks it
+    # keeps (U+0898, U+08D3), lowercase mappings that are newer (U+1C89, U+A7CB, U+10D50), and unassigned
+    # or private-use code points.
+    "a\u061db\u2e43c\u2e5ad\u166de \u0898x\u08d3y \u1c89 \ua7cb \U00010d50 z\u0378z \ue000 \U000F0000 \U0010FFFF",
+    "\u2e43\u2e44\u2e45 A\u0898\u0301B \u1c89\u1c8a",
 ]
 
 
