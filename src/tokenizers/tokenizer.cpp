@@ -10,12 +10,13 @@
 #include "tokenizers/tokenizer_hf.h"
 #include "tokenizers/tokenizer_sentencepiece.h"
 #include "tokenizers/tokenizer_simple.h"
+#include "tokenizers/wordpiece.h"
 
 namespace megadlm {
 
 namespace {
 
-enum class Needs { VocabAndMerges, Model, VocabSize, Nothing };
+enum class Needs { VocabAndMerges, Vocab, Model, VocabSize, Nothing };
 
 struct TypeInfo {
   const char* name;
@@ -28,7 +29,8 @@ constexpr TypeInfo kTypes[] = {
     {"GPT2BPETokenizer", Needs::VocabAndMerges}, {"HuggingFaceTokenizer", Needs::Model},
     {"SentencePieceTokenizer", Needs::Model},    {"Llama2Tokenizer", Needs::Model},
     {"GPTSentencePieceTokenizer", Needs::Model}, {"NullTokenizer", Needs::VocabSize},
-    {"ByteTokenizer", Needs::Nothing},
+    {"ByteTokenizer", Needs::Nothing},           {"BertWordPieceLowerCase", Needs::Vocab},
+    {"BertWordPieceCase", Needs::Vocab},
 };
 
 const TypeInfo& type_info(const std::string& type) {
@@ -64,7 +66,7 @@ TokenizerSpec TokenizerSpec::from_json(const nlohmann::json& j) {
   TokenizerSpec s;
   get_string("type", true, s.type);
   const Needs needs = type_info(s.type).needs;
-  get_string("vocab_file", needs == Needs::VocabAndMerges, s.vocab_file);
+  get_string("vocab_file", needs == Needs::VocabAndMerges || needs == Needs::Vocab, s.vocab_file);
   get_string("merge_file", needs == Needs::VocabAndMerges, s.merge_file);
   get_string("tokenizer_model", needs == Needs::Model, s.tokenizer_model);
   if (const auto it = j.find("null_vocab_size"); it != j.end() && !it->is_null()) {
@@ -90,6 +92,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec, int load_th
   if (t == "HuggingFaceTokenizer") return std::make_unique<HuggingFaceTokenizer>(spec);
   if (t == "NullTokenizer") return std::make_unique<NullTokenizer>(spec);
   if (t == "ByteTokenizer") return std::make_unique<ByteTokenizer>(spec);
+  if (t == "BertWordPieceLowerCase" || t == "BertWordPieceCase") return std::make_unique<WordPieceTokenizer>(spec);
   return make_sentencepiece_tokenizer(spec);  // the three SentencePiece names
 }
 

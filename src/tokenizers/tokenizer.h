@@ -5,6 +5,7 @@
 //   SentencePieceTokenizer  --tokenizer-model x.model (also Llama2Tokenizer)
 //   NullTokenizer           --vocab-size N (ids written as decimal text)
 //   ByteTokenizer           256 byte ids + specials (tests and tiny demos)
+//   BertWordPieceLowerCase  --vocab-file vocab.txt (BERT WordPiece, uncased; also BertWordPieceCase)
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,7 +20,7 @@ namespace megadlm {
 // (<prefix>.tokenizer.json) and into checkpoints, so training finds the tokenizer without flags.
 struct TokenizerSpec {
   std::string type;             // one of the --tokenizer-type names above
-  std::string vocab_file;       // GPT2BPETokenizer
+  std::string vocab_file;       // GPT2BPETokenizer (vocab.json), BertWordPiece* (vocab.txt)
   std::string merge_file;       // GPT2BPETokenizer
   std::string tokenizer_model;  // HuggingFaceTokenizer (tokenizer.json), SentencePieceTokenizer (.model)
   int64_t null_vocab_size = 0;  // NullTokenizer
