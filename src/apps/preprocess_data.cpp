@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     flags.add_int("workers", 1, "tokenizer threads", at_least(1));
     flags.add_string("tokenizer-type", "", "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
                                            "Llama2Tokenizer, NullTokenizer, ByteTokenizer", true);
-    flags.add_string("vocab-file", "", "vocab.json (GPT2BPETokenizer)");
+    flags.add_string("vocab-file", "", "vocab.json (GPT2BPETokenizer) or vocab.txt (BertWordPieceLowerCase / BertWordPieceCase)");
     flags.add_string("merge-file", "", "merges.txt (GPT2BPETokenizer)");
     flags.add_string("tokenizer-model", "", "tokenizer.json (HuggingFace) or .model (SentencePiece)");
     flags.add_int("vocab-size", 0, "vocabulary size (NullTokenizer)", at_least(0));

@@ -95,7 +95,7 @@ void declare(CliFlags& f) {
   f.add_list("test-data-path", {}, "separate test data");
   f.add_string("data-cache-path", "", "where dataset indices are cached (default: beside the data)");
   f.add_string("tokenizer-type", "", "tokenizer (default: the one recorded beside the data)");
-  f.add_string("vocab-file", "", "GPT2BPETokenizer vocab.json");
+  f.add_string("vocab-file", "", "GPT2BPETokenizer vocab.json, or BertWordPiece* vocab.txt");
   f.add_string("merge-file", "", "GPT2BPETokenizer merges.txt");
   f.add_string("tokenizer-model", "", "tokenizer.json or SentencePiece .model");
   f.add_int("vocab-size", 0, "NullTokenizer vocabulary size", at_least(0));
