@@ -563,6 +563,8 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   // Outputs appear under their final names only now, each file renamed into place after it is complete;
   // one directory sync makes all the renames durable.
   sidecar_writer.join();
+  // The loss mask first: token data whose sidecar promises a mask is never there without it.
+  if (mask_writer) mask_writer->finalize(/*sync_directory=*/false);
   for (size_t k = 0; k < writers.size(); ++k) {
     writers[k]->finalize(/*sync_directory=*/false);
     if (!sidecars[k]) {  // the background write failed: once more here, to report why
@@ -571,7 +573,6 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     }
     sidecars[k]->commit();
   }
-  if (mask_writer) mask_writer->finalize(/*sync_directory=*/false);
   if (!writers.empty()) sync_directory_of(res.output_prefixes.front());
   res.seconds = timer.seconds();
   res.startup_seconds = pipe.startup_seconds();

@@ -312,7 +312,7 @@ TEST(ChatPreprocess, WritesTokensAndAlignedLossMask) {
     EXPECT_EQ(r.documents, 20);
     EXPECT_EQ(r.bad_lines, 0);
     EXPECT_FALSE(r.markers_as_text.empty());  // ByteTokenizer: the markers are text
-    IndexedDataset tokens(prefix), mask(loss_mask_prefix(prefix));
+    IndexedDataset tokens(prefix), mask(loss_mask_prefix(prefix), /*vocab_size=*/2);  // read() refuses a value > 1
     EXPECT_EQ(mask.dtype(), IndexDType::U8);
     ASSERT_EQ(tokens.num_sequences(), 20);
     ASSERT_EQ(mask.num_sequences(), 20);
@@ -464,4 +464,24 @@ TEST(ChatPreprocessProgram, BadConversationsAndTemplatesExitCleanly) {
     EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(dir / "t_conversation_document.idx"));
   }
+}
+
+// A write that fails part way (RLIMIT_FSIZE: what a full disk looks like to the writer) is an error
+// that leaves nothing under the final names, neither tokens nor mask nor sidecar.
+TEST(ChatPreprocessProgram, AFailedWriteLeavesNoOutput) {
+  MEGADLM_REQUIRE_BINARY("preprocess_data");
+  TempDir dir;
+  std::string input;
+  for (int i = 0; i < 100; ++i) input += user_assistant(std::string(100, 'q'), std::string(100, 'a')) + "\n";
+  write_text(dir / "in.jsonl", input);
+  test::ChildOptions limit;
+  limit.max_file_bytes = 16 << 10;  // the input is about 25 KB; the token .bin would be about 50 KB
+  const auto r = test::run_binary("preprocess_data",
+                                  {"--input", dir / "in.jsonl", "--output-prefix", dir / "o", "--tokenizer-type",
+                                   "ByteTokenizer", "--chat-template", "chatml"},
+                                  dir / "log.txt", limit);
+  EXPECT_CLEAN_ERROR_EXIT(r);
+  EXPECT_NE(r.output.find(dir / "o_conversation_document"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("write failed"), std::string::npos) << r.output;
+  EXPECT_EQ(test::entries_of(dir.str()), (std::set<std::string>{"in.jsonl", "log.txt"})) << r.output;
 }
