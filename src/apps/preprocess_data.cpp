@@ -2,6 +2,9 @@
 //   preprocess_data --input corpus.jsonl --output-prefix data/corpus --tokenizer-type GPT2BPETokenizer
 //       --vocab-file vocab.json --merge-file merges.txt --append-eod --workers 2
 // writes data/corpus_text_document.{bin,idx} and data/corpus_text_document.tokenizer.json.
+// With --chat-template chatml|llama3|qwen|tokenizer_config.json the input is conversations ("messages",
+// or "prompt" + "response"): data/corpus_conversation_document.{bin,idx} and its loss mask
+// data/corpus_conversation_document.loss_mask.{bin,idx} (docs/sft.md).
 #include <cstdio>
 #include <exception>
 
@@ -29,6 +32,9 @@ int main(int argc, char** argv) {
     flags.add_bool("strict", "stop at the first bad line (default: report it, skip it, go on)");
     flags.add_int("log-interval", 1000, "documents between progress lines (0: none)", at_least(0));
     flags.add_string("dataset-impl", "mmap", "accepted for old Megatron scripts; only mmap exists");
+    flags.add_string("chat-template", "",
+                     "chatml, llama3, qwen, or a tokenizer_config.json whose chat_template is one of them: the "
+                     "input is conversations; writes <prefix>_conversation_document and its .loss_mask dataset");
     flags.parse(argc, argv);
     if (flags.help_requested()) {
       std::fputs(flags.help().c_str(), stdout);
@@ -52,10 +58,14 @@ int main(int argc, char** argv) {
     o.tokenizer.null_vocab_size = flags.get_int("vocab-size");
     o.strict = flags.get_bool("strict");
     o.log_interval = flags.get_int("log-interval");
+    o.chat_template = flags.get_string("chat-template");
     const PreprocessResult r = preprocess_jsonl(o);
     for (size_t k = 0; k < r.output_prefixes.size(); ++k)
       std::printf("%s: %lld documents, %lld tokens\n", r.output_prefixes[k].c_str(),
                   static_cast<long long>(r.documents), static_cast<long long>(r.tokens[k]));
+    if (!o.chat_template.empty())
+      std::printf("%s: %lld response tokens\n", loss_mask_prefix(r.output_prefixes[0]).c_str(),
+                  static_cast<long long>(r.response_tokens));
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "preprocess_data: error: %s\n", e.what());

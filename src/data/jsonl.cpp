@@ -195,8 +195,35 @@ const char* line_status_name(LineStatus s) {
     case LineStatus::NotObject: return "not a JSON object";
     case LineStatus::MissingKey: return "missing key";
     case LineStatus::NotString: return "value is not a string";
+    case LineStatus::BadConversation: return "bad conversation";
   }
   return "unknown";
+}
+
+LineStatus parse_json_object_line(std::string_view line, nlohmann::json& j, std::string& error) {
+  if (std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; })) {
+    error = "blank line";
+    return LineStatus::Blank;
+  }
+  if (const size_t at = utf8_invalid_at(line); at != std::string_view::npos) {
+    error = "invalid UTF-8 at byte " + std::to_string(at);
+    return LineStatus::InvalidUtf8;
+  }
+  try {
+    j = nlohmann::json::parse(line.begin(), line.end());
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann's message carries the column ("syntax error while parsing value - ...") and then the
+    // text last read, which for a huge line is huge: keep the start, so a report stays one short line.
+    std::string what = e.what();
+    if (what.size() > 240) what = what.substr(0, 240) + "...";
+    error = "invalid JSON: " + what;
+    return LineStatus::InvalidJson;
+  }
+  if (!j.is_object()) {
+    error = std::string("not a JSON object (a ") + j.type_name() + ")";
+    return LineStatus::NotObject;
+  }
+  return LineStatus::Ok;
 }
 
 ParsedLine parse_jsonl_line(std::string_view line, const std::vector<std::string>& keys) {
@@ -207,21 +234,9 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::vector<std::string
     out.texts.clear();
     return out;
   };
-  if (std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }))
-    return bad(LineStatus::Blank, "blank line");
-  if (const size_t at = utf8_invalid_at(line); at != std::string_view::npos)
-    return bad(LineStatus::InvalidUtf8, "invalid UTF-8 at byte " + std::to_string(at));
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line.begin(), line.end());
-  } catch (const nlohmann::json::exception& e) {
-    // nlohmann's message carries the column ("syntax error while parsing value - ...") and then the
-    // text last read, which for a huge line is huge: keep the start, so a report stays one short line.
-    std::string what = e.what();
-    if (what.size() > 240) what = what.substr(0, 240) + "...";
-    return bad(LineStatus::InvalidJson, "invalid JSON: " + what);
-  }
-  if (!j.is_object()) return bad(LineStatus::NotObject, std::string("not a JSON object (a ") + j.type_name() + ")");
+  std::string error;
+  if (const LineStatus s = parse_json_object_line(line, j, error); s != LineStatus::Ok) return bad(s, std::move(error));
   out.texts.resize(keys.size());
   for (size_t k = 0; k < keys.size(); ++k) {
     auto it = j.find(keys[k]);

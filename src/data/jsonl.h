@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace megadlm {
 
 // Byte offset of the first byte where `s` stops being well-formed UTF-8 (overlong forms, UTF-16
@@ -71,7 +73,7 @@ class JsonlReader {
   size_t max_line_bytes_;
 };
 
-enum class LineStatus { Ok, Blank, InvalidUtf8, InvalidJson, NotObject, MissingKey, NotString };
+enum class LineStatus { Ok, Blank, InvalidUtf8, InvalidJson, NotObject, MissingKey, NotString, BadConversation };
 const char* line_status_name(LineStatus s);  // "invalid UTF-8", "invalid JSON", ...
 
 struct ParsedLine {
@@ -85,5 +87,9 @@ struct ParsedLine {
 // Checks and extracts `keys` from one line (without its newline). A blank line (only whitespace)
 // reports Blank; every other fault reports its status and a message, never throws.
 ParsedLine parse_jsonl_line(std::string_view line, const std::vector<std::string>& keys);
+
+// The first checks of parse_jsonl_line: Blank, InvalidUtf8, InvalidJson or NotObject with `error`
+// saying what is wrong, or Ok with `object` the line's JSON object. Never throws.
+LineStatus parse_json_object_line(std::string_view line, nlohmann::json& object, std::string& error);
 
 }  // namespace megadlm

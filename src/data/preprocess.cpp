@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -30,13 +31,15 @@ std::string sidecar_path(const std::string& data_prefix) { return data_prefix + 
 namespace {
 
 // Keys the sidecar adds beside the TokenizerSpec fields.
-constexpr const char* kSidecarExtraKeys[] = {"vocab_size", "eod", "dtype", "json_key", "append_eod"};
+constexpr const char* kSidecarExtraKeys[] = {"vocab_size", "eod", "dtype", "json_key", "append_eod", "chat_template",
+                                             "loss_mask"};
 
 // One chunk of input lines, parsed (JSON only: the tokenizer is not needed yet).
 struct ParsedChunk {
   int64_t id = -1;  // position in the input, in chunks
   int64_t lines = 0, bytes = 0;
   std::vector<std::pair<int64_t, ParsedLine>> lines_parsed;  // (1-based line number, the line)
+  std::vector<std::pair<int64_t, ParsedConversation>> conversations;  // instead, with a chat template
 };
 
 // One chunk of input lines, tokenized.
@@ -47,26 +50,75 @@ struct ChunkResult {
     std::vector<int32_t> tokens;         // all documents' tokens back to back
     std::vector<int32_t> seq_lengths;    // all documents' sequence lengths back to back
     std::vector<int32_t> seqs_per_doc;   // [documents]
+    std::vector<int32_t> mask;           // conversations: the loss mask of `tokens`
   };
   std::vector<PerKey> keys;
 };
 
-void parse_chunk(int64_t id, const LineChunk& chunk, const PreprocessOptions& opt, ParsedChunk& out) {
+void parse_chunk(int64_t id, const LineChunk& chunk, const PreprocessOptions& opt,
+                 const std::optional<ChatTemplate>& chat, ParsedChunk& out) {
   out.id = id;
   out.lines = chunk.num_lines;
   out.bytes = static_cast<int64_t>(chunk.text.size());
   out.lines_parsed.clear();
+  out.conversations.clear();
+  if (chat) {
+    out.conversations.reserve(static_cast<size_t>(chunk.num_lines));
+    for_each_line(chunk, [&](int64_t line_no, std::string_view line) {
+      out.conversations.emplace_back(line_no, parse_conversation_line(line, *chat));
+    });
+    return;
+  }
   out.lines_parsed.reserve(static_cast<size_t>(chunk.num_lines));
   for_each_line(chunk, [&](int64_t line_no, std::string_view line) {
     out.lines_parsed.emplace_back(line_no, parse_jsonl_line(line, opt.json_keys));
   });
 }
 
-void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok, ChunkResult& out) {
+// Conversations: one document of one sequence each, with its loss mask; a conversation the tokenizer
+// rejects makes the line bad and adds nothing.
+void tokenize_conversations(ParsedChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok,
+                            const ChatEncoder& enc, ChunkResult& out) {
+  ChunkResult::PerKey& pk = out.keys[0];
+  for (auto& [line_no, p] : chunk.conversations) {
+    if (p.status == LineStatus::Blank) {
+      ++out.blank;
+      continue;
+    }
+    if (p.status != LineStatus::Ok) {
+      out.bad.push_back({line_no, std::move(p.error)});
+      continue;
+    }
+    const size_t at = pk.tokens.size();
+    try {
+      enc.encode(p.pieces, pk.tokens, pk.mask);
+      if (opt.append_eod && pk.tokens.size() > at) {  // the eod ends the response: the model learns to stop
+        pk.tokens.push_back(tok.eod());
+        pk.mask.push_back(1);
+      }
+      const size_t n = pk.tokens.size() - at;
+      MEGADLM_CHECK(n < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "the conversation's ", n,
+                    " tokens do not fit one sequence");
+      if (n > 0) pk.seq_lengths.push_back(static_cast<int32_t>(n));
+      pk.seqs_per_doc.push_back(n > 0 ? 1 : 0);
+    } catch (const Error& e) {
+      pk.tokens.resize(at);
+      pk.mask.resize(at);
+      out.bad.push_back({line_no, std::string("tokenizer: ") + e.what()});
+      continue;
+    }
+    ++out.documents;
+  }
+}
+
+// `enc`: the chunk holds conversations, tokenized with it.
+void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok, const ChatEncoder* enc,
+                    ChunkResult& out) {
   const size_t nk = opt.json_keys.size();
   out.keys.assign(nk, {});
   out.lines = chunk.lines;
   out.bytes = chunk.bytes;
+  if (enc) return tokenize_conversations(chunk, opt, tok, *enc, out);
   std::vector<int32_t> ids;
   for (auto& [line_no, p] : chunk.lines_parsed) {
     if (p.status == LineStatus::Blank) {
@@ -126,8 +178,13 @@ bool encode_is_thread_safe(const std::string& type) {
 // The reader -> workers -> writer pipeline's shared state.
 class Pipeline {
  public:
-  Pipeline(const PreprocessOptions& opt, const Timer& timer)
-      : opt_(opt), timer_(timer), reader_(opt.input), share_(encode_is_thread_safe(opt.tokenizer.type)) {
+  // `chat`: the input is conversations rendered with this template.
+  Pipeline(const PreprocessOptions& opt, std::optional<ChatTemplate> chat, const Timer& timer)
+      : opt_(opt),
+        chat_(chat),
+        timer_(timer),
+        reader_(opt.input),
+        share_(encode_is_thread_safe(opt.tokenizer.type)) {
     max_in_flight_ = static_cast<int64_t>(4 * opt.workers);
     const size_t chunks_at_startup = kReadAheadAtStartup / std::max<size_t>(opt.chunk_bytes, 1);
     max_in_flight_at_startup_ = std::max<int64_t>(max_in_flight_, static_cast<int64_t>(chunks_at_startup));
@@ -139,14 +196,16 @@ class Pipeline {
     for (int w = 0; w < opt_.workers; ++w) threads_.emplace_back([this, w] { work_loop(w); });
   }
 
-  // The vocabulary size and eod id, from the first tokenizer built (so that the calling thread does
-  // not spend time loading one more). Rethrows a thread's error.
-  void tokenizer_info(int64_t& vocab_size, int32_t& eod) {
+  // The vocabulary size, eod id and (conversations) the template markers it tokenizes as text, from
+  // the first tokenizer built (so that the calling thread does not spend time loading one more).
+  // Rethrows a thread's error.
+  void tokenizer_info(int64_t& vocab_size, int32_t& eod, std::vector<std::string>& markers_as_text) {
     std::unique_lock<std::mutex> lk(mu_);
     result_cv_.wait(lk, [&] { return error_ || info_ready_; });
     if (error_) std::rethrow_exception(error_);
     vocab_size = vocab_size_;
     eod = eod_;
+    markers_as_text = markers_as_text_;
   }
 
   // Next result in input order; false when the input is exhausted. Rethrows a thread's error.
@@ -236,7 +295,7 @@ class Pipeline {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    parse_chunk(job.first, *job.second, opt_, out);
+    parse_chunk(job.first, *job.second, opt_, chat_, out);
     return true;
   }
 
@@ -254,7 +313,7 @@ class Pipeline {
         queue_.pop_front();
       }
       ParsedChunk p;
-      parse_chunk(job.first, *job.second, opt_, p);
+      parse_chunk(job.first, *job.second, opt_, chat_, p);
       std::lock_guard<std::mutex> lk(mu_);
       // Several parsers finish out of order; keep parsed_ sorted so the writer's next chunk comes first.
       auto at = parsed_.end();
@@ -270,6 +329,7 @@ class Pipeline {
     if (!info_ready_) {
       vocab_size_ = tok.vocab_size();
       eod_ = tok.eod();
+      if (chat_) markers_as_text_ = ChatEncoder(*chat_, tok).markers_as_text();
       info_ready_ = true;
     }
     loaded_ += ready_workers;
@@ -301,11 +361,13 @@ class Pipeline {
         if (stop_ || error_) return;
         tok = shared_.get();
       }
+      std::optional<ChatEncoder> enc;
+      if (chat_) enc.emplace(*chat_, *tok);
       for (;;) {
         ParsedChunk p;
         if (!next_parsed(p)) return;
         ChunkResult r;
-        tokenize_chunk(p, opt_, *tok, r);
+        tokenize_chunk(p, opt_, *tok, enc ? &*enc : nullptr, r);
         std::lock_guard<std::mutex> lk(mu_);
         results_.emplace(p.id, std::move(r));
         if (p.id == written_) result_cv_.notify_one();  // the writer waits for no other
@@ -318,6 +380,7 @@ class Pipeline {
   static constexpr size_t kReadAheadAtStartup = size_t{16} << 20;  // bytes read ahead while the tokenizer loads
 
   const PreprocessOptions& opt_;
+  const std::optional<ChatTemplate> chat_;
   const Timer& timer_;
   JsonlReader reader_;
   const bool share_;                  // one tokenizer for all workers
@@ -336,20 +399,48 @@ class Pipeline {
   bool reader_done_ = false, stop_ = false, info_ready_ = false, tokenizers_ready_ = false;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
+  std::vector<std::string> markers_as_text_;
   int loaded_ = 0;
   double startup_seconds_ = 0;
   std::exception_ptr error_;
 };
 
 // The sidecar beside <prefix>_<key>_document.{bin,idx}: the tokenizer that made the ids.
-std::string sidecar_text(const PreprocessOptions& o, size_t key, int64_t vocab, int32_t eod, IndexDType dtype) {
+std::string sidecar_text(const PreprocessOptions& o, size_t key, int64_t vocab, int32_t eod, IndexDType dtype,
+                         const std::optional<ChatTemplate>& chat) {
   nlohmann::json j = o.tokenizer.to_json();
   j["vocab_size"] = vocab;
   j["eod"] = eod;
   j["dtype"] = index_dtype_name(dtype);
   j["json_key"] = o.json_keys[key];
   j["append_eod"] = o.append_eod;
+  if (chat) {
+    j["chat_template"] = chat_template_name(*chat);
+    j["loss_mask"] = true;
+  }
   return j.dump(2) + "\n";
+}
+
+// The template of conversation input, or none for text input; throws Error on a bad --chat-template
+// or on --json-keys given with it.
+std::optional<ChatTemplate> chat_template_of(const PreprocessOptions& opt) {
+  if (opt.chat_template.empty()) return std::nullopt;
+  MEGADLM_CHECK(opt.json_keys == std::vector<std::string>{"text"}, "--json-keys does not apply with --chat-template ",
+                "(a conversation is read from 'messages', or 'prompt' and 'response')");
+  return resolve_chat_template(opt.chat_template);
+}
+
+// Appends the chunk's documents to `w`: `values` (tokens or their loss mask) cut as pk's lengths say.
+void write_documents(IndexedDatasetWriter& w, const std::vector<int32_t>& values, const ChunkResult::PerKey& pk) {
+  const int32_t* t = values.data();
+  const int32_t* l = pk.seq_lengths.data();
+  for (int32_t seqs : pk.seqs_per_doc) {
+    int64_t n = 0;
+    for (int32_t s = 0; s < seqs; ++s) n += l[s];
+    w.add_document(t, n, l, seqs);
+    t += n;
+    l += seqs;
+  }
 }
 
 std::string absolute_or_empty(const std::string& p) {
@@ -370,6 +461,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   for (size_t a = 0; a < opt.json_keys.size(); ++a)
     for (size_t b = a + 1; b < opt.json_keys.size(); ++b)
       MEGADLM_CHECK(opt.json_keys[a] != opt.json_keys[b], "--json-keys lists '", opt.json_keys[a], "' twice");
+  const std::optional<ChatTemplate> chat = chat_template_of(opt);
   const Timer timer;
 
   // The tokenizer as the sidecar will describe it (paths made absolute so training can run elsewhere).
@@ -377,34 +469,47 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   o.tokenizer.vocab_file = absolute_or_empty(o.tokenizer.vocab_file);
   o.tokenizer.merge_file = absolute_or_empty(o.tokenizer.merge_file);
   o.tokenizer.tokenizer_model = absolute_or_empty(o.tokenizer.tokenizer_model);
-  Pipeline pipe(o, timer);
+  if (chat) o.json_keys = {kConversationKey};
+  Pipeline pipe(o, chat, timer);
   pipe.start();
   int64_t vocab = 0;
   int32_t eod = -1;
-  pipe.tokenizer_info(vocab, eod);
+  PreprocessResult res;
+  pipe.tokenizer_info(vocab, eod, res.markers_as_text);
   const IndexDType dtype = optimal_index_dtype(vocab);
 
-  PreprocessResult res;
   res.tokens.assign(o.json_keys.size(), 0);
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : o.json_keys) {
     res.output_prefixes.push_back(document_prefix(o.output_prefix, key));
     writers.push_back(std::make_unique<IndexedDatasetWriter>(res.output_prefixes.back(), dtype));
   }
+  // Conversations: the loss mask, one uint8 per token, beside the tokens.
+  std::unique_ptr<IndexedDatasetWriter> mask_writer;
+  if (chat) mask_writer = std::make_unique<IndexedDatasetWriter>(loss_mask_prefix(res.output_prefixes[0]), IndexDType::U8);
   if (o.log)
     log_info("preprocess: ", o.input, " -> ", o.output_prefix, "_{", [&] {
       std::string s;
       for (size_t k = 0; k < o.json_keys.size(); ++k) s += (k ? "," : "") + o.json_keys[k];
       return s;
     }(), "}_document.{bin,idx}; ", o.tokenizer.type, " vocab ", vocab, ", eod ", eod, ", ", index_dtype_name(dtype),
-             ", ", o.workers, " worker(s)");
+             ", ", o.workers, " worker(s)", chat ? std::string(", chat template ") + chat_template_name(*chat) +
+                                                        ", loss mask in " + loss_mask_prefix(res.output_prefixes[0]) +
+                                                        ".{bin,idx}"
+                                                  : std::string());
+  if (o.log && !res.markers_as_text.empty()) {
+    std::string list;
+    for (const std::string& m : res.markers_as_text) list += (list.empty() ? "" : " ") + m;
+    log_info("warning: the tokenizer has no token for the chat template's markers ", list,
+             ": they are tokenized as text");
+  }
 
   // The sidecars depend only on the tokenizer: they are written and synced in the background while the
   // data is processed, and renamed into place with the data at the end.
   std::vector<std::unique_ptr<StagedFile>> sidecars(o.json_keys.size());
   std::thread sidecar_writer([&] {
     for (size_t k = 0; k < o.json_keys.size(); ++k) {
-      const std::string text = sidecar_text(o, k, vocab, eod, dtype);
+      const std::string text = sidecar_text(o, k, vocab, eod, dtype, chat);
       try {
         sidecars[k] = std::make_unique<StagedFile>(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
       } catch (...) {
@@ -431,16 +536,12 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     }
     for (size_t k = 0; k < writers.size(); ++k) {
       const ChunkResult::PerKey& pk = r.keys[k];
-      const int32_t* t = pk.tokens.data();
-      const int32_t* l = pk.seq_lengths.data();
-      for (int32_t seqs : pk.seqs_per_doc) {
-        int64_t n = 0;
-        for (int32_t s = 0; s < seqs; ++s) n += l[s];
-        writers[k]->add_document(t, n, l, seqs);
-        t += n;
-        l += seqs;
-      }
+      write_documents(*writers[k], pk.tokens, pk);
       res.tokens[k] += static_cast<int64_t>(pk.tokens.size());
+    }
+    if (mask_writer) {
+      write_documents(*mask_writer, r.keys[0].mask, r.keys[0]);
+      for (int32_t m : r.keys[0].mask) res.response_tokens += m;
     }
     res.lines += r.lines;
     res.documents += r.documents;
@@ -462,10 +563,12 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   // Outputs appear under their final names only now, each file renamed into place after it is complete;
   // one directory sync makes all the renames durable.
   sidecar_writer.join();
+  // The loss mask first: token data whose sidecar promises a mask is never there without it.
+  if (mask_writer) mask_writer->finalize(/*sync_directory=*/false);
   for (size_t k = 0; k < writers.size(); ++k) {
     writers[k]->finalize(/*sync_directory=*/false);
     if (!sidecars[k]) {  // the background write failed: once more here, to report why
-      const std::string text = sidecar_text(o, k, vocab, eod, dtype);
+      const std::string text = sidecar_text(o, k, vocab, eod, dtype, chat);
       sidecars[k] = std::make_unique<StagedFile>(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
     }
     sidecars[k]->commit();
@@ -478,6 +581,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     std::string toks;
     for (size_t k = 0; k < o.json_keys.size(); ++k)
       toks += (k ? ", " : "") + o.json_keys[k] + ": " + std::to_string(res.tokens[k]);
+    if (chat) toks += " (" + std::to_string(res.response_tokens) + " in responses)";
     log_info("Done: ", res.documents, " documents, tokens {", toks, "}, ", res.lines, " lines, ", res.bad_lines,
              " bad lines skipped, ", res.blank_lines, " blank lines; ", res.seconds, " s (",
              static_cast<int64_t>(res.documents / s), " docs/s, ", static_cast<double>(res.input_bytes) / s / (1 << 20),
@@ -505,6 +609,14 @@ DataSidecar read_data_sidecar(const std::string& data_prefix) {
     MEGADLM_CHECK(j.contains("eod") && j["eod"].is_number_integer(), path, ": missing integer 'eod'");
     s.vocab_size = j["vocab_size"].get<int64_t>();
     s.eod = j["eod"].get<int32_t>();
+    if (const auto it = j.find("chat_template"); it != j.end()) {
+      MEGADLM_CHECK(it->is_string(), "'chat_template' is not a string");  // the catch names the path
+      s.chat_template = it->get<std::string>();
+    }
+    if (const auto it = j.find("loss_mask"); it != j.end()) {
+      MEGADLM_CHECK(it->is_boolean(), "'loss_mask' is not a boolean");
+      s.loss_mask = it->get<bool>();
+    }
     for (const char* k : kSidecarExtraKeys) j.erase(k);
     s.spec = TokenizerSpec::from_json(j);
   } catch (const Error& e) {

@@ -13,6 +13,14 @@
 // strict they stop the run with an Error and nothing is left under the final names. Blank lines are
 // skipped silently (counted). An empty input gives a valid empty dataset (0 documents) and a warning.
 //
+// Conversations (--chat-template, data/chat_template.h): each line is a conversation ("messages", or
+// "prompt" + "response") rendered with the template and tokenized piecewise (a loss-mask boundary is a
+// token boundary) into one document of one sequence in <output_prefix>_conversation_document.{bin,idx},
+// with its loss mask (uint8, 1 = response; the eod of --append-eod is response) in the dataset
+// loss_mask_prefix() of it, <output_prefix>_conversation_document.loss_mask.{bin,idx}, of the same
+// sequence and document lengths. The sidecar records "chat_template" (its name) and "loss_mask": true.
+// A line whose conversation the template cannot render is a bad line like the others.
+//
 // Threads: a reader thread cuts the input into chunks of whole lines, `workers` threads parse and
 // tokenize chunks, and the calling thread writes the results in input order, so the output is
 // byte-identical for any number of workers. A tokenizer whose encode() is thread-safe (GPT-2 and
@@ -22,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "data/chat_template.h"
 #include "tokenizers/tokenizer.h"
 
 namespace megadlm {
@@ -38,6 +47,9 @@ struct PreprocessOptions {
   bool log = true;                     // progress, bad-line and summary lines on stderr
   size_t chunk_bytes = size_t(1) << 16;  // input handed to a worker at a time (small: even load at the end)
   int64_t max_bad_lines_kept = 1000;   // bad lines listed in the result (all are counted)
+  // A built-in template's name (chatml, llama3, qwen) or a tokenizer_config.json naming one: the input
+  // is conversations and json_keys must stay {"text"}. Empty: text data.
+  std::string chat_template;
 };
 
 struct BadLine {
@@ -54,12 +66,17 @@ struct PreprocessResult {
   std::vector<int64_t> tokens;  // per key
   std::vector<BadLine> bad;     // the first max_bad_lines_kept bad lines
   std::vector<std::string> output_prefixes;  // per key: <output_prefix>_<key>_document
+  int64_t response_tokens = 0;               // conversations: tokens whose loss mask is 1
+  std::vector<std::string> markers_as_text;  // conversations: template markers the tokenizer lacks
   double seconds = 0;          // the whole run
   double startup_seconds = 0;  // until every worker had a tokenizer (shared ones are built once)
 };
 
 // Runs the whole conversion; throws Error naming the file, line or flag at fault.
 PreprocessResult preprocess_jsonl(const PreprocessOptions& options);
+
+// The dataset key of conversation data: <output_prefix>_conversation_document.
+inline constexpr const char* kConversationKey = "conversation";
 
 // "<output_prefix>_<key>_document", the dataset prefix Megatron's tool writes for a key.
 std::string document_prefix(const std::string& output_prefix, const std::string& key);
@@ -70,6 +87,8 @@ struct DataSidecar {
   TokenizerSpec spec;
   int64_t vocab_size = 0;
   int32_t eod = -1;
+  std::string chat_template;  // conversation data: the template's name ("" for text data)
+  bool loss_mask = false;     // a loss-mask dataset lies beside it (loss_mask_prefix, data/loss_mask.h)
 };
 // Reads the sidecar of a dataset; throws Error naming the file when it is absent or malformed.
 DataSidecar read_data_sidecar(const std::string& data_prefix);
