@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "core/error.h"
+#include "kernels/cpu/vec16.h"
 #include "kernels/grouped_gemm_args.h"
 
 namespace megadlm::cpu {
@@ -108,6 +109,48 @@ Plan plan(const std::vector<GroupOutput>& outputs, int threads) {
 
 std::vector<Tile> tiles_of(const std::vector<GroupOutput>& outputs, int threads) {
   return plan(outputs, threads).tiles;
+}
+
+// A weight gradient over fewer rows than this goes through few_rows_weight_grad instead of oneDNN,
+// whose packing and setup cost more than the few multiply-adds per output element there.
+constexpr int64_t kFewRows = 8;
+
+using vec::v8;
+inline v8 load8(const float* p) { return *reinterpret_cast<const vec::v8u*>(p); }
+inline void store8(float* p, v8 x) { *reinterpret_cast<vec::v8u*>(p) = x; }
+
+// C [m, n] (row stride ldc) += A^T B over r rows, A [r, m] (row stride lda), B [r, n] (row stride
+// ldb): each row of C read and written once, its columns held in registers 32 at a time while the r
+// rank-1 terms are added in row order.
+void few_rows_weight_grad(int64_t r, int64_t m, int64_t n, const float* A, int64_t lda, const float* B, int64_t ldb,
+                          float* C, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* c = C + i * ldc;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+      v8 c0 = load8(c + j), c1 = load8(c + j + 8), c2 = load8(c + j + 16), c3 = load8(c + j + 24);
+      for (int64_t p = 0; p < r; ++p) {
+        const float a = A[p * lda + i];
+        const v8 av = {a, a, a, a, a, a, a, a};
+        const float* b = B + p * ldb + j;
+        c0 += av * load8(b), c1 += av * load8(b + 8), c2 += av * load8(b + 16), c3 += av * load8(b + 24);
+      }
+      store8(c + j, c0), store8(c + j + 8, c1), store8(c + j + 16, c2), store8(c + j + 24, c3);
+    }
+    for (; j + 8 <= n; j += 8) {
+      v8 c0 = load8(c + j);
+      for (int64_t p = 0; p < r; ++p) {
+        const float a = A[p * lda + i];
+        c0 += v8{a, a, a, a, a, a, a, a} * load8(B + p * ldb + j);
+      }
+      store8(c + j, c0);
+    }
+    for (; j < n; ++j) {
+      float acc = c[j];
+      for (int64_t p = 0; p < r; ++p) acc += A[p * lda + i] * B[p * ldb + j];
+      c[j] = acc;
+    }
+  }
 }
 
 // Runs sgemm(tile) for every tile: one parallel region, dynamic shares, costliest tiles first (the
@@ -212,7 +255,10 @@ void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, 
     const float* a = dY + r0 * N + t.m0;
     const float* b = X + r0 * K + t.n0;
     if (t.partial) return dnnl_sgemm('T', 'N', t.m, t.n, t.depth, 1.0f, a, N, b, K, 0.0f, t.partial, t.n);
-    return dnnl_sgemm('T', 'N', t.m, t.n, t.depth, 1.0f, a, N, b, K, 1.0f, dW[t.g] + t.m0 * K + t.n0, K);
+    float* out = dW[t.g] + t.m0 * K + t.n0;
+    if (t.depth >= kFewRows) return dnnl_sgemm('T', 'N', t.m, t.n, t.depth, 1.0f, a, N, b, K, 1.0f, out, K);
+    few_rows_weight_grad(t.depth, t.m, t.n, a, N, b, K, out, K);
+    return dnnl_success;
   });
   add_partials(p.tiles, K, [&](const Tile& t) { return dW[t.g] + t.m0 * K + t.n0; });
 }
