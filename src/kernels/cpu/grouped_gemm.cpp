@@ -37,7 +37,8 @@ struct GroupOutput {
   double cost() const { return static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth); }
 };
 
-// Work items are cut no smaller than this many rows, columns or reduction terms: below that oneDNN's
+// Work items are cut no smaller than this many rows or columns, and a reduction into no more pieces
+// than it has multiples of this many terms (so pieces of at least half of it): below that oneDNN's
 // per-call packing and setup are no longer small beside the tile's multiply-adds (and a reduction
 // piece's partial sum no longer small beside its products).
 constexpr int64_t kMinSide = 64;
@@ -90,12 +91,13 @@ Plan plan(const std::vector<GroupOutput>& outputs, int threads) {
   for (const GroupOutput& o : outputs) {
     if (o.rows == 0 || o.cols == 0 || o.depth == 0) continue;
     const Cut c = cut_of(o, cap, threads);
-    const int64_t tm = ceil_div(o.rows, c.rows), tn = ceil_div(o.cols, c.cols), tk = ceil_div(o.depth, c.depth);
+    const int64_t tm = ceil_div(o.rows, c.rows), tn = ceil_div(o.cols, c.cols);
     for (int64_t m0 = 0; m0 < o.rows; m0 += tm)
       for (int64_t n0 = 0; n0 < o.cols; n0 += tn)
-        for (int64_t k0 = 0; k0 < o.depth; k0 += tk) {
-          const Tile t{o.g, m0, std::min(tm, o.rows - m0), n0, std::min(tn, o.cols - n0), k0,
-                       std::min(tk, o.depth - k0)};
+        for (int64_t d = 0; d < c.depth; ++d) {
+          // reduction pieces of floor or ceil(depth / c.depth) terms: at least 32 where cut (cut_of)
+          const int64_t k0 = o.depth * d / c.depth, k1 = o.depth * (d + 1) / c.depth;
+          const Tile t{o.g, m0, std::min(tm, o.rows - m0), n0, std::min(tn, o.cols - n0), k0, k1 - k0};
           p.tiles.push_back(t);
           partial_at.push_back(k0 == 0 ? -1 : scratch);
           if (k0 > 0) scratch += t.m * t.n;
