@@ -9,7 +9,11 @@
 // The six products of an SwiGLU expert layer's forward and backward, same inputs for both, with the
 // ratio loop / grouped and the largest difference between their results.
 //
+// --sweep 1 instead runs the grouped products against the loop over a grid of smaller sizes (sweep()
+// below), one table row per case.
+//
 // Usage: OMP_NUM_THREADS=n bench_moe [--tokens N] [--hidden C] [--ffn F] [--reps R] [--products-only 1]
+//        OMP_NUM_THREADS=n bench_moe --sweep 1
 #include <omp.h>
 
 #include <algorithm>
@@ -108,20 +112,31 @@ struct ExpertProducts {
       be.Backend::grouped_gemm_forward(E, off.data(), C, F, a.data(), W2.data(), y.data());
     }
   }
-  void backward(const Backend& be, bool grouped) {
+  // The backward's two input-gradient products (fc2's then fc1's).
+  void backward_data(const Backend& be, bool grouped) {
     const auto W1 = ptrs<const float>(w1), W2 = ptrs<const float>(w2);
-    const auto dW1 = ptrs<float>(dw1), dW2 = ptrs<float>(dw2);
     if (grouped) {
       be.grouped_gemm_backward_data(E, off.data(), C, F, dy.data(), W2.data(), da.data());
-      be.grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
       be.grouped_gemm_backward_data(E, off.data(), F1, C, dh.data(), W1.data(), dx.data());
-      be.grouped_gemm_backward_weight(E, off.data(), F1, C, dh.data(), x.data(), dW1.data());
     } else {
       be.Backend::grouped_gemm_backward_data(E, off.data(), C, F, dy.data(), W2.data(), da.data());
-      be.Backend::grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
       be.Backend::grouped_gemm_backward_data(E, off.data(), F1, C, dh.data(), W1.data(), dx.data());
+    }
+  }
+  // The backward's two weight-gradient products (fc2's then fc1's).
+  void backward_weight(const Backend& be, bool grouped) {
+    const auto dW1 = ptrs<float>(dw1), dW2 = ptrs<float>(dw2);
+    if (grouped) {
+      be.grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
+      be.grouped_gemm_backward_weight(E, off.data(), F1, C, dh.data(), x.data(), dW1.data());
+    } else {
+      be.Backend::grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
       be.Backend::grouped_gemm_backward_weight(E, off.data(), F1, C, dh.data(), x.data(), dW1.data());
     }
+  }
+  void backward(const Backend& be, bool grouped) {
+    backward_data(be, grouped);
+    backward_weight(be, grouped);
   }
   void zero_weight_grads() {
     for (auto& m : dw1) std::fill(m.begin(), m.end(), 0.0f);
@@ -176,12 +191,111 @@ void bench_grouped_products(int64_t E, double ratio, int64_t P, int64_t C, int64
   std::printf("results agree: largest |loop - grouped| over every output %.3g\n", diff);
 }
 
+// Medians of a and b timed in alternation (a, b, a, b, ...) after two warm-up runs of each, so that
+// whatever else the machine runs meanwhile falls on both alike.
+std::pair<double, double> paired_median_seconds(const std::function<void()>& a, const std::function<void()>& b,
+                                                int reps) {
+  for (int i = 0; i < 2; ++i) a(), b();
+  std::vector<double> ta, tb;
+  for (int i = 0; i < reps; ++i) {
+    Timer t1;
+    a();
+    ta.push_back(t1.seconds());
+    Timer t2;
+    b();
+    tb.push_back(t2.seconds());
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
+// Repetitions for a measurement of about `budget` seconds, given one run's time (3 at least, 60 at most).
+int reps_for(double one_run, double budget) {
+  return static_cast<int>(std::clamp(budget / std::max(one_run, 1e-6), 3.0, 60.0));
+}
+
+// One case of the sweep: E experts, hidden C, expert ffn F, P = tokens x top-k routed rows, skewed loads.
+struct SweepCase {
+  int64_t E, C, F, tokens, topk;
+  double ratio;  // each expert's share over the previous one's; the last expert gets none
+};
+
+// One row per case: loop / grouped for the forward's two products, the backward's two input-gradient and
+// two weight-gradient products and all six together (each timed in turn, same inputs), the loop's own
+// 1 -> n thread speed-up (the most any single-pass scheme can add over it on n threads is that gap), and
+// the largest difference between the two paths' outputs.
+void sweep_case(const SweepCase& c) {
+  const Backend& be = cpu_backend();
+  const int64_t P = c.tokens * c.topk;
+  ExpertProducts ep(c.E, skewed_offsets(c.E, P, c.ratio), c.C, c.F);
+  const double diff = max_abs_diff(ep.outputs(be, false), ep.outputs(be, true));
+  int64_t max_load = 0, small = 0;
+  for (int64_t e = 0; e < c.E; ++e) {
+    const int64_t n = ep.off[e + 1] - ep.off[e];
+    max_load = std::max(max_load, n);
+    small += n < 16 ? 1 : 0;
+  }
+  const auto both = [&](bool g) { ep.forward(be, g), ep.backward(be, g); };
+  Timer probe;
+  both(false);
+  const double one = probe.seconds();
+  const auto ratio = [&](const std::function<void(bool)>& fn, double share, double* loop_s, double* grp_s) {
+    const auto [l, g] = paired_median_seconds([&] { fn(false); }, [&] { fn(true); }, reps_for(one * share, 0.3));
+    if (loop_s) *loop_s = l;
+    if (grp_s) *grp_s = g;
+    return l / g;
+  };
+  const double r_fwd = ratio([&](bool g) { ep.forward(be, g); }, 0.33, nullptr, nullptr);
+  const double r_bd = ratio([&](bool g) { ep.backward_data(be, g); }, 0.33, nullptr, nullptr);
+  const double r_bw = ratio([&](bool g) { ep.backward_weight(be, g); }, 0.33, nullptr, nullptr);
+  double t_loop = 0, t_grp = 0;
+  const double r_all = ratio(both, 1.0, &t_loop, &t_grp);
+  const int threads = omp_get_max_threads();
+  const auto on_one_thread = [&] {
+    omp_set_num_threads(1);
+    both(false);
+    omp_set_num_threads(threads);
+  };
+  const auto [t_loop1, t_loop_n] =
+      paired_median_seconds(on_one_thread, [&] { both(false); }, reps_for(one * (threads + 1), 0.5));
+  std::printf("%3lld %4lld %5lld %5lld %2lld %5lld %5lld %3lld %7.2f %7.2f %7.2f %9.3f %9.3f %7.2f %7.2f %9.2g\n",
+              static_cast<long long>(c.E), static_cast<long long>(c.C), static_cast<long long>(c.F),
+              static_cast<long long>(c.tokens), static_cast<long long>(c.topk), static_cast<long long>(P),
+              static_cast<long long>(max_load), static_cast<long long>(small), r_fwd, r_bd, r_bw, 1e3 * t_loop,
+              1e3 * t_grp, r_all, t_loop1 / t_loop_n, diff);
+  std::fflush(stdout);
+}
+
+// The sizes a CPU MoE run of this framework trains: hidden 128..512, fine-grained expert ffn 64..1024,
+// 256..4096 routed rows (tokens x top-k, top-k 1..8), 8 and 16 experts with skewed loads.
+void sweep() {
+  std::printf("Sweep: grouped expert products vs the per-expert gemm loop, SwiGLU (fc1 [2F, C], fc2 [C, F]), "
+              "%d OpenMP threads\n",
+              omp_get_max_threads());
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) == 3) std::printf("load average at the start: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
+  std::printf("loads skewed geometrically (ratio 0.6 at 8 experts, 0.75 at 16), the last expert none; "
+              "max = largest load, <16 = experts under 16 rows\n");
+  std::printf("loop/grp per part: fwd = the 2 forward products, bwd-dX = the 2 input-gradient, bwd-dW = the 2 "
+              "weight-gradient products; all = the 6 together (ms each path); 1->%d = the loop's own speed-up "
+              "from 1 to %d threads; timings: medians of the two paths run in alternation\n",
+              omp_get_max_threads(), omp_get_max_threads());
+  std::printf("%3s %4s %5s %5s %2s %5s %5s %3s %7s %7s %7s %9s %9s %7s %7s %9s\n", "E", "C", "F", "tok", "k", "P",
+              "max", "<16", "fwd", "bwd-dX", "bwd-dW", "loop ms", "grp ms", "all", "1->n", "max diff");
+  const std::vector<std::pair<int64_t, int64_t>> rows = {{256, 1}, {512, 2}, {512, 8}};  // tokens, top-k
+  for (int64_t E : {8, 16})
+    for (int64_t C : {128, 256, 512})
+      for (int64_t F : {64, 256, 1024})
+        for (const auto& [tokens, k] : rows) sweep_case({E, C, F, tokens, k, E == 8 ? 0.6 : 0.75});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t N = 2048, C = 512, F = 1024;
   int reps = 7;
-  bool products_only = false;
+  bool products_only = false, run_sweep = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int64_t v = std::atoll(argv[i + 1]);
@@ -190,10 +304,15 @@ int main(int argc, char** argv) {
     else if (a == "--ffn") F = v;
     else if (a == "--reps") reps = static_cast<int>(v);
     else if (a == "--products-only") products_only = v != 0;
+    else if (a == "--sweep") run_sweep = v != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
     }
+  }
+  if (run_sweep) {
+    sweep();
+    return 0;
   }
   const int64_t E = 8, k = 2;
   const ParallelContext ctx = ParallelContext::single();

@@ -16,16 +16,28 @@
 // fits within 1 / (2 x threads) of all the work, and is otherwise cut into that many pieces (rows first,
 // columns when a few rows hold much of the work, none thinner than 64): oneDNN's sgemm runs a whole
 // product faster than the same product in small tiles, so the cutting goes only as far as the balance
-// needs. Each item is one oneDNN sgemm (the kernels cpu::gemm calls) over its full reduction; called
-// from inside the parallel region it runs on the calling thread. A single item (or one thread) runs
-// outside any region, so oneDNN threads it itself.
+// needs. Each item (but for the weight gradient's paths below) is one oneDNN sgemm (the kernels cpu::gemm
+// calls) over its full reduction; called from inside the parallel region it runs on the calling thread. A
+// single item (or one thread) runs outside any region, so oneDNN threads it itself.
 //
-// Numerics: every output element is one fp32 dot product over the whole reduction (K, N, or the
-// group's rows) by oneDNN's sgemm kernels, as in the per-group loop of cpu::gemm calls; the loop's
-// products run over a whole segment on every thread, the items over a piece on one thread, and oneDNN's
-// blocking (so the order of its partial sums) depends on the shape and thread count, so the two agree to
-// fp32 rounding, not bitwise: within 1e-5 relative in tests/kernels/test_grouped_gemm.cpp and
-// tests/moe/test_moe_grouped.cpp.
+// The weight gradient has two paths of its own. Its output has the weight's shape however many rows the
+// expert has, so where that output is too small to cut into enough pieces (a fine-grained expert holding
+// most of the rows, on many threads) its reduction over the rows is cut as well, into even pieces of at
+// least 32 rows: the first accumulates into dW_g, each later one writes its partial sum to scratch, and
+// the partial sums are then added to dW_g in the order of their rows. And an item over fewer than 8 rows
+// (an expert that got few tokens) skips oneDNN, whose packing costs more than those few multiply-adds per
+// element: a plain vector loop adds its rank-1 terms to each row of dW_g in row order.
+//
+// Numerics: every output element is one fp32 dot product over the whole reduction (K, N, or the group's
+// rows; for a weight gradient whose rows are cut, the sum of the pieces' dot products) by oneDNN's sgemm
+// kernels (the few-row loop above for a weight gradient over fewer than 8 rows), as in the per-group loop
+// of cpu::gemm calls; the loop's products run over a whole segment on every thread, the items over a
+// piece on one thread, and oneDNN's blocking (so the order of its partial sums) depends on the shape and
+// thread count, so the two agree to fp32 rounding, not bitwise: within 1e-5 relative in
+// tests/kernels/test_grouped_gemm.cpp and tests/moe/test_moe_grouped.cpp. The cut depends only on the
+// shapes, the offsets and the thread count, so for a given thread count every result is the same bits on
+// every run (the dynamic shares decide only which thread computes an item;
+// tests/kernels/test_grouped_gemm_paths.cpp checks it).
 #include <cstdint>
 
 namespace megadlm::cpu {
@@ -36,5 +48,9 @@ void grouped_gemm_backward_data(int64_t G, const int64_t* offsets, int64_t N, in
                                 const float* const* W, float* dX);
 void grouped_gemm_backward_weight(int64_t G, const int64_t* offsets, int64_t N, int64_t K, const float* dY,
                                   const float* X, float* const* dW);
+
+// The most pieces grouped_gemm_backward_weight cuts one group's reduction into, given `threads`
+// threads (1 where no reduction is cut). For tests, which need to know that a case takes that path.
+int64_t grouped_gemm_weight_reduction_pieces(int64_t G, const int64_t* offsets, int64_t N, int64_t K, int threads);
 
 }  // namespace megadlm::cpu
