@@ -2,7 +2,8 @@
 //   - on a Megatron .bin/.idx dataset (--data-path): consecutive windows of --seq-length tokens;
 //     GPT: exact NLL per token and perplexity; diffusion: the negative ELBO per token estimated by
 //     Monte Carlo (--mc-samples stratified draws of the mask ratio per window), reported as a
-//     perplexity upper bound with its standard error;
+//     perplexity upper bound with its standard error; a block diffusion (BD3-LM) checkpoint's NELBO
+//     runs over its [x_t ; x_0] layout with t per block drawn from [eps, 1] (docs/block_diffusion.md);
 //   - multiple choice (--choices-file, .jsonl of {"context", "choices", "label"}): each choice scored
 //     by its log-likelihood given the context (diffusion: LLaDA's estimator, prompt never masked,
 //     --cfg-scale for guidance), accuracy of the argmax (and of the per-token argmax);
@@ -102,6 +103,11 @@ int main(int argc, char** argv) {
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
     LanguageModel& model = *lm.model;
+    // A block diffusion checkpoint (BD3-LM) is scored by its own NELBO over the [x_t ; x_0] layout.
+    const bool block_diffusion = model.config().block_diffusion;
+    MEGADLM_CHECK(!block_diffusion || (f.get_string("answer").empty() && f.get_string("choices-file").empty()), lm.dir,
+                  ": --answer and --choices-file are not available for a block diffusion checkpoint yet (use --data-path)");
+    const double bd3_eps = lm.state.meta.value("dlm_eps", 1e-3);
     nlohmann::json res = {{"checkpoint", lm.dir}, {"model_type", lm.diffusion ? "difflm" : "gpt"}};
     DiffusionLikelihoodOptions dopt;
     dopt.mask_token = lm.mask_token;
@@ -163,10 +169,13 @@ int main(int argc, char** argv) {
       } else {
         // The negative ELBO bounds the NLL: a perplexity upper bound. Its standard error is over
         // windows (it includes the Monte Carlo noise of each window's estimate).
+        MEGADLM_CHECK(!block_diffusion || T % model.config().attention_block_size == 0, "--seq-length ", T,
+                      " is not a multiple of the checkpoint's block length ", model.config().attention_block_size);
         const auto w = windows(f.get_string("data-path"), T, n);
         double mc_se = 0;
         for (size_t s = 0; s < w.size(); ++s) {
-          const MCEstimate e = diffusion_nll(model, w[s], 0, dopt, s);
+          const MCEstimate e = block_diffusion ? block_diffusion_nll(model, w[s], dopt, bd3_eps, s)
+                                               : diffusion_nll(model, w[s], 0, dopt, s);
           per_window.push_back(e.mean / static_cast<double>(T));
           mc_se += e.se / static_cast<double>(T);
           tokens += T;
@@ -175,6 +184,10 @@ int main(int argc, char** argv) {
         d["windows"] = per_window.size();
         d["tokens"] = tokens;
         d["mc_samples"] = dopt.mc_samples;
+        if (block_diffusion) {
+          d["block_diffusion"] = {{"block_length", model.config().attention_block_size}, {"eps", bd3_eps}};
+          d["perplexity_name"] = "ppl (ELBO bound)";
+        }
         d["nelbo_per_token"] = st.mean;
         d["nelbo_se"] = st.se;
         d["mean_mc_se_per_window"] = mc_se / static_cast<double>(w.size());

@@ -55,9 +55,9 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
-// --sampler: llada and mdlm (diffusion_sampler_from_name), or bd3; --commit-rule belongs to bd3.
-void check_sampler_flags(const CliFlags& f) {
-  const std::string name = f.get_string("sampler");
+// The sampler `name` (--sampler, or bd3 for a block-diffusion checkpoint when --sampler is not given):
+// llada and mdlm (diffusion_sampler_from_name), or bd3; --commit-rule belongs to bd3.
+void check_sampler_flags(const CliFlags& f, const std::string& name) {
   MEGADLM_CHECK(name == "llada" || name == "mdlm" || name == "bd3", "--sampler: unknown value '", name,
                 "' (expected llada, mdlm or bd3)");
   MEGADLM_CHECK(name == "bd3" || !f.given("commit-rule"), "--commit-rule applies to --sampler bd3 only (--sampler ",
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     f.add_string("remasking", "low_confidence", "diffusion: low_confidence or random");
     f.add_string("sampler", "llada",
                  "diffusion: llada (reverse process), mdlm (ancestral) or bd3 (block diffusion, block_causal "
-                 "checkpoints)");
+                 "checkpoints; the default for a --block-diffusion checkpoint)");
     f.add_string("commit-rule", "mdlm",
                  "bd3: how a step commits tokens: mdlm (ancestral) or llada (most confident first)");
     f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance scale (0 = off)", at_least(0));
@@ -142,10 +142,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
-    check_sampler_flags(f);
-    const bool bd3 = f.get_string("sampler") == "bd3";
-    if (bd3) check_bd3_flags(f);
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
+    // A block-diffusion checkpoint (trained with --block-diffusion) samples block by block unless told otherwise.
+    const std::string sampler =
+        !f.given("sampler") && lm.model->config().block_diffusion ? std::string("bd3") : f.get_string("sampler");
+    check_sampler_flags(f, sampler);
+    const bool bd3 = sampler == "bd3";
+    if (bd3) check_bd3_flags(f);
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by generate yet");
     MEGADLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
@@ -206,7 +209,7 @@ int main(int argc, char** argv) {
         o.steps = f.get_int("steps");
         o.block_length = f.get_int("block-length") > 0 ? f.get_int("block-length") : o.gen_length;
         o.remasking = remasking_from_name(f.get_string("remasking"));
-        o.sampler = diffusion_sampler_from_name(f.get_string("sampler"));
+        o.sampler = diffusion_sampler_from_name(sampler);
         o.cfg_scale = static_cast<float>(f.get_double("cfg-scale"));
         o.threshold = static_cast<float>(f.get_double("threshold"));
         o.prefix_cache = f.get_bool("prefix-cache");

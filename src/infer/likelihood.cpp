@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "objectives/block_diffusion.h"
 
 namespace megadlm {
 
@@ -122,6 +123,80 @@ MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& token
   double s = 0;
   for (double d : draws) s += d;
   e.mean = s / static_cast<double>(M);
+  if (M > 1) {
+    double ss = 0;
+    for (double d : draws) ss += (d - e.mean) * (d - e.mean);
+    e.se = std::sqrt(ss / static_cast<double>(M - 1) / static_cast<double>(M));
+  }
+  return e;
+}
+
+namespace {
+
+// Draw j of a block diffusion NELBO: every block's t and every position's mask decision, for one row.
+void block_diffusion_draw(const BlockDiffusionOptions& bo, int64_t T, int64_t M, int64_t j, uint64_t sample_id,
+                          double* t, uint8_t* masked) {
+  const int64_t L = bo.block_length, nb = T / L;
+  const CounterRng shift_rng(bo.seed, RngPurpose::DiffusionTime), mask_rng(bo.seed, RngPurpose::DiffusionMask);
+  for (int64_t k = 0; k < nb; ++k) {
+    const double u = shift_rng.uniform_double(sample_id, static_cast<uint32_t>(k));
+    t[k] = bo.clip_min + (1.0 - bo.clip_min) * (static_cast<double>(j) + u) / static_cast<double>(M);
+  }
+  const uint64_t draw = (sample_id << 20) + static_cast<uint64_t>(j);
+  for (int64_t i = 0; i < T; ++i) masked[i] = mask_rng.uniform_double(draw, static_cast<uint32_t>(i)) < t[i / L];
+}
+
+}  // namespace
+
+MCEstimate block_diffusion_nll(LanguageModel& model, const std::vector<int32_t>& tokens,
+                               const DiffusionLikelihoodOptions& opt, double eps, uint64_t sample_id) {
+  const TransformerConfig& cfg = model.config();
+  const int64_t T = static_cast<int64_t>(tokens.size()), L = cfg.attention_block_size;
+  MEGADLM_CHECK(cfg.block_diffusion && L > 0, "block diffusion likelihood needs a block diffusion model");
+  MEGADLM_CHECK(opt.mask_token >= 0, "diffusion likelihood needs the model's mask token");
+  MEGADLM_CHECK(T >= 1 && T % L == 0, "block diffusion likelihood: ", T, " tokens are not a multiple of the model's ",
+                "block length ", L, " (--seq-length)");
+  MEGADLM_CHECK(opt.mc_samples >= 1, "--mc-samples must be positive, got ", opt.mc_samples);
+  MEGADLM_CHECK(eps >= 0 && eps < 1, "block diffusion likelihood: eps ", eps, " is not in [0, 1)");
+  check_tokens(model, tokens);
+  BlockDiffusionOptions bo;
+  bo.seed = opt.seed;
+  bo.mask_token = opt.mask_token;
+  bo.block_length = L;
+  bo.clip_min = eps;
+  bo.eps = eps;
+  const int64_t M = opt.mc_samples, nb = T / L, V = cfg.vocab_size;
+  const int64_t chunk = std::max<int64_t>(1, opt.batch);
+  std::vector<double> draws;
+  for (int64_t j0 = 0; j0 < M; j0 += chunk) {
+    const int64_t n = std::min(chunk, M - j0);
+    std::vector<int32_t> rows(static_cast<size_t>(n * T));
+    std::vector<double> t(static_cast<size_t>(n * nb));
+    std::vector<uint8_t> masked(static_cast<size_t>(n * T));
+    for (int64_t r = 0; r < n; ++r) {
+      std::copy(tokens.begin(), tokens.end(), rows.begin() + r * T);
+      block_diffusion_draw(bo, T, M, j0 + r, sample_id, t.data() + r * nb, masked.data() + r * T);
+    }
+    MicroBatch mb;
+    block_diffusion_batch(bo, rows.data(), n, T, T, t, masked, 1.0f, mb);
+    mb.targets.clear();
+    mb.weights.clear();
+    Tensor lg = model.forward_logits(mb);
+    for (int64_t r = 0; r < n; ++r) {
+      double sum = 0;
+      for (int64_t i = 0; i < T; ++i) {
+        if (!masked[static_cast<size_t>(r * T + i)]) continue;
+        const float* row = lg.data<float>() + (r * 2 * T + i) * V;  // the noised half of row r
+        sum -= log_prob(row, V, tokens[static_cast<size_t>(i)]) / t[static_cast<size_t>(r * nb + i / L)];
+      }
+      draws.push_back(sum);
+    }
+    model.arena().reset();
+  }
+  MCEstimate e;
+  e.samples = M;
+  for (double d : draws) e.mean += d;
+  e.mean /= static_cast<double>(M);
   if (M > 1) {
     double ss = 0;
     for (double d : draws) ss += (d - e.mean) * (d - e.mean);

@@ -46,6 +46,15 @@ struct MCEstimate {
 MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin,
                          const DiffusionLikelihoodOptions& opt, uint64_t sample_id);
 
+// Block diffusion (BD3-LM, objectives/block_diffusion.h): the negative ELBO of tokens [T] (T a multiple of
+// the model's block length L') under the training layout [x_t ; x_0]:
+//   -log p(x) <= E_{t_1..t_B ~ U[eps, 1]} [ sum over blocks b, masked i of b of -log p(x_i | x_t of b, x_<b) / t_b ]
+// with each token of block b masked at rate t_b. Draw j takes every block's t on a randomly shifted
+// lattice, t_b = eps + (1 - eps) (j + u_b) / M (u_b per block, so the blocks' levels are independent and
+// each is stratified over the draws); opt.batch copies run per model call, cfg_scale is not used.
+MCEstimate block_diffusion_nll(LanguageModel& model, const std::vector<int32_t>& tokens,
+                               const DiffusionLikelihoodOptions& opt, double eps, uint64_t sample_id);
+
 struct ChoiceItem {
   std::vector<int32_t> context;
   std::vector<std::vector<int32_t>> choices;

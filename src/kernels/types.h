@@ -16,11 +16,17 @@ enum class MaskType : uint8_t {
   None,         // bidirectional: every query sees every key
   Causal,       // key j visible to query i iff j <= i
   BlockCausal,  // key j visible to query i iff j / block_size <= i / block_size
+  // Block diffusion's training layout (BD3-LM, objectives/block_diffusion.h): the sequence is two halves
+  // of T/2 rows, the noised copy x_t then the clean x_0, cut into blocks of block_size by the index
+  // within its half. A noised query of block b sees the noised keys of block b and the clean keys of
+  // blocks < b; a clean query of block b sees the clean keys of blocks <= b; no clean query sees a
+  // noised key. T must be even.
+  BlockDiffusion,
 };
 
 struct AttentionMask {
   MaskType type = MaskType::Causal;
-  int64_t block_size = 0;                // for BlockCausal
+  int64_t block_size = 0;                // for BlockCausal and BlockDiffusion
   const int32_t* segment_ids = nullptr;  // [B, T] or null; when set, additionally key j is visible to
                                          // query i only if segment_ids[b,i] == segment_ids[b,j]
                                          // (documents packed in one sequence)

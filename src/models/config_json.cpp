@@ -10,6 +10,7 @@ static const char* mask_name(MaskType m) {
     case MaskType::None: return "no_mask";
     case MaskType::Causal: return "causal";
     case MaskType::BlockCausal: return "block_causal";
+    case MaskType::BlockDiffusion: break;  // a training layout's mask, never a model's (block_diffusion)
   }
   return "?";
 }
@@ -39,6 +40,7 @@ nlohmann::json config_to_json(const TransformerConfig& c) {
   j["init_method_std"] = c.init_method_std;
   j["attention_mask_type"] = mask_name(c.attention_mask);
   j["attention_block_size"] = c.attention_block_size;
+  if (c.block_diffusion) j["block_diffusion"] = true;  // BD3-LM: blocks of attention_block_size
   if (c.moe.enabled()) j["moe"] = moe_config_to_json(c.moe);
   return j;
 }
@@ -86,6 +88,9 @@ TransformerConfig config_from_json(const nlohmann::json& j, const std::string& w
   else if (mask == "block_causal") c.attention_mask = MaskType::BlockCausal;
   else fail(where, ": unknown attention_mask_type '", mask, "'");
   c.attention_block_size = j.value("attention_block_size", int64_t{0});
+  c.block_diffusion = j.contains("block_diffusion") && field<bool>(j, "block_diffusion", where);
+  MEGADLM_CHECK(!c.block_diffusion || (c.attention_mask == MaskType::BlockCausal && c.attention_block_size > 0), where,
+                ": a block diffusion model config needs attention_mask_type block_causal and attention_block_size > 0");
   if (j.contains("moe")) c.moe = moe_config_from_json(j["moe"], where);
   return c;
 }

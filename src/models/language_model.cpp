@@ -115,7 +115,7 @@ Arena& LanguageModel::work_arena() {
 
 LanguageModel::Staged LanguageModel::host_arrays(const MicroBatch& mb) {
   const BatchInfo info{mb.B,    mb.T,    mb.positions.empty() ? nullptr : mb.positions.data(), mb.segments(),
-                       mb.sequence_segments(), nullptr, nullptr, 0, mb.weight};
+                       mb.sequence_segments(), nullptr, nullptr, 0, mb.weight, mb.block_diffusion};
   return Staged{mb.tokens.data(), mb.targets.empty() ? nullptr : mb.targets.data(), mb.weights_or_null(), info};
 }
 

@@ -18,6 +18,10 @@ struct MicroBatch {
   // Context parallelism (models/context_parallel.h): the arrays above hold this rank's chunks of each
   // sequence, and this the whole sequences' document ids [B, T*cp] (empty without documents).
   std::vector<int32_t> sequence_segment_ids;
+  // Block diffusion's training layout (objectives/block_diffusion.h): every row is [x_t ; x_0], 2 x the
+  // sequence length, and self-attention takes MaskType::BlockDiffusion with blocks of this length in
+  // place of the model's own mask. 0: the model's mask.
+  int64_t block_diffusion = 0;
   // This micro-batch's share of the step (1 / the step's micro-batches): folded into the weights by
   // the objective, and the gradient scale of the MoE aux and z losses.
   float weight = 1.0f;
@@ -32,6 +36,7 @@ struct MicroBatch {
     for (auto* v : {&tokens, &positions, &segment_ids, &targets}) v->resize(N);
     weights.resize(N);
     sequence_segment_ids.clear();
+    block_diffusion = 0;
   }
 
   const int32_t* segments() const { return segment_ids.empty() ? nullptr : segment_ids.data(); }

@@ -35,13 +35,15 @@ void SelfAttention::set_precision(MixedPrecision* p) {
 
 AttentionMask SelfAttention::mask() const {
   AttentionMask m;
-  m.type = spec_.mask;
-  m.block_size = spec_.block_size;
+  m.type = batch_.block_diffusion > 0 ? MaskType::BlockDiffusion : spec_.mask;
+  m.block_size = batch_.block_diffusion > 0 ? batch_.block_diffusion : spec_.block_size;
   m.segment_ids = batch_.segment_ids;
   return m;
 }
 
 RingAttentionArgs SelfAttention::ring_args() const {
+  // The ring pairs whole chunks under prefix masks; the two halves of block diffusion's layout are not one.
+  MEGADLM_CHECK(batch_.block_diffusion == 0, "block diffusion's training layout does not run under context parallelism");
   RingAttentionArgs a;
   a.B = batch_.B;
   a.T = batch_.T;

@@ -35,6 +35,9 @@ struct TransformerConfig {
   float init_method_std = 0.02f;
   MaskType attention_mask = MaskType::Causal;
   int64_t attention_block_size = 0;   // block_causal
+  // Trained as a block diffusion model (BD3-LM, objectives/block_diffusion.h) with blocks of
+  // attention_block_size: the mask stays block_causal, which is what a block sees when it is sampled.
+  bool block_diffusion = false;
   MoEConfig moe;                      // num_experts > 0: MoE in the layers moe.is_moe_layer() picks
 };
 
@@ -56,6 +59,9 @@ struct BatchInfo {
   // The micro-batch's share of the step (MicroBatch::weight): the gradient scale of the losses a
   // module adds on its own (the MoE aux and z losses), as the objective scales the LM loss.
   float weight = 1.0f;
+  // Block diffusion's 2T training layout (MicroBatch::block_diffusion): self-attention's mask is
+  // MaskType::BlockDiffusion with blocks of this length. 0: the layer's own mask.
+  int64_t block_diffusion = 0;
 };
 
 }  // namespace megadlm

@@ -80,7 +80,10 @@ void declare(CliFlags& f) {
   f.add_double("hidden-dropout", 0.0, "dropout after attention and MLP (only 0 is supported yet)", closed_open(0, 1));
   f.add_double("attention-dropout", 0.0, "dropout on attention probabilities (only 0 is supported yet)", closed_open(0, 1));
   f.add_string("attention-mask-type", "", "no_mask, causal or block_causal (default: no_mask for difflm, causal for gpt)");
-  f.add_int("block-length", 0, "block size of --attention-mask-type block_causal", at_least(0));
+  f.add_int("block-length", 0, "block size of --attention-mask-type block_causal (and of --block-diffusion)", at_least(0));
+  f.add_bool("block-diffusion", "train a block diffusion LM (BD3-LM) with blocks of --block-length (docs/block_diffusion.md)");
+  f.add_double("bd3-clip-min", 1e-3, "--block-diffusion: lower end of the blocks' noise levels t ~ U[min, max] (default --dlm-eps)");
+  f.add_double("bd3-clip-max", 1, "--block-diffusion: upper end of the blocks' noise levels", closed(0, 1));
   declare_moe_flags(f);  // --num-experts, --moe-* (train/moe_arguments.cpp)
   // diffusion
   f.add_string("mask-token", "", "mask token id or text (default: the tokenizer's, else a new <|mask|>)");
@@ -168,6 +171,41 @@ void require_unsupported_off(const CliFlags& f) {
                 ": dropout is not available in this build yet (use 0)");
   MEGADLM_CHECK(f.get_double("attention-dropout") == 0.0, "--attention-dropout ", f.get_double("attention-dropout"),
                 ": dropout is not available in this build yet (use 0)");
+}
+
+// --block-diffusion: the model keeps block_causal attention with blocks of --block-length (what a block
+// sees when it is sampled); the objective builds the 2T layout. Flags it cannot honour are refused.
+void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
+  const bool on = f.get_bool("block-diffusion");
+  for (const char* flag : {"bd3-clip-min", "bd3-clip-max"})
+    MEGADLM_CHECK(on || !f.given(flag), "--", flag, " needs --block-diffusion");
+  if (!on) return;
+  MEGADLM_CHECK(a.model_type == ModelType::DiffLM, "--block-diffusion needs --model-type difflm");
+  const int64_t L = f.get_int("block-length");
+  MEGADLM_CHECK(L > 0, "--block-diffusion needs --block-length > 0 (the block length L')");
+  MEGADLM_CHECK(a.seq_length % L == 0, "--block-diffusion: --seq-length ", a.seq_length,
+                " is not a multiple of --block-length ", L);
+  MEGADLM_CHECK(a.attention_mask_type.empty() || a.attention_mask_type == "block_causal",
+                "--block-diffusion trains block_causal attention; --attention-mask-type ", a.attention_mask_type,
+                " does not apply");
+  MEGADLM_CHECK(a.model_running_mode == "difflm-noshift", "--block-diffusion predicts masked tokens in place; ",
+                "--model-running-mode ", a.model_running_mode, " does not apply");
+  MEGADLM_CHECK(f.get_int("context-parallel-size") == 1, "--block-diffusion does not run with --context-parallel-size ",
+                f.get_int("context-parallel-size"), " (its two halves of a sequence are not chunked)");
+  MEGADLM_CHECK(!f.given("difflm-varilen-prob") || f.get_double("difflm-varilen-prob") == 0,
+                "--difflm-varilen-prob does not apply to --block-diffusion (every row is trained at full length)");
+  MEGADLM_CHECK(!f.given("dlm-loss") || f.get_string("dlm-loss") == "llada", "--dlm-loss ", f.get_string("dlm-loss"),
+                " does not apply to --block-diffusion (its loss weights each block by 1 / t)");
+  for (const char* flag : {"reset-position-ids", "reset-attention-mask"})
+    MEGADLM_CHECK(!f.get_bool(flag), "--", flag, " does not apply to --block-diffusion (documents are not separated)");
+  a.model.attention_mask = MaskType::BlockCausal;
+  a.model.attention_block_size = L;
+  a.model.block_diffusion = true;
+  a.diffusion.varilen_prob = 0;
+  a.bd3_clip_min = f.given("bd3-clip-min") ? f.get_double("bd3-clip-min") : a.diffusion.eps;
+  a.bd3_clip_max = f.get_double("bd3-clip-max");
+  MEGADLM_CHECK(a.bd3_clip_min >= 0 && a.bd3_clip_min < a.bd3_clip_max, "--bd3-clip-min ", a.bd3_clip_min,
+                " must be in [0, --bd3-clip-max ", a.bd3_clip_max, ")");
 }
 
 // Context parallelism splits every sequence into 2cp equal chunks (models/context_parallel.h) that the
@@ -276,6 +314,9 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.reset_attention_mask = f.get_bool("reset-attention-mask");
   a.eod_mask_loss = f.get_bool("eod-mask-loss");
   read_sft_flags(f, a);
+  read_block_diffusion_flags(f, a);
+  MEGADLM_CHECK(!(a.sft && a.block_diffusion), "--sft with --block-diffusion is not supported: the block diffusion ",
+                "objective takes no loss mask");
 
   a.micro_batch_size = f.get_int("micro-batch-size");
   a.global_batch_size = f.get_int("global-batch-size") > 0 ? f.get_int("global-batch-size") : a.micro_batch_size;

@@ -30,6 +30,8 @@ struct TrainArgs {
   // diffusion
   std::string mask_token;              // id or token text; "" = the tokenizer's or a new <|mask|>
   DiffusionOptions diffusion;
+  // --block-diffusion (model.block_diffusion): the BD3-LM objective's clipped schedule, t_b ~ U[min, max]
+  double bd3_clip_min = 1e-3, bd3_clip_max = 1.0;
   // data
   std::vector<std::string> data_path;  // [W1] P1 [W2 P2 ...]
   std::string split = "969,30,1";

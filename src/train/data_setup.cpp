@@ -10,12 +10,23 @@
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
 #include "data/preprocess.h"
+#include "objectives/block_diffusion.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/next_token.h"
 
 namespace megadlm {
 
 std::unique_ptr<Objective> make_objective(const TrainArgs& args) {
+  if (args.model.block_diffusion) {
+    BlockDiffusionOptions o;
+    o.seed = args.diffusion.seed;
+    o.mask_token = args.diffusion.mask_token;
+    o.block_length = args.model.attention_block_size;
+    o.clip_min = args.bd3_clip_min;
+    o.clip_max = args.bd3_clip_max;
+    o.eps = args.diffusion.eps;
+    return std::make_unique<BlockDiffusion>(o);
+  }
   if (args.model_type == ModelType::DiffLM) return std::make_unique<MaskedDiffusion>(args.diffusion);
   NextTokenOptions o;
   o.eod = args.diffusion.eod;

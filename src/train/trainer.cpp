@@ -106,11 +106,11 @@ Trainer::Trainer(const TrainArgs& args)
   // Refuse a model that cannot fit before allocating anything large.
   validate_config(args_.model);
   const int64_t params = parameter_count(args_.model);
-  // A context-parallel rank holds T / cp rows of each sequence.
+  // A context-parallel rank holds T / cp rows of each sequence; block diffusion's layout [x_t ; x_0] 2T.
   MemoryOptions mem_options = memory_options(args_.precision);
   mem_options.context_parallel = args_.parallel.layout.cp;
-  memory_ = estimate_memory(args_.model, params, args_.micro_batch_size,
-                            args_.seq_length / args_.parallel.layout.cp, mem_options);
+  const int64_t rows = args_.seq_length * (args_.model.block_diffusion ? 2 : 1);
+  memory_ = estimate_memory(args_.model, params, args_.micro_batch_size, rows / args_.parallel.layout.cp, mem_options);
   const MemoryEstimate& mem = memory_;
   // The host's memory bounds a CPU run; a GPU run's device memory is not estimated here.
   const double avail = args_.device == Device::CPU ? available_host_memory_bytes() : 0.0;
@@ -174,6 +174,7 @@ nlohmann::json Trainer::checkpoint_meta() const {
   m["seed"] = args_.seed;
   m["micro_batch_size"] = args_.micro_batch_size;
   m["global_batch_size"] = args_.global_batch_size;
+  if (args_.model.block_diffusion) m["dlm_eps"] = args_.diffusion.eps;  // evaluate's NELBO draws t from [eps, 1]
   return m;
 }
 

@@ -18,6 +18,11 @@ struct Shape {
 inline bool visible(const AttentionMask& m, const std::vector<int32_t>& seg, int64_t b, int64_t T, int64_t i, int64_t j) {
   if (m.type == MaskType::Causal && j > i) return false;
   if (m.type == MaskType::BlockCausal && j / m.block_size > i / m.block_size) return false;
+  if (m.type == MaskType::BlockDiffusion) {  // [x_t ; x_0]: kernels/types.h
+    const int64_t half = T / 2, bq = (i % half) / m.block_size, bk = (j % half) / m.block_size;
+    const bool ok = i < half ? (j < half ? bk == bq : bk < bq) : (j >= half && bk <= bq);
+    if (!ok) return false;
+  }
   if (!seg.empty() && seg[b * T + i] != seg[b * T + j]) return false;
   return true;
 }

@@ -99,6 +99,13 @@ TYPED_TEST(CudaAttention, HeadDims) {
   this->check(Shape{2, 16, 3, 1, 64}, mask_of(MaskType::BlockCausal, 100), true);
 }
 
+// Block diffusion's [x_t ; x_0] layout (T even; the kernels see any key as a possible one).
+TYPED_TEST(CudaAttention, BlockDiffusionMask) {
+  this->check(Shape{2, 48, 4, 2, 64}, mask_of(MaskType::BlockDiffusion, 4), false);
+  this->check(Shape{1, 70, 2, 1, 32}, mask_of(MaskType::BlockDiffusion, 6), false);
+  this->check(Shape{2, 64, 4, 2, 128}, mask_of(MaskType::BlockDiffusion, 8), true);
+}
+
 // D = 48: only the cuBLASLt path takes it (the flash kernel supports 32 / 64 / 128).
 TYPED_TEST(CudaAttention, GemmPathAnyHeadDim) {
   this->check_impl(Shape{2, 40, 4, 1, 48}, mask_of(MaskType::Causal), true, cuda::AttentionImpl::Gemm);

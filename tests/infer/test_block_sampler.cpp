@@ -469,6 +469,8 @@ class Bd3Generate : public ::testing::Test {
     test::run_training(flags, {"--train-iters", "1", "--attention-mask-type", "block_causal", "--block-length", "4",
                                "--save", root_ + "/bd3"});
     test::run_training(flags, {"--train-iters", "1", "--save", root_ + "/plain"});
+    test::run_training(flags, {"--train-iters", "1", "--block-diffusion", "--block-length", "4", "--save",
+                               root_ + "/bd3trained"});
     std::vector<std::string> gpt_flags = flags;
     *(std::find(gpt_flags.begin(), gpt_flags.end(), "--model-type") + 1) = "gpt";
     test::run_training(gpt_flags, {"--train-iters", "1", "--save", root_ + "/gpt"});
@@ -477,6 +479,7 @@ class Bd3Generate : public ::testing::Test {
   static std::string bd3() { return root_ + "/bd3"; }
   static std::string plain() { return root_ + "/plain"; }
   static std::string gpt() { return root_ + "/gpt"; }
+  static std::string bd3_trained() { return root_ + "/bd3trained"; }  // pretrain_difflm --block-diffusion
   static std::string root_;
 };
 std::string Bd3Generate::root_;
@@ -517,6 +520,29 @@ TEST_F(Bd3Generate, SamplesWithAndWithoutTheCacheAlike) {
     }
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(outs[0][i]["generation"], outs[1][i]["generation"]) << "prompt " << i;
   }
+}
+
+// A checkpoint trained with --block-diffusion samples with bd3 when --sampler is not given.
+TEST_F(Bd3Generate, BlockDiffusionCheckpointSamplesWithBd3ByDefault) {
+  MEGADLM_REQUIRE_BINARY("generate");
+  test::TempDir dir;
+  std::vector<std::vector<nlohmann::json>> outs;
+  for (const std::vector<std::string>& sampler : {std::vector<std::string>{}, {"--sampler", "bd3"}}) {
+    std::vector<std::string> args = {"--load", bd3_trained(), "--prompt", "1 2 3", "--max-new-tokens", "10",
+                                     "--temperature", "1", "--seed", "5", "--output", dir / "out.jsonl"};
+    args.insert(args.end(), sampler.begin(), sampler.end());
+    const auto r = test::run_binary("generate", args, dir / "log.txt", {120, -1, ""});
+    ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+    outs.push_back(read_jsonl(dir / "out.jsonl"));
+    ASSERT_EQ(outs.back().size(), 1u);
+  }
+  EXPECT_EQ(outs[0][0]["generation"], outs[1][0]["generation"]);
+  EXPECT_EQ(outs[0][0]["denoising_steps"], outs[1][0]["denoising_steps"]);
+  // The bd3 flags' checks apply to the default too.
+  const auto r = test::run_binary("generate", {"--load", bd3_trained(), "--gen-length", "8"}, dir / "log.txt",
+                                  {120, -1, ""});
+  EXPECT_CLEAN_ERROR_EXIT(r);
+  expect_names(r, {"--gen-length"});
 }
 
 TEST_F(Bd3Generate, BadFlagsExitOneNamingTheFlag) {

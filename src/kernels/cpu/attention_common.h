@@ -89,12 +89,36 @@ struct TileMask {
   bool partial() const { return by_position || by_segment; }
 };
 
+// The keys one query sees under the block-diffusion mask: the rows of [begin0, end0) and [begin1, end1).
+struct KeyRanges {
+  int64_t begin0, end0, begin1, end1;
+  // How many of the keys [k0, k1] (inclusive) they hold.
+  int64_t count(int64_t k0, int64_t k1) const {
+    return std::max<int64_t>(0, std::min(end0, k1 + 1) - std::max(begin0, k0)) +
+           std::max<int64_t>(0, std::min(end1, k1 + 1) - std::max(begin1, k0));
+  }
+  bool contains(int64_t j) const { return (j >= begin0 && j < end0) || (j >= begin1 && j < end1); }
+};
+
 // The mask restricted to one batch row b.
 struct Visibility {
   MaskType type;
   int64_t block;
   const int32_t* seg;   // [T] the queries' segment ids for this batch row, or null
   const int32_t* kseg;  // [T] the keys' (seg itself unless the mask gives key_segment_ids); null with seg
+  int64_t half = 0;     // BlockDiffusion: T / 2, the rows of each copy of the sequence
+
+  // BlockDiffusion: query i's keys. Noised (i < half, block b): noised block b, clean blocks < b;
+  // clean (block b): clean blocks <= b. Its keys are not a prefix, so last_key / first_query do not
+  // describe this mask: classify and mask_tile test it pair by pair and tile_cut leaves its tiles whole.
+  KeyRanges block_diffusion_keys(int64_t i) const {
+    if (i < half) {
+      const int64_t b = i / block;
+      return {b * block, std::min((b + 1) * block, half), half, half + b * block};
+    }
+    const int64_t b = (i - half) / block;
+    return {half, std::min(half + (b + 1) * block, 2 * half), 0, 0};
+  }
 
   // The position rule as ranges, both monotone in the index: query i sees exactly the keys
   // j <= last_key(i), and key j is seen exactly by the queries i >= first_query(j).
@@ -109,14 +133,29 @@ struct Visibility {
     return 0;
   }
 
+  // Block diffusion: whether no query of the tile sees any of its keys, and whether some pair is hidden.
+  void classify_block_diffusion(int64_t q0, int64_t nq, int64_t k0, int64_t nk, TileMask& m) const {
+    int64_t seen = 0;
+    for (int64_t i = q0; i < q0 + nq; ++i) {
+      const int64_t c = block_diffusion_keys(i).count(k0, k0 + nk - 1);
+      seen += c;
+      m.by_position = m.by_position || c < nk;
+    }
+    m.skip = seen == 0;
+  }
+
   TileMask classify(int64_t q0, int64_t nq, int64_t k0, int64_t nk) const {
     TileMask m;
     const int64_t q1 = q0 + nq - 1, k1 = k0 + nk - 1;  // last rows, inclusive
-    if (k0 > last_key(q1)) {  // even the last query sees none of the keys
+    if (type == MaskType::BlockDiffusion) {
+      classify_block_diffusion(q0, nq, k0, nk, m);
+      if (m.skip) return m;
+    } else if (k0 > last_key(q1)) {  // even the last query sees none of the keys
       m.skip = true;
       return m;
+    } else {
+      m.by_position = k1 > last_key(q0);  // the first query misses some key
     }
-    m.by_position = k1 > last_key(q0);  // the first query misses some key
     if (seg != nullptr) {
       const auto [qmin, qmax] = std::minmax_element(seg + q0, seg + q0 + nq);
       const auto [kmin, kmax] = std::minmax_element(kseg + k0, kseg + k0 + nk);
@@ -138,7 +177,12 @@ inline void mask_tile(float* st, int64_t ld, bool keys_by_queries, const Visibil
   const int64_t rows = keys_by_queries ? nk : nq, cols = keys_by_queries ? nq : nk;
   for (int64_t r = 0; r < rows; ++r) {
     float* row = st + r * ld;
-    if (tm.by_position) {
+    if (tm.by_position && vis.type == MaskType::BlockDiffusion) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = q0 + (keys_by_queries ? c : r), j = k0 + (keys_by_queries ? r : c);
+        if (!vis.block_diffusion_keys(i).contains(j)) row[c] = kNegInf;
+      }
+    } else if (tm.by_position) {
       if (keys_by_queries) {  // key k0 + r is hidden from queries before first_query
         const int64_t hide = std::clamp<int64_t>(vis.first_query(k0 + r) - q0, 0, cols);
         std::fill(row, row + hide, kNegInf);
@@ -176,8 +220,11 @@ struct TileCut {
 };
 
 // The cut of a tile pair: set where the position rule cuts it (TileMask::by_position), else none.
+// The block-diffusion mask is never cut this way (its keys are not a prefix): its tiles are computed
+// whole and mask_tile hides the pairs.
 inline TileCut tile_cut(const Visibility& vis, const TileMask& tm, int64_t q0, int64_t k0) {
-  return TileCut{tm.by_position ? &vis : nullptr, q0, k0};
+  const bool cut = tm.by_position && vis.type != MaskType::BlockDiffusion;
+  return TileCut{cut ? &vis : nullptr, q0, k0};
 }
 
 // What a product over a cut tile may leave out: the hidden register blocks of a score tile with keys as
@@ -225,9 +272,11 @@ inline void for_each_kept_block(float* C, int64_t ldc, int64_t rows, int64_t W, 
 }
 
 // A block of T or more keys is one block for the whole sequence; clamping keeps last_key from overflowing.
+// Under BlockDiffusion the blocks are counted within each half of T / 2 rows.
 inline Visibility visibility(const AttentionMask& mask, int64_t b, int64_t T) {
   const int32_t* seg = mask.segment_ids ? mask.segment_ids + b * T : nullptr;
   const int32_t* kseg = mask.key_segment_ids ? mask.key_segment_ids + b * T : seg;
+  if (mask.type == MaskType::BlockDiffusion) return Visibility{mask.type, std::min(mask.block_size, T / 2), seg, kseg, T / 2};
   return Visibility{mask.type, std::min(mask.block_size, T), seg, kseg};
 }
 
@@ -268,10 +317,13 @@ inline Shape check_and_shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t
   MEGADLM_CHECK(B >= 0 && T >= 0, who, ": B = ", B, " and T = ", T, " must be >= 0");
   MEGADLM_CHECK(H > 0 && K > 0 && D > 0, who, ": H = ", H, ", K = ", K, ", D = ", D, " must be > 0");
   MEGADLM_CHECK(H % K == 0, who, ": query heads H = ", H, " are not a multiple of kv heads K = ", K);
-  MEGADLM_CHECK(mask.type == MaskType::None || mask.type == MaskType::Causal || mask.type == MaskType::BlockCausal,
+  MEGADLM_CHECK(mask.type == MaskType::None || mask.type == MaskType::Causal || mask.type == MaskType::BlockCausal ||
+                    mask.type == MaskType::BlockDiffusion,
                 who, ": unknown mask type ", static_cast<int>(mask.type));
-  MEGADLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
-                ": BlockCausal needs block_size > 0, got ", mask.block_size);
+  MEGADLM_CHECK((mask.type != MaskType::BlockCausal && mask.type != MaskType::BlockDiffusion) || mask.block_size > 0,
+                who, ": a block mask needs block_size > 0, got ", mask.block_size);
+  MEGADLM_CHECK(mask.type != MaskType::BlockDiffusion || T % 2 == 0, who,
+                ": BlockDiffusion needs an even T (the noised and the clean half), got T = ", T);
   MEGADLM_CHECK(std::isfinite(scale), who, ": scale = ", scale, " is not finite");
   MEGADLM_CHECK(mask.key_segment_ids == nullptr || mask.segment_ids != nullptr, who,
                 ": key_segment_ids without the queries' segment_ids");

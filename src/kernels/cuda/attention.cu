@@ -348,11 +348,15 @@ MaskDev attention_check_args(const char* who, int64_t B, int64_t Tn, int64_t H, 
   MEGADLM_CHECK(B > 0 && Tn > 0 && H > 0 && K > 0 && D > 0, who, ": empty shape B=", B, " T=", Tn, " H=", H, " K=", K,
                 " D=", D);
   MEGADLM_CHECK(H % K == 0, who, ": query heads H=", H, " not divisible by kv heads K=", K);
-  MEGADLM_CHECK(mask.type != MaskType::BlockCausal || mask.block_size > 0, who,
-                ": BlockCausal needs block_size > 0, got ", mask.block_size);
+  MEGADLM_CHECK((mask.type != MaskType::BlockCausal && mask.type != MaskType::BlockDiffusion) || mask.block_size > 0,
+                who, ": a block mask needs block_size > 0, got ", mask.block_size);
+  MEGADLM_CHECK(mask.type != MaskType::BlockDiffusion || Tn % 2 == 0, who,
+                ": BlockDiffusion needs an even T (the noised and the clean half), got T = ", Tn);
   MEGADLM_CHECK(Tn <= 65535LL * kWarps && H <= 65535 && B <= 65535, who, ": grid too large (B=", B, " T=", Tn, " H=", H, ")");
   MEGADLM_CHECK(mask.key_segment_ids == nullptr, who, ": separate key segment ids (context parallelism) are CPU only");
-  return MaskDev{mask.type, std::min(mask.block_size, Tn), mask.segment_ids};
+  if (mask.type == MaskType::BlockDiffusion)
+    return MaskDev{mask.type, std::min(mask.block_size, Tn / 2), mask.segment_ids, Tn / 2};
+  return MaskDev{mask.type, std::min(mask.block_size, Tn), mask.segment_ids, 0};
 }
 
 void set_attention_impl(AttentionImpl impl) { g_impl.store(static_cast<int>(impl)); }

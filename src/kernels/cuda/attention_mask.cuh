@@ -10,22 +10,30 @@ struct MaskDev {
   MaskType type;
   int64_t block;
   const int32_t* seg;  // [B, T] device pointer or null
+  int64_t half;        // BlockDiffusion: T / 2, the rows of each copy of the sequence
 };
 
 // Key j visible to query i (seg: this batch row's segment ids or null).
 __device__ __forceinline__ bool visible(const MaskDev& m, const int32_t* seg, int64_t i, int64_t j) {
   if (m.type == MaskType::Causal && j > i) return false;
   if (m.type == MaskType::BlockCausal && j / m.block > i / m.block) return false;
+  if (m.type == MaskType::BlockDiffusion) {
+    // Noised query (i < half) of block b: noised block b and clean blocks < b; clean query of block b:
+    // clean blocks <= b (kernels/types.h).
+    const bool clean_i = i >= m.half, clean_j = j >= m.half;
+    const int64_t bi = (clean_i ? i - m.half : i) / m.block, bj = (clean_j ? j - m.half : j) / m.block;
+    if (clean_i ? (!clean_j || bj > bi) : (clean_j ? bj >= bi : bj != bi)) return false;
+  }
   if (seg && seg[i] != seg[j]) return false;
   return true;
 }
-// One past the last key any query <= i_max can see.
+// One past the last key any query <= i_max can see (BlockDiffusion: any key, its keys are not a prefix).
 __device__ __forceinline__ int64_t key_end(const MaskDev& m, int64_t i_max, int64_t Tn) {
   if (m.type == MaskType::Causal) return i_max + 1;
   if (m.type == MaskType::BlockCausal) return min(Tn, (i_max / m.block + 1) * m.block);
   return Tn;
 }
-// The first query that can see a key >= j_min.
+// The first query that can see a key >= j_min (BlockDiffusion: query 0 for the same reason).
 __device__ __forceinline__ int64_t query_begin(const MaskDev& m, int64_t j_min) {
   if (m.type == MaskType::Causal) return j_min;
   if (m.type == MaskType::BlockCausal) return j_min / m.block * m.block;
