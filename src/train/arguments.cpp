@@ -315,7 +315,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.eod_mask_loss = f.get_bool("eod-mask-loss");
   read_sft_flags(f, a);
   read_block_diffusion_flags(f, a);
-  MEGADLM_CHECK(!(a.sft && a.block_diffusion), "--sft with --block-diffusion is not supported: the block diffusion ",
+  MEGADLM_CHECK(!(a.sft && f.get_bool("block-diffusion")), "--sft with --block-diffusion is not supported: the block diffusion ",
                 "objective takes no loss mask");
 
   a.micro_batch_size = f.get_int("micro-batch-size");

@@ -89,6 +89,7 @@ TEST(BlockDiffusionTraining, BadFlagsNameTheFlag) {
       {{"--block-diffusion", "--block-length", "4", "--bd3-clip-min", "0.9", "--bd3-clip-max", "0.5"}, "--bd3-clip-min"},
       {{"--block-diffusion", "--block-length", "4", "--bd3-clip-max", "1.5"}, "--bd3-clip-max"},
       {{"--bd3-clip-min", "0.3"}, "--bd3-clip-min needs --block-diffusion"},
+      {{"--block-diffusion", "--block-length", "4", "--sft"}, "--sft with --block-diffusion is not supported"},
   };
   for (const auto& [extra, want] : cases) {
     const std::string e = parse_error(extra);
