@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "robustness/child_process.h"
+#include "layout_runs.h"
 #include "test_util.h"
 #include "train_fixture.h"
 
@@ -29,48 +30,13 @@ namespace {
   const std::string var = test::find_mpirun();   \
   if (var.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)"
 
-// pretrain_difflm with `flags` on `np` ranks (mpirun when np > 1) at tensor-parallel size np; the
-// output into `log`. Fails the test when the run fails.
+// pretrain_difflm with `flags` on `np` ranks at tensor-parallel size np. Fails the test when the run fails.
 void train(const std::string& mpirun, int np, const std::vector<std::string>& flags, const std::string& log) {
-  test::ChildOptions opt;
-  opt.timeout_s = 300;
-  const std::vector<std::string> tp = {"--tensor-model-parallel-size", std::to_string(np)};
-  test::ChildResult r;
-  if (np == 1) {
-    r = test::run_binary("pretrain_difflm", test::plus(flags, tp), log, opt);
-  } else {
-    const std::string asan_options = "ASAN_OPTIONS=" + test::asan_options_for_mpi();
-    const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
-                                             "btl", "self,vader", "-x", "OMP_NUM_THREADS=1", "-x", asan_options,
-                                             "-np", std::to_string(np), test::binary_path("pretrain_difflm")};
-    r = test::run_program(mpirun, test::plus(test::plus(launch, flags), tp), log, opt);
-  }
-  ASSERT_TRUE(r.exited && r.exit_code == 0) << "tp " << np << " run failed:\n" << r.output;
+  test::train_on_ranks(mpirun, np, test::plus(flags, {"--tensor-model-parallel-size", std::to_string(np)}), log);
 }
 
-// iteration -> loss of a run's metrics.jsonl (written into its --save directory).
-std::map<int64_t, double> losses_of(const std::string& save_dir) {
-  std::map<int64_t, double> out;
-  for (const auto& j : test::training_lines(save_dir + "/metrics.jsonl"))
-    out[j["iteration"].get<int64_t>()] = j["loss"].get<double>();
-  return out;
-}
-
-// got's losses against ref's at the same iterations: `steps` of them, the first within first_tol
-// relative, every one within 1e-4.
-void expect_same_losses(const std::map<int64_t, double>& ref, const std::map<int64_t, double>& got, size_t steps,
-                        double first_tol, const std::string& what) {
-  SCOPED_TRACE(what);
-  ASSERT_EQ(got.size(), steps);
-  bool first = true;
-  for (const auto& [it, loss] : got) {
-    ASSERT_TRUE(ref.count(it)) << "iteration " << it;
-    const double rel = std::fabs(loss - ref.at(it)) / std::fabs(ref.at(it));
-    if (first) EXPECT_LE(rel, first_tol) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
-    EXPECT_LE(rel, 1e-4) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
-    first = false;
-  }
-}
+using test::expect_same_losses;
+using test::losses_of;
 
 // The robustness tests' tiny run (4 heads, C 32: tp 4 divides them) on 259 tokens (NullTokenizer's
 // --vocab-size 258 and its end-of-document id) padded to a multiple of 1: 259 rows, 130 + 129 at tp 2,

@@ -16,6 +16,7 @@
 #include "data/indexed_dataset.h"
 #include "data/loss_mask.h"
 #include "robustness/child_process.h"
+#include "layout_runs.h"
 #include "test_util.h"
 #include "train_fixture.h"
 
@@ -154,27 +155,6 @@ TEST(SftRuns, BadSftInputsAreCleanErrors) {
 
 // ---- layouts under mpirun --------------------------------------------------------------------------------
 
-namespace {
-
-// pretrain_difflm on np ranks (mpirun when np > 1) with `flags`; fails the test when the run fails.
-void train(const std::string& mpirun, int np, const std::vector<std::string>& flags, const std::string& log) {
-  test::ChildOptions opt;
-  opt.timeout_s = 300;
-  test::ChildResult r;
-  if (np == 1) {
-    r = test::run_binary("pretrain_difflm", flags, log, opt);
-  } else {
-    const std::string asan_options = "ASAN_OPTIONS=" + test::asan_options_for_mpi();
-    const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
-                                             "btl", "self,vader", "-x", "OMP_NUM_THREADS=1", "-x", asan_options,
-                                             "-np", std::to_string(np), test::binary_path("pretrain_difflm")};
-    r = test::run_program(mpirun, plus(launch, flags), log, opt);
-  }
-  ASSERT_TRUE(r.exited && r.exit_code == 0) << "np " << np << " run failed:\n" << r.output;
-}
-
-}  // namespace
-
 TEST(SftRuns, LayoutsGiveTheSingleProcessLosses) {
   MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   const std::string mpirun = test::find_mpirun();
@@ -191,21 +171,15 @@ TEST(SftRuns, LayoutsGiveTheSingleProcessLosses) {
     SCOPED_TRACE(type);
     const auto flags = plus(set_flag(test::tiny_sft_flags(data, type), "--num-layers", "2"), {"--train-iters", "20"});
     const std::string ref = tmp / (type + "_single");
-    train(mpirun, 1, plus(flags, {"--save", ref}), ref + ".log");
+    test::train_on_ranks(mpirun, 1, plus(flags, {"--save", ref}), ref + ".log");
     if (HasFatalFailure()) return;
-    const auto want = losses(ref);
+    const auto want = test::losses_of(ref);
     ASSERT_EQ(want.size(), 20u);
     for (const auto& [name, extra] : layouts) {
-      SCOPED_TRACE(name);
       const std::string save = tmp / (type + "_" + name);
-      train(mpirun, 2, plus(plus(flags, extra), {"--save", save}), save + ".log");
+      test::train_on_ranks(mpirun, 2, plus(plus(flags, extra), {"--save", save}), save + ".log");
       if (HasFatalFailure()) return;
-      const auto got = losses(save);
-      ASSERT_EQ(got.size(), 20u);
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double rel = std::fabs(got[i] - want[i]) / std::fabs(want[i]);
-        EXPECT_LE(rel, i == 0 ? 1e-6 : 1e-4) << "iteration " << i + 1 << ": " << got[i] << " vs " << want[i];
-      }
+      test::expect_same_losses(want, test::losses_of(save), 20, 1e-6, name);
     }
   }
 }
