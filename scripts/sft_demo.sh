@@ -1,30 +1,36 @@
 #!/usr/bin/env bash
-# A fine-tune that visibly works: reverse a word (tools/sft_task.py). A small base model is pretrained
+# A fine-tune that visibly works: write a word in capitals (tools/sft_task.py; TASK=reverse or add for
+# the harder ones). A small base model is pretrained
 # briefly on Brown, autoregressive (gpt) and diffusion (difflm); each is then fine-tuned with --sft on
 # the task's conversations (ChatML, byte tokenizer); `generate` answers held-out prompts before and
-# after, and the exact-match accuracy is printed and written to runs/sft_demo/results.md.
+# after, and the exact-match accuracy is printed and written to $OUT/results.md. An existing base
+# checkpoint in $OUT is reused. TYPES picks the model types (default "gpt difflm").
 #
 # Needs ../shared/ (Brown) and a built tree (scripts/test.sh).
 #
-#   scripts/sft_demo.sh        # BASE_ITERS=300 SFT_ITERS=600 HELDOUT=200 by default
+#   scripts/sft_demo.sh        # BASE_ITERS=300 SFT_ITERS=1000 SFT_SEQ=96 HELDOUT=200 OUT=runs/sft_demo by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE_ITERS="${BASE_ITERS:-300}"
-SFT_ITERS="${SFT_ITERS:-600}"
+SFT_ITERS="${SFT_ITERS:-1000}"
+TASK="${TASK:-upper}"
+TYPES="${TYPES:-gpt difflm}"
+# The SFT samples' length: a conversation padded with eod to it (the padding counts in the diffusion loss).
+SFT_SEQ="${SFT_SEQ:-96}"
 HELDOUT="${HELDOUT:-200}"
-OUT=runs/sft_demo
+OUT="${OUT:-runs/sft_demo}"
 BIN=build/bin
 BROWN=../shared/data/brown.jsonl
 [[ -f "$BROWN" ]] || { echo "sft_demo.sh: $BROWN not found (the Brown corpus lives in ../shared)" >&2; exit 2; }
 mkdir -p "$OUT"
 
-python3 tools/sft_task.py --task reverse --train 4000 --heldout "$HELDOUT" --out "$OUT/reverse"
+python3 tools/sft_task.py --task "$TASK" --train 4000 --heldout "$HELDOUT" --out "$OUT/$TASK"
 "$BIN/preprocess_data" --input "$BROWN" --json-keys text --output-prefix "$OUT/brown" \
   --tokenizer-type ByteTokenizer --append-eod --workers 2 > /dev/null
-"$BIN/preprocess_data" --input "$OUT/reverse_train.jsonl" --chat-template chatml --output-prefix "$OUT/reverse" \
+"$BIN/preprocess_data" --input "$OUT/${TASK}_train.jsonl" --chat-template chatml --output-prefix "$OUT/$TASK" \
   --tokenizer-type ByteTokenizer --append-eod > /dev/null
 # The held-out prompts as the template renders a user turn followed by the assistant's generation prompt.
-python3 - "$OUT/reverse_heldout.jsonl" "$OUT/prompts.jsonl" <<'PY'
+python3 - "$OUT/${TASK}_heldout.jsonl" "$OUT/prompts.jsonl" <<'PY'
 import json, sys
 with open(sys.argv[2], "w") as f:
     for line in open(sys.argv[1]):
@@ -32,7 +38,7 @@ with open(sys.argv[2], "w") as f:
         f.write(json.dumps({"prompt": f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"}) + "\n")
 PY
 
-MODEL=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --ffn-hidden-size 512 --seq-length 128
+MODEL=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --ffn-hidden-size 512
        --max-position-embeddings 128 --micro-batch-size 16 --global-batch-size 16 --tokenizer-type ByteTokenizer
        --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 --seed 1234 --split 100,0,0
        --log-interval 100 --eval-interval 1000000 --eval-iters 0)
@@ -40,7 +46,7 @@ MODEL=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --ffn-hidden-siz
 # Exact-match accuracy of a generate output against the held-out answers: the answer is the generated
 # text up to the end-of-turn marker.
 accuracy() {
-  python3 - "$1" "$OUT/reverse_heldout.jsonl" <<'PY'
+  python3 - "$1" "$OUT/${TASK}_heldout.jsonl" <<'PY'
 import json, sys
 gen = [json.loads(l)["generation"] for l in open(sys.argv[1])]
 ans = [json.loads(l)["answer"] for l in open(sys.argv[2])]
@@ -58,15 +64,19 @@ answer() {  # $1 checkpoint, $2 model type, $3 output
 }
 
 RESULTS=("| model | base model (pretrained on Brown) | after SFT |" "|---|---|---|")
-for type in gpt difflm; do
-  echo "== $type: pretraining $BASE_ITERS steps on Brown"
-  rm -rf "$OUT/base_$type" "$OUT/sft_$type"
-  "$BIN/pretrain_difflm" --model-type "$type" "${MODEL[@]}" --data-path "$OUT/brown_text_document" \
-    --train-iters "$BASE_ITERS" --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 30 --save "$OUT/base_$type" \
-    > "$OUT/base_$type.log" 2>&1 || { tail -5 "$OUT/base_$type.log"; exit 1; }
-  tail -1 "$OUT/base_$type.log"
-  echo "== $type: SFT $SFT_ITERS steps on the reversal conversations"
-  "$BIN/pretrain_difflm" --model-type "$type" "${MODEL[@]}" --data-path "$OUT/reverse_conversation_document" \
+for type in $TYPES; do
+  rm -rf "$OUT/sft_$type"
+  if [[ ! -f "$OUT/base_$type/latest_checkpointed_iteration.txt" ]]; then
+    echo "== $type: pretraining $BASE_ITERS steps on Brown"
+    rm -rf "$OUT/base_$type"
+    "$BIN/pretrain_difflm" --model-type "$type" "${MODEL[@]}" --seq-length 128 --data-path "$OUT/brown_text_document" \
+      --train-iters "$BASE_ITERS" --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 30 --save "$OUT/base_$type" \
+      > "$OUT/base_$type.log" 2>&1 || { tail -5 "$OUT/base_$type.log"; exit 1; }
+    tail -1 "$OUT/base_$type.log"
+  fi
+  echo "== $type: SFT $SFT_ITERS steps on the $TASK conversations"
+  "$BIN/pretrain_difflm" --model-type "$type" "${MODEL[@]}" --seq-length "$SFT_SEQ" \
+    --data-path "$OUT/${TASK}_conversation_document" \
     --sft --finetune --load "$OUT/base_$type" --train-iters "$SFT_ITERS" --lr 1e-3 --min-lr 1e-4 \
     --lr-warmup-iters 30 --save "$OUT/sft_$type" > "$OUT/sft_$type.log" 2>&1 || { tail -5 "$OUT/sft_$type.log"; exit 1; }
   tail -1 "$OUT/sft_$type.log"

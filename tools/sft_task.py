@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""A fine-tuning task a small model learns in minutes: reverse a word, or add two numbers.
+"""Fine-tuning tasks for a small model: write a word in capitals, reverse it, or add two numbers.
 
 Writes the training conversations (messages form, one JSON object per line, for
 `preprocess_data --chat-template ...`) and the held-out prompts with their answers (for
 scripts/sft_demo.sh, which generates answers and counts the exact matches). Training and held-out
 items never share a question. Deterministic for a given --seed.
 
-  python3 tools/sft_task.py --task reverse --train 4000 --heldout 200 --out runs/sft/reverse
-    -> runs/sft/reverse_train.jsonl, runs/sft/reverse_heldout.jsonl
+  python3 tools/sft_task.py --task upper --train 4000 --heldout 200 --out runs/sft/upper
+    -> runs/sft/upper_train.jsonl, runs/sft/upper_heldout.jsonl
 """
 import argparse
 import json
@@ -15,8 +15,17 @@ import random
 import string
 
 
+def random_word(rng):
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 6)))
+
+
+def upper_item(rng):
+    word = random_word(rng)
+    return f"Write {word} in capitals.", word.upper()
+
+
 def reverse_item(rng):
-    word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 6)))
+    word = random_word(rng)
     return f"Reverse the word {word}.", word[::-1]
 
 
@@ -25,12 +34,12 @@ def add_item(rng):
     return f"What is {a} + {b}?", str(a + b)
 
 
-TASKS = {"reverse": reverse_item, "add": add_item}
+TASKS = {"upper": upper_item, "reverse": reverse_item, "add": add_item}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", choices=sorted(TASKS), default="reverse")
+    ap.add_argument("--task", choices=sorted(TASKS), default="upper")
     ap.add_argument("--train", type=int, default=4000, help="training conversations")
     ap.add_argument("--heldout", type=int, default=200, help="held-out prompts")
     ap.add_argument("--seed", type=int, default=1234)
