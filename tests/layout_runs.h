@@ -51,7 +51,9 @@ inline void expect_same_losses(const std::map<int64_t, double>& ref, const std::
   for (const auto& [it, loss] : got) {
     ASSERT_TRUE(ref.count(it)) << "iteration " << it;
     const double rel = std::fabs(loss - ref.at(it)) / std::fabs(ref.at(it));
-    if (first) EXPECT_LE(rel, first_tol) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
+    if (first) {
+      EXPECT_LE(rel, first_tol) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
+    }
     EXPECT_LE(rel, 1e-4) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
     first = false;
   }

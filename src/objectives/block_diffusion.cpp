@@ -105,15 +105,8 @@ std::string BlockDiffusion::describe() const {
   return os.str();
 }
 
-std::string BlockDiffusion::log_fields(const ObjectiveStats& s) const {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, " | mean t %.3f | masked %.3f", s.sum_t / s.sequences, s.loss_tokens / s.real_tokens);
-  return buf;
-}
+std::string BlockDiffusion::log_fields(const ObjectiveStats& s) const { return diffusion_log_fields(s); }
 
-void BlockDiffusion::add_metrics(const ObjectiveStats& s, nlohmann::json& j) const {
-  j["mean_t"] = s.sum_t / s.sequences;
-  j["masked_fraction"] = s.loss_tokens / s.real_tokens;
-}
+void BlockDiffusion::add_metrics(const ObjectiveStats& s, nlohmann::json& j) const { add_diffusion_metrics(s, j); }
 
 }  // namespace megadlm

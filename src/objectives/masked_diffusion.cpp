@@ -163,15 +163,19 @@ std::string MaskedDiffusion::describe() const {
   return os.str();
 }
 
-std::string MaskedDiffusion::log_fields(const ObjectiveStats& s) const {
+std::string diffusion_log_fields(const ObjectiveStats& s) {
   char buf[96];
   std::snprintf(buf, sizeof buf, " | mean t %.3f | masked %.3f", s.sum_t / s.sequences, s.loss_tokens / s.real_tokens);
   return buf;
 }
 
-void MaskedDiffusion::add_metrics(const ObjectiveStats& s, nlohmann::json& j) const {
+void add_diffusion_metrics(const ObjectiveStats& s, nlohmann::json& j) {
   j["mean_t"] = s.sum_t / s.sequences;
   j["masked_fraction"] = s.loss_tokens / s.real_tokens;
 }
+
+std::string MaskedDiffusion::log_fields(const ObjectiveStats& s) const { return diffusion_log_fields(s); }
+
+void MaskedDiffusion::add_metrics(const ObjectiveStats& s, nlohmann::json& j) const { add_diffusion_metrics(s, j); }
 
 }  // namespace megadlm

@@ -29,6 +29,11 @@ struct ObjectiveStats {
   }
 };
 
+// The diffusion objectives' log fields, " | mean t 0.503 | masked 0.497" (the mean noise level and the
+// masked fraction of the real tokens), and the same as metrics (mean_t, masked_fraction).
+std::string diffusion_log_fields(const ObjectiveStats& s);
+void add_diffusion_metrics(const ObjectiveStats& s, nlohmann::json& j);
+
 class Objective {
  public:
   virtual ~Objective() = default;

@@ -39,27 +39,9 @@ constexpr int64_t kV = 23;
 constexpr int64_t kVlim = 20;
 
 TransformerConfig tiny(bool llama, MaskType mask, int64_t block) {
-  TransformerConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.num_query_groups = 2;
-  c.kv_channels = 8;
-  c.ffn_hidden_size = 32;
-  c.vocab_size = kV;
-  c.max_position_embeddings = 48;
-  c.init_method_std = 0.4f;
-  c.untie_embeddings_and_output_weights = true;
+  TransformerConfig c = test::tiny_sampler_config(llama);
   c.attention_mask = mask;
   c.attention_block_size = block;
-  if (llama) {  // RoPE, RMSNorm, QK-norm, SwiGLU, GQA: every branch of the cached attention
-    c.position_embedding = PositionEmbedding::Rope;
-    c.normalization = NormKind::RMSNorm;
-    c.activation = Activation::SwiGLU;
-    c.qk_layernorm = true;
-    c.num_query_groups = 1;
-    c.add_bias_linear = false;
-  }
   return c;
 }
 

@@ -19,6 +19,7 @@
 #include "nn/ring_attention.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/cp_rows.h"
 
 using namespace megadlm;
 
@@ -70,15 +71,7 @@ struct Problem {
 
 // Rank r's rows of a [B, S, W] tensor: chunks r and 2cp-1-r of every sequence.
 std::vector<float> rows_of(const std::vector<float>& full, int64_t B, int64_t S, int64_t W, int cp, int r) {
-  const int64_t c = S / (2 * cp);
-  std::vector<float> out(static_cast<size_t>(B * 2 * c * W));
-  for (int64_t b = 0; b < B; ++b)
-    for (int half = 0; half < 2; ++half) {
-      const int64_t x = context_chunk(cp, r, half);
-      std::copy(full.begin() + (b * S + x * c) * W, full.begin() + (b * S + (x + 1) * c) * W,
-                out.begin() + (b * 2 + half) * c * W);
-    }
-  return out;
+  return test::cp_rows_of(full, B, S, W, cp, r);
 }
 
 // The same for the log-sum-exps [B, H, S].

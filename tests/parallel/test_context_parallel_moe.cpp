@@ -12,7 +12,7 @@
 
 #include "core/arena.h"
 #include "core/hash.h"
-#include "nn/ring_attention.h"
+#include "parallel/cp_rows.h"
 #include "nn/moe/moe_layer.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
@@ -84,15 +84,7 @@ LayerRun run_layer(const ParallelContext& ctx, const TransformerConfig& cfg, int
 
 // Rows [B, S, W] -> this rank's chunks r and 2cp-1-r of every sequence.
 std::vector<float> rows_of(const std::vector<float>& full, int64_t S, int64_t W, int cp, int r) {
-  const int64_t c = S / (2 * cp);
-  std::vector<float> out(static_cast<size_t>(kB * 2 * c * W));
-  for (int64_t b = 0; b < kB; ++b)
-    for (int half = 0; half < 2; ++half) {
-      const int64_t x = context_chunk(cp, r, half);
-      std::copy(full.begin() + (b * S + x * c) * W, full.begin() + (b * S + (x + 1) * c) * W,
-                out.begin() + (b * 2 + half) * c * W);
-    }
-  return out;
+  return test::cp_rows_of(full, kB, S, W, cp, r);
 }
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {

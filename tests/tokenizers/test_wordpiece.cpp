@@ -18,25 +18,15 @@
 #include "test_util.h"
 #include "tokenizers/tokenizer.h"
 #include "tokenizers/wordpiece.h"
+#include "tokenizers/tokenizer_fixtures.h"
 
 using namespace megadlm;
 using json = nlohmann::json;
 
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(MEGADLM_SOURCE_DIR) + "/tests/tokenizers/fixtures/" + name;
-}
-
-std::vector<json> read_jsonl(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << "cannot open " << path;
-  std::vector<json> out;
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
+std::string fixture(const std::string& name) { return test::tokenizer_fixture(name); }
+using test::read_jsonl;
 
 std::string hex64(uint64_t h) {
   char buf[17];
