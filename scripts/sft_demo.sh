@@ -4,16 +4,19 @@
 # briefly on Brown, autoregressive (gpt) and diffusion (difflm); each is then fine-tuned with --sft on
 # the task's conversations (ChatML, byte tokenizer); `generate` answers held-out prompts before and
 # after, and the exact-match accuracy is printed and written to $OUT/results.md. An existing base
-# checkpoint in $OUT is reused. TYPES picks the model types (default "gpt difflm").
+# checkpoint in $OUT is reused. TYPES picks the model types (default "gpt difflm"). LETTERS sets the
+# words' lengths (default 5: each letter at a fixed position, which the diffusion model learns at this
+# scale; "3-6" varies them).
 #
 # Needs ../shared/ (Brown) and a built tree (scripts/test.sh).
 #
-#   scripts/sft_demo.sh        # BASE_ITERS=300 SFT_ITERS=1000 SFT_SEQ=96 HELDOUT=200 OUT=runs/sft_demo by default
+#   scripts/sft_demo.sh   # BASE_ITERS=300 SFT_ITERS=1000 SFT_SEQ=96 HELDOUT=200 LETTERS=5 OUT=runs/sft_demo by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE_ITERS="${BASE_ITERS:-300}"
 SFT_ITERS="${SFT_ITERS:-1000}"
 TASK="${TASK:-upper}"
+LETTERS="${LETTERS:-5}"
 TYPES="${TYPES:-gpt difflm}"
 # The SFT samples' length: a conversation padded with eod to it (the padding counts in the diffusion loss).
 SFT_SEQ="${SFT_SEQ:-96}"
@@ -24,7 +27,7 @@ BROWN=../shared/data/brown.jsonl
 [[ -f "$BROWN" ]] || { echo "sft_demo.sh: $BROWN not found (the Brown corpus lives in ../shared)" >&2; exit 2; }
 mkdir -p "$OUT"
 
-python3 tools/sft_task.py --task "$TASK" --train 4000 --heldout "$HELDOUT" --out "$OUT/$TASK"
+python3 tools/sft_task.py --task "$TASK" --letters "$LETTERS" --train 4000 --heldout "$HELDOUT" --out "$OUT/$TASK"
 "$BIN/preprocess_data" --input "$BROWN" --json-keys text --output-prefix "$OUT/brown" \
   --tokenizer-type ByteTokenizer --append-eod --workers 2 > /dev/null
 "$BIN/preprocess_data" --input "$OUT/${TASK}_train.jsonl" --chat-template chatml --output-prefix "$OUT/$TASK" \
@@ -50,8 +53,10 @@ accuracy() {
 import json, sys
 gen = [json.loads(l)["generation"] for l in open(sys.argv[1])]
 ans = [json.loads(l)["answer"] for l in open(sys.argv[2])]
-ok = sum(g.split("<|im_end|>")[0].strip() == a for g, a in zip(gen, ans))
-print(f"{ok}/{len(ans)} = {100.0 * ok / len(ans):.1f}%")
+out = [g.split("<|im_end|>")[0].strip() for g in gen]
+ok = sum(o == a for o, a in zip(out, ans))
+letters = sum(x == y for o, a in zip(out, ans) for x, y in zip(o, a))
+print(f"{ok}/{len(ans)} = {100.0 * ok / len(ans):.1f}% (letters in place {letters}/{sum(map(len, ans))})")
 PY
 }
 

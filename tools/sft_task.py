@@ -15,8 +15,11 @@ import random
 import string
 
 
+LETTERS = (3, 6)  # the words' lengths, least and most (--letters)
+
+
 def random_word(rng):
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 6)))
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(*LETTERS)))
 
 
 def upper_item(rng):
@@ -42,10 +45,16 @@ def main():
     ap.add_argument("--task", choices=sorted(TASKS), default="upper")
     ap.add_argument("--train", type=int, default=4000, help="training conversations")
     ap.add_argument("--heldout", type=int, default=200, help="held-out prompts")
+    ap.add_argument("--letters", default="3-6", help="the words' lengths, as MIN-MAX or N (upper, reverse)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", required=True, help="output prefix")
     args = ap.parse_args()
 
+    global LETTERS
+    lo, _, hi = args.letters.partition("-")
+    LETTERS = (int(lo), int(hi or lo))
+    if not 1 <= LETTERS[0] <= LETTERS[1]:
+        ap.error(f"--letters {args.letters}: want MIN-MAX with 1 <= MIN <= MAX")
     rng = random.Random(args.seed)
     make = TASKS[args.task]
     seen, heldout = set(), []

@@ -26,6 +26,9 @@ namespace megadlm {
 
 namespace {
 
+// The decoder families, whose checkpoints hold the same parameters whatever the objective.
+bool is_decoder_type(const std::string& name) { return name == "gpt" || name == "difflm"; }
+
 std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got) {
   std::string out;
   for (auto it = want.begin(); it != want.end(); ++it)
@@ -193,8 +196,23 @@ void Trainer::load() {
     got_shape.erase(k);
   }
   // The model type first: it implies config differences (the attention mask) that would hide it.
-  MEGADLM_CHECK(st.meta.value("model_type", "") == model_type_name(args_.model_type), dir, ": the checkpoint is a ",
-                st.meta.value("model_type", "?"), " model but --model-type is ", model_type_name(args_.model_type));
+  // --finetune may carry gpt weights into difflm or back (AR-to-diffusion adaptation, as DiffuGPT and
+  // Dream start): the same parameters, only the attention mask and the token rows in use differ.
+  const std::string ckpt_type = st.meta.value("model_type", "?");
+  const std::string our_type = model_type_name(args_.model_type);
+  const bool adapts = args_.finetune && ckpt_type != our_type && is_decoder_type(ckpt_type) && is_decoder_type(our_type);
+  MEGADLM_CHECK(ckpt_type == our_type || adapts, dir, ": the checkpoint is a ", ckpt_type, " model but --model-type is ",
+                our_type, is_decoder_type(ckpt_type) && is_decoder_type(our_type)
+                              ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)"
+                              : "");
+  if (adapts) {
+    for (const char* k : {"attention_mask_type", "attention_block_size", "block_diffusion", "real_vocab_size"}) {
+      want_shape.erase(k);
+      got_shape.erase(k);
+    }
+    log_info("--finetune: adapting the ", ckpt_type, " checkpoint into a ", our_type, " model (same weights, ",
+             want.value("attention_mask_type", "?"), " attention)");
+  }
   const std::string diff = config_mismatch(want_shape, got_shape);
   MEGADLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
   // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).

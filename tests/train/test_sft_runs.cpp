@@ -6,6 +6,7 @@
 // mpirun is not installed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -99,6 +100,33 @@ TEST(SftRuns, FinetuneFromAPretrainedCheckpoint) {
   ASSERT_EQ(tuned.size(), 3u);
   EXPECT_EQ(tuned[0]["iteration"].get<int64_t>(), 1);
   EXPECT_LT(tuned[0]["loss"].get<double>(), losses(tmp / "scratch")[0]);
+}
+
+// AR-to-diffusion adaptation: --finetune loads a gpt checkpoint into difflm (the same parameters,
+// bidirectional attention); without --finetune the other model type is an error that says so.
+TEST(SftRuns, FinetuneAdaptsAGptCheckpointIntoDifflm) {
+  test::TempDir tmp;
+  const std::string data = test::make_sft_dataset(tmp.str(), 200);
+  std::vector<std::string> pretrain = test::tiny_sft_flags(data, "gpt");
+  pretrain.erase(pretrain.begin() + 2);  // "--sft"
+  test::run_training(in_process(pretrain), {"--train-iters", "20", "--save", tmp / "pre"});
+  Trainer gpt(test::parse_flags(in_process(plus(pretrain, {"--train-iters", "21", "--load", tmp / "pre"}))));
+  const auto dlm_flags = plus(test::tiny_sft_flags(data, "difflm"), {"--train-iters", "3"});
+  Trainer dlm(test::parse_flags(in_process(plus(dlm_flags, {"--load", tmp / "pre", "--finetune", "--save", tmp / "dlm"}))));
+  const ParamStore &a = gpt.model().params(), &b = dlm.model().params();
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_TRUE(std::equal(a.values(), a.values() + a.numel(), b.values()));
+  dlm.run();
+  const auto l = losses(tmp / "dlm");
+  ASSERT_EQ(l.size(), 3u);
+  for (double x : l) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  const auto r = test::run_binary("pretrain_difflm", plus(dlm_flags, {"--load", tmp / "pre"}), tmp / "log.txt");
+  EXPECT_CLEAN_ERROR_EXIT(r);
+  EXPECT_NE(r.output.find("the checkpoint is a gpt model but --model-type is difflm (add --finetune"),
+            std::string::npos)
+      << r.output;
 }
 
 // --sft from a HuggingFace checkpoint (the Qwen3 fixture, vocabulary 96) on conversations of
