@@ -4,7 +4,8 @@
 # briefly on Brown, autoregressive (gpt) and diffusion (difflm); each is then fine-tuned with --sft on
 # the task's conversations (ChatML, byte tokenizer); `generate` answers held-out prompts before and
 # after, and the exact-match accuracy is printed and written to $OUT/results.md. An existing base
-# checkpoint in $OUT is reused. TYPES picks the model types (default "gpt difflm"). LETTERS sets the
+# checkpoint in $OUT is reused. TYPES picks the runs (default "gpt difflm difflm-from-gpt": the last
+# fine-tunes the gpt base as a diffusion model). LETTERS sets the
 # words' lengths (default 5: each letter at a fixed position, which the diffusion model learns at this
 # scale; "3-6" varies them).
 #
@@ -17,7 +18,7 @@ BASE_ITERS="${BASE_ITERS:-300}"
 SFT_ITERS="${SFT_ITERS:-1000}"
 TASK="${TASK:-upper}"
 LETTERS="${LETTERS:-5}"
-TYPES="${TYPES:-gpt difflm}"
+TYPES="${TYPES:-gpt difflm difflm-from-gpt}"
 # The SFT samples' length: a conversation padded with eod to it (the padding counts in the diffusion loss).
 SFT_SEQ="${SFT_SEQ:-96}"
 HELDOUT="${HELDOUT:-200}"
@@ -68,28 +69,35 @@ answer() {  # $1 checkpoint, $2 model type, $3 output
   fi
 }
 
+pretrain_base() {  # $1 model type: base_$1, pretrained on Brown unless already there
+  [[ -f "$OUT/base_$1/latest_checkpointed_iteration.txt" ]] && return
+  echo "== $1: pretraining $BASE_ITERS steps on Brown"
+  rm -rf "$OUT/base_$1"
+  "$BIN/pretrain_difflm" --model-type "$1" "${MODEL[@]}" --seq-length 128 --data-path "$OUT/brown_text_document" \
+    --train-iters "$BASE_ITERS" --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 30 --save "$OUT/base_$1" \
+    > "$OUT/base_$1.log" 2>&1 || { tail -5 "$OUT/base_$1.log"; exit 1; }
+  tail -1 "$OUT/base_$1.log"
+}
+
 RESULTS=("| model | base model (pretrained on Brown) | after SFT |" "|---|---|---|")
-for type in $TYPES; do
-  rm -rf "$OUT/sft_$type"
-  if [[ ! -f "$OUT/base_$type/latest_checkpointed_iteration.txt" ]]; then
-    echo "== $type: pretraining $BASE_ITERS steps on Brown"
-    rm -rf "$OUT/base_$type"
-    "$BIN/pretrain_difflm" --model-type "$type" "${MODEL[@]}" --seq-length 128 --data-path "$OUT/brown_text_document" \
-      --train-iters "$BASE_ITERS" --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 30 --save "$OUT/base_$type" \
-      > "$OUT/base_$type.log" 2>&1 || { tail -5 "$OUT/base_$type.log"; exit 1; }
-    tail -1 "$OUT/base_$type.log"
-  fi
-  echo "== $type: SFT $SFT_ITERS steps on the $TASK conversations"
+for name in $TYPES; do
+  # difflm-from-gpt: the gpt base fine-tuned as a diffusion model (AR-to-diffusion adaptation by
+  # --finetune); its "before" is the gpt base's own answers.
+  type=${name%%-*}
+  base=${name##*-}
+  pretrain_base "$base"
+  rm -rf "$OUT/sft_$name"
+  echo "== $name: SFT $SFT_ITERS steps on the $TASK conversations"
   "$BIN/pretrain_difflm" --model-type "$type" "${MODEL[@]}" --seq-length "$SFT_SEQ" \
     --data-path "$OUT/${TASK}_conversation_document" \
-    --sft --finetune --load "$OUT/base_$type" --train-iters "$SFT_ITERS" --lr 1e-3 --min-lr 1e-4 \
-    --lr-warmup-iters 30 --save "$OUT/sft_$type" > "$OUT/sft_$type.log" 2>&1 || { tail -5 "$OUT/sft_$type.log"; exit 1; }
-  tail -1 "$OUT/sft_$type.log"
-  answer "$OUT/base_$type" "$type" "$OUT/base_$type.answers.jsonl"
-  answer "$OUT/sft_$type" "$type" "$OUT/sft_$type.answers.jsonl"
-  before=$(accuracy "$OUT/base_$type.answers.jsonl")
-  after=$(accuracy "$OUT/sft_$type.answers.jsonl")
-  echo "$type: held-out exact match before SFT $before, after SFT $after"
-  RESULTS+=("| $type | $before | $after |")
+    --sft --finetune --load "$OUT/base_$base" --train-iters "$SFT_ITERS" --lr 1e-3 --min-lr 1e-4 \
+    --lr-warmup-iters 30 --save "$OUT/sft_$name" > "$OUT/sft_$name.log" 2>&1 || { tail -5 "$OUT/sft_$name.log"; exit 1; }
+  tail -1 "$OUT/sft_$name.log"
+  answer "$OUT/base_$base" "$base" "$OUT/base_$base.answers.jsonl"
+  answer "$OUT/sft_$name" "$type" "$OUT/sft_$name.answers.jsonl"
+  before=$(accuracy "$OUT/base_$base.answers.jsonl")
+  after=$(accuracy "$OUT/sft_$name.answers.jsonl")
+  echo "$name: held-out exact match before SFT $before, after SFT $after"
+  RESULTS+=("| $name | $before | $after |")
 done
 printf '%s\n' "${RESULTS[@]}" | tee "$OUT/results.md"
