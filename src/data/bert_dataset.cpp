@@ -142,12 +142,8 @@ BertDataset::BertDataset(std::shared_ptr<const IndexedDataset> data, SequenceRan
   std::sort(random_ids_skip_.begin(), random_ids_skip_.end());
   random_ids_skip_.erase(std::unique(random_ids_skip_.begin(), random_ids_skip_.end()), random_ids_skip_.end());
 
-  SegmentOptions o;
-  o.max_num_tokens = static_cast<int32_t>(config_.seq_length - 3);
-  o.short_seq_prob = config_.short_seq_prob;
-  o.min_sentences = config_.binary_head ? 2 : 1;
-  o.num_samples = config_.num_samples;
-  o.seed = config_.seed;
+  const SegmentOptions o{static_cast<int32_t>(config_.seq_length - 3), config_.short_seq_prob,
+                         config_.binary_head ? 2 : 1, config_.num_samples, config_.seed};
   segments_ = build_sentence_segments(*data_, documents_, o, &num_epochs_);
   if (!segments_.empty()) return;
   if (config_.binary_head)

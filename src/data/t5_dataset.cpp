@@ -81,12 +81,8 @@ T5Dataset::T5Dataset(std::shared_ptr<const IndexedDataset> data, SequenceRange d
     : data_(std::move(data)), documents_(documents), split_(split), config_(config) {
   MEGADLM_CHECK(data_ != nullptr, "T5Dataset: no indexed dataset");
   check_config();
-  SegmentOptions o;
-  o.max_num_tokens = static_cast<int32_t>(config_.encoder_seq_length);
-  o.short_seq_prob = config_.short_seq_prob;
-  o.min_sentences = 1;
-  o.num_samples = config_.num_samples;
-  o.seed = config_.seed;
+  const SegmentOptions o{static_cast<int32_t>(config_.encoder_seq_length), config_.short_seq_prob, 1,
+                         config_.num_samples, config_.seed};
   segments_ = build_sentence_segments(*data_, documents_, o, nullptr);
   MEGADLM_CHECK(!segments_.empty(), data_->prefix(), ": the ", split_name(split_), " split gives no T5 sample (",
                 describe_documents(*data_, documents_, 1), ")");

@@ -3,13 +3,13 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 #include "data/sentence_split.h"
@@ -27,13 +27,6 @@ std::vector<std::string> split(const std::string& text, bool keep_newlines = fal
 }
 
 using Sentences = std::vector<std::string>;
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 PreprocessOptions byte_options(const std::string& input, const std::string& prefix) {
   PreprocessOptions o;
@@ -119,7 +112,7 @@ TEST(SplitSentencesPreprocess, OneSequencePerSentence) {
     if (s == 2 || s == 5 || s == 6) ids.push_back(256);  // --append-eod ends each document's last sentence
     EXPECT_EQ(d.get(s), ids) << s;
   }
-  const auto sidecar = nlohmann::json::parse(read_text(sidecar_path(dir / "out_text_sentence")));
+  const auto sidecar = nlohmann::json::parse(read_file(sidecar_path(dir / "out_text_sentence")));
   EXPECT_EQ(sidecar.value("split_sentences", false), true);
   EXPECT_EQ(read_data_sidecar(dir / "out_text_sentence").spec.type, "ByteTokenizer");
   EXPECT_FALSE(std::filesystem::exists(dir / "out_text_document.idx"));
@@ -154,7 +147,7 @@ TEST(SplitSentencesPreprocess, SameBytesForAnyNumberOfWorkers) {
     o.chunk_bytes = 997;  // many chunks, so that the workers interleave
     preprocess_jsonl(o);
     const std::string prefix = sentence_prefix(o.output_prefix, "text");
-    const std::string bin = read_text(bin_path(prefix)), idx = read_text(idx_path(prefix));
+    const std::string bin = read_file(bin_path(prefix)), idx = read_file(idx_path(prefix));
     if (workers == 1) {
       first_bin = bin;
       first_idx = idx;
