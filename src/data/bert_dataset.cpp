@@ -34,7 +34,8 @@ void add_epoch(const IndexedDataset& data, SequenceRange documents, const Segmen
                std::vector<SentenceSegment>& out) {
   for (int64_t d = documents.begin; d < documents.end; ++d) {
     const int64_t first = data.document_index(d), last = data.document_index(d + 1);
-    if (last - first < o.min_sentences || has_long_sentence(data, first, last)) continue;
+    // As Megatron, only a document of several sentences is checked for an over-long one.
+    if (last - first < o.min_sentences || (last - first > 1 && has_long_sentence(data, first, last))) continue;
     int64_t start = first, tokens = 0, sentences = 0;
     int32_t target = draw_target(o, draw);
     for (int64_t s = first; s < last; ++s) {

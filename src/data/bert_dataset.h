@@ -9,7 +9,8 @@
 // short_seq_prob a shorter target uniform in [2, max_num_tokens]. A segment holds at least two
 // sentences with the binary head (an A and a B part) and one without it; a segment closes early only
 // when at least two sentences remain for the next. Documents with fewer sentences than a segment
-// needs, or with a sentence over 512 tokens (Megatron's LONG_SENTENCE_LEN), give no segment. Epochs of
+// needs, or of two sentences or more with one over 512 tokens (Megatron's LONG_SENTENCE_LEN), give no
+// segment. Epochs of
 // segments (new targets each epoch) are made until num_samples are there, then shuffled together.
 // The targets and the shuffle come from Philox under the seed, so the segments depend only on (data,
 // documents, seq_length, short_seq_prob, binary head, num_samples, seed). They are rebuilt in memory
@@ -66,7 +67,7 @@ struct BertDatasetConfig {
   BertTokens tokens;
 };
 
-// Megatron's LONG_SENTENCE_LEN: a document with a longer sentence gives no segment.
+// Megatron's LONG_SENTENCE_LEN: a document of several sentences with a longer one gives no segment.
 inline constexpr int32_t kBertLongSentence = 512;
 
 // One segment of the samples mapping: sentences [begin, end) of the IndexedDataset.
@@ -107,7 +108,8 @@ struct BertSample {
 
 class BertDataset {
  public:
-  // `documents`: the split's documents (indices into the document index).
+  // `documents`: the split's documents (indices into the document index), as Megatron splits BERT
+  // data by documents: split_ranges(--split, data->num_documents()).
   BertDataset(std::shared_ptr<const IndexedDataset> data, SequenceRange documents, Split split,
               const BertDatasetConfig& config);
 

@@ -362,3 +362,27 @@ TEST(BertDataset, BadParametersNameTheFlag) {
   spec.type = "ByteTokenizer";
   EXPECT_NE(error_of([&] { bert_tokens_of(*make_tokenizer(spec)); }).find("needs the token [CLS]"), std::string::npos);
 }
+
+// Megatron's LONG_SENTENCE_LEN: a document of several sentences with one over 512 tokens gives no
+// segment; a document of that one sentence alone does (without the binary head), cut to its target.
+TEST(BertSegments, LongSentencesDropSeveralSentenceDocumentsOnly) {
+  TempDir dir;
+  {
+    IndexedDatasetWriter w(dir / "long", IndexDType::U16);
+    const std::vector<int32_t> long_and_short(kBertLongSentence + 1 + 5, 9);
+    w.add_document(long_and_short.data(), static_cast<int64_t>(long_and_short.size()),
+                   std::vector<int32_t>{kBertLongSentence + 1, 5});
+    w.add_document(long_and_short.data(), kBertLongSentence + 1);
+    w.finalize();
+  }
+  const auto data = open(dir / "long");
+  const std::string e = error_of([&] { BertDataset(data, all_documents(*data), Split::Train, config_of(synthetic_tokens(), 64, 4)); });
+  EXPECT_NE(e.find("1 have one sentence and 1 hold a sentence over 512 tokens"), std::string::npos) << e;
+  BertDatasetConfig c = config_of(synthetic_tokens(), 64, 4);
+  c.binary_head = false;
+  const BertDataset ds(data, all_documents(*data), Split::Train, c);
+  for (const SentenceSegment& s : ds.segments()) EXPECT_EQ(s.begin, 2) << "only the one-sentence document";
+  BertStats st;
+  check_sample(ds, 0, ds.sample(0), st);
+  EXPECT_EQ(st.violations, 0) << st.first_violation;
+}
