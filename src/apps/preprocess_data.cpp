@@ -5,6 +5,8 @@
 // With --chat-template chatml|llama3|qwen|tokenizer_config.json the input is conversations ("messages",
 // or "prompt" + "response"): data/corpus_conversation_document.{bin,idx} and its loss mask
 // data/corpus_conversation_document.loss_mask.{bin,idx} (docs/sft.md).
+// With --split-sentences (BERT and T5 data) each sentence is a sequence and the datasets are named
+// data/corpus_text_sentence.{bin,idx} (docs/bert_t5_data.md).
 #include <cstdio>
 #include <exception>
 
@@ -35,6 +37,9 @@ int main(int argc, char** argv) {
     flags.add_string("chat-template", "",
                      "chatml, llama3, qwen, or a tokenizer_config.json whose chat_template is one of them: the "
                      "input is conversations; writes <prefix>_conversation_document and its .loss_mask dataset");
+    flags.add_bool("split-sentences", "split each text into sentences, one sequence each, for BERT and T5 data "
+                                      "(writes <prefix>_<key>_sentence.bin/.idx)");
+    flags.add_bool("keep-newlines", "with --split-sentences: each sentence keeps the whitespace (newlines) after it");
     flags.parse(argc, argv);
     if (flags.help_requested()) {
       std::fputs(flags.help().c_str(), stdout);
@@ -59,6 +64,8 @@ int main(int argc, char** argv) {
     o.strict = flags.get_bool("strict");
     o.log_interval = flags.get_int("log-interval");
     o.chat_template = flags.get_string("chat-template");
+    o.split_sentences = flags.get_bool("split-sentences");
+    o.keep_newlines = flags.get_bool("keep-newlines");
     const PreprocessResult r = preprocess_jsonl(o);
     for (size_t k = 0; k < r.output_prefixes.size(); ++k)
       std::printf("%s: %lld documents, %lld tokens\n", r.output_prefixes[k].c_str(),

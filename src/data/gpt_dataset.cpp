@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/philox.h"
+#include "data/philox_draws.h"
 #include "data/sft_dataset.h"
 
 namespace megadlm {
@@ -65,10 +66,9 @@ template <typename T>
 void philox_shuffle(T* a, int64_t n, uint64_t seed, uint32_t stream) {
   const CounterRng rng(seed, RngPurpose::DataShuffle);
   for (int64_t i = n - 1; i > 0; --i) {
-    const Philox4 b = rng.bits(static_cast<uint64_t>(i), stream);
-    const uint64_t r = (static_cast<uint64_t>(b[1]) << 32) | b[0];
-    // j uniform in [0, i] by a 64x64 -> 128-bit multiply (bias below 2^-40 for any n we can hold).
-    const auto j = static_cast<int64_t>((static_cast<unsigned __int128>(r) * static_cast<uint64_t>(i + 1)) >> 64);
+    // j uniform in [0, i] (bias below 2^-40 for any n we can hold).
+    const auto j = static_cast<int64_t>(
+        draw_below(philox_bits64(rng.bits(static_cast<uint64_t>(i), stream)), static_cast<uint64_t>(i + 1)));
     std::swap(a[i], a[j]);
   }
 }

@@ -19,11 +19,16 @@
 #include "core/log.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
+#include "data/sentence_split.h"
 
 namespace megadlm {
 
 std::string document_prefix(const std::string& output_prefix, const std::string& key) {
   return output_prefix + "_" + key + "_document";
+}
+
+std::string sentence_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_sentence";
 }
 
 std::string sidecar_path(const std::string& data_prefix) { return data_prefix + ".tokenizer.json"; }
@@ -32,7 +37,7 @@ namespace {
 
 // Keys the sidecar adds beside the TokenizerSpec fields.
 constexpr const char* kSidecarExtraKeys[] = {"vocab_size", "eod", "dtype", "json_key", "append_eod", "chat_template",
-                                             "loss_mask"};
+                                             "loss_mask", "split_sentences"};
 
 // One chunk of input lines, parsed (JSON only: the tokenizer is not needed yet).
 struct ParsedChunk {
@@ -138,15 +143,22 @@ void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Toke
       for (size_t k = 0; k < nk; ++k) {
         ChunkResult::PerKey& pk = out.keys[k];
         int32_t seqs = 0;
-        for (const std::string& sentence : p.texts[k]) {
+        auto add_sequence = [&](std::string_view sentence) {
           ids.clear();
           tok.encode(sentence, ids);
-          if (ids.empty()) continue;  // as Megatron: an empty sentence adds no sequence
+          if (ids.empty()) return;  // as Megatron: an empty sentence adds no sequence
           MEGADLM_CHECK(ids.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "key '", opt.json_keys[k],
                         "': ", ids.size(), " tokens do not fit one sequence");
           pk.tokens.insert(pk.tokens.end(), ids.begin(), ids.end());
           pk.seq_lengths.push_back(static_cast<int32_t>(ids.size()));
           ++seqs;
+        };
+        for (const std::string& text : p.texts[k]) {
+          if (!opt.split_sentences) {
+            add_sequence(text);
+            continue;
+          }
+          for (std::string_view sentence : split_sentences(text, opt.keep_newlines)) add_sequence(sentence);
         }
         if (seqs > 0 && opt.append_eod) {
           pk.tokens.push_back(tok.eod());
@@ -414,6 +426,7 @@ std::string sidecar_text(const PreprocessOptions& o, size_t key, int64_t vocab, 
   j["dtype"] = index_dtype_name(dtype);
   j["json_key"] = o.json_keys[key];
   j["append_eod"] = o.append_eod;
+  if (o.split_sentences) j["split_sentences"] = true;
   if (chat) {
     j["chat_template"] = chat_template_name(*chat);
     j["loss_mask"] = true;
@@ -427,6 +440,8 @@ std::optional<ChatTemplate> chat_template_of(const PreprocessOptions& opt) {
   if (opt.chat_template.empty()) return std::nullopt;
   MEGADLM_CHECK(opt.json_keys == std::vector<std::string>{"text"}, "--json-keys does not apply with --chat-template ",
                 "(a conversation is read from 'messages', or 'prompt' and 'response')");
+  MEGADLM_CHECK(!opt.split_sentences, "--split-sentences does not apply with --chat-template ",
+                "(a conversation is one sequence with its loss mask)");
   return resolve_chat_template(opt.chat_template);
 }
 
@@ -458,6 +473,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   MEGADLM_CHECK(!opt.json_keys.empty(), "--json-keys needs at least one key");
   MEGADLM_CHECK(opt.workers >= 1 && opt.workers <= 1024, "--workers ", opt.workers, " must be in [1, 1024]");
   MEGADLM_CHECK(opt.log_interval >= 0, "--log-interval ", opt.log_interval, " is negative");
+  MEGADLM_CHECK(!opt.keep_newlines || opt.split_sentences, "--keep-newlines needs --split-sentences");
   for (size_t a = 0; a < opt.json_keys.size(); ++a)
     for (size_t b = a + 1; b < opt.json_keys.size(); ++b)
       MEGADLM_CHECK(opt.json_keys[a] != opt.json_keys[b], "--json-keys lists '", opt.json_keys[a], "' twice");
@@ -481,7 +497,8 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   res.tokens.assign(o.json_keys.size(), 0);
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : o.json_keys) {
-    res.output_prefixes.push_back(document_prefix(o.output_prefix, key));
+    res.output_prefixes.push_back(o.split_sentences ? sentence_prefix(o.output_prefix, key)
+                                                    : document_prefix(o.output_prefix, key));
     writers.push_back(std::make_unique<IndexedDatasetWriter>(res.output_prefixes.back(), dtype));
   }
   // Conversations: the loss mask, one uint8 per token, beside the tokens.
@@ -492,7 +509,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
       std::string s;
       for (size_t k = 0; k < o.json_keys.size(); ++k) s += (k ? "," : "") + o.json_keys[k];
       return s;
-    }(), "}_document.{bin,idx}; ", o.tokenizer.type, " vocab ", vocab, ", eod ", eod, ", ", index_dtype_name(dtype),
+    }(), "}_", o.split_sentences ? "sentence" : "document", ".{bin,idx}; ", o.tokenizer.type, " vocab ", vocab, ", eod ", eod, ", ", index_dtype_name(dtype),
              ", ", o.workers, " worker(s)", chat ? std::string(", chat template ") + chat_template_name(*chat) +
                                                         ", loss mask in " + loss_mask_prefix(res.output_prefixes[0]) +
                                                         ".{bin,idx}"

@@ -8,6 +8,11 @@
 // tokenized; a non-empty text becomes one sequence; --append-eod appends the eod id to the
 // document's last sequence; an empty text gives a document with no sequence.
 //
+// --split-sentences (split_sentences, for BERT and T5 data): each text is first split into sentences
+// (data/sentence_split.h; --keep-newlines keeps the whitespace after each sentence), each sentence
+// whose tokens are not empty one sequence of the document, and the datasets are named
+// <output_prefix>_<key>_sentence as Megatron names them. The sidecar records "split_sentences": true.
+//
 // Bad lines (invalid UTF-8, invalid JSON, not an object, missing key, non-string value) are reported
 // with their line number and skipped, all keys together so that the datasets stay aligned; with
 // strict they stop the run with an Error and nothing is left under the final names. Blank lines are
@@ -50,6 +55,8 @@ struct PreprocessOptions {
   // A built-in template's name (chatml, llama3, qwen) or a tokenizer_config.json naming one: the input
   // is conversations and json_keys must stay {"text"}. Empty: text data.
   std::string chat_template;
+  bool split_sentences = false;  // one sequence per sentence; datasets named <prefix>_<key>_sentence
+  bool keep_newlines = false;    // with split_sentences: a sentence keeps the whitespace after it
 };
 
 struct BadLine {
@@ -65,7 +72,7 @@ struct PreprocessResult {
   int64_t input_bytes = 0;  // uncompressed
   std::vector<int64_t> tokens;  // per key
   std::vector<BadLine> bad;     // the first max_bad_lines_kept bad lines
-  std::vector<std::string> output_prefixes;  // per key: <output_prefix>_<key>_document
+  std::vector<std::string> output_prefixes;  // per key: <output_prefix>_<key>_document (or _sentence)
   int64_t response_tokens = 0;               // conversations: tokens whose loss mask is 1
   std::vector<std::string> markers_as_text;  // conversations: template markers the tokenizer lacks
   double seconds = 0;          // the whole run
@@ -80,6 +87,8 @@ inline constexpr const char* kConversationKey = "conversation";
 
 // "<output_prefix>_<key>_document", the dataset prefix Megatron's tool writes for a key.
 std::string document_prefix(const std::string& output_prefix, const std::string& key);
+// "<output_prefix>_<key>_sentence", the prefix it writes for a key with --split-sentences.
+std::string sentence_prefix(const std::string& output_prefix, const std::string& key);
 
 // The sidecar beside a dataset: <data_prefix>.tokenizer.json.
 std::string sidecar_path(const std::string& data_prefix);
