@@ -43,6 +43,9 @@ class BertModel {
  public:
   // spec: a bert_model_spec; exact_gelu as the spec's layers (BertOptions::exact_gelu) for the MLM head.
   BertModel(const TransformerConfig& cfg, const ModelSpec& spec, const ParallelContext& ctx);
+  // The modules keep pointers to this model's context: not copied or moved.
+  BertModel(const BertModel&) = delete;
+  BertModel& operator=(const BertModel&) = delete;
 
   const TransformerConfig& config() const { return cfg_; }
   ParamStore& params() { return params_; }
