@@ -1,6 +1,7 @@
 #include "nn/bert_heads.h"
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "nn/gelu_exact.h"
@@ -74,25 +75,44 @@ double MLMHead::loss(Arena& arena, const Tensor& x, const int32_t* labels, const
                      Tensor* dx) {
   const int64_t N = x.size(0);
   check_labels(labels, N, V_, "MLM");
-  Tensor lg = logits(arena, x);
-  const Backend& be = backend_of(lg);
-  const double loss = cross_entropy(be, lg, labels, weights, grad_scale, dx != nullptr, N, V_);
+  const Backend& be = backend_of(x);
+  // Only the labelled rows (BERT masks about 15%) go through the transform and the decoder: the others'
+  // logits would carry no loss and give no gradient.
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < N; ++i)
+    if (labels[i] != kMlmIgnore) rows.push_back(i);
+  const auto n = static_cast<int64_t>(rows.size());
+  if (dx) dx->zero_();  // the unlabelled rows' gradient
+  if (n == 0) return 0.0;
+  Tensor xs = arena.tensor({n, C_});
+  std::vector<int32_t> ls(static_cast<size_t>(n));
+  std::vector<float> ws(weights ? static_cast<size_t>(n) : 0);
+  for (int64_t k = 0; k < n; ++k) {
+    be.copy(xs.data<float>() + k * C_, x.data<float>() + rows[k] * C_, sizeof(float) * static_cast<size_t>(C_));
+    ls[k] = labels[rows[k]];
+    if (weights) ws[k] = weights[rows[k]];
+  }
+  Tensor lg = logits(arena, xs);
+  const double loss = cross_entropy(be, lg, ls.data(), weights ? ws.data() : nullptr, grad_scale, dx != nullptr, n, V_);
   if (dx == nullptr) return loss;
-  const Tensor& dl = lg;  // dlogits [N, V]
+  const Tensor& dl = lg;  // dlogits [n, V]
   // The output bias and the tied matrix: dE [V, C] += dlogits^T t, added to what the embedding adds.
-  be.bias_backward(store_->grad(b_).data<float>(), dl.data<float>(), N, V_);
+  be.bias_backward(store_->grad(b_).data<float>(), dl.data<float>(), n, V_);
   store_->mark_grad_written(w_);
-  be.gemm(true, false, V_, C_, N, 1.0f, dl.data<float>(), V_, t_.data<float>(), C_, 1.0f,
+  be.gemm(true, false, V_, C_, n, 1.0f, dl.data<float>(), V_, t_.data<float>(), C_, 1.0f,
           store_->grad(w_).data<float>(), C_);
-  Tensor dt = arena.tensor({N, C_});
-  be.gemm(false, false, N, C_, V_, 1.0f, dl.data<float>(), V_, store_->value(w_).data<float>(), C_, 0.0f,
+  Tensor dt = arena.tensor({n, C_});
+  be.gemm(false, false, n, C_, V_, 1.0f, dl.data<float>(), V_, store_->value(w_).data<float>(), C_, 0.0f,
           dt.data<float>(), C_);
-  Tensor da = arena.tensor({N, C_});
+  Tensor da = arena.tensor({n, C_});
   norm_.backward(dt, da);
   // GELU's gradient in place of da's values (each element read before it is written).
   if (exact_gelu_) gelu_exact_backward(da, h_, da);
-  else be.gelu_backward(da.data<float>(), h_.data<float>(), da.data<float>(), N * C_);
-  dense_.backward(da, *dx, false);
+  else be.gelu_backward(da.data<float>(), h_.data<float>(), da.data<float>(), n * C_);
+  Tensor dxs = arena.tensor({n, C_});
+  dense_.backward(da, dxs, false);
+  for (int64_t k = 0; k < n; ++k)
+    be.copy(dx->data<float>() + rows[k] * C_, dxs.data<float>() + k * C_, sizeof(float) * static_cast<size_t>(C_));
   return loss;
 }
 

@@ -33,8 +33,9 @@ class MLMHead {
   // x [N, C] -> logits [N, V] (arena).
   Tensor logits(Arena& arena, const Tensor& x);
   // sum over the labelled rows of w_n CE_n (labels [N] in [0, V) or kMlmIgnore; weights [N] or null
-  // for 1). With dx: the backward too, dlogits scaled by grad_scale, dx [N, C] written and the
-  // parameter gradients (the tied word embeddings' included) accumulated.
+  // for 1); only the labelled rows go through the head. With dx: the backward too, dlogits scaled by
+  // grad_scale, dx [N, C] written (zero on the unlabelled rows) and the parameter gradients (the tied
+  // word embeddings' included) accumulated. x [N, C] on the host (the CPU).
   double loss(Arena& arena, const Tensor& x, const int32_t* labels, const float* weights, float grad_scale,
               Tensor* dx);
 

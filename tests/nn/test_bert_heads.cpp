@@ -173,6 +173,28 @@ TEST_P(MlmHeadTest, GradientsMatchFiniteDifferencesWithTheTiedDecoder) {
                   });
 }
 
+TEST_P(MlmHeadTest, UnlabelledRowsGetZeroGradientAndNoLabelsNoLoss) {
+  MlmCase k(GetParam());
+  const std::vector<int32_t> labels{3, kMlmIgnore, 12, kMlmIgnore, 0}, none(5, kMlmIgnore);
+  const std::vector<float> x = test::random_vector(5 * 8, 23, -1.5f, 1.5f);
+  Arena arena;
+  Tensor xt = Tensor::empty({5, 8}, DType::F32), dx = Tensor::empty({5, 8}, DType::F32);
+  std::copy(x.begin(), x.end(), xt.data<float>());
+  dx.fill_(std::nanf(""));
+  k.head.loss(arena, xt, labels.data(), nullptr, 1.0f, &dx);
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(dx.data<float>()[1 * 8 + c], 0.0f);
+    EXPECT_EQ(dx.data<float>()[3 * 8 + c], 0.0f);
+    EXPECT_NE(dx.data<float>()[0 * 8 + c], 0.0f);
+  }
+  k.store.zero_grads();
+  dx.fill_(std::nanf(""));
+  arena.reset();
+  EXPECT_EQ(k.head.loss(arena, xt, none.data(), nullptr, 1.0f, &dx), 0.0);
+  for (int64_t i = 0; i < dx.numel(); ++i) EXPECT_EQ(dx.data<float>()[i], 0.0f);
+  for (int64_t i = 0; i < k.store.numel(); ++i) EXPECT_EQ(k.store.grads()[i], 0.0f);
+}
+
 TEST_P(MlmHeadTest, LabelsOtherThanMinusOneOutsideTheVocabularyAreErrors) {
   MlmCase k(GetParam());
   const std::vector<int32_t> labels{3, -100, 12, kMlmIgnore, 0};
