@@ -97,7 +97,9 @@ void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::str
                      {"token_types", ck.info.options.token_types}, {"exact_gelu", ck.info.options.exact_gelu},
                      {"pad_token_id", ck.info.pad_token_id}};
   record_tokenizer(st, tok, tokenizer_vocab);
-  st.meta["hf"] = {{"layout", "bert"}, {"dtype", safetensors_dtype_name(ck.dtype)}, {"source", fs::absolute(src).string()}};
+  st.meta["hf"] = {{"layout", "bert"},
+                   {"dtype", safetensors_dtype_name(ck.dtype)},
+                   {"source", fs::absolute(src).string()}};
   const std::string dir = save_checkpoint(dst, model.params(), nullptr, st);
   std::printf("wrote %s (bert model, %s, %s weights, %lld parameters)%s\n", dir.c_str(),
               ck.info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", safetensors_dtype_name(ck.dtype),
@@ -124,7 +126,8 @@ HfBertInfo bert_info_of(const nlohmann::json& meta, const std::string& where) {
   return info;
 }
 
-void bert_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state, const std::string& dst) {
+void bert_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state,
+                       const std::string& dst) {
   MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") == "bert", "--layout ", f.get_string("layout"), ": ", dir,
                 " holds a bert model, which exports to --layout bert only");
   const nlohmann::json& meta = state.meta;
@@ -139,8 +142,8 @@ void bert_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoi
   opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
   write_hf_bert_checkpoint(dst, bert_params(model), info, opt);
   const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
-  std::printf("wrote %s (%s, %s)%s%s\n", dst.c_str(), info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM",
-              dtype_name(opt.dtype), tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:",
+  std::printf("wrote %s (%s, %s)%s%s\n", dst.c_str(),
+              info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", dtype_name(opt.dtype), tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:",
               joined(tok_files).c_str());
 }
 
@@ -231,12 +234,14 @@ int main(int argc, char** argv) {
     f.add_string("from-hf", "", "HuggingFace directory to import (config.json, safetensors, tokenizer files)");
     f.add_string("to-native", "", "save directory for the native checkpoint");
     f.add_string("model-type", "",
-                 "gpt, difflm or bert (default: bert for a BERT config.json, difflm when config.json records a diffusion model)");
+                 "gpt, difflm or bert (default: bert for a BERT config.json, difflm when config.json records a "
+                 "diffusion model)");
     f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)", at_least(0));
     f.add_string("from-native", "", "native checkpoint (a directory or a --save directory)");
     f.add_string("to-hf", "", "HuggingFace directory to write");
     f.add_string("layout", "",
-                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe or bert (default: the source layout, else from the config)");
+                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe or bert (default: the source layout, else "
+                 "from the config)");
     f.add_string("dtype", "", "float32, bfloat16 or float16 (default: the dtype the weights were imported from)");
     f.add_string("max-shard-size", "", "split the weights into shards of at most this size (e.g. 5GB)");
     f.parse(argc, argv);

@@ -94,7 +94,8 @@ HfBertInfo hf_bert_config_to_info(const json& j, const std::string& where) {
   info.options.binary_head = arch == "BertForPreTraining";
   info.options.pre_norm = false;
   const bool no = false, yes = true;
-  MEGADLM_CHECK(!field<bool>(j, "is_decoder", where, &no), where, ": config.json sets is_decoder (a BERT decoder is not built)");
+  MEGADLM_CHECK(!field<bool>(j, "is_decoder", where, &no), where,
+                ": config.json sets is_decoder (a BERT decoder is not built)");
   MEGADLM_CHECK(!field<bool>(j, "add_cross_attention", where, &no), where,
                 ": config.json sets add_cross_attention (not built)");
   MEGADLM_CHECK(field<bool>(j, "tie_word_embeddings", where, &yes), where,
@@ -140,7 +141,8 @@ HfBertInfo hf_bert_config_to_info(const json& j, const std::string& where) {
 
 json hf_bert_config_from_info(const HfBertInfo& info, DType dtype) {
   const TransformerConfig& c = info.config;
-  MEGADLM_CHECK(!info.options.pre_norm, "layout bert: HuggingFace's BERT is post-norm; a pre-norm model has no HF form");
+  MEGADLM_CHECK(!info.options.pre_norm,
+                "layout bert: HuggingFace's BERT is post-norm; a pre-norm model has no HF form");
   MEGADLM_CHECK(c.add_bias_linear, "layout bert: HuggingFace's BERT has biases everywhere (no --disable-bias-linear)");
   MEGADLM_CHECK(c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size,
                 "layout bert: HuggingFace's BERT has hidden / heads channels a head and no grouped-query attention");
@@ -215,8 +217,8 @@ HfBertCheckpoint read_hf_bert_checkpoint(const std::string& dir) {
     const std::string hf = hf_bert_name(p.name);
     MEGADLM_CHECK(st.has(hf), dir, ": tensor '", hf, "' (for our ", p.name, ") is missing");
     const Tensor t = st.get(hf);
-    MEGADLM_CHECK(t.shape() == p.shape, dir, ": tensor '", hf, "' has shape ", t.shape().str(), ", but config.json implies ",
-                  p.shape.str());
+    MEGADLM_CHECK(t.shape() == p.shape, dir, ": tensor '", hf, "' has shape ", t.shape().str(),
+                  ", but config.json implies ", p.shape.str());
     ck.params.push_back({p.name, to_f32(t)});
     used.insert(hf);
   }

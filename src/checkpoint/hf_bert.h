@@ -9,7 +9,8 @@
 //   layers.N.mlp.fc1 / fc2                               bert.encoder.layer.N.intermediate.dense / output.dense
 //   layers.N.post_attention_layernorm                    bert.encoder.layer.N.output.LayerNorm
 //   pooler.dense                                         bert.pooler.dense             (BertForPreTraining)
-//   mlm_head.dense / norm / bias                         cls.predictions.transform.dense / .LayerNorm, cls.predictions.bias
+//   mlm_head.dense / norm                                cls.predictions.transform.dense / .LayerNorm
+//   mlm_head.bias                                        cls.predictions.bias
 //   binary_head                                          cls.seq_relationship          (BertForPreTraining)
 // The MLM decoder (cls.predictions.decoder) is the word embeddings: not written, and checked equal where a
 // file has it. HuggingFace's BERT is post-norm with its biases and qkv of hidden / heads a head; "gelu"

@@ -19,7 +19,8 @@ ModelSpec bert_model_spec(const TransformerConfig& cfg, const BertOptions& opt) 
   MEGADLM_CHECK(cfg.normalization == NormKind::LayerNorm, "--model-type bert needs --normalization LayerNorm");
   MEGADLM_CHECK(cfg.activation == Activation::Gelu, "--model-type bert needs the GELU activation (no --swiglu)");
   MEGADLM_CHECK(!cfg.untie_embeddings_and_output_weights,
-                "--model-type bert ties the MLM decoder to the word embeddings: no --untie-embeddings-and-output-weights");
+                "--model-type bert ties the MLM decoder to the word embeddings: ",
+                "no --untie-embeddings-and-output-weights");
   MEGADLM_CHECK(!cfg.qk_layernorm, "--model-type bert has no QK LayerNorm (--qk-layernorm)");
   MEGADLM_CHECK(opt.token_types >= 1, "BERT needs at least one token type, got ", opt.token_types);
   ModelSpec m;
