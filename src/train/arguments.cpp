@@ -215,9 +215,9 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
 [[noreturn]] void refuse_bert_training(const CliFlags& f) {
   MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type bert is dense only: --num-experts ",
                 f.get_int("num-experts"), " is not available for it");
-  fail("--model-type bert: pretrain_difflm cannot train BERT yet: it needs the BERT dataset (sentence pairs with ",
-       "masked tokens, token types and next-sentence labels) and the MLM + binary objective, which are not built ",
-       "(docs/bert.md); convert_checkpoint --layout bert imports and exports BERT checkpoints");
+  fail("--model-type bert: pretrain_difflm cannot train BERT yet: the trainer builds neither the BERT dataset ",
+       "(sentence pairs with masked tokens, token types and next-sentence labels) nor the MLM + binary objective ",
+       "that feeds BertModel (docs/bert.md); convert_checkpoint --layout bert imports and exports BERT checkpoints");
 }
 
 // Context parallelism splits every sequence into 2cp equal chunks (models/context_parallel.h) that the
