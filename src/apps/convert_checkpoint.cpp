@@ -1,7 +1,7 @@
 // convert_checkpoint: native checkpoints <-> HuggingFace directories.
 //
-//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm] [--mask-token ID]
-//   convert_checkpoint --from-native CKPT --to-hf HF_DIR [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe]
+//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm|bert] [--mask-token ID]
+//   convert_checkpoint --from-native CKPT --to-hf HF_DIR [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe|bert]
 //                      [--dtype float32|bfloat16|float16] [--max-shard-size 5GB]
 //
 // HF -> native writes SAVE_DIR/iter_0000000 (loadable by generate and pretrain_difflm --load) and
@@ -9,10 +9,13 @@
 // native -> HF writes config.json, weights in the source's dtype (recorded at import) or --dtype,
 // and the tokenizer files. A diffusion model is written in LLaMA / Qwen3 layout with its mask token
 // and bidirectional attention recorded in config.json, or in LLaDA's layout with --layout llada.
+// BERT (BertForPreTraining, BertForMaskedLM: checkpoint/hf_bert.h) is recognised by its config.json and
+// converts to a native checkpoint of --model-type bert and back with --layout bert (the default for it).
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 
+#include "checkpoint/hf_bert.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_tokenizer.h"
@@ -20,6 +23,7 @@
 #include "checkpoint/native_checkpoint.h"
 #include "checkpoint/safetensors_sharded.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/log.h"
 #include "core/cli_flags.h"
 #include "tokenizers/tokenizer.h"
@@ -39,12 +43,118 @@ DType dtype_from_flag(const std::string& s) {
   fail("--dtype: unknown value '", s, "' (float32, bfloat16, float16)");
 }
 
+// config.json of an HF directory, or null when it has none or it does not parse (the readers say why).
+nlohmann::json hf_config_or_null(const std::string& dir) {
+  try {
+    return nlohmann::json::parse(read_file(dir + "/config.json"));
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// The tokenizer of an HF directory, built before anything is written: a corrupt or unsupported one is
+// an Error naming its file, and the output directory is left without a checkpoint. Its vocabulary size,
+// 0 without tokenizer files.
+int64_t hf_tokenizer_vocab(const std::string& src) {
+  const TokenizerSpec src_tok = hf_tokenizer_spec(src);
+  return src_tok.type.empty() ? 0 : make_tokenizer(src_tok)->vocab_size();
+}
+
+void record_tokenizer(CheckpointState& st, const TokenizerSpec& tok, int64_t tokenizer_vocab) {
+  if (tok.type.empty()) return;
+  st.meta["tokenizer"] = tok.to_json();
+  st.meta["tokenizer_vocab_size"] = tokenizer_vocab;
+}
+
+std::vector<std::string> export_tokenizer(const nlohmann::json& meta, const std::string& dst) {
+  if (!meta.contains("tokenizer")) return {};
+  const TokenizerSpec spec = TokenizerSpec::from_json(meta["tokenizer"]);
+  if (!spec.added_special_tokens.empty() && spec.type != "HuggingFaceTokenizer")
+    log_info("note: the tokenizer has added special tokens (", spec.added_special_tokens.size(),
+             ", e.g. a new mask token) that the copied ", spec.type, " files cannot list; the mask id is in config.json");
+  return export_hf_tokenizer(spec, dst);
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& t : v) s += " " + t;
+  return s;
+}
+
+void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
+  MEGADLM_CHECK(!f.given("model-type") || f.get_string("model-type") == "bert", src,
+                " holds a BERT model: it converts to --model-type bert, not ", f.get_string("model-type"));
+  MEGADLM_CHECK(!f.given("mask-token"), "--mask-token is for difflm models; ", src, " holds a BERT model");
+  const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
+  const HfBertCheckpoint ck = read_hf_bert_checkpoint(src);
+  BertModel model(ck.info.config, bert_model_spec(ck.info.config, ck.info.options), ParallelContext::single());
+  load_bert_params(ck.params, model, src);
+  const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
+  CheckpointState st;
+  st.meta["model_type"] = model_type_name(ModelType::BERT);
+  st.meta["config"] = config_to_json(ck.info.config);
+  st.meta["bert"] = {{"pre_norm", ck.info.options.pre_norm},       {"binary_head", ck.info.options.binary_head},
+                     {"token_types", ck.info.options.token_types}, {"exact_gelu", ck.info.options.exact_gelu},
+                     {"pad_token_id", ck.info.pad_token_id}};
+  record_tokenizer(st, tok, tokenizer_vocab);
+  st.meta["hf"] = {{"layout", "bert"},
+                   {"dtype", safetensors_dtype_name(ck.dtype)},
+                   {"source", fs::absolute(src).string()}};
+  const std::string dir = save_checkpoint(dst, model.params(), nullptr, st);
+  std::printf("wrote %s (bert model, %s, %s weights, %lld parameters)%s\n", dir.c_str(),
+              ck.info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", safetensors_dtype_name(ck.dtype),
+              static_cast<long long>(model.params().numel()),
+              tok.type.empty() ? "; no tokenizer files found" : ("; tokenizer " + tok.type).c_str());
+}
+
+// A native BERT checkpoint's model, rebuilt from state.json's config and "bert" options.
+HfBertInfo bert_info_of(const nlohmann::json& meta, const std::string& where) {
+  MEGADLM_CHECK(meta.contains("config") && meta.contains("bert") && meta["bert"].is_object(), where,
+                ": a bert checkpoint without its config or its \"bert\" options");
+  HfBertInfo info;
+  info.config = config_from_json(meta["config"], where);
+  const nlohmann::json& b = meta["bert"];
+  try {
+    info.options.pre_norm = b.value("pre_norm", false);
+    info.options.binary_head = b.value("binary_head", true);
+    info.options.token_types = b.value("token_types", int64_t{2});
+    info.options.exact_gelu = b.value("exact_gelu", true);
+    info.pad_token_id = b.value("pad_token_id", 0);
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": the \"bert\" options are malformed (", e.what(), ")");
+  }
+  return info;
+}
+
+void bert_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state,
+                       const std::string& dst) {
+  MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") == "bert", "--layout ", f.get_string("layout"), ": ", dir,
+                " holds a bert model, which exports to --layout bert only");
+  const nlohmann::json& meta = state.meta;
+  const nlohmann::json hf = meta.value("hf", nlohmann::json::object());
+  const HfBertInfo info = bert_info_of(meta, dir + "/state.json");
+  BertModel model(info.config, bert_model_spec(info.config, info.options), ParallelContext::single());
+  load_checkpoint_tensors(dir, model.params(), nullptr);
+  HfWriteOptions opt;
+  opt.dtype = f.given("dtype") ? dtype_from_flag(f.get_string("dtype"))
+              : hf.contains("dtype")  ? safetensors_dtype_from_name(hf["dtype"].get<std::string>(), dir)
+                                      : DType::F32;
+  opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
+  write_hf_bert_checkpoint(dst, bert_params(model), info, opt);
+  const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
+  std::printf("wrote %s (%s, %s)%s%s\n", dst.c_str(),
+              info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", dtype_name(opt.dtype), tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:",
+              joined(tok_files).c_str());
+}
+
 void hf_to_native(const CliFlags& f) {
   const std::string src = f.get_string("from-hf"), dst = f.get_string("to-native");
-  // The tokenizer is built before anything is written: a corrupt or unsupported one is an Error naming
-  // its file, and the output directory is left without a checkpoint.
-  const TokenizerSpec src_tok = hf_tokenizer_spec(src);
-  const int64_t tokenizer_vocab = src_tok.type.empty() ? 0 : make_tokenizer(src_tok)->vocab_size();
+  if (is_hf_bert_config(hf_config_or_null(src))) return bert_hf_to_native(f, src, dst);
+  MEGADLM_CHECK(!f.given("model-type") || f.get_string("model-type") != "bert", "--model-type bert: ", src,
+                "/config.json is not a BERT model (BertForPreTraining or BertForMaskedLM)");
+  MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") != "bert", "--layout bert: ", src,
+                "/config.json is not a BERT model (BertForPreTraining or BertForMaskedLM)");
+  const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
   HfCheckpoint ck = read_hf_checkpoint(src);
   const ModelType type = f.given("model-type") ? model_type_from_name(f.get_string("model-type"))
                                                : (ck.info.diffusion ? ModelType::DiffLM : ModelType::GPT);
@@ -63,10 +173,7 @@ void hf_to_native(const CliFlags& f) {
   st.meta["model_type"] = model_type_name(type);
   st.meta["model_running_mode"] = "difflm-noshift";
   st.meta["config"] = config_to_json(cfg);
-  if (!tok.type.empty()) {
-    st.meta["tokenizer"] = tok.to_json();
-    st.meta["tokenizer_vocab_size"] = tokenizer_vocab;
-  }
+  record_tokenizer(st, tok, tokenizer_vocab);
   st.meta["mask_token"] = type == ModelType::DiffLM ? mask : -1;
   st.meta["eod"] = ck.info.eos_token_id;
   st.meta["hf"] = {{"layout", hf_layout_name(ck.info.layout)},
@@ -83,6 +190,14 @@ void hf_to_native(const CliFlags& f) {
 
 void native_to_hf(const CliFlags& f) {
   const std::string src = f.get_string("from-native"), dst = f.get_string("to-hf");
+  const std::string dir = resolve_checkpoint_dir(src);
+  if (!dir.empty()) {
+    const CheckpointState state = read_checkpoint_state(dir);
+    const std::string type = state.meta.value("model_type", "");
+    if (type == "bert") return bert_native_to_hf(f, dir, state, dst);
+    MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") != "bert", "--layout bert is for bert models; ", dir,
+                  " holds a ", type.empty() ? "?" : type, " model");
+  }
   LoadedModel lm = load_model(src);
   const nlohmann::json& meta = lm.state.meta;
   const nlohmann::json hf = meta.value("hf", nlohmann::json::object());
@@ -104,23 +219,11 @@ void native_to_hf(const CliFlags& f) {
                                       : DType::F32;
   opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
   write_hf_checkpoint(dst, model_params(*lm.model), info, opt);
-  std::vector<std::string> tok_files;
-  if (meta.contains("tokenizer")) {
-    const TokenizerSpec spec = TokenizerSpec::from_json(meta["tokenizer"]);
-    if (!spec.added_special_tokens.empty() && spec.type != "HuggingFaceTokenizer")
-      log_info("note: the tokenizer has added special tokens (", spec.added_special_tokens.size(),
-               ", e.g. a new mask token) that the copied ", spec.type, " files cannot list; the mask id is in config.json");
-    tok_files = export_hf_tokenizer(spec, dst);
-  }
+  const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
   std::printf("wrote %s (%s, %s, %s%s)%s%s\n", dst.c_str(), hf_architecture_name(info.layout), dtype_name(opt.dtype),
               lm.diffusion ? "diffusion, mask token " : "autoregressive",
               lm.diffusion ? std::to_string(lm.mask_token).c_str() : "",
-              tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:",
-              [&] {
-                std::string s;
-                for (const auto& t : tok_files) s += " " + t;
-                return s;
-              }().c_str());
+              tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:", joined(tok_files).c_str());
 }
 
 }  // namespace
@@ -130,11 +233,15 @@ int main(int argc, char** argv) {
     CliFlags f("convert_checkpoint", "Convert between native checkpoints and HuggingFace directories.");
     f.add_string("from-hf", "", "HuggingFace directory to import (config.json, safetensors, tokenizer files)");
     f.add_string("to-native", "", "save directory for the native checkpoint");
-    f.add_string("model-type", "", "gpt or difflm (default: difflm when config.json records a diffusion model)");
+    f.add_string("model-type", "",
+                 "gpt, difflm or bert (default: bert for a BERT config.json, difflm when config.json records a "
+                 "diffusion model)");
     f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)", at_least(0));
     f.add_string("from-native", "", "native checkpoint (a directory or a --save directory)");
     f.add_string("to-hf", "", "HuggingFace directory to write");
-    f.add_string("layout", "", "gpt2, llama, qwen2, qwen3, llada, mixtral or qwen3_moe (default: the source layout, else from the config)");
+    f.add_string("layout", "",
+                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe or bert (default: the source layout, else "
+                 "from the config)");
     f.add_string("dtype", "", "float32, bfloat16 or float16 (default: the dtype the weights were imported from)");
     f.add_string("max-shard-size", "", "split the weights into shards of at most this size (e.g. 5GB)");
     f.parse(argc, argv);

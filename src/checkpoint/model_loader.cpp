@@ -25,6 +25,8 @@ LoadedModel load_model(const std::string& path, Device device) {
   MEGADLM_CHECK(meta.contains("config") && meta.contains("model_type"), where, ": lacks the model config or type");
   const TransformerConfig cfg = config_from_json(meta["config"], where);
   const ModelType type = model_type_from_name(meta["model_type"].get<std::string>());
+  MEGADLM_CHECK(type != ModelType::BERT, where, ": a bert model: generate and evaluate run gpt and difflm models ",
+                "(BERT's inference tools are not built: docs/bert.md); convert_checkpoint --to-hf exports it");
   m.diffusion = type == ModelType::DiffLM;
   m.mask_token = meta.value("mask_token", -1);
   m.eod = meta.value("eod", -1);

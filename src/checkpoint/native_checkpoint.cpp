@@ -76,6 +76,11 @@ uint64_t file_checksum(const std::string& path) {
 
 std::string save_checkpoint(const std::string& save_dir, const LanguageModel& model, const AdamW* optimizer,
                             const CheckpointState& state) {
+  return save_checkpoint(save_dir, model.params(), optimizer, state);
+}
+
+std::string save_checkpoint(const std::string& save_dir, const ParamStore& ps, const AdamW* optimizer,
+                            const CheckpointState& state) {
   std::error_code ec;
   fs::create_directories(save_dir, ec);
   MEGADLM_CHECK(!ec, save_dir, ": cannot create the checkpoint directory (", ec.message(), ")");
@@ -86,7 +91,6 @@ std::string save_checkpoint(const std::string& save_dir, const LanguageModel& mo
   MEGADLM_CHECK(!ec, tmp_dir, ": cannot create (", ec.message(), ")");
 
   try {
-    const ParamStore& ps = model.params();
     std::vector<SafetensorsEntry> weights;
     for (int i = 0; i < ps.count(); ++i) weights.push_back({ps.info(i).name, ps.value(i)});
     write_safetensors(tmp_dir + "/model.safetensors", weights, {{"format", "megadlm"}});
@@ -189,10 +193,13 @@ static void verify_checksum(const std::string& dir, const nlohmann::json& sums, 
 }
 
 void load_checkpoint_tensors(const std::string& dir, LanguageModel& model, AdamW* optimizer) {
+  load_checkpoint_tensors(dir, model.params(), optimizer);
+}
+
+void load_checkpoint_tensors(const std::string& dir, ParamStore& ps, AdamW* optimizer) {
   const nlohmann::json j = read_state_json(dir);
   const nlohmann::json sums = j.value("checksums_fnv1a64", nlohmann::json::object());
   verify_checksum(dir, sums, "model.safetensors");
-  ParamStore& ps = model.params();
   {
     SafetensorsFile f(dir + "/model.safetensors");
     for (int i = 0; i < ps.count(); ++i) {

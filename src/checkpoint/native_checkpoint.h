@@ -28,6 +28,9 @@ struct CheckpointState {
 // Returns the directory written.
 std::string save_checkpoint(const std::string& save_dir, const LanguageModel& model, const AdamW* optimizer,
                             const CheckpointState& state);
+// The same for the parameters of any model (BertModel's).
+std::string save_checkpoint(const std::string& save_dir, const ParamStore& params, const AdamW* optimizer,
+                            const CheckpointState& state);
 
 // The directory that `path` designates: a checkpoint directory itself (has state.json), or a save
 // directory whose latest_checkpointed_iteration.txt points to one. Without the pointer, the newest
@@ -49,6 +52,7 @@ CheckpointState read_checkpoint_state(const std::string& ckpt_dir);
 // Loads parameters (and the optimizer state when optimizer is not null) after verifying checksums and
 // that every model parameter is present with the right shape. Throws Error naming the file and tensor.
 void load_checkpoint_tensors(const std::string& ckpt_dir, LanguageModel& model, AdamW* optimizer);
+void load_checkpoint_tensors(const std::string& ckpt_dir, ParamStore& params, AdamW* optimizer);
 
 uint64_t file_checksum(const std::string& path);  // FNV-1a 64 over the bytes, hex in state.json
 

@@ -1,6 +1,7 @@
 #include "models/model_spec.h"
 
 #include "core/error.h"
+#include "models/bert_spec.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
 
@@ -9,10 +10,18 @@ namespace megadlm {
 ModelType model_type_from_name(const std::string& name) {
   if (name == "gpt") return ModelType::GPT;
   if (name == "difflm") return ModelType::DiffLM;
-  fail("--model-type: unknown value '", name, "' (expected difflm or gpt)");
+  if (name == "bert") return ModelType::BERT;
+  fail("--model-type: unknown value '", name, "' (expected difflm, gpt or bert)");
 }
 
-const char* model_type_name(ModelType t) { return t == ModelType::GPT ? "gpt" : "difflm"; }
+const char* model_type_name(ModelType t) {
+  switch (t) {
+    case ModelType::GPT: return "gpt";
+    case ModelType::DiffLM: return "difflm";
+    case ModelType::BERT: return "bert";
+  }
+  return "?";
+}
 
 ModelSpec decoder_model_spec(const TransformerConfig& cfg, const LayerSpec& layer) {
   ModelSpec m;
@@ -37,6 +46,7 @@ ModelSpec model_spec(ModelType type, const TransformerConfig& cfg) {
   switch (type) {
     case ModelType::GPT: return gpt_model_spec(cfg);
     case ModelType::DiffLM: return difflm_model_spec(cfg);
+    case ModelType::BERT: return bert_model_spec(cfg);
   }
   fail("unknown model type");
 }

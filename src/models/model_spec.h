@@ -1,7 +1,8 @@
 #pragma once
 // A model family, as data: the embeddings in front, one stack of layers or two (an encoder and a
 // decoder), the heads after (nn/module_specs.h names the pieces). Each family is a spec function in a
-// file of its own (gpt_spec.h, difflm_spec.h); LanguageModel builds decoder-only specs.
+// file of its own (gpt_spec.h, difflm_spec.h, bert_spec.h); LanguageModel builds decoder-only specs,
+// BertModel (bert_model.h) BERT's.
 #include <string>
 #include <vector>
 
@@ -10,8 +11,8 @@
 namespace megadlm {
 
 // The families of the command line (--model-type), and the name checkpoints record.
-enum class ModelType : uint8_t { GPT, DiffLM };
-ModelType model_type_from_name(const std::string& name);  // "gpt" | "difflm"
+enum class ModelType : uint8_t { GPT, DiffLM, BERT };
+ModelType model_type_from_name(const std::string& name);  // "gpt" | "difflm" | "bert"
 const char* model_type_name(ModelType t);
 
 struct ModelSpec {
@@ -26,7 +27,8 @@ struct ModelSpec {
 // --untie-embeddings-and-output-weights).
 ModelSpec decoder_model_spec(const TransformerConfig& cfg, const LayerSpec& layer);
 
-// The spec of a --model-type for a config (gpt_model_spec or difflm_model_spec).
+// The spec of a --model-type for a config (gpt_model_spec, difflm_model_spec, or bert_model_spec with
+// the default BertOptions).
 ModelSpec model_spec(ModelType type, const TransformerConfig& cfg);
 
 MaskType attention_mask_type_from_name(const std::string& name);  // no_mask | causal | block_causal

@@ -40,6 +40,8 @@ enum class FeedForwardKind : uint8_t { Dense, MoE };
 struct FeedForwardSpec {
   FeedForwardKind kind = FeedForwardKind::Dense;
   Activation activation = Activation::Gelu;
+  // GELU as x * Phi(x) with the erf (BERT's "gelu") instead of the tanh approximation; dense, fp32, CPU.
+  bool exact_gelu = false;
 };
 
 // One layer: [norm, self-attention], [norm, cross-attention] when given, [norm, feed-forward], each a
@@ -66,19 +68,21 @@ struct StackSpec {
 
 // What turns the input ids into the first stack's input: the token embedding always (vocab-parallel);
 // a learned absolute position table (GPT-2, BERT; RoPE lives in the attention instead); BERT's
-// token-type table of token_types rows; image patches projected into the sequence (LLaVA). The
-// token-type table and the patches are named here for the encoder and vision-language families; no
-// module builds them yet (Embedding refuses them by name).
+// token-type table of token_types rows; BERT's LayerNorm of the sum (layernorm); image patches
+// projected into the sequence (LLaVA). The patches are named here for the vision-language families;
+// no module builds them yet (Embedding refuses them by name).
 struct EmbeddingSpec {
   bool learned_positions = true;
   int64_t token_types = 0;
   bool patches = false;
+  bool layernorm = false;
 };
 
 // What follows the last stack: the LM head (logits over the vocabulary and the fused cross-entropy,
 // the output matrix tied to the word embeddings or not), BERT's MLM head (dense, GELU, LayerNorm, then
 // the tied decoder with an output bias), BERT's pooler (dense + tanh of the first token) with the
-// binary next-sentence head. Only the LM head is built yet.
+// binary next-sentence head. LanguageModel builds the LM head; BertModel (models/bert_model.h) the
+// other two (nn/bert_heads.h).
 enum class HeadKind : uint8_t { LM, MLM, PoolerBinary };
 
 struct HeadSpec {

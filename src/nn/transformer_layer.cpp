@@ -22,7 +22,8 @@ TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx
   add_branch(store, ctx, name + ".post_attention_layernorm", cfg, [&]() -> std::unique_ptr<Sublayer> {
     if (spec.mlp.kind == FeedForwardKind::Dense)
       return std::make_unique<MLP>(store, ctx, name + ".mlp", cfg, spec.mlp.activation, cfg.ffn_hidden_size,
-                                   output_init_std);
+                                   output_init_std, spec.mlp.exact_gelu);
+    MEGADLM_CHECK(!spec.mlp.exact_gelu, name, ": the exact (erf) GELU is built for the dense MLP only");
     auto moe = std::make_unique<MoELayer>(store, ctx, name + ".mlp", cfg, spec.mlp.activation, output_init_std);
     moe_ = moe.get();
     return moe;

@@ -1,0 +1,164 @@
+#include "nn/bert_heads.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "nn/gelu_exact.h"
+
+namespace megadlm {
+
+namespace {
+
+// The host-side arrays of these heads (labels, the GELU and tanh loops) need the parameters on the CPU.
+void check_cpu(const ParamStore& store, const char* who) {
+  MEGADLM_CHECK(store.device() == Device::CPU, who, " runs on the CPU only (the BERT family: docs/bert.md)");
+}
+
+void check_labels(const int32_t* labels, int64_t n, int64_t classes, const char* what) {
+  for (int64_t i = 0; i < n; ++i)
+    MEGADLM_CHECK(labels[i] == kMlmIgnore || (labels[i] >= 0 && labels[i] < classes), what, " label ", labels[i],
+                  " at row ", i, " is outside [0, ", classes, ") and not ", kMlmIgnore, " (no loss)");
+}
+
+// The softmax cross-entropy of logits [n, classes] in place: returns sum_i w_i CE_i, and with
+// backward leaves dlogits (scaled by grad_scale) in `logits`.
+double cross_entropy(const Backend& be, Tensor& logits, const int32_t* labels, const float* weights,
+                     float grad_scale, bool backward, int64_t n, int64_t classes) {
+  CrossEntropyArgs a;
+  a.logits = logits.data<float>();
+  a.dlogits = backward ? logits.data<float>() : nullptr;
+  a.targets = labels;
+  a.weights = weights;
+  a.ignore_index = kMlmIgnore;
+  a.grad_scale = grad_scale;
+  a.N = n;
+  a.Vl = classes;
+  a.V = classes;
+  return be.cross_entropy(a);
+}
+
+}  // namespace
+
+MLMHead::MLMHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg, int word_embeddings_id,
+                 bool exact_gelu)
+    : store_(&store), V_(cfg.vocab_size), C_(cfg.hidden_size), exact_gelu_(exact_gelu), w_(word_embeddings_id) {
+  MEGADLM_CHECK(ctx.tp.size == 1, "the MLM head is built for one tensor-parallel rank, not ", ctx.tp.size);
+  MEGADLM_CHECK(w_ >= 0, "the MLM head's decoder is tied to the word embeddings: give their parameter");
+  dense_ = Linear(store, ctx, "mlm_head.dense", C_, C_, true, cfg.init_method_std);
+  norm_ = Norm(store, "mlm_head.norm", NormKind::LayerNorm, C_, cfg.norm_epsilon, true);
+  b_ = store.add("mlm_head.bias", {V_}, Init::Zeros, 0.0f, false);
+}
+
+Tensor MLMHead::transform(Arena& arena, const Tensor& x) {
+  check_cpu(*store_, "the MLM head");
+  h_ = dense_.forward(arena, x);
+  Tensor a = arena.tensor(h_.shape());
+  if (exact_gelu_) gelu_exact_forward(a, h_);
+  else backend_of(h_).gelu_forward(a.data<float>(), h_.data<float>(), h_.numel());
+  t_ = norm_.forward(arena, a);
+  return t_;
+}
+
+Tensor MLMHead::logits(Arena& arena, const Tensor& x) {
+  const Tensor t = transform(arena, x);
+  const int64_t N = t.size(0);
+  const Backend& be = backend_of(t);
+  Tensor out = arena.tensor({N, V_});
+  be.gemm(false, true, N, V_, C_, 1.0f, t.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
+          out.data<float>(), V_);
+  be.bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), N, V_);
+  return out;
+}
+
+double MLMHead::loss(Arena& arena, const Tensor& x, const int32_t* labels, const float* weights, float grad_scale,
+                     Tensor* dx) {
+  const int64_t N = x.size(0);
+  check_labels(labels, N, V_, "MLM");
+  const Backend& be = backend_of(x);
+  // Only the labelled rows (BERT masks about 15%) go through the transform and the decoder: the others'
+  // logits would carry no loss and give no gradient.
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < N; ++i)
+    if (labels[i] != kMlmIgnore) rows.push_back(i);
+  const auto n = static_cast<int64_t>(rows.size());
+  if (dx) dx->zero_();  // the unlabelled rows' gradient
+  if (n == 0) return 0.0;
+  Tensor xs = arena.tensor({n, C_});
+  std::vector<int32_t> ls(static_cast<size_t>(n));
+  std::vector<float> ws(weights ? static_cast<size_t>(n) : 0);
+  for (int64_t k = 0; k < n; ++k) {
+    be.copy(xs.data<float>() + k * C_, x.data<float>() + rows[k] * C_, sizeof(float) * static_cast<size_t>(C_));
+    ls[k] = labels[rows[k]];
+    if (weights) ws[k] = weights[rows[k]];
+  }
+  Tensor lg = logits(arena, xs);
+  const double loss = cross_entropy(be, lg, ls.data(), weights ? ws.data() : nullptr, grad_scale, dx != nullptr, n, V_);
+  if (dx == nullptr) return loss;
+  const Tensor& dl = lg;  // dlogits [n, V]
+  // The output bias and the tied matrix: dE [V, C] += dlogits^T t, added to what the embedding adds.
+  be.bias_backward(store_->grad(b_).data<float>(), dl.data<float>(), n, V_);
+  store_->mark_grad_written(w_);
+  be.gemm(true, false, V_, C_, n, 1.0f, dl.data<float>(), V_, t_.data<float>(), C_, 1.0f,
+          store_->grad(w_).data<float>(), C_);
+  Tensor dt = arena.tensor({n, C_});
+  be.gemm(false, false, n, C_, V_, 1.0f, dl.data<float>(), V_, store_->value(w_).data<float>(), C_, 0.0f,
+          dt.data<float>(), C_);
+  Tensor da = arena.tensor({n, C_});
+  norm_.backward(dt, da);
+  // GELU's gradient in place of da's values (each element read before it is written).
+  if (exact_gelu_) gelu_exact_backward(da, h_, da);
+  else be.gelu_backward(da.data<float>(), h_.data<float>(), da.data<float>(), n * C_);
+  Tensor dxs = arena.tensor({n, C_});
+  dense_.backward(da, dxs, false);
+  for (int64_t k = 0; k < n; ++k)
+    be.copy(dx->data<float>() + rows[k] * C_, dxs.data<float>() + k * C_, sizeof(float) * static_cast<size_t>(C_));
+  return loss;
+}
+
+PoolerBinaryHead::PoolerBinaryHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg)
+    : C_(cfg.hidden_size) {
+  MEGADLM_CHECK(ctx.tp.size == 1, "the pooler and binary head are built for one tensor-parallel rank, not ",
+                ctx.tp.size);
+  dense_ = Linear(store, ctx, "pooler.dense", C_, C_, true, cfg.init_method_std);
+  binary_ = Linear(store, ctx, "binary_head", C_, 2, true, cfg.init_method_std);
+}
+
+Tensor PoolerBinaryHead::pooled(Arena& arena, const Tensor& x, int64_t B, int64_t T) {
+  MEGADLM_CHECK(x.device() == Device::CPU, "the pooler runs on the CPU only (the BERT family: docs/bert.md)");
+  MEGADLM_CHECK(x.size(0) == B * T, "pooler: ", x.size(0), " rows are not ", B, " sequences of ", T);
+  const Backend& be = backend_of(x);
+  Tensor first = arena.tensor({B, C_});
+  for (int64_t b = 0; b < B; ++b)
+    be.copy(first.data<float>() + b * C_, x.data<float>() + b * T * C_, sizeof(float) * static_cast<size_t>(C_));
+  pooled_ = dense_.forward(arena, first);
+  float* p = pooled_.data<float>();
+  for (int64_t i = 0; i < B * C_; ++i) p[i] = std::tanh(p[i]);
+  return pooled_;
+}
+
+Tensor PoolerBinaryHead::logits(Arena& arena, const Tensor& x, int64_t B, int64_t T) {
+  return binary_.forward(arena, pooled(arena, x, B, T));
+}
+
+double PoolerBinaryHead::loss(Arena& arena, const Tensor& x, int64_t B, int64_t T, const int32_t* labels,
+                              float grad_scale, Tensor* dx) {
+  check_labels(labels, B, 2, "binary");
+  Tensor lg = logits(arena, x, B, T);
+  const Backend& be = backend_of(lg);
+  const double loss = cross_entropy(be, lg, labels, nullptr, grad_scale, dx != nullptr, B, 2);
+  if (dx == nullptr) return loss;
+  Tensor dpooled = arena.tensor({B, C_});
+  binary_.backward(lg, dpooled, false);
+  // tanh' = 1 - tanh^2, from the saved output.
+  float* d = dpooled.data<float>();
+  const float* p = pooled_.data<float>();
+  for (int64_t i = 0; i < B * C_; ++i) d[i] *= 1.0f - p[i] * p[i];
+  Tensor dfirst = arena.tensor({B, C_});
+  dense_.backward(dpooled, dfirst, false);
+  for (int64_t b = 0; b < B; ++b)
+    be.add_inplace(dx->data<float>() + b * T * C_, dfirst.data<float>() + b * C_, C_);
+  return loss;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,73 @@
+#pragma once
+// BERT's two heads over the encoder's output x [N, C] (N = B*T rows, sequence b's rows b*T .. b*T+T-1):
+//   MLMHead           t = LayerNorm(GELU(x Wd^T + bd)); logits [N, V] = t E^T + b, with E the word
+//                     embeddings (tied) and b an output bias [V]; the loss is the softmax cross-entropy
+//                     over the labelled rows (label kMlmIgnore = -1: no loss).
+//   PoolerBinaryHead  pooled [B, C] = tanh(x_first Wp^T + bp) of each sequence's first row; logits
+//                     [B, 2] = pooled Wb^T + bb (next-sentence / sentence-order prediction); the
+//                     loss is the 2-way cross-entropy (label -1: no loss).
+// Parameter names: mlm_head.dense, mlm_head.norm, mlm_head.bias; pooler.dense, binary_head.
+// One rank (no tensor parallelism), fp32; the GELU is the exact (erf) one or the tanh approximation as
+// the layers' (BERT checkpoints say "gelu" or "gelu_new").
+// Legend: N rows, C hidden, V vocabulary, B sequences, T rows a sequence.
+#include <cstdint>
+
+#include "core/arena.h"
+#include "core/parameters.h"
+#include "nn/linear.h"
+#include "nn/norm.h"
+#include "nn/transformer_config.h"
+#include "parallel/parallel_context.h"
+
+namespace megadlm {
+
+constexpr int32_t kMlmIgnore = -1;  // the label of a row (MLM) or sequence (binary) without a loss
+
+class MLMHead {
+ public:
+  MLMHead() = default;
+  // word_embeddings_id: the tied decoder matrix [V, C] (Embedding::word_embeddings_id()).
+  MLMHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg, int word_embeddings_id,
+          bool exact_gelu);
+
+  // x [N, C] -> logits [N, V] (arena).
+  Tensor logits(Arena& arena, const Tensor& x);
+  // sum over the labelled rows of w_n CE_n (labels [N] in [0, V) or kMlmIgnore; weights [N] or null
+  // for 1); only the labelled rows go through the head. With dx: the backward too, dlogits scaled by
+  // grad_scale, dx [N, C] written (zero on the unlabelled rows) and the parameter gradients (the tied
+  // word embeddings' included) accumulated. x [N, C] on the host (the CPU).
+  double loss(Arena& arena, const Tensor& x, const int32_t* labels, const float* weights, float grad_scale,
+              Tensor* dx);
+
+ private:
+  Tensor transform(Arena& arena, const Tensor& x);  // x -> t, saving what the backward needs
+  ParamStore* store_ = nullptr;
+  int64_t V_ = 0, C_ = 0;
+  bool exact_gelu_ = true;
+  Linear dense_;
+  Norm norm_;
+  int w_ = -1, b_ = -1;  // the tied decoder matrix, the output bias
+  Tensor h_, t_;         // saved: the dense output (GELU's input), the transform's output
+};
+
+class PoolerBinaryHead {
+ public:
+  PoolerBinaryHead() = default;
+  PoolerBinaryHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg);
+
+  // x [B*T, C] -> pooled [B, C] (arena).
+  Tensor pooled(Arena& arena, const Tensor& x, int64_t B, int64_t T);
+  // x [B*T, C] -> logits [B, 2] (arena).
+  Tensor logits(Arena& arena, const Tensor& x, int64_t B, int64_t T);
+  // sum over the labelled sequences of CE (labels [B] in {0, 1} or kMlmIgnore). With dx: the backward
+  // too, dlogits scaled by grad_scale, the gradient of the first rows ADDED to dx [B*T, C].
+  double loss(Arena& arena, const Tensor& x, int64_t B, int64_t T, const int32_t* labels, float grad_scale,
+              Tensor* dx);
+
+ private:
+  int64_t C_ = 0;
+  Linear dense_, binary_;
+  Tensor pooled_;  // saved: tanh's output
+};
+
+}  // namespace megadlm
