@@ -558,8 +558,12 @@ TEST(LMHeadChunks, RowsSplitEvenly) {
       EXPECT_LE(rows, std::max<int64_t>(1, std::min(N, 2 * budget))) << N << " " << bytes;
       EXPECT_GE(N - (chunks - 1) * rows, rows - chunks + 1) << N << " " << bytes;  // the last is not short
       // Over the budget only to keep kMinChunkRows rows; below them only where more would pass 2x.
-      if (rows > budget) EXPECT_LT((N + chunks) / (chunks + 1), kMinChunkRows) << N << " " << bytes;
-      if (rows < kMinChunkRows && chunks > 1) EXPECT_GT((N + chunks - 2) / (chunks - 1), 2 * budget) << N << " " << bytes;
+      if (rows > budget) {
+        EXPECT_LT((N + chunks) / (chunks + 1), kMinChunkRows) << N << " " << bytes;
+      }
+      if (rows < kMinChunkRows && chunks > 1) {
+        EXPECT_GT((N + chunks - 2) / (chunks - 1), 2 * budget) << N << " " << bytes;
+      }
     }
 }
 

@@ -172,8 +172,11 @@ TEST_F(CheckpointDirProgram, MissingPointerResumesInsteadOfStartingOver) {
   EXPECT_TRUE(contains(r.output, "loaded checkpoint " + save + "/iter_0000002 (iteration 2")) << r.output;
   EXPECT_FALSE(contains(r.output, "iteration        1/")) << "it started over\n" << r.output;
   const auto after = checksums_under(save);
-  for (const auto& [file, sum] : before)
-    if (file.rfind("iter_", 0) == 0) EXPECT_EQ(after.at(file), sum) << file;
+  for (const auto& [file, sum] : before) {
+    if (file.rfind("iter_", 0) == 0) {
+      EXPECT_EQ(after.at(file), sum) << file;
+    }
+  }
   EXPECT_EQ(resolve_checkpoint_dir(save), save + "/iter_0000003");
 }
 

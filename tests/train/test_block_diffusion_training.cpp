@@ -122,7 +122,9 @@ TEST(BlockDiffusionTraining, LossFallsAndTheCheckpointRecordsBlockDiffusion) {
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
     if (j.contains("val_loss")) val.push_back(j["val_loss"].get<double>());
-    if (j.contains("loss")) ASSERT_TRUE(j.contains("mean_t") && j.contains("masked_fraction"));
+    if (j.contains("loss")) {
+      ASSERT_TRUE(j.contains("mean_t") && j.contains("masked_fraction"));
+    }
   }
   ASSERT_EQ(val.size(), 2u);
   EXPECT_LT(val[1], 0.95 * val[0]) << "validation " << val[0] << " -> " << val[1];
