@@ -123,11 +123,8 @@ nlohmann::json BertTrainer::checkpoint_meta() const {
 }
 
 void BertTrainer::load() {
-  const std::string dir = resolve_checkpoint_dir(args_.load);
-  if (dir.empty()) {
-    log_info("--load ", args_.load, ": no checkpoint found there, starting from scratch");
-    return;
-  }
+  const std::string dir = checkpoint_to_load(args_.load);
+  if (dir.empty()) return;
   const CheckpointState st = read_checkpoint_state(dir);
   const std::string type = st.meta.value("model_type", "?");
   MEGADLM_CHECK(type == "bert", dir, ": the checkpoint is a ", type, " model but --model-type is bert");
@@ -144,14 +141,11 @@ void BertTrainer::load() {
     consumed_samples_ = st.consumed_samples;
     resumed_from_ = dir;
   }
-  log_info("loaded checkpoint ", dir, " (iteration ", st.iteration, ", consumed samples ", st.consumed_samples,
-           args_.finetune ? "; --finetune: starting at iteration 0" : "", ")");
+  log_loaded(dir, st, args_.finetune);
 }
 
 void BertTrainer::save(int64_t iteration) {
-  const std::string bad = first_non_finite_parameter(model_->params(), optimizer_.get());
-  MEGADLM_CHECK(bad.empty(), "not saving the checkpoint of iteration ", iteration, " to ", args_.save, ": parameter '",
-                bad, "' holds a NaN or Inf; the last checkpoint written is the last good one");
+  check_finite_before_save(model_->params(), optimizer_.get(), iteration, args_.save);
   CheckpointState st;
   st.iteration = iteration;
   st.consumed_samples = consumed_samples_;

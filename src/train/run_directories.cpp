@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/log.h"
+#include "train/step_guard.h"
 
 namespace megadlm {
 
@@ -77,6 +78,24 @@ void check_save_dir(const std::string& save, const std::string& resumed_from, in
     if (it > iteration)
       log_info("warning: --save ", save, " holds iteration ", it, ", newer than the one resumed (", iteration,
                "); this run replaces it if it saves that iteration");
+}
+
+std::string checkpoint_to_load(const std::string& load) {
+  const std::string dir = resolve_checkpoint_dir(load);
+  if (dir.empty()) log_info("--load ", load, ": no checkpoint found there, starting from scratch");
+  return dir;
+}
+
+void log_loaded(const std::string& dir, const CheckpointState& st, bool finetune) {
+  log_info("loaded checkpoint ", dir, " (iteration ", st.iteration, ", consumed samples ", st.consumed_samples,
+           finetune ? "; --finetune: starting at iteration 0" : "", ")");
+}
+
+void check_finite_before_save(const ParamStore& params, const AdamW* optimizer, int64_t iteration,
+                              const std::string& save) {
+  const std::string bad = first_non_finite_parameter(params, optimizer);
+  MEGADLM_CHECK(bad.empty(), "not saving the checkpoint of iteration ", iteration, " to ", save, ": parameter '", bad,
+                "' holds a NaN or Inf; the last checkpoint written is the last good one");
 }
 
 }  // namespace megadlm

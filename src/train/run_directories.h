@@ -7,6 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/native_checkpoint.h"
+#include "core/parameters.h"
+#include "optim/adamw.h"
+
 namespace megadlm {
 
 // --save must be a directory this process can create files in; found out at start-up, not at the
@@ -25,5 +29,15 @@ std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& go
 // resumed_from is the checkpoint directory the run loaded ("" for a new run or --finetune), iteration
 // the one it starts from.
 void check_save_dir(const std::string& save, const std::string& resumed_from, int64_t iteration, bool finetune);
+
+// The checkpoint directory --load designates; "" (logged) when it holds none yet.
+std::string checkpoint_to_load(const std::string& load);
+// The log line of a loaded checkpoint.
+void log_loaded(const std::string& dir, const CheckpointState& st, bool finetune);
+
+// Never replace the last good checkpoint by a poisoned state (see step_guard.h): an Error naming the
+// first parameter (or moment) that holds a NaN or Inf.
+void check_finite_before_save(const ParamStore& params, const AdamW* optimizer, int64_t iteration,
+                              const std::string& save);
 
 }  // namespace megadlm

@@ -2,7 +2,7 @@
 // small synthetic sentence-split corpus with a tiny WordPiece vocabulary. The MLM and sentence-order
 // losses fall, a resume from a mid-run checkpoint is bitwise the uninterrupted run, the checkpoint
 // records model_type bert with the optimizer state, evaluation reports the masked-token accuracy, and
-// every flag the slice does not build is an exit 1 naming it.
+// every flag the slice does not build is an exit 1 naming it (a launch of two ranks too, under mpirun).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -221,4 +221,24 @@ TEST_F(BertRun, DocumentLevelDataAndMisplacedFlagsAreRefused) {
     EXPECT_CLEAN_ERROR_EXIT(r);
     EXPECT_NE(r.output.find(std::string(flag) + " is for --model-type bert"), std::string::npos) << r.output;
   }
+}
+
+// Two ranks under mpirun (data parallelism): refused by name on every rank; skipped without mpirun.
+TEST_F(BertRun, SeveralRanksAreRefused) {
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  const std::string mpirun = test::find_mpirun();
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
+                                           "self,vader", "-x", "OMP_NUM_THREADS=1", "-x",
+                                           "ASAN_OPTIONS=" + test::asan_options_for_mpi(), "-np", "2",
+                                           test::binary_path("pretrain_difflm")};
+  test::ChildOptions opt;
+  opt.timeout_s = 120;
+  const auto r = test::run_program(mpirun, plus(launch, plus(bert_flags(data, vocab), {"--train-iters", "2"})),
+                                   tmp / "log.txt", opt);
+  EXPECT_TRUE(r.exited) << r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--model-type bert: this launch has 2 ranks; data parallelism is not available"),
+            std::string::npos)
+      << r.output;
 }
