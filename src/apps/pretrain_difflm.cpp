@@ -1,10 +1,11 @@
-// pretrain_difflm: train a masked diffusion LM (--model-type difflm) or an autoregressive GPT
-// (--model-type gpt). See --help and the README for the flags.
+// pretrain_difflm: train a masked diffusion LM (--model-type difflm), an autoregressive GPT
+// (--model-type gpt) or a BERT (--model-type bert). See --help and the README for the flags.
 #include <cstdio>
 #include <exception>
 
 #include "core/error.h"
 #include "train/arguments.h"
+#include "train/bert_trainer.h"
 #include "train/rank_output.h"
 #include "train/trainer.h"
 
@@ -14,6 +15,11 @@ int main(int argc, char** argv) {
     megadlm::start_ranks(&argc, &argv);
     megadlm::TrainArgs args;
     if (!megadlm::parse_train_args(argc, argv, args)) return 0;
+    if (args.model_type == megadlm::ModelType::BERT) {
+      megadlm::BertTrainer trainer(args);  // one process, CPU, fp32 (docs/bert.md)
+      trainer.run();
+      return 0;
+    }
     megadlm::Trainer trainer(args);
     trainer.run();
     return 0;

@@ -56,8 +56,11 @@ std::vector<std::string> canonical_args(int argc, const char* const* argv) {
 void declare(CliFlags& f) {
   // model
   f.add_string("model-type", "difflm",
-               "difflm (masked diffusion, bidirectional) or gpt (autoregressive); bert is refused (not trainable yet)");
-  f.add_bool("bert-no-binary-head", "--model-type bert: no pooler and binary (next-sentence) head");
+               "difflm (masked diffusion, bidirectional), gpt (autoregressive) or bert (MLM + sentence order; one "
+               "process, CPU, fp32: docs/bert.md)");
+  f.add_bool("bert-no-binary-head", "--model-type bert: no pooler and binary (sentence-order) head");
+  f.add_double("mask-prob", 0.15, "--model-type bert: share of a sample's tokens masked for the MLM loss", closed_open(0, 1));
+  f.add_double("short-seq-prob", 0.1, "--model-type bert: probability of a shorter segment target", closed(0, 1));
   f.add_string("model-running-mode", "difflm-noshift", "difflm-noshift (predict masked tokens in place) or vanilla (shifted)");
   f.add_int("num-layers", 12, "transformer layers", at_least(1));
   f.add_int("hidden-size", 768, "hidden size C", at_least(1));
@@ -210,14 +213,44 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
                 " must be in [0, --bd3-clip-max ", a.bd3_clip_max, ")");
 }
 
-// --model-type bert: the model is built (models/bert_model.h) and converted (convert_checkpoint --layout
-// bert), but pretrain_difflm cannot train it: an Error naming what is missing, MoE first (never built).
-[[noreturn]] void refuse_bert_training(const CliFlags& f) {
+// --model-type bert trains in one process, on the CPU, in fp32 (train/bert_trainer.h): what that
+// does not build is an Error naming the flag, MoE first (BERT is dense only).
+void read_bert_flags(const CliFlags& f, TrainArgs& a) {
+  const bool bert = a.model_type == ModelType::BERT;
+  for (const char* flag : {"bert-no-binary-head", "mask-prob", "short-seq-prob"})
+    MEGADLM_CHECK(bert || !f.given(flag), "--", flag, " is for --model-type bert");
+  if (!bert) return;
   MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type bert is dense only: --num-experts ",
                 f.get_int("num-experts"), " is not available for it");
-  fail("--model-type bert: pretrain_difflm cannot train BERT yet: the trainer builds neither the BERT dataset ",
-       "(sentence pairs with masked tokens, token types and next-sentence labels) nor the MLM + binary objective ",
-       "that feeds BertModel (docs/bert.md); convert_checkpoint --layout bert imports and exports BERT checkpoints");
+  const char* why = " (pretrain_difflm trains BERT in one process, on the CPU, in fp32: docs/bert.md)";
+  for (const char* flag : {"tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+                           "expert-model-parallel-size"})
+    MEGADLM_CHECK(f.get_int(flag) == 1, "--", flag, " ", f.get_int(flag), " is not available with --model-type bert", why);
+  MEGADLM_CHECK(world_size() == 1, "--model-type bert: this launch has ", world_size(),
+                " ranks; data parallelism is not available with --model-type bert", why);
+  MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"),
+                " is not available with --model-type bert", why);
+  // The other model types' objectives and inputs; --load-hf imports decoders (convert_checkpoint
+  // --layout bert imports BERT); the MLM head takes the tokenizer's vocabulary unpadded; the BERT
+  // samples are built in memory (no index cache).
+  for (const char* flag : {"sft", "sft-packing", "block-diffusion", "mask-token", "dlm-eps", "dlm-loss",
+                           "difflm-varilen-prob", "model-running-mode", "attention-mask-type", "block-length",
+                           "reset-position-ids", "reset-attention-mask", "eod-mask-loss", "load-hf",
+                           "make-vocab-size-divisible-by", "data-cache-path"})
+    MEGADLM_CHECK(!f.given(flag), "--", flag, " does not apply to --model-type bert");
+  // Not built for BERT: precision, recomputation, parallel options, the other data sources,
+  // TensorBoard, the exit signal handler.
+  for (const char* flag : {"bf16", "bf16-storage-only", "bf16-products", "fp16", "fp8-format", "recompute-granularity",
+                           "recompute-method", "recompute-num-layers", "sequence-parallel", "use-distributed-optimizer",
+                           "overlap-grad-reduce", "train-data-path", "valid-data-path", "test-data-path",
+                           "tensorboard-dir", "exit-signal-handler"})
+    MEGADLM_CHECK(!f.given(flag), "--", flag, " is not available with --model-type bert", why);
+  MEGADLM_CHECK(f.get_list("data-path").size() == 1, "--data-path: --model-type bert takes one sentence-split ",
+                "prefix (preprocess_data --split-sentences), not a blend", why);
+  a.mask_prob = f.get_double("mask-prob");
+  MEGADLM_CHECK(a.mask_prob > 0, "--mask-prob ", a.mask_prob, " must be in (0, 1): the MLM loss needs masked tokens");
+  a.short_seq_prob = f.get_double("short-seq-prob");
+  a.bert_binary_head = !f.get_bool("bert-no-binary-head");
 }
 
 // Context parallelism splits every sequence into 2cp equal chunks (models/context_parallel.h) that the
@@ -235,7 +268,7 @@ void check_context_parallel_flags(const TrainArgs& a, int cp) {
 }  // namespace
 
 bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
-  CliFlags f("pretrain_difflm", "Pretrain a masked diffusion LM (--model-type difflm) or a GPT (--model-type gpt).");
+  CliFlags f("pretrain_difflm", "Pretrain a masked diffusion LM (--model-type difflm), a GPT (--model-type gpt) or a BERT (--model-type bert).");
   declare(f);
   f.parse(canonical_args(argc, argv));
   if (f.help_requested()) {
@@ -247,8 +280,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   require_same_flags_on_every_rank(f, *world_communicator());
 
   a.model_type = model_type_from_name(f.get_string("model-type"));
-  if (a.model_type == ModelType::BERT) refuse_bert_training(f);
-  MEGADLM_CHECK(!f.get_bool("bert-no-binary-head"), "--bert-no-binary-head is for --model-type bert");
+  read_bert_flags(f, a);
   a.model_running_mode = f.get_string("model-running-mode");
   MEGADLM_CHECK(a.model_running_mode == "difflm-noshift" || a.model_running_mode == "vanilla",
                 "--model-running-mode: unknown value '", a.model_running_mode, "' (expected difflm-noshift or vanilla)");
@@ -295,7 +327,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   const MaskType mask = a.attention_mask_type.empty()
                                  ? (a.model_type == ModelType::GPT ? MaskType::Causal : MaskType::None)
                                  : attention_mask_type_from_name(a.attention_mask_type);
-  MEGADLM_CHECK(a.model_type == ModelType::DiffLM || mask == MaskType::Causal,
+  MEGADLM_CHECK(a.model_type != ModelType::GPT || mask == MaskType::Causal,
                 "--model-type gpt needs causal attention, got --attention-mask-type ", a.attention_mask_type);
   m.attention_mask = mask;
   m.attention_block_size = f.get_int("block-length");

@@ -32,6 +32,10 @@ struct TrainArgs {
   DiffusionOptions diffusion;
   // --block-diffusion (model.block_diffusion): the BD3-LM objective's clipped schedule, t_b ~ U[min, max]
   double bd3_clip_min = 1e-3, bd3_clip_max = 1.0;
+  // --model-type bert (train/bert_trainer.h): the BERT dataset's masking and segments, and the heads
+  double mask_prob = 0.15;             // --mask-prob
+  double short_seq_prob = 0.1;         // --short-seq-prob
+  bool bert_binary_head = true;        // false: --bert-no-binary-head
   // data
   std::vector<std::string> data_path;  // [W1] P1 [W2 P2 ...]
   std::string split = "969,30,1";

@@ -1,9 +1,7 @@
 #include "train/trainer.h"
 
 #include <omp.h>
-#include <sys/stat.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +19,7 @@
 #include "train/moe_arguments.h"
 #include "train/moe_metrics.h"
 #include "train/pipeline_schedule.h"
+#include "train/run_directories.h"
 
 namespace megadlm {
 
@@ -28,51 +27,6 @@ namespace {
 
 // The decoder families, whose checkpoints hold the same parameters whatever the objective.
 bool is_decoder_type(const std::string& name) { return name == "gpt" || name == "difflm"; }
-
-std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got) {
-  std::string out;
-  for (auto it = want.begin(); it != want.end(); ++it)
-    if (!got.contains(it.key()) || got[it.key()] != *it)
-      out += " " + it.key() + " (flags: " + it->dump() + ", checkpoint: " +
-             (got.contains(it.key()) ? got[it.key()].dump() : "absent") + ")";
-  return out;
-}
-
-// --save must be a directory this process can create files in; found out at start-up, not at the
-// first save after hours of training.
-void prepare_save_dir(const std::string& save) {
-  std::error_code ec;
-  std::filesystem::create_directories(save, ec);
-  MEGADLM_CHECK(!ec, "--save ", save, ": cannot create the directory (", ec.message(), ")");
-  const std::string why = why_cannot_create(save + "/.write_probe");
-  MEGADLM_CHECK(why.empty(), "--save ", save, ": cannot create files there (", why, ")");
-}
-
-// A --load path that cannot hold a checkpoint because it is, or lies under, something other than a
-// directory. A path that does not exist is a run with nothing to resume yet (Megatron's --load).
-void check_load_path(const std::string& load) {
-  struct stat st {};
-  if (::stat(load.c_str(), &st) == 0) {
-    MEGADLM_CHECK(S_ISDIR(st.st_mode), "--load ", load, ": not a directory");
-    return;
-  }
-  const int e = errno;
-  if (e == ENOENT) return;
-  fail("--load ", load, ": ", e == ENOTDIR ? "a component of the path is not a directory" : std::strerror(e));
-}
-
-std::string iteration_list(const std::vector<int64_t>& its) {
-  std::string out;
-  for (size_t i = 0; i < its.size() && i < 5; ++i) out += (i ? ", " : "") + std::to_string(its[i]);
-  if (its.size() > 5) out += ", ... " + std::to_string(its.back());
-  return out;
-}
-
-bool same_directory(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  const bool same = std::filesystem::equivalent(a, b, ec);
-  return !ec && same;
-}
 
 }  // namespace
 
@@ -182,11 +136,8 @@ nlohmann::json Trainer::checkpoint_meta() const {
 }
 
 void Trainer::load() {
-  const std::string dir = resolve_checkpoint_dir(args_.load);
-  if (dir.empty()) {
-    log_info("--load ", args_.load, ": no checkpoint found there, starting from scratch");
-    return;
-  }
+  const std::string dir = checkpoint_to_load(args_.load);
+  if (dir.empty()) return;
   const CheckpointState st = read_checkpoint_state(dir);
   const nlohmann::json want = config_to_json(args_.model);
   const nlohmann::json got = st.meta.value("config", nlohmann::json::object());
@@ -222,35 +173,13 @@ void Trainer::load() {
     consumed_samples_ = st.consumed_samples;
     resumed_from_ = dir;
   }
-  log_info("loaded checkpoint ", dir, " (iteration ", st.iteration, ", consumed samples ", st.consumed_samples,
-           args_.finetune ? "; --finetune: starting at iteration 0" : "", ")");
+  log_loaded(dir, st, args_.finetune);
 }
 
-void Trainer::check_save_dir() const {
-  const std::vector<int64_t> its = checkpoint_iterations_in(args_.save);
-  if (its.empty()) return;
-  std::filesystem::path loaded(resumed_from_);
-  if (!loaded.has_filename()) loaded = loaded.parent_path();  // --load given with a trailing '/'
-  const std::string parent = loaded.parent_path().string();
-  const bool resumes_here = !resumed_from_.empty() && same_directory(parent.empty() ? "." : parent, args_.save);
-  MEGADLM_CHECK(resumes_here, "--save ", args_.save, " already holds checkpoints (iterations ", iteration_list(its),
-                ") that this run does not resume from",
-                args_.finetune ? " (--finetune starts a new run at iteration 0)" : "",
-                "; it would replace them: give --load ", args_.save,
-                args_.finetune ? " without --finetune" : "", " to resume them, or an empty --save directory");
-  // A resume from an older checkpoint of the same directory (the pointer set back by hand, or a crash
-  // between a directory's rename and the pointer's update) goes over the newer iterations again.
-  for (int64_t it : its)
-    if (it > iteration_)
-      log_info("warning: --save ", args_.save, " holds iteration ", it, ", newer than the one resumed (", iteration_,
-               "); this run replaces it if it saves that iteration");
-}
+void Trainer::check_save_dir() const { megadlm::check_save_dir(args_.save, resumed_from_, iteration_, args_.finetune); }
 
 void Trainer::save(int64_t iteration) {
-  // Never replace the last good checkpoint by a poisoned state (see step_guard.h).
-  const std::string bad = first_non_finite_parameter(model_->params(), optimizer_.get());
-  MEGADLM_CHECK(bad.empty(), "not saving the checkpoint of iteration ", iteration, " to ", args_.save, ": parameter '",
-                bad, "' holds a NaN or Inf; the last checkpoint written is the last good one");
+  check_finite_before_save(model_->params(), optimizer_.get(), iteration, args_.save);
   CheckpointState st;
   st.iteration = iteration;
   st.consumed_samples = consumed_samples_;

@@ -1,0 +1,244 @@
+// pretrain_difflm --model-type bert (train/bert_trainer.h): a tiny BERT (hidden 32, 2 layers) on a
+// small synthetic sentence-split corpus with a tiny WordPiece vocabulary. The MLM and sentence-order
+// losses fall, a resume from a mid-run checkpoint is bitwise the uninterrupted run, the checkpoint
+// records model_type bert with the optimizer state, evaluation reports the masked-token accuracy, and
+// every flag the slice does not build is an exit 1 naming it (a launch of two ranks too, under mpirun).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/native_checkpoint.h"
+#include "core/philox.h"
+#include "data/indexed_dataset.h"
+#include "robustness/child_process.h"
+#include "test_util.h"
+#include "train/bert_trainer.h"
+#include "train_fixture.h"
+
+using namespace megadlm;
+using test::plus;
+
+namespace {
+
+// The vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK], then w5 .. w40: 9 bands of 4 ids.
+constexpr int32_t kBand = 4, kBands = 9, kVocab = 5 + kBand * kBands;
+
+std::string write_vocab(const std::string& dir) {
+  const std::string path = dir + "/vocab.txt";
+  std::ofstream out(path);
+  for (const char* s : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) out << s << "\n";
+  for (int32_t i = 5; i < kVocab; ++i) out << "w" << i << "\n";
+  return path;
+}
+
+// Documents of 2 to 8 sentences of 4 to 12 tokens with structure both heads can learn: sentence k of
+// a document draws its ids from band k (ids 5 + 4k .. 8 + 4k), the first of them 7 times in 10 and
+// the others 1 in 10 each, so the ids are skewed and a masked token's band follows from its
+// neighbours; whether the bands rise from A to B shows whether A and B were swapped. sentences_per_doc 1
+// gives document-level data (one sentence per document).
+std::string write_ordered_corpus(const std::string& dir, int docs, int sentences_per_doc = 0) {
+  const std::string prefix = dir + "/ordered";
+  CounterRng rng(11, RngPurpose::Test);
+  IndexedDatasetWriter w(prefix, IndexDType::U16);
+  uint32_t draw = 0;
+  for (int d = 0; d < docs; ++d) {
+    const int sentences = sentences_per_doc > 0 ? sentences_per_doc : 2 + static_cast<int>(rng.uniform(d, draw++) * 7);
+    std::vector<int32_t> tokens, lengths;
+    for (int k = 0; k < sentences; ++k) {
+      const int len = 4 + static_cast<int>(rng.uniform(d, draw++) * 9);
+      for (int j = 0; j < len; ++j)
+        tokens.push_back(5 + kBand * (k % kBands) + std::max(0, static_cast<int32_t>(rng.uniform(d, draw++) * 10) - 6));
+      lengths.push_back(len);
+    }
+    w.add_document(tokens.data(), static_cast<int64_t>(tokens.size()), lengths);
+  }
+  w.finalize();
+  return prefix;
+}
+
+std::vector<std::string> bert_flags(const std::string& data, const std::string& vocab) {
+  return {"--model-type", "bert", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+          "--seq-length", "48", "--micro-batch-size", "8", "--global-batch-size", "16", "--lr", "3e-3",
+          "--lr-decay-style", "constant", "--tokenizer-type", "BertWordPieceLowerCase", "--vocab-file", vocab,
+          "--data-path", data, "--split", "95,5,0", "--log-interval", "1", "--eval-interval", "1000",
+          "--eval-iters", "2", "--seed", "7"};
+}
+
+// flags with the value of `name` replaced by `value`.
+std::vector<std::string> set_flag(std::vector<std::string> flags, const std::string& name, const std::string& value) {
+  for (size_t i = 0; i + 1 < flags.size(); ++i)
+    if (flags[i] == name) flags[i + 1] = value;
+  return flags;
+}
+
+void run_bert(const std::vector<std::string>& flags, const std::vector<std::string>& extra) {
+  BertTrainer t(test::parse_flags(plus(plus({"pretrain_difflm"}, flags), extra)));
+  t.run();
+}
+
+std::vector<double> field(const std::string& save, const std::string& name) {
+  std::vector<double> out;
+  for (const auto& j : test::training_lines(save + "/metrics.jsonl")) out.push_back(j.at(name).get<double>());
+  return out;
+}
+
+double mean(const std::vector<double>& v, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += v[i];
+  return s / static_cast<double>(end - begin);
+}
+
+struct BertRun : ::testing::Test {
+  test::TempDir tmp;
+  std::string vocab = write_vocab(tmp.str());
+  std::string data = write_ordered_corpus(tmp.str(), 300);
+};
+
+}  // namespace
+
+// The sentence-order head leaves chance (ln 2) only after some 80 steps of this model: 100 steps.
+TEST_F(BertRun, MlmAndSentenceOrderLossesFall) {
+  run_bert(bert_flags(data, vocab), {"--train-iters", "100", "--save", tmp / "run"});
+  const auto mlm = field(tmp / "run", "mlm_loss"), sop = field(tmp / "run", "sop_loss"), loss = field(tmp / "run", "loss");
+  ASSERT_EQ(mlm.size(), 100u);
+  EXPECT_LT(mean(mlm, 90, 100), 0.8 * mean(mlm, 0, 10)) << mean(mlm, 0, 10) << " -> " << mean(mlm, 90, 100);
+  EXPECT_LT(mean(sop, 90, 100), mean(sop, 0, 10) - 0.03) << mean(sop, 0, 10) << " -> " << mean(sop, 90, 100);
+  EXPECT_DOUBLE_EQ(loss[99], mlm[99] + sop[99]);
+}
+
+TEST_F(BertRun, WithoutTheBinaryHeadOnlyTheMlmLoss) {
+  run_bert(bert_flags(data, vocab), {"--train-iters", "40", "--save", tmp / "run", "--bert-no-binary-head"});
+  const auto lines = test::training_lines(tmp / "run/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 40u);
+  EXPECT_FALSE(lines[0].contains("sop_loss"));
+  const auto mlm = field(tmp / "run", "mlm_loss");
+  EXPECT_LT(mean(mlm, 35, 40), 0.8 * mean(mlm, 0, 5));
+}
+
+TEST_F(BertRun, ResumeIsBitwiseIdentical) {
+  const auto flags = plus(bert_flags(data, vocab), {"--train-iters", "8"});
+  const std::string full = tmp / "full", part = tmp / "part";
+  run_bert(flags, {"--save", full});
+  run_bert(flags, {"--save", part, "--exit-interval", "4"});
+  run_bert(flags, {"--save", part, "--load", part});
+  const auto a = field(full, "loss"), b = field(part, "loss");
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;  // bitwise
+  EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/model.safetensors"),
+            file_checksum(resolve_checkpoint_dir(part) + "/model.safetensors"));
+  EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/optimizer.safetensors"),
+            file_checksum(resolve_checkpoint_dir(part) + "/optimizer.safetensors"));
+}
+
+TEST_F(BertRun, TheCheckpointRecordsBertAndTheOptimizer) {
+  run_bert(bert_flags(data, vocab), {"--train-iters", "2", "--save", tmp / "run"});
+  const std::string dir = resolve_checkpoint_dir(tmp / "run");
+  const CheckpointState st = read_checkpoint_state(dir);
+  EXPECT_EQ(st.meta.at("model_type"), "bert");
+  EXPECT_EQ(st.iteration, 2);
+  EXPECT_EQ(st.consumed_samples, 32u);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/optimizer.safetensors"));
+  // --finetune takes the weights and starts at iteration 0; a gpt flag set on it is refused.
+  run_bert(bert_flags(data, vocab), {"--train-iters", "1", "--save", tmp / "tuned", "--load", tmp / "run", "--finetune"});
+  EXPECT_EQ(test::training_lines(tmp / "tuned/metrics.jsonl").at(0).at("iteration"), 1);
+  const std::string e = test::error_of([&] {
+    run_bert(bert_flags(data, vocab), {"--train-iters", "3", "--load", tmp / "run", "--bert-no-binary-head"});
+  });
+  EXPECT_NE(e.find("the checkpoint does not match the model flags: bert_binary_head"), std::string::npos) << e;
+}
+
+TEST_F(BertRun, EvaluationReportsMaskedTokenAccuracy) {
+  run_bert(set_flag(bert_flags(data, vocab), "--eval-interval", "40"), {"--train-iters", "40", "--save", tmp / "run"});
+  std::vector<nlohmann::json> evals;
+  std::ifstream in(tmp / "run/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("val_mlm_accuracy")) evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 2u);  // iterations 0 and 40
+  EXPECT_EQ(evals[1]["iteration"], 40);
+  EXPECT_GT(evals[1]["val_mlm_accuracy"].get<double>(), evals[0]["val_mlm_accuracy"].get<double>());
+  EXPECT_LE(evals[1]["val_mlm_accuracy"].get<double>(), 1.0);
+  EXPECT_LT(evals[1]["val_loss"].get<double>(), evals[0]["val_loss"].get<double>());
+  EXPECT_TRUE(evals[1].contains("val_sop_loss"));
+}
+
+// What this slice does not build: exit 1 and a message naming the flag.
+TEST_F(BertRun, UnbuiltFlagsAreRefusedByName) {
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  const auto base = plus(bert_flags(data, vocab), {"--train-iters", "2"});
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tensor-model-parallel-size", "2"}, "--tensor-model-parallel-size 2 is not available with --model-type bert"},
+      {{"--pipeline-model-parallel-size", "2"}, "--pipeline-model-parallel-size 2 is not available"},
+      {{"--context-parallel-size", "2"}, "--context-parallel-size 2 is not available"},
+      {{"--bf16"}, "--bf16 is not available with --model-type bert"},
+      {{"--fp16"}, "--fp16 is not available"},
+      {{"--fp8-format", "e4m3"}, "--fp8-format is not available"},
+      {{"--device", "cuda"}, "--device cuda is not available with --model-type bert"},
+      {{"--num-experts", "4"}, "--model-type bert is dense only: --num-experts 4"},
+      {{"--recompute-granularity", "full"}, "--recompute-granularity is not available"},
+      {{"--sft"}, "--sft does not apply to --model-type bert"},
+      {{"--block-diffusion"}, "--block-diffusion does not apply to --model-type bert"},
+      {{"--tensorboard-dir", tmp / "tb"}, "--tensorboard-dir is not available"},
+      {{"--data-path", "1", data, "1", data}, "--data-path: --model-type bert takes one sentence-split prefix"},
+
+      {{"--mask-prob", "0"}, "--mask-prob 0 must be in (0, 1)"},
+  };
+  for (const auto& [extra, message] : cases) {
+    SCOPED_TRACE(message);
+    const auto r = test::run_binary("pretrain_difflm", plus(base, extra), tmp / "log.txt");
+    EXPECT_CLEAN_ERROR_EXIT(r);
+    EXPECT_NE(r.output.find("pretrain_difflm: error: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+  }
+  // A tokenizer without [CLS] [SEP] [MASK] [PAD].
+  const auto r = test::run_binary(
+      "pretrain_difflm", plus(set_flag(base, "--tokenizer-type", "NullTokenizer"), {"--vocab-size", "1000"}), tmp / "log.txt");
+  EXPECT_CLEAN_ERROR_EXIT(r);
+  EXPECT_NE(r.output.find("--tokenizer-type NullTokenizer: --model-type bert needs BERT's WordPiece tokenizer"),
+            std::string::npos)
+      << r.output;
+}
+
+// Document-level data (one sentence per document) with the binary head: BertDataset's error names the
+// file; the BERT flags on another model type are refused.
+TEST_F(BertRun, DocumentLevelDataAndMisplacedFlagsAreRefused) {
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  test::TempDir docs("docs");
+  const std::string flat = write_ordered_corpus(docs.str(), 50, 1);
+  auto r = test::run_binary("pretrain_difflm", plus(bert_flags(flat, vocab), {"--train-iters", "2"}), tmp / "log.txt");
+  EXPECT_CLEAN_ERROR_EXIT(r);
+  EXPECT_NE(r.output.find(flat + ": the train split gives no BERT sample with two sentences"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--split-sentences"), std::string::npos) << r.output;
+  for (const char* flag : {"--mask-prob", "--short-seq-prob"}) {
+    r = test::run_binary("pretrain_difflm", plus(test::tiny_difflm_flags(data), {flag, "0.2"}), tmp / "log.txt");
+    EXPECT_CLEAN_ERROR_EXIT(r);
+    EXPECT_NE(r.output.find(std::string(flag) + " is for --model-type bert"), std::string::npos) << r.output;
+  }
+}
+
+// Two ranks under mpirun (data parallelism): refused by name on every rank; skipped without mpirun.
+TEST_F(BertRun, SeveralRanksAreRefused) {
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  const std::string mpirun = test::find_mpirun();
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
+                                           "self,vader", "-x", "OMP_NUM_THREADS=1", "-x",
+                                           "ASAN_OPTIONS=" + test::asan_options_for_mpi(), "-np", "2",
+                                           test::binary_path("pretrain_difflm")};
+  test::ChildOptions opt;
+  opt.timeout_s = 120;
+  const auto r = test::run_program(mpirun, plus(launch, plus(bert_flags(data, vocab), {"--train-iters", "2"})),
+                                   tmp / "log.txt", opt);
+  EXPECT_TRUE(r.exited) << r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--model-type bert: this launch has 2 ranks; data parallelism is not available"),
+            std::string::npos)
+      << r.output;
+}
