@@ -88,7 +88,7 @@ void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::str
   const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
   const HfBertCheckpoint ck = read_hf_bert_checkpoint(src);
   BertModel model(ck.info.config, bert_model_spec(ck.info.config, ck.info.options), ParallelContext::single());
-  load_bert_params(ck.params, model, src);
+  load_params_into(ck.params, model.params(), src);
   const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
   CheckpointState st;
   st.meta["model_type"] = model_type_name(ModelType::BERT);
@@ -140,7 +140,7 @@ void bert_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoi
               : hf.contains("dtype")  ? safetensors_dtype_from_name(hf["dtype"].get<std::string>(), dir)
                                       : DType::F32;
   opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
-  write_hf_bert_checkpoint(dst, bert_params(model), info, opt);
+  write_hf_bert_checkpoint(dst, model_params(model.params()), info, opt);
   const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
   std::printf("wrote %s (%s, %s)%s%s\n", dst.c_str(),
               info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", dtype_name(opt.dtype), tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:",
@@ -162,7 +162,7 @@ void hf_to_native(const CliFlags& f) {
   if (type == ModelType::GPT) cfg.attention_mask = MaskType::Causal;
   else if (!ck.info.diffusion) cfg.attention_mask = MaskType::None;  // an AR model adapted: bidirectional
   LanguageModel model(cfg, model_spec(type, cfg), ParallelContext::single());
-  load_params_into(ck.params, model, src);
+  load_params_into(ck.params, model.params(), src);
   const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
   int32_t mask = f.given("mask-token") ? static_cast<int32_t>(f.get_int("mask-token")) : ck.info.mask_token_id;
   if (type == ModelType::DiffLM) {
@@ -218,7 +218,7 @@ void native_to_hf(const CliFlags& f) {
               : hf.contains("dtype")  ? safetensors_dtype_from_name(hf["dtype"].get<std::string>(), lm.dir)
                                       : DType::F32;
   opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
-  write_hf_checkpoint(dst, model_params(*lm.model), info, opt);
+  write_hf_checkpoint(dst, model_params(lm.model->params()), info, opt);
   const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
   std::printf("wrote %s (%s, %s, %s%s)%s%s\n", dst.c_str(), hf_architecture_name(info.layout), dtype_name(opt.dtype),
               lm.diffusion ? "diffusion, mask token " : "autoregressive",

@@ -235,30 +235,6 @@ HfBertCheckpoint read_hf_bert_checkpoint(const std::string& dir) {
   return ck;
 }
 
-void load_bert_params(const std::vector<SafetensorsEntry>& params, BertModel& model, const std::string& where) {
-  ParamStore& ps = model.params();
-  std::set<std::string> given;
-  for (const auto& e : params) {
-    const int id = ps.find(e.name);
-    MEGADLM_CHECK(id >= 0, where, ": tensor '", e.name, "' is not a parameter of the model");
-    Tensor dst = ps.value(id);
-    MEGADLM_CHECK(dst.shape() == e.tensor.shape() && e.tensor.dtype() == DType::F32, where, ": tensor '", e.name,
-                  "' has shape ", e.tensor.shape().str(), " (", dtype_name(e.tensor.dtype()), ") but the model's is ",
-                  dst.shape().str(), " (F32)");
-    dst.copy_from(e.tensor);
-    given.insert(e.name);
-  }
-  for (const auto& info : ps.infos())
-    MEGADLM_CHECK(given.count(info.name), where, ": no value for the model parameter '", info.name, "'");
-}
-
-std::vector<SafetensorsEntry> bert_params(const BertModel& model) {
-  std::vector<SafetensorsEntry> out;
-  const ParamStore& ps = model.params();
-  for (int i = 0; i < ps.count(); ++i) out.push_back({ps.info(i).name, ps.value(i)});
-  return out;
-}
-
 HfBertInfo hf_bert_info(const BertModel& model) {
   HfBertInfo info;
   info.config = model.config();

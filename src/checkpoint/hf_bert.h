@@ -55,10 +55,8 @@ struct HfBertCheckpoint {
 // shape, every tensor in the files must be used (or be a buffer, or the tied decoder), else an Error
 // naming the tensor.
 HfBertCheckpoint read_hf_bert_checkpoint(const std::string& dir);
-// Copies `params` into the model by name: every parameter given, with its shape, none left over.
-void load_bert_params(const std::vector<SafetensorsEntry>& params, BertModel& model, const std::string& where);
-// The model's parameters as F32 views (valid while it lives), in registration order.
-std::vector<SafetensorsEntry> bert_params(const BertModel& model);
+// Loading and listing the parameters: load_params_into and model_params of hf_convert.h on
+// model.params().
 // The info of a model of ours (its config and options).
 HfBertInfo hf_bert_info(const BertModel& model);
 // Writes config.json and the weights (atomic files) into dir, converted to opt.dtype.

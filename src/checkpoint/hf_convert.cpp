@@ -108,8 +108,7 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
   return ck;
 }
 
-void load_params_into(const std::vector<SafetensorsEntry>& params, LanguageModel& model, const std::string& where) {
-  ParamStore& ps = model.params();
+void load_params_into(const std::vector<SafetensorsEntry>& params, ParamStore& ps, const std::string& where) {
   std::set<std::string> given;
   for (const auto& e : params) {
     const int id = ps.find(e.name);
@@ -125,9 +124,8 @@ void load_params_into(const std::vector<SafetensorsEntry>& params, LanguageModel
     MEGADLM_CHECK(given.count(info.name), where, ": no value for the model parameter '", info.name, "'");
 }
 
-std::vector<SafetensorsEntry> model_params(const LanguageModel& model) {
+std::vector<SafetensorsEntry> model_params(const ParamStore& ps) {
   std::vector<SafetensorsEntry> out;
-  const ParamStore& ps = model.params();
   for (int i = 0; i < ps.count(); ++i) out.push_back({ps.info(i).name, ps.value(i)});
   return out;
 }

@@ -29,12 +29,13 @@ struct HfCheckpoint {
 // buffer), else an Error naming the tensor.
 HfCheckpoint read_hf_checkpoint(const std::string& dir);
 
-// Copies `params` into `model` by name; every model parameter must be given with its shape and no
-// name may be left over (Error naming `where` and the tensor).
-void load_params_into(const std::vector<SafetensorsEntry>& params, LanguageModel& model, const std::string& where);
+// Copies `params` into a model's parameters by name; every model parameter must be given with its
+// shape and no name may be left over (Error naming `where` and the tensor). Any family: LanguageModel,
+// BertModel.
+void load_params_into(const std::vector<SafetensorsEntry>& params, ParamStore& model, const std::string& where);
 
-// The parameters of a model as F32 views (valid while the model lives), in registration order.
-std::vector<SafetensorsEntry> model_params(const LanguageModel& model);
+// A model's parameters as F32 views (valid while the model lives), in registration order.
+std::vector<SafetensorsEntry> model_params(const ParamStore& model);
 
 // Our parameters -> HF tensors in `info.layout`, converted to dtype (F32, BF16 or F16).
 std::vector<SafetensorsEntry> params_to_hf(const std::vector<SafetensorsEntry>& params, const HfModelInfo& info,

@@ -82,7 +82,10 @@ Tensor BertModel::encode(const BertBatch& b, const Inputs& in) {
 BertModel::Logits BertModel::forward_logits(const BertBatch& b) {
   arena_.reset();
   const Inputs in = inputs(b);
-  const Tensor h = encode(b, in);
+  return head_logits(b, encode(b, in));
+}
+
+BertModel::Logits BertModel::head_logits(const BertBatch& b, const Tensor& h) {
   Logits out;
   out.mlm = mlm_.logits(arena_, h);
   if (binary_) out.binary = pooler_.logits(arena_, h, b.B, b.T);
@@ -105,12 +108,15 @@ BertLosses BertModel::losses(const BertBatch& b, const Tensor& h, Tensor* dh, fl
   return l;
 }
 
-BertLosses BertModel::forward_loss(const BertBatch& b) {
+BertLosses BertModel::forward_loss(const BertBatch& b, Logits* logits) {
   arena_.reset();
   const Inputs in = inputs(b);
   const Tensor h = encode(b, in);
   const BertLosses l = losses(b, h, nullptr, 1.0f);
-  arena_.reset();
+  if (logits)
+    *logits = head_logits(b, h);
+  else
+    arena_.reset();
   return l;
 }
 

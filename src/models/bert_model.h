@@ -61,8 +61,9 @@ class BertModel {
     Tensor mlm, binary;
   };
   Logits forward_logits(const BertBatch& batch);
-  // The losses without gradients.
-  BertLosses forward_loss(const BertBatch& batch);
+  // The losses without gradients; with `logits`, also forward_logits' logits from the same pass (in
+  // the arena, valid until the next call).
+  BertLosses forward_loss(const BertBatch& batch, Logits* logits = nullptr);
   // The losses, and every parameter's gradient accumulated for mlm + binary (each dlogits scaled by
   // grad_scale).
   BertLosses forward_backward(const BertBatch& batch, float grad_scale);
@@ -75,6 +76,7 @@ class BertModel {
   };
   Inputs inputs(const BertBatch& batch) const;
   Tensor encode(const BertBatch& batch, const Inputs& in);  // -> the encoder's output [N, C]
+  Logits head_logits(const BertBatch& batch, const Tensor& h);  // the heads' logits of the encoder's output
   // With dh: the heads' backward too, dh [N, C] written, dlogits scaled by grad_scale.
   BertLosses losses(const BertBatch& batch, const Tensor& h, Tensor* dh, float grad_scale);
 

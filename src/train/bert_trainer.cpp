@@ -129,8 +129,6 @@ void BertTrainer::load() {
   const std::string type = st.meta.value("model_type", "?");
   MEGADLM_CHECK(type == "bert", dir, ": the checkpoint is a ", type, " model but --model-type is bert");
   nlohmann::json want = config_to_json(args_.model), got = st.meta.value("config", nlohmann::json::object());
-  want.erase("init_method_std");
-  got.erase("init_method_std");
   want["bert_binary_head"] = args_.bert_binary_head;
   got["bert_binary_head"] = st.meta.value("bert_binary_head", true);
   const std::string diff = config_mismatch(want, got);
@@ -190,9 +188,9 @@ BertEvalResult BertTrainer::evaluate(const BertDataset& data, int64_t batches) {
   double masked = 0, correct = 0;
   for (int64_t i = 0; i < batches; ++i) {
     const BertBatch batch = batch_of(data, i * B, B);
-    const BertLosses l = model_->forward_loss(batch);
+    BertModel::Logits logits;
+    const BertLosses l = model_->forward_loss(batch, &logits);
     r.sop_loss += l.binary / static_cast<double>(B);
-    const BertModel::Logits logits = model_->forward_logits(batch);
     const float* z = logits.mlm.data<float>();
     double batch_masked = 0;
     for (size_t n = 0; n < batch.mlm_labels.size(); ++n) {

@@ -106,7 +106,7 @@ int64_t load_hf_into_model(const std::string& dir, LanguageModel& model) {
       for (int64_t c = 0; c < C; ++c) dst[v * C + c] = static_cast<float>(mean[static_cast<size_t>(c)] / static_cast<double>(V0));
     e.tensor = grown;
   }
-  load_params_into(ck.params, model, dir);
+  load_params_into(ck.params, model.params(), dir);
   log_info("loaded HuggingFace checkpoint ", dir, " (", hf_architecture_name(ck.info.layout), ", ",
            dtype_name(ck.dtype), ")", V > V0 ? "; vocabulary grown from " + std::to_string(V0) + " to " + std::to_string(V) +
            " rows (new rows = mean of the existing ones)" : std::string());

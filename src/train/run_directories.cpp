@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -32,12 +33,16 @@ bool same_directory(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got) {
+std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got,
+                            const std::vector<std::string>& ignored) {
   std::string out;
-  for (auto it = want.begin(); it != want.end(); ++it)
-    if (!got.contains(it.key()) || got[it.key()] != *it)
+  for (auto it = want.begin(); it != want.end(); ++it) {
+    const bool compared =
+        it.key() != "init_method_std" && std::find(ignored.begin(), ignored.end(), it.key()) == ignored.end();
+    if (compared && (!got.contains(it.key()) || got[it.key()] != *it))
       out += " " + it.key() + " (flags: " + it->dump() + ", checkpoint: " +
              (got.contains(it.key()) ? got[it.key()].dump() : "absent") + ")";
+  }
   return out;
 }
 

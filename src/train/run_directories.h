@@ -4,6 +4,7 @@
 // path that can hold a checkpoint, and the flags' model config against a checkpoint's.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,8 +23,10 @@ void prepare_save_dir(const std::string& save);
 void check_load_path(const std::string& load);
 
 // " key (flags: X, checkpoint: Y)" for each key of `want` that `got` lacks or holds another value of;
-// "" when they agree.
-std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got);
+// "" when they agree. init_method_std (not part of the architecture) and the keys in `ignored` are
+// not compared.
+std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& got,
+                            const std::vector<std::string>& ignored = {});
 
 // Refuses a --save directory whose checkpoints this run would replace without resuming from them:
 // resumed_from is the checkpoint directory the run loaded ("" for a new run or --finetune), iteration

@@ -141,11 +141,6 @@ void Trainer::load() {
   const CheckpointState st = read_checkpoint_state(dir);
   const nlohmann::json want = config_to_json(args_.model);
   const nlohmann::json got = st.meta.value("config", nlohmann::json::object());
-  nlohmann::json want_shape = want, got_shape = got;
-  for (const char* k : {"init_method_std"}) {  // not part of the architecture
-    want_shape.erase(k);
-    got_shape.erase(k);
-  }
   // The model type first: it implies config differences (the attention mask) that would hide it.
   // --finetune may carry gpt weights into difflm or back (AR-to-diffusion adaptation, as DiffuGPT and
   // Dream start): the same parameters, only the attention mask and the token rows in use differ.
@@ -156,15 +151,14 @@ void Trainer::load() {
                 our_type, is_decoder_type(ckpt_type) && is_decoder_type(our_type)
                               ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)"
                               : "");
-  if (adapts) {
-    for (const char* k : {"attention_mask_type", "attention_block_size", "block_diffusion", "real_vocab_size"}) {
-      want_shape.erase(k);
-      got_shape.erase(k);
-    }
+  if (adapts)
     log_info("--finetune: adapting the ", ckpt_type, " checkpoint into a ", our_type, " model (same weights, ",
              want.value("attention_mask_type", "?"), " attention)");
-  }
-  const std::string diff = config_mismatch(want_shape, got_shape);
+  const std::string diff =
+      config_mismatch(want, got,
+                      adapts ? std::vector<std::string>{"attention_mask_type", "attention_block_size", "block_diffusion",
+                                                        "real_vocab_size"}
+                             : std::vector<std::string>{});
   MEGADLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
   // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).
   parallel_->load_checkpoint(dir, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());

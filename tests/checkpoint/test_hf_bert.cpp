@@ -33,27 +33,13 @@ std::string fixture(const std::string& name) {
   return std::string(MEGADLM_SOURCE_DIR) + "/tests/checkpoint/fixtures/" + name;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = (fs::temp_directory_path() / ("megadlm_bert_" + std::to_string(::getpid()) + "_" + info->name())).string();
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& n) const { return path_ + "/" + n; }
-  const std::string& str() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::unique_ptr<BertModel> import(const std::string& dir) {
   const HfBertCheckpoint ck = read_hf_bert_checkpoint(dir);
   auto m = std::make_unique<BertModel>(ck.info.config, bert_model_spec(ck.info.config, ck.info.options),
                                        ParallelContext::single());
-  load_bert_params(ck.params, *m, dir);
+  load_params_into(ck.params, m->params(), dir);
   return m;
 }
 
@@ -147,7 +133,7 @@ TEST(HfBert, RoundTripReproducesEveryTensorBitForBit) {
   TempDir tmp;
   for (const char* name : {"hf_bert", "hf_bert_mlm"}) {
     auto m = import(fixture(name));
-    write_hf_bert_checkpoint(tmp / name, bert_params(*m), hf_bert_info(*m), HfWriteOptions{});
+    write_hf_bert_checkpoint(tmp / name, model_params(m->params()), hf_bert_info(*m), HfWriteOptions{});
     expect_same_tensors(fixture(name), tmp / name);
     const nlohmann::json a = read_json(fixture(name) + "/config.json"), b = read_json(tmp / name + "/config.json");
     for (const char* k : {"architectures", "hidden_act", "type_vocab_size", "vocab_size", "intermediate_size",
@@ -209,7 +195,7 @@ TEST(HfBert, WhatTheLayoutCannotHoldIsAnErrorNamingIt) {
   BertOptions pre;
   pre.pre_norm = true;
   BertModel pre_model(cfg, bert_model_spec(cfg, pre), ParallelContext::single());
-  expect_error_with([&] { write_hf_bert_checkpoint(tmp / "pre", bert_params(pre_model), hf_bert_info(pre_model), {}); },
+  expect_error_with([&] { write_hf_bert_checkpoint(tmp / "pre", model_params(pre_model.params()), hf_bert_info(pre_model), {}); },
                     "HuggingFace's BERT is post-norm");
   EXPECT_FALSE(fs::exists(tmp / "pre" + "/config.json"));
 }

@@ -32,21 +32,7 @@ std::string fixture(const std::string& name) {
   return std::string(MEGADLM_SOURCE_DIR) + "/tests/checkpoint/fixtures/hf_" + name;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = (fs::temp_directory_path() / ("megadlm_hf_" + std::to_string(::getpid()) + "_" + info->name())).string();
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& n) const { return path_ + "/" + n; }
-  const std::string& str() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
   try {
@@ -110,12 +96,12 @@ TEST(HfConvert, ImportedLogitsMatchTransformers) {
     SCOPED_TRACE(a);
     const HfCheckpoint ck = read_hf_checkpoint(fixture(a));
     auto model = build(ck.info.config);
-    load_params_into(ck.params, *model, a);
+    load_params_into(ck.params, model->params(), a);
     const double err = logits_error(*model, fixture(a));
     EXPECT_LT(err, 1e-4) << a << ": logits differ from transformers by " << err;
     // The same weights in a diffusion model (no mask) against transformers with is_causal = false.
     auto bidir = build(ck.info.config, true);
-    load_params_into(ck.params, *bidir, a);
+    load_params_into(ck.params, bidir->params(), a);
     const double err_b = logits_error(*bidir, fixture(a), "logits_bidirectional");
     EXPECT_LT(err_b, 1e-4) << a << ": bidirectional logits differ from transformers by " << err_b;
     std::printf("  %-11s max relative logits error vs transformers: causal %.2e, bidirectional %.2e\n", a, err, err_b);
@@ -160,8 +146,8 @@ TEST(HfConvert, RoundTripIsBitExact) {
     const HfCheckpoint ck = read_hf_checkpoint(fixture(a));
     // Through the model's flat buffer and a sharded write.
     auto model = build(ck.info.config);
-    load_params_into(ck.params, *model, a);
-    write_hf_checkpoint(tmp / "direct", model_params(*model), ck.info, {ck.dtype, 20000});
+    load_params_into(ck.params, model->params(), a);
+    write_hf_checkpoint(tmp / "direct", model_params(model->params()), ck.info, {ck.dtype, 20000});
     expect_same_tensors(fixture(a), tmp / "direct", !ck.info.config.untie_embeddings_and_output_weights);
     EXPECT_GT(ShardedSafetensors(tmp / "direct").shard_count(), 1u);
     // The exported config.json reads back to the same config.
@@ -173,7 +159,7 @@ TEST(HfConvert, RoundTripIsBitExact) {
     st.meta["config"] = config_to_json(model->config());
     const std::string native = save_checkpoint(tmp / "native", *model, nullptr, st);
     LoadedModel lm = load_model(native);
-    write_hf_checkpoint(tmp / "via_native", model_params(*lm.model), ck.info, {ck.dtype, 0});
+    write_hf_checkpoint(tmp / "via_native", model_params(lm.model->params()), ck.info, {ck.dtype, 0});
     expect_same_tensors(fixture(a), tmp / "via_native", !ck.info.config.untie_embeddings_and_output_weights);
   }
 }
@@ -191,7 +177,7 @@ TEST(HfConvert, Gpt2WithoutTransformerPrefixImports) {
   write_safetensors(d + "/model.safetensors", bare);
   const HfCheckpoint ck = read_hf_checkpoint(d);
   auto model = build(ck.info.config);
-  load_params_into(ck.params, *model, d);
+  load_params_into(ck.params, model->params(), d);
   EXPECT_LT(logits_error(*model, d), 1e-4);
 }
 
@@ -218,7 +204,7 @@ TEST(HfConvert, LladaLayoutRoundTripsAndKeepsLogits) {
     EXPECT_EQ(0, std::memcmp(ll.params[i].tensor.raw(), ck.params[i].tensor.raw(), ck.params[i].tensor.nbytes()));
   }
   auto model = build(ll.info.config);
-  load_params_into(ll.params, *model, "llada");
+  load_params_into(ll.params, model->params(), "llada");
   EXPECT_LT(logits_error(*model, fixture("llama")), 1e-4);
   // Back to llama layout: bit-exact with the original files.
   HfModelInfo back = ll.info;

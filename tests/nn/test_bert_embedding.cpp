@@ -8,6 +8,7 @@
 
 #include "grad_check.h"
 #include "nn/embedding.h"
+#include "nn/bert_reference.h"
 #include "test_util.h"
 
 namespace megadlm {
@@ -15,33 +16,8 @@ namespace {
 
 using namespace test::grad_check;
 
-TransformerConfig small_config() {
-  TransformerConfig c;
-  c.hidden_size = 8;
-  c.vocab_size = 13;
-  c.max_position_embeddings = 6;
-  c.ffn_hidden_size = 12;
-  c.norm_epsilon = 1e-5f;
-  return c;
-}
-
-// LayerNorm of one row in double.
-std::vector<double> layernorm(const std::vector<double>& x, const float* w, const float* b, double eps) {
-  double mean = 0, var = 0;
-  for (double v : x) mean += v;
-  mean /= static_cast<double>(x.size());
-  for (double v : x) var += (v - mean) * (v - mean);
-  var /= static_cast<double>(x.size());
-  std::vector<double> y(x.size());
-  for (size_t c = 0; c < x.size(); ++c) y[c] = (x[c] - mean) / std::sqrt(var + eps) * w[c] + b[c];
-  return y;
-}
-
-const float* param(const ParamStore& s, const std::string& name) {
-  const int id = s.find(name);
-  EXPECT_GE(id, 0) << name;
-  return s.values() + s.info(id).offset;
-}
+using test::layernorm;
+using test::param;
 
 // ---- the embedding ------------------------------------------------------------------------------------
 
@@ -52,7 +28,7 @@ struct Ids {
 };
 
 TEST(BertEmbedding, TokenTypesAndLayerNormMatchANaiveSum) {
-  const TransformerConfig cfg = small_config();
+  const TransformerConfig cfg = test::small_bert_config();
   const ParallelContext ctx = ParallelContext::single();
   ParamStore store;
   Embedding emb(store, ctx, cfg, EmbeddingSpec{true, 2, false, true});
@@ -77,7 +53,7 @@ TEST(BertEmbedding, TokenTypesAndLayerNormMatchANaiveSum) {
 }
 
 TEST(BertEmbedding, GradientsMatchFiniteDifferences) {
-  const TransformerConfig cfg = small_config();
+  const TransformerConfig cfg = test::small_bert_config();
   const ParallelContext ctx = ParallelContext::single();
   ParamStore store;
   Embedding emb(store, ctx, cfg, EmbeddingSpec{true, 2, false, true});
@@ -92,7 +68,7 @@ TEST(BertEmbedding, GradientsMatchFiniteDifferences) {
 }
 
 TEST(BertEmbedding, TokenTypesAreCheckedByName) {
-  const TransformerConfig cfg = small_config();
+  const TransformerConfig cfg = test::small_bert_config();
   const ParallelContext ctx = ParallelContext::single();
   ParamStore store;
   Embedding emb(store, ctx, cfg, EmbeddingSpec{true, 2, false, true});

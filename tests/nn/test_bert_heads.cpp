@@ -11,6 +11,7 @@
 #include "nn/bert_heads.h"
 #include "nn/gelu_exact.h"
 #include "nn/mlp.h"
+#include "nn/bert_reference.h"
 #include "test_util.h"
 
 namespace megadlm {
@@ -18,35 +19,10 @@ namespace {
 
 using namespace test::grad_check;
 
-TransformerConfig small_config() {
-  TransformerConfig c;
-  c.hidden_size = 8;
-  c.vocab_size = 13;
-  c.max_position_embeddings = 6;
-  c.ffn_hidden_size = 12;
-  c.norm_epsilon = 1e-5f;
-  return c;
-}
-
-// LayerNorm of one row in double.
-std::vector<double> layernorm(const std::vector<double>& x, const float* w, const float* b, double eps) {
-  double mean = 0, var = 0;
-  for (double v : x) mean += v;
-  mean /= static_cast<double>(x.size());
-  for (double v : x) var += (v - mean) * (v - mean);
-  var /= static_cast<double>(x.size());
-  std::vector<double> y(x.size());
-  for (size_t c = 0; c < x.size(); ++c) y[c] = (x[c] - mean) / std::sqrt(var + eps) * w[c] + b[c];
-  return y;
-}
+using test::layernorm;
+using test::param;
 
 double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-
-const float* param(const ParamStore& s, const std::string& name) {
-  const int id = s.find(name);
-  EXPECT_GE(id, 0) << name;
-  return s.values() + s.info(id).offset;
-}
 
 // ---- the exact GELU --------------------------------------------------------------------------------
 
@@ -66,7 +42,7 @@ TEST(ExactGelu, MatchesErfAndItsDerivative) {
 }
 
 TEST(ExactGelu, TheMlpTakesItAndItsGradientsMatchFiniteDifferences) {
-  const TransformerConfig cfg = small_config();
+  const TransformerConfig cfg = test::small_bert_config();
   const ParallelContext ctx = ParallelContext::single();
   ParamStore store;
   MLP mlp(store, ctx, "mlp", cfg, Activation::Gelu, cfg.ffn_hidden_size, 0.02f, /*exact_gelu=*/true);
@@ -101,7 +77,7 @@ TEST(ExactGelu, TheMlpTakesItAndItsGradientsMatchFiniteDifferences) {
 // ---- the MLM head ---------------------------------------------------------------------------------
 
 struct MlmCase {
-  TransformerConfig cfg = small_config();
+  TransformerConfig cfg = test::small_bert_config();
   ParallelContext ctx = ParallelContext::single();
   ParamStore store;
   MLMHead head;
@@ -211,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(Gelu, MlmHeadTest, ::testing::Values(true, false),
 // ---- the pooler and binary head ------------------------------------------------------------------
 
 TEST(PoolerBinaryHead, LogitsMatchANaiveDoubleReferenceAndGradientsFiniteDifferences) {
-  const TransformerConfig cfg = small_config();
+  const TransformerConfig cfg = test::small_bert_config();
   const ParallelContext ctx = ParallelContext::single();
   ParamStore store;
   PoolerBinaryHead head(store, ctx, cfg);
