@@ -34,27 +34,39 @@ int64_t crop_start(int64_t side, int64_t crop) {
 
 }  // namespace
 
-std::vector<float> clip_preprocess(const ClipImageConfig& cfg, const RgbImage& image) {
+RgbImage clip_resize_and_crop(const ClipImageConfig& cfg, const RgbImage& image) {
   const auto [RH, RW] = clip_resize_size(cfg, image.height, image.width);
   const RgbImage resized = (RH == image.height && RW == image.width) ? image : resize_bicubic(image, RH, RW, cfg.rounding);
-  const int64_t OH = cfg.do_center_crop ? cfg.crop_height : RH, OW = cfg.do_center_crop ? cfg.crop_width : RW;
-  const int64_t top = cfg.do_center_crop ? crop_start(RH, OH) : 0, left = cfg.do_center_crop ? crop_start(RW, OW) : 0;
-  // The fused rescale and normalisation, in fp32 as torch computes them.
-  std::array<float, 3> shift{}, divide{};
-  for (int c = 0; c < 3; ++c) {
-    const auto inv = static_cast<float>(1.0 / cfg.rescale_factor);
-    shift[c] = !cfg.do_normalize ? 0.0f : cfg.do_rescale ? cfg.mean[c] * inv : cfg.mean[c];
-    divide[c] = !cfg.do_normalize ? (cfg.do_rescale ? inv : 1.0f) : cfg.do_rescale ? cfg.std[c] * inv : cfg.std[c];
+  if (!cfg.do_center_crop) return resized;
+  const int64_t OH = cfg.crop_height, OW = cfg.crop_width;
+  const int64_t top = crop_start(RH, OH), left = crop_start(RW, OW);
+  RgbImage out{OH, OW, std::vector<uint8_t>(static_cast<size_t>(OH * OW * 3), 0)};
+  for (int64_t y = 0; y < OH; ++y) {
+    const int64_t sy = top + y;
+    if (sy < 0 || sy >= RH) continue;
+    for (int64_t x = 0; x < OW; ++x) {
+      const int64_t sx = left + x;
+      if (sx < 0 || sx >= RW) continue;
+      for (int c = 0; c < 3; ++c) out.pixels[(y * OW + x) * 3 + c] = resized.pixels[(sy * RW + sx) * 3 + c];
+    }
   }
-  std::vector<float> out(static_cast<size_t>(3 * OH * OW));
-  for (int c = 0; c < 3; ++c)
-    for (int64_t y = 0; y < OH; ++y)
-      for (int64_t x = 0; x < OW; ++x) {
-        const int64_t sy = top + y, sx = left + x;
-        const bool inside = sy >= 0 && sy < RH && sx >= 0 && sx < RW;
-        const float v = inside ? static_cast<float>(resized.pixels[(sy * RW + sx) * 3 + c]) : 0.0f;
-        out[(c * OH + y) * OW + x] = (v - shift[c]) / divide[c];
-      }
+  return out;
+}
+
+void clip_normalize(const ClipImageConfig& cfg, const uint8_t* pixels, int64_t OH, int64_t OW, float* out) {
+  // The fused rescale and normalisation, in fp32 as torch computes them.
+  const auto inv = static_cast<float>(1.0 / cfg.rescale_factor);
+  for (int c = 0; c < 3; ++c) {
+    const float shift = !cfg.do_normalize ? 0.0f : cfg.do_rescale ? cfg.mean[c] * inv : cfg.mean[c];
+    const float divide = !cfg.do_normalize ? (cfg.do_rescale ? inv : 1.0f) : cfg.do_rescale ? cfg.std[c] * inv : cfg.std[c];
+    for (int64_t p = 0; p < OH * OW; ++p) out[c * OH * OW + p] = (static_cast<float>(pixels[p * 3 + c]) - shift) / divide;
+  }
+}
+
+std::vector<float> clip_preprocess(const ClipImageConfig& cfg, const RgbImage& image) {
+  const RgbImage img = clip_resize_and_crop(cfg, image);
+  std::vector<float> out(static_cast<size_t>(3 * img.height * img.width));
+  clip_normalize(cfg, img.pixels.data(), img.height, img.width, out.data());
   return out;
 }
 
@@ -92,6 +104,37 @@ ClipImageConfig read_clip_image_config(const std::string& path, ResizeRounding r
   } catch (const json::exception& e) {
     fail(path, ": not valid JSON: ", e.what());
   }
+  return clip_image_config_from_json(j, path, rounding);
+}
+
+const char* resize_rounding_name(ResizeRounding r) { return r == ResizeRounding::Pil ? "pil" : "torchvision"; }
+
+ResizeRounding resize_rounding_from_name(const std::string& name, const std::string& what) {
+  if (name == "torchvision") return ResizeRounding::Torchvision;
+  if (name == "pil") return ResizeRounding::Pil;
+  fail(what, " '", name, "' is not a resize rounding (torchvision, pil)");
+}
+
+json clip_image_config_json(const ClipImageConfig& cfg) {
+  json j;
+  j["do_resize"] = cfg.do_resize;
+  if (cfg.shortest_edge > 0)
+    j["size"] = {{"shortest_edge", cfg.shortest_edge}};
+  else
+    j["size"] = {{"height", cfg.resize_height}, {"width", cfg.resize_width}};
+  j["resample"] = 3;
+  j["do_center_crop"] = cfg.do_center_crop;
+  j["crop_size"] = {{"height", cfg.crop_height}, {"width", cfg.crop_width}};
+  j["do_rescale"] = cfg.do_rescale;
+  j["rescale_factor"] = cfg.rescale_factor;
+  j["do_normalize"] = cfg.do_normalize;
+  j["image_mean"] = cfg.mean;
+  j["image_std"] = cfg.std;
+  j["rounding"] = resize_rounding_name(cfg.rounding);
+  return j;
+}
+
+ClipImageConfig clip_image_config_from_json(const json& j, const std::string& path, ResizeRounding rounding) {
   MEGADLM_CHECK(j.is_object(), path, ": not a JSON object");
   ClipImageConfig cfg;
   cfg.rounding = rounding;

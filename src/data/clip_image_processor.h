@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/image.h"
 #include "data/image_resample.h"
 
@@ -45,10 +47,23 @@ struct ClipImageConfig {
 // filter, a size without "shortest_edge" or "height" + "width", non-positive sizes, a zero std.
 ClipImageConfig read_clip_image_config(const std::string& path, ResizeRounding rounding = ResizeRounding::Torchvision);
 
+// The same from a parsed object; `where` leads the error messages.
+ClipImageConfig clip_image_config_from_json(const nlohmann::json& j, const std::string& where, ResizeRounding rounding);
+// The settings as preprocessor_config.json keys (with "resample": 3), plus "rounding": "torchvision" | "pil".
+nlohmann::json clip_image_config_json(const ClipImageConfig& cfg);
+const char* resize_rounding_name(ResizeRounding r);  // "torchvision", "pil"
+// "torchvision" or "pil"; an Error naming `what` otherwise.
+ResizeRounding resize_rounding_from_name(const std::string& name, const std::string& what);
+
 // (H, W) -> (OH, OW) of step 1.
 std::array<int64_t, 2> clip_resize_size(const ClipImageConfig& cfg, int64_t H, int64_t W);
 
-// image [H, W, 3] -> pixel values [3, OH, OW] (OH, OW: cfg.out_height / out_width).
+// image [H, W, 3] -> pixel values [3, OH, OW] (OH, OW: cfg.out_height / out_width): steps 1 to 3.
 std::vector<float> clip_preprocess(const ClipImageConfig& cfg, const RgbImage& image);
+// Steps 1 and 2: image [H, W, 3] -> the resized and cropped (or padded) 8-bit image [OH, OW, 3], what
+// preprocess_data stores.
+RgbImage clip_resize_and_crop(const ClipImageConfig& cfg, const RgbImage& image);
+// Step 3: pixels [OH, OW, 3] (8-bit, interleaved) -> out [3, OH, OW].
+void clip_normalize(const ClipImageConfig& cfg, const uint8_t* pixels, int64_t OH, int64_t OW, float* out);
 
 }  // namespace megadlm

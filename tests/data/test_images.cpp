@@ -23,6 +23,8 @@
 namespace megadlm {
 namespace {
 
+using test::error_of;
+
 const std::string kDir = std::string(MEGADLM_SOURCE_DIR) + "/tests/data/fixtures/images/";
 
 struct Fixture {
@@ -48,17 +50,6 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0.0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
-}
-
-// The error message of `f`, or "" when it does not throw Error.
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ImageDecode, EqualsPilAndTransformersConvertToRgbOnEveryFixture) {
