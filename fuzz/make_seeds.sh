@@ -9,7 +9,7 @@ BUILD="${1:-build}"
 OUT=fuzz/corpus
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-for t in jsonl indexed_dataset safetensors tokenizer_hf train_args; do
+for t in jsonl indexed_dataset safetensors tokenizer_hf train_args image; do
   rm -rf "${OUT:?}/$t"
   mkdir -p "$OUT/$t"
 done
@@ -165,4 +165,8 @@ printf '%s' "--model-type difflm --num-heads 4 --hidden-size 64 --num-layers 2 -
 printf '%s' "--data-path x --num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --lr-decay-style WSD --lr-wsd-decay-iters 10 --lr-warmup-fraction 0.1 --exit-signal-handler --exit-signal SIGINT" > "$T/moe_wsd"
 printf '%s' "--data-path=x --seq-length=1 --num-attention-heads=0" > "$T/bad_values"
 printf '%s\0%s\0%s' "--help" "--data-path" "x" > "$T/help_nul"
+# ---- image: the PNG and JPEG test images of tests/data/fixtures/images (every PNG colour type, baseline,
+# 4:4:4, progressive and grayscale JPEG) -------------------------------------------------------------
+cp tests/data/fixtures/images/*.png tests/data/fixtures/images/*.jpg "$OUT/image/"
+
 du -sh "$OUT"; find "$OUT" -type f | wc -l

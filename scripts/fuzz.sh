@@ -16,7 +16,7 @@ ROOT="$PWD"
 BUILD="$ROOT/build-fuzz"
 SECONDS_PER_TARGET=10
 JOBS=1
-TARGETS="jsonl indexed_dataset safetensors tokenizer_hf train_args"
+TARGETS="jsonl indexed_dataset safetensors tokenizer_hf train_args image"
 BUILD_ONLY=0
 NO_BUILD=0
 while [ $# -gt 0 ]; do

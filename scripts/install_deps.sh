@@ -5,7 +5,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev libomp-dev libopenmpi-dev openmpi-bin
-      libgtest-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev zlib1g-dev "$@")
+      libgtest-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev zlib1g-dev libpng-dev libjpeg-dev "$@")
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,9 @@
 // data/corpus_conversation_document.loss_mask.{bin,idx} (docs/sft.md).
 // With --split-sentences (BERT and T5 data) each sentence is a sequence and the datasets are named
 // data/corpus_text_sentence.{bin,idx} (docs/bert_t5_data.md).
+// With --image-key image (vision-language data, docs/llava.md) each line's images are resized and
+// cropped by CLIP's image processor into data/corpus_image_pixels.{bin,idx}, and each "<image>" of the
+// text is one token.
 #include <cstdio>
 #include <exception>
 
@@ -40,6 +43,13 @@ int main(int argc, char** argv) {
     flags.add_bool("split-sentences", "split each text into sentences, one sequence each, for BERT and T5 data "
                                       "(writes <prefix>_<key>_sentence.bin/.idx)");
     flags.add_bool("keep-newlines", "with --split-sentences: each sentence keeps the whitespace (newlines) after it");
+    flags.add_string("image-key", "", "key of each line's image path (or list of paths): vision-language data, "
+                                      "written to <prefix>_<key>_pixels.bin/.idx");
+    flags.add_string("image-folder", "", "folder of relative image paths (default: the input file's folder)");
+    flags.add_string("image-processor", "", "preprocessor_config.json, or a folder holding one (default: CLIP's, 224 x 224)");
+    flags.add_string("image-token", "<image>", "the text that marks where an image goes; one token");
+    flags.add_string("image-rounding", "torchvision",
+                     "the resize's rounding: torchvision (transformers 5's CLIPImageProcessor) or pil (PIL's)");
     flags.parse(argc, argv);
     if (flags.help_requested()) {
       std::fputs(flags.help().c_str(), stdout);
@@ -66,6 +76,14 @@ int main(int argc, char** argv) {
     o.chat_template = flags.get_string("chat-template");
     o.split_sentences = flags.get_bool("split-sentences");
     o.keep_newlines = flags.get_bool("keep-newlines");
+    o.image_key = flags.get_string("image-key");
+    o.image_folder = flags.get_string("image-folder");
+    o.image_processor = flags.get_string("image-processor");
+    o.image_token = flags.get_string("image-token");
+    o.image_rounding = flags.get_string("image-rounding");
+    if (o.image_key.empty())
+      for (const char* f : {"image-folder", "image-processor", "image-token", "image-rounding"})
+        MEGADLM_CHECK(!flags.given(f), "--", f, " needs --image-key");
     const PreprocessResult r = preprocess_jsonl(o);
     for (size_t k = 0; k < r.output_prefixes.size(); ++k)
       std::printf("%s: %lld documents, %lld tokens\n", r.output_prefixes[k].c_str(),
@@ -73,6 +91,8 @@ int main(int argc, char** argv) {
     if (!o.chat_template.empty())
       std::printf("%s: %lld response tokens\n", loss_mask_prefix(r.output_prefixes[0]).c_str(),
                   static_cast<long long>(r.response_tokens));
+    if (!o.image_key.empty())
+      std::printf("%s: %lld images\n", r.image_prefix.c_str(), static_cast<long long>(r.images));
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "preprocess_data: error: %s\n", e.what());

@@ -207,6 +207,22 @@ ChatMessage message_of(const nlohmann::json& m, size_t index) {
   return out;
 }
 
+// LLaVA's (ShareGPT's) form: [{"from": "human" | "gpt" | "system", "value": ...}].
+std::vector<ChatMessage> llava_turns_of(const nlohmann::json& list) {
+  MEGADLM_CHECK(list.is_array(), "'conversations' is not a list (a ", list.type_name(), ")");
+  std::vector<ChatMessage> out;
+  out.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = "turn " + std::to_string(i + 1) + " of 'conversations'";
+    MEGADLM_CHECK(list[i].is_object(), where, " is not an object (a ", list[i].type_name(), ")");
+    const std::string from = string_field(list[i], "from", where);
+    MEGADLM_CHECK(from == "human" || from == "gpt" || from == "system", where, " is from the unknown '", from,
+                  "' (from: human, gpt, system)");
+    out.push_back({from == "human" ? "user" : from == "gpt" ? "assistant" : "system", string_field(list[i], "value", where)});
+  }
+  return out;
+}
+
 // ---- normalize_jinja ------------------------------------------------------------------------------
 
 bool space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
@@ -328,8 +344,12 @@ ChatTemplate resolve_chat_template(const std::string& value) {
 std::vector<ChatMessage> conversation_of(const nlohmann::json& object) {
   const bool has_messages = object.contains("messages");
   const bool has_prompt = object.contains("prompt") || object.contains("response");
-  MEGADLM_CHECK(has_messages || has_prompt, "has neither 'messages' nor 'prompt' and 'response'");
-  MEGADLM_CHECK(!(has_messages && has_prompt), "has both 'messages' and 'prompt'/'response'; give one form");
+  const bool has_turns = object.contains("conversations");
+  MEGADLM_CHECK(has_messages || has_prompt || has_turns,
+                "has neither 'messages', 'conversations' nor 'prompt' and 'response'");
+  MEGADLM_CHECK(int(has_messages) + int(has_prompt) + int(has_turns) == 1,
+                "has more than one of 'messages', 'conversations' and 'prompt'/'response'; give one form");
+  if (has_turns) return llava_turns_of(object["conversations"]);
   if (has_prompt)
     return {{"user", string_field(object, "prompt", "the line")},
             {"assistant", string_field(object, "response", "the line")}};

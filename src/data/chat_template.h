@@ -1,6 +1,7 @@
 #pragma once
 // Conversation data for supervised fine-tuning: a conversation (`messages`: [{role, content}], roles
-// system | user | assistant; or the plain {"prompt", "response"}, one user turn and one assistant turn)
+// system | user | assistant; LLaVA's `conversations`: [{from, value}]; or the plain {"prompt",
+// "response"}, one user turn and one assistant turn)
 // rendered with a model's chat template as pieces of text, each marked prompt or response, and
 // tokenized into ids with a loss mask (1 = response).
 //
@@ -52,9 +53,10 @@ struct ChatMessage {
   std::string content;
 };
 
-// The conversation of one .jsonl object: its "messages", or its "prompt" and "response". Throws Error
+// The conversation of one .jsonl object: its "messages", LLaVA's "conversations" ([{"from": human | gpt
+// | system, "value"}], as user / assistant / system), or its "prompt" and "response". Throws Error
 // saying what is wrong (messages not a list, a message not an object, an unknown role, a content that
-// is not a string, both or neither form present).
+// is not a string, more than one form or none present).
 std::vector<ChatMessage> conversation_of(const nlohmann::json& object);
 
 // One piece of a rendered conversation; the pieces' texts back to back are the rendered text.

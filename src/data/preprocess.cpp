@@ -1,5 +1,6 @@
 #include "data/preprocess.h"
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <deque>
@@ -17,9 +18,11 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/log.h"
+#include "data/image_data.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
 #include "data/sentence_split.h"
+#include "tokenizers/marker_split_tokenizer.h"
 
 namespace megadlm {
 
@@ -37,7 +40,7 @@ namespace {
 
 // Keys the sidecar adds beside the TokenizerSpec fields.
 constexpr const char* kSidecarExtraKeys[] = {"vocab_size", "eod", "dtype", "json_key", "append_eod", "chat_template",
-                                             "loss_mask", "split_sentences"};
+                                             "loss_mask", "split_sentences", "image_data", "image_token_id"};
 
 // One chunk of input lines, parsed (JSON only: the tokenizer is not needed yet).
 struct ParsedChunk {
@@ -45,6 +48,7 @@ struct ParsedChunk {
   int64_t lines = 0, bytes = 0;
   std::vector<std::pair<int64_t, ParsedLine>> lines_parsed;  // (1-based line number, the line)
   std::vector<std::pair<int64_t, ParsedConversation>> conversations;  // instead, with a chat template
+  std::vector<LineImages> images;  // with --image-key: each line's images, in the order of the lines above
 };
 
 // One chunk of input lines, tokenized.
@@ -58,6 +62,14 @@ struct ChunkResult {
     std::vector<int32_t> mask;           // conversations: the loss mask of `tokens`
   };
   std::vector<PerKey> keys;
+  std::vector<uint8_t> pixels;          // with --image-key: every document's images back to back
+  std::vector<int32_t> images_per_doc;  // [documents]
+};
+
+// The images a worker processes, and the placeholder's id in its tokenizer.
+struct WorkerImages {
+  const ImageStep* step = nullptr;
+  int32_t token_id = -1;
 };
 
 void parse_chunk(int64_t id, const LineChunk& chunk, const PreprocessOptions& opt,
@@ -67,6 +79,11 @@ void parse_chunk(int64_t id, const LineChunk& chunk, const PreprocessOptions& op
   out.bytes = static_cast<int64_t>(chunk.text.size());
   out.lines_parsed.clear();
   out.conversations.clear();
+  out.images.clear();
+  if (!opt.image_key.empty()) {
+    out.images.reserve(static_cast<size_t>(chunk.num_lines));
+    for_each_line(chunk, [&](int64_t, std::string_view line) { out.images.push_back(line_images(line, opt.image_key)); });
+  }
   if (chat) {
     out.conversations.reserve(static_cast<size_t>(chunk.num_lines));
     for_each_line(chunk, [&](int64_t line_no, std::string_view line) {
@@ -80,12 +97,37 @@ void parse_chunk(int64_t id, const LineChunk& chunk, const PreprocessOptions& op
   });
 }
 
+// The line's images, resized and cropped, into `pixels`; false, with the line recorded as bad, when
+// its image key is malformed or an image cannot be read.
+bool line_images_ok(const LineImages& images, const ImageStep& step, int64_t line_no, std::vector<uint8_t>& pixels,
+                    ChunkResult& out) {
+  if (!images.error.empty()) {
+    out.bad.push_back({line_no, images.error});
+    return false;
+  }
+  try {
+    pixels = step.process(images);
+  } catch (const Error& e) {
+    out.bad.push_back({line_no, e.what()});
+    return false;
+  }
+  return true;
+}
+
+// Appends a written line's images (line i of the chunk) to the chunk's image document.
+void add_images(const std::vector<uint8_t>& pixels, const ParsedChunk& chunk, size_t i, ChunkResult& out) {
+  if (chunk.images.empty()) return;
+  out.pixels.insert(out.pixels.end(), pixels.begin(), pixels.end());
+  out.images_per_doc.push_back(static_cast<int32_t>(chunk.images[i].paths.size()));
+}
+
 // Conversations: one document of one sequence each, with its loss mask; a conversation the tokenizer
 // rejects makes the line bad and adds nothing.
 void tokenize_conversations(ParsedChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok,
-                            const ChatEncoder& enc, ChunkResult& out) {
+                            const ChatEncoder& enc, const WorkerImages& img, ChunkResult& out) {
   ChunkResult::PerKey& pk = out.keys[0];
-  for (auto& [line_no, p] : chunk.conversations) {
+  for (size_t i = 0; i < chunk.conversations.size(); ++i) {
+    auto& [line_no, p] = chunk.conversations[i];
     if (p.status == LineStatus::Blank) {
       ++out.blank;
       continue;
@@ -94,7 +136,10 @@ void tokenize_conversations(ParsedChunk& chunk, const PreprocessOptions& opt, co
       out.bad.push_back({line_no, std::move(p.error)});
       continue;
     }
+    std::vector<uint8_t> pixels;
+    if (img.step && !line_images_ok(chunk.images[i], *img.step, line_no, pixels, out)) continue;
     const size_t at = pk.tokens.size();
+    std::string stage = "tokenizer: ";
     try {
       enc.encode(p.pieces, pk.tokens, pk.mask);
       if (opt.append_eod && pk.tokens.size() > at) {  // the eod ends the response: the model learns to stop
@@ -104,28 +149,34 @@ void tokenize_conversations(ParsedChunk& chunk, const PreprocessOptions& opt, co
       const size_t n = pk.tokens.size() - at;
       MEGADLM_CHECK(n < static_cast<size_t>(std::numeric_limits<int32_t>::max()), "the conversation's ", n,
                     " tokens do not fit one sequence");
+      stage = "";  // the check names what is wrong itself
+      if (img.step)
+        img.step->check_placeholders(pk.tokens.data() + at, pk.tokens.data() + pk.tokens.size(), img.token_id,
+                                     chunk.images[i].paths.size());
       if (n > 0) pk.seq_lengths.push_back(static_cast<int32_t>(n));
       pk.seqs_per_doc.push_back(n > 0 ? 1 : 0);
     } catch (const Error& e) {
       pk.tokens.resize(at);
       pk.mask.resize(at);
-      out.bad.push_back({line_no, std::string("tokenizer: ") + e.what()});
+      out.bad.push_back({line_no, stage + e.what()});
       continue;
     }
+    add_images(pixels, chunk, i, out);
     ++out.documents;
   }
 }
 
 // `enc`: the chunk holds conversations, tokenized with it.
 void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Tokenizer& tok, const ChatEncoder* enc,
-                    ChunkResult& out) {
+                    const WorkerImages& img, ChunkResult& out) {
   const size_t nk = opt.json_keys.size();
   out.keys.assign(nk, {});
   out.lines = chunk.lines;
   out.bytes = chunk.bytes;
-  if (enc) return tokenize_conversations(chunk, opt, tok, *enc, out);
+  if (enc) return tokenize_conversations(chunk, opt, tok, *enc, img, out);
   std::vector<int32_t> ids;
-  for (auto& [line_no, p] : chunk.lines_parsed) {
+  for (size_t i = 0; i < chunk.lines_parsed.size(); ++i) {
+    auto& [line_no, p] = chunk.lines_parsed[i];
     if (p.status == LineStatus::Blank) {
       ++out.blank;
       continue;
@@ -134,8 +185,11 @@ void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Toke
       out.bad.push_back({line_no, std::move(p.error)});
       continue;
     }
+    std::vector<uint8_t> pixels;
+    if (img.step && !line_images_ok(chunk.images[i], *img.step, line_no, pixels, out)) continue;
     // A text the tokenizer rejects (NullTokenizer given words) makes the line bad; what the line
     // already appended for earlier keys is taken back so that the datasets stay aligned.
+    std::string stage = "tokenizer: ";
     std::vector<std::array<size_t, 3>> sizes(nk);
     for (size_t k = 0; k < nk; ++k)
       sizes[k] = {out.keys[k].tokens.size(), out.keys[k].seq_lengths.size(), out.keys[k].seqs_per_doc.size()};
@@ -166,15 +220,21 @@ void tokenize_chunk(ParsedChunk& chunk, const PreprocessOptions& opt, const Toke
         }
         pk.seqs_per_doc.push_back(seqs);
       }
+      stage = "";
+      if (img.step)  // --image-key takes one text key (checked up front)
+        img.step->check_placeholders(out.keys[0].tokens.data() + sizes[0][0],
+                                     out.keys[0].tokens.data() + out.keys[0].tokens.size(), img.token_id,
+                                     chunk.images[i].paths.size());
     } catch (const Error& e) {
       for (size_t k = 0; k < nk; ++k) {
         out.keys[k].tokens.resize(sizes[k][0]);
         out.keys[k].seq_lengths.resize(sizes[k][1]);
         out.keys[k].seqs_per_doc.resize(sizes[k][2]);
       }
-      out.bad.push_back({line_no, std::string("tokenizer: ") + e.what()});
+      out.bad.push_back({line_no, stage + e.what()});
       continue;
     }
+    add_images(pixels, chunk, i, out);
     ++out.documents;
   }
 }
@@ -190,10 +250,12 @@ bool encode_is_thread_safe(const std::string& type) {
 // The reader -> workers -> writer pipeline's shared state.
 class Pipeline {
  public:
-  // `chat`: the input is conversations rendered with this template.
-  Pipeline(const PreprocessOptions& opt, std::optional<ChatTemplate> chat, const Timer& timer)
+  // `chat`: the input is conversations rendered with this template. `images`: what to do with each
+  // line's images (--image-key), or null.
+  Pipeline(const PreprocessOptions& opt, std::optional<ChatTemplate> chat, const ImageStep* images, const Timer& timer)
       : opt_(opt),
         chat_(chat),
+        images_(images),
         timer_(timer),
         reader_(opt.input),
         share_(encode_is_thread_safe(opt.tokenizer.type)) {
@@ -219,6 +281,8 @@ class Pipeline {
     eod = eod_;
     markers_as_text = markers_as_text_;
   }
+  // With --image-key, the placeholder's id (valid after tokenizer_info).
+  int32_t image_token_id() const { return image_token_id_; }
 
   // Next result in input order; false when the input is exhausted. Rethrows a thread's error.
   bool next(int64_t id, ChunkResult& out) {
@@ -342,6 +406,7 @@ class Pipeline {
       vocab_size_ = tok.vocab_size();
       eod_ = tok.eod();
       if (chat_) markers_as_text_ = ChatEncoder(*chat_, tok).markers_as_text();
+      if (images_) image_token_id_ = tok.token_to_id(opt_.image_token);
       info_ready_ = true;
     }
     loaded_ += ready_workers;
@@ -373,13 +438,21 @@ class Pipeline {
         if (stop_ || error_) return;
         tok = shared_.get();
       }
+      // The image placeholder is one token whatever the tokenizer: its text is cut out before encoding.
+      std::optional<MarkerSplitTokenizer> split;
+      WorkerImages img;
+      if (images_) {
+        img = {images_, tok->token_to_id(opt_.image_token)};
+        split.emplace(*tok, opt_.image_token, img.token_id);
+        tok = &*split;
+      }
       std::optional<ChatEncoder> enc;
       if (chat_) enc.emplace(*chat_, *tok);
       for (;;) {
         ParsedChunk p;
         if (!next_parsed(p)) return;
         ChunkResult r;
-        tokenize_chunk(p, opt_, *tok, enc ? &*enc : nullptr, r);
+        tokenize_chunk(p, opt_, *tok, enc ? &*enc : nullptr, img, r);
         std::lock_guard<std::mutex> lk(mu_);
         results_.emplace(p.id, std::move(r));
         if (p.id == written_) result_cv_.notify_one();  // the writer waits for no other
@@ -393,6 +466,7 @@ class Pipeline {
 
   const PreprocessOptions& opt_;
   const std::optional<ChatTemplate> chat_;
+  const ImageStep* images_;
   const Timer& timer_;
   JsonlReader reader_;
   const bool share_;                  // one tokenizer for all workers
@@ -411,6 +485,7 @@ class Pipeline {
   bool reader_done_ = false, stop_ = false, info_ready_ = false, tokenizers_ready_ = false;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
+  int32_t image_token_id_ = -1;
   std::vector<std::string> markers_as_text_;
   int loaded_ = 0;
   double startup_seconds_ = 0;
@@ -419,7 +494,7 @@ class Pipeline {
 
 // The sidecar beside <prefix>_<key>_document.{bin,idx}: the tokenizer that made the ids.
 std::string sidecar_text(const PreprocessOptions& o, size_t key, int64_t vocab, int32_t eod, IndexDType dtype,
-                         const std::optional<ChatTemplate>& chat) {
+                         const std::optional<ChatTemplate>& chat, int32_t image_token_id) {
   nlohmann::json j = o.tokenizer.to_json();
   j["vocab_size"] = vocab;
   j["eod"] = eod;
@@ -430,6 +505,11 @@ std::string sidecar_text(const PreprocessOptions& o, size_t key, int64_t vocab, 
   if (chat) {
     j["chat_template"] = chat_template_name(*chat);
     j["loss_mask"] = true;
+  }
+  if (!o.image_key.empty()) {
+    // Beside the token data: the name only, so that the data can move.
+    j["image_data"] = std::filesystem::path(image_data_prefix(o.output_prefix, o.image_key)).filename().string();
+    j["image_token_id"] = image_token_id;
   }
   return j.dump(2) + "\n";
 }
@@ -458,6 +538,38 @@ void write_documents(IndexedDatasetWriter& w, const std::vector<int32_t>& values
   }
 }
 
+// Appends the chunk's image documents to `w`: each document's images, H * W * 3 values each.
+void write_images(IndexedDatasetWriter& w, const ChunkResult& r, int64_t values_per_image) {
+  const uint8_t* p = r.pixels.data();
+  std::vector<int32_t> values, lengths;
+  for (int32_t n : r.images_per_doc) {
+    values.assign(p, p + n * values_per_image);
+    lengths.assign(static_cast<size_t>(n), static_cast<int32_t>(values_per_image));
+    w.add_document(values.data(), n * values_per_image, lengths.data(), n);
+    p += n * values_per_image;
+  }
+}
+
+// What --image-key asks of each line's images; throws Error naming the flag at fault.
+ImageStep image_step_of(const PreprocessOptions& opt, bool chat) {
+  MEGADLM_CHECK(!opt.split_sentences, "--image-key does not apply with --split-sentences");
+  MEGADLM_CHECK(chat || opt.json_keys.size() == 1, "--image-key takes one text key; --json-keys gives ",
+                opt.json_keys.size());
+  MEGADLM_CHECK(!opt.image_token.empty(), "--image-token is empty");
+  ImageStep st;
+  st.processor = image_processor_of(opt.image_processor, resize_rounding_from_name(opt.image_rounding, "--image-rounding"));
+  MEGADLM_CHECK(fixed_image_size(st.processor)[0] > 0, "--image-processor ", opt.image_processor,
+                ": stored images need one size: a processor with do_center_crop, or a resize to a fixed height and width");
+  if (opt.image_folder.empty()) {
+    st.folder = std::filesystem::path(opt.input).parent_path().string();
+  } else {
+    MEGADLM_CHECK(std::filesystem::is_directory(opt.image_folder), "--image-folder ", opt.image_folder, " is not a folder");
+    st.folder = opt.image_folder;
+  }
+  st.token = opt.image_token;
+  return st;
+}
+
 std::string absolute_or_empty(const std::string& p) {
   if (p.empty()) return p;
   std::error_code ec;
@@ -478,6 +590,8 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     for (size_t b = a + 1; b < opt.json_keys.size(); ++b)
       MEGADLM_CHECK(opt.json_keys[a] != opt.json_keys[b], "--json-keys lists '", opt.json_keys[a], "' twice");
   const std::optional<ChatTemplate> chat = chat_template_of(opt);
+  std::optional<ImageStep> image_step;
+  if (!opt.image_key.empty()) image_step = image_step_of(opt, chat.has_value());
   const Timer timer;
 
   // The tokenizer as the sidecar will describe it (paths made absolute so training can run elsewhere).
@@ -486,7 +600,10 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   o.tokenizer.merge_file = absolute_or_empty(o.tokenizer.merge_file);
   o.tokenizer.tokenizer_model = absolute_or_empty(o.tokenizer.tokenizer_model);
   if (chat) o.json_keys = {kConversationKey};
-  Pipeline pipe(o, chat, timer);
+  // The image placeholder is an added special token (its id in the tokenizer the sidecar describes).
+  auto& added = o.tokenizer.added_special_tokens;
+  if (image_step && std::find(added.begin(), added.end(), o.image_token) == added.end()) added.push_back(o.image_token);
+  Pipeline pipe(o, chat, image_step ? &*image_step : nullptr, timer);
   pipe.start();
   int64_t vocab = 0;
   int32_t eod = -1;
@@ -504,6 +621,19 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   // Conversations: the loss mask, one uint8 per token, beside the tokens.
   std::unique_ptr<IndexedDatasetWriter> mask_writer;
   if (chat) mask_writer = std::make_unique<IndexedDatasetWriter>(loss_mask_prefix(res.output_prefixes[0]), IndexDType::U8);
+  // Images: uint8 [H, W, 3] each, one document per line.
+  std::unique_ptr<IndexedDatasetWriter> image_writer;
+  int64_t values_per_image = 0;
+  if (image_step) {
+    res.image_prefix = image_data_prefix(o.output_prefix, o.image_key);
+    image_writer = std::make_unique<IndexedDatasetWriter>(res.image_prefix, IndexDType::U8);
+    const auto [H, W] = fixed_image_size(image_step->processor);
+    values_per_image = H * W * 3;
+    if (o.log)
+      log_info("preprocess: images of key '", o.image_key, "' from ", image_step->folder.empty() ? "." : image_step->folder,
+               " -> ", res.image_prefix, ".{bin,idx}, ", W, " x ", H, " each; placeholder '", o.image_token, "' id ",
+               pipe.image_token_id());
+  }
   if (o.log)
     log_info("preprocess: ", o.input, " -> ", o.output_prefix, "_{", [&] {
       std::string s;
@@ -526,7 +656,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   std::vector<std::unique_ptr<StagedFile>> sidecars(o.json_keys.size());
   std::thread sidecar_writer([&] {
     for (size_t k = 0; k < o.json_keys.size(); ++k) {
-      const std::string text = sidecar_text(o, k, vocab, eod, dtype, chat);
+      const std::string text = sidecar_text(o, k, vocab, eod, dtype, chat, pipe.image_token_id());
       try {
         sidecars[k] = std::make_unique<StagedFile>(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
       } catch (...) {
@@ -556,6 +686,10 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
       write_documents(*writers[k], pk.tokens, pk);
       res.tokens[k] += static_cast<int64_t>(pk.tokens.size());
     }
+    if (image_writer) {
+      write_images(*image_writer, r, values_per_image);
+      for (int32_t n : r.images_per_doc) res.images += n;
+    }
     if (mask_writer) {
       write_documents(*mask_writer, r.keys[0].mask, r.keys[0]);
       for (int32_t m : r.keys[0].mask) res.response_tokens += m;
@@ -580,12 +714,18 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
   // Outputs appear under their final names only now, each file renamed into place after it is complete;
   // one directory sync makes all the renames durable.
   sidecar_writer.join();
-  // The loss mask first: token data whose sidecar promises a mask is never there without it.
+  // The loss mask and the images first: token data whose sidecar promises them is never there without them.
   if (mask_writer) mask_writer->finalize(/*sync_directory=*/false);
+  if (image_writer) {
+    const std::string text = image_step->sidecar_text(o.image_key, pipe.image_token_id());
+    StagedFile image_sidecar(image_sidecar_path(res.image_prefix), text.data(), text.size());
+    image_writer->finalize(/*sync_directory=*/false);
+    image_sidecar.commit();
+  }
   for (size_t k = 0; k < writers.size(); ++k) {
     writers[k]->finalize(/*sync_directory=*/false);
     if (!sidecars[k]) {  // the background write failed: once more here, to report why
-      const std::string text = sidecar_text(o, k, vocab, eod, dtype, chat);
+      const std::string text = sidecar_text(o, k, vocab, eod, dtype, chat, pipe.image_token_id());
       sidecars[k] = std::make_unique<StagedFile>(sidecar_path(res.output_prefixes[k]), text.data(), text.size());
     }
     sidecars[k]->commit();
@@ -599,6 +739,7 @@ PreprocessResult preprocess_jsonl(const PreprocessOptions& opt) {
     for (size_t k = 0; k < o.json_keys.size(); ++k)
       toks += (k ? ", " : "") + o.json_keys[k] + ": " + std::to_string(res.tokens[k]);
     if (chat) toks += " (" + std::to_string(res.response_tokens) + " in responses)";
+    if (image_step) toks += "; " + std::to_string(res.images) + " images";
     log_info("Done: ", res.documents, " documents, tokens {", toks, "}, ", res.lines, " lines, ", res.bad_lines,
              " bad lines skipped, ", res.blank_lines, " blank lines; ", res.seconds, " s (",
              static_cast<int64_t>(res.documents / s), " docs/s, ", static_cast<double>(res.input_bytes) / s / (1 << 20),
@@ -633,6 +774,13 @@ DataSidecar read_data_sidecar(const std::string& data_prefix) {
     if (const auto it = j.find("loss_mask"); it != j.end()) {
       MEGADLM_CHECK(it->is_boolean(), "'loss_mask' is not a boolean");
       s.loss_mask = it->get<bool>();
+    }
+    if (const auto it = j.find("image_data"); it != j.end()) {
+      MEGADLM_CHECK(it->is_string(), "'image_data' is not a string");
+      MEGADLM_CHECK(j.contains("image_token_id") && j["image_token_id"].is_number_integer(),
+                    "'image_data' without an integer 'image_token_id'");
+      s.image_data = it->get<std::string>();
+      s.image_token = j["image_token_id"].get<int32_t>();
     }
     for (const char* k : kSidecarExtraKeys) j.erase(k);
     s.spec = TokenizerSpec::from_json(j);

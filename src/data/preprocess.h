@@ -18,6 +18,12 @@
 // strict they stop the run with an Error and nothing is left under the final names. Blank lines are
 // skipped silently (counted). An empty input gives a valid empty dataset (0 documents) and a warning.
 //
+// Images (--image-key, data/image_data.h): each line's images are decoded and resized and cropped by
+// the workers, and written, one document per line (none for a text-only line), to
+// <output_prefix>_<image_key>_pixels.{bin,idx} with its .image.json sidecar; the token sidecar names it
+// ("image_data", "image_token_id"). A missing, unreadable or damaged image, or a line whose placeholders
+// and images differ in number, is a bad line.
+//
 // Conversations (--chat-template, data/chat_template.h): each line is a conversation ("messages", or
 // "prompt" + "response") rendered with the template and tokenized piecewise (a loss-mask boundary is a
 // token boundary) into one document of one sequence in <output_prefix>_conversation_document.{bin,idx},
@@ -57,6 +63,14 @@ struct PreprocessOptions {
   std::string chat_template;
   bool split_sentences = false;  // one sequence per sentence; datasets named <prefix>_<key>_sentence
   bool keep_newlines = false;    // with split_sentences: a sentence keeps the whitespace after it
+  // Images (vision-language data, data/image_data.h): the key of each line's image path, or list of
+  // paths ("" : no images). The text (or conversation) marks where each image goes with image_token,
+  // which becomes one added special token; each line needs as many placeholders as images.
+  std::string image_key;
+  std::string image_folder;     // relative image paths start here ("" : the input file's folder)
+  std::string image_processor;  // a preprocessor_config.json or a folder with one ("" : CLIP's 224 defaults)
+  std::string image_token = "<image>";
+  std::string image_rounding = "torchvision";  // the resize's rounding: torchvision or pil
 };
 
 struct BadLine {
@@ -77,6 +91,8 @@ struct PreprocessResult {
   std::vector<std::string> markers_as_text;  // conversations: template markers the tokenizer lacks
   double seconds = 0;          // the whole run
   double startup_seconds = 0;  // until every worker had a tokenizer (shared ones are built once)
+  int64_t images = 0;          // with image_key: images stored
+  std::string image_prefix;    // with image_key: <output_prefix>_<image_key>_pixels
 };
 
 // Runs the whole conversion; throws Error naming the file, line or flag at fault.
@@ -98,6 +114,8 @@ struct DataSidecar {
   int32_t eod = -1;
   std::string chat_template;  // conversation data: the template's name ("" for text data)
   bool loss_mask = false;     // a loss-mask dataset lies beside it (loss_mask_prefix, data/loss_mask.h)
+  std::string image_data;     // image data (data/image_data.h): its prefix's name, in the data's folder; else ""
+  int32_t image_token = -1;   // image data: the placeholder's id
 };
 // Reads the sidecar of a dataset; throws Error naming the file when it is absent or malformed.
 DataSidecar read_data_sidecar(const std::string& data_prefix);

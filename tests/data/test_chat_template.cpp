@@ -189,6 +189,26 @@ TEST(ChatTemplate, UnknownTemplatesAndBadFilesNameTheFile) {
 
 // ---- bad conversations ----------------------------------------------------------------------------
 
+// LLaVA's "conversations" (from human / gpt / system, value) is the same conversation as "messages".
+TEST(ChatTemplate, LlavaConversationsAreMessages) {
+  const std::string llava =
+      R"({"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "<image>\nWhat is it?"},)"
+      R"( {"from": "gpt", "value": "A red square."}, {"from": "human", "value": "Where?"}, {"from": "gpt", "value": "Left."}]})";
+  const std::string messages =
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "<image>\nWhat is it?"},)"
+      R"( {"role": "assistant", "content": "A red square."}, {"role": "user", "content": "Where?"},)"
+      R"( {"role": "assistant", "content": "Left."}]})";
+  for (ChatTemplate t : kAll) {
+    const std::vector<ChatPiece> a = render_line(t, llava), b = render_line(t, messages);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].text, b[i].text);
+      EXPECT_EQ(a[i].response, b[i].response);
+    }
+    EXPECT_NE(chat_text(a).find("<image>\nWhat is it?"), std::string::npos);
+  }
+}
+
 TEST(ChatTemplate, BadConversationsSayWhatIsWrong) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"messages": {"role": "user"}})", "'messages' is not a list (a object)"},
@@ -207,8 +227,11 @@ TEST(ChatTemplate, BadConversationsSayWhatIsWrong) {
        "message 1 has tool_calls"},
       {R"({"prompt": "a"})", "the line has no 'response'"},
       {R"({"prompt": "a", "response": 5})", "the line's 'response' is not a string (a number)"},
-      {R"({"prompt": "a", "response": "b", "messages": []})", "has both 'messages' and 'prompt'/'response'"},
-      {R"({"text": "a"})", "has neither 'messages' nor 'prompt' and 'response'"},
+      {R"({"prompt": "a", "response": "b", "messages": []})", "has more than one of 'messages', 'conversations'"},
+      {R"({"conversations": {"from": "human"}})", "'conversations' is not a list (a object)"},
+      {R"({"conversations": [{"from": "bot", "value": "a"}]})", "turn 1 of 'conversations' is from the unknown 'bot'"},
+      {R"({"conversations": [{"from": "human", "value": "a"}, {"from": "gpt"}]})", "turn 2 of 'conversations' has no 'value'"},
+      {R"({"text": "a"})", "has neither 'messages', 'conversations' nor 'prompt' and 'response'"},
   };
   for (const auto& [line, want] : cases)
     for (ChatTemplate t : kAll) {
