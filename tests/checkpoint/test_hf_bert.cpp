@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../robustness/child_process.h"
+#include "hf_fixture_util.h"
 #include "checkpoint/hf_bert.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_sharded.h"
@@ -29,10 +30,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(MEGADLM_SOURCE_DIR) + "/tests/checkpoint/fixtures/" + name;
-}
-
+using test::edited_copy;
+using test::expect_error_with;
+using test::expect_same_tensors;
+using test::read_json;
+std::string fixture(const std::string& name) { return test::hf_fixture(name); }
 using test::TempDir;
 
 std::unique_ptr<BertModel> import(const std::string& dir) {
@@ -80,38 +82,6 @@ Errors logits_errors(BertModel& m, const std::string& dir) {
     e.nsp = test::max_rel_error(got.binary.data<float>(), wd.data(), w.numel());
   }
   return e;
-}
-
-// Every tensor of HF directory `a` equals (bytes, dtype, shape) the one of the same name in `b`.
-void expect_same_tensors(const std::string& a, const std::string& b) {
-  ShardedSafetensors x(a), y(b);
-  ASSERT_EQ(x.names(), y.names());
-  for (const auto& n : x.names()) {
-    const Tensor s = x.get(n), t = y.get(n);
-    ASSERT_EQ(s.dtype(), t.dtype()) << n;
-    ASSERT_EQ(s.shape(), t.shape()) << n;
-    EXPECT_EQ(0, std::memcmp(s.raw(), t.raw(), s.nbytes())) << n << " differs after the round trip";
-  }
-}
-
-nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
-void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(2); }
-
-// A copy of fixture `name` in tmp/dir with config.json changed by `edit`.
-std::string edited_copy(const TempDir& tmp, const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
-  const std::string d = tmp / name;
-  fs::create_directories(d);
-  fs::copy_file(fixture(name) + "/model.safetensors", d + "/model.safetensors");
-  nlohmann::json j = read_json(fixture(name) + "/config.json");
-  edit(j);
-  write_json(d + "/config.json", j);
-  return d;
-}
-
-void expect_error_with(const std::function<void()>& f, const std::string& part) {
-  const std::string msg = test::error_of(f);
-  ASSERT_FALSE(msg.empty()) << "no Error (expected one with '" << part << "')";
-  EXPECT_NE(msg.find(part), std::string::npos) << msg;
 }
 
 TEST(HfBert, ImportedFixturesGiveTransformersLogits) {
