@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../robustness/child_process.h"
+#include "checkpoint/hf_config.h"
 #include "checkpoint/hf_json.h"
 #include "checkpoint/hf_t5.h"
 #include "checkpoint/safetensors.h"
@@ -183,6 +184,33 @@ TEST(HfT5, TiedUnscaledOutputRoundTrips) {
   auto back = import(tmp / "u");
   EXPECT_TRUE(back->tied());
   EXPECT_FALSE(back->options().scale_output);
+}
+
+}  // namespace
+
+namespace {
+
+// generate and pretrain_difflm do not run T5 yet: a t5 checkpoint, a T5 directory (--load-hf's
+// translation) and --model-type t5 are refused by name.
+TEST(HfT5, GenerateAndTrainingRefuseT5ByName) {
+  MEGADLM_REQUIRE_BINARY("convert_checkpoint");
+  MEGADLM_REQUIRE_BINARY("generate");
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  TempDir tmp;
+  const std::string native = tmp / "native";
+  auto r = test::run_binary("convert_checkpoint", {"--from-hf", hf_fixture("hf_t5"), "--to-native", native},
+                            tmp / "log.txt");
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  auto refused = [&](const char* binary, const std::vector<std::string>& args, const std::string& part) {
+    const auto c = test::run_binary(binary, args, tmp / "log.txt");
+    EXPECT_TRUE(c.exited && c.exit_code == 1) << binary << ": " << c.output;
+    EXPECT_NE(c.output.find(part), std::string::npos) << c.output;
+  };
+  refused("generate", {"--load", native, "--prompt", "x"}, "a t5 model: generate and evaluate run gpt and difflm");
+  // --load-hf reads config.json through the gpt / difflm translation, which names T5's own path.
+  expect_error_with([] { hf_config_to_info(read_json(hf_fixture("hf_t5") + "/config.json"), "c.json"); },
+                    "c.json: a T5 model (T5ForConditionalGeneration): convert_checkpoint converts it");
+  refused("pretrain_difflm", {"--model-type", "t5"}, "--model-type t5: training T5 is not built yet");
 }
 
 }  // namespace
