@@ -99,8 +99,7 @@ json hf_bert_config_from_info(const HfBertInfo& info, DType dtype) {
   MEGADLM_CHECK(c.add_bias_linear, "layout bert: HuggingFace's BERT has biases everywhere (no --disable-bias-linear)");
   MEGADLM_CHECK(c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size,
                 "layout bert: HuggingFace's BERT has hidden / heads channels a head and no grouped-query attention");
-  MEGADLM_CHECK(c.real_vocab_size == 0 || c.real_vocab_size == c.vocab_size,
-                "layout bert: a padded vocabulary (", c.real_vocab_size, " of ", c.vocab_size, ") is not exported");
+  hf_refuse_padded_vocab(c, "bert");
   json j;
   j["architectures"] = {info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM"};
   j["model_type"] = "bert";

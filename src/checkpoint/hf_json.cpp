@@ -47,6 +47,11 @@ double hf_decimal(float f) {
   return std::strtod(buf, nullptr);
 }
 
+void hf_refuse_padded_vocab(const TransformerConfig& c, const char* layout) {
+  MEGADLM_CHECK(c.real_vocab_size == 0 || c.real_vocab_size == c.vocab_size, "layout ", layout,
+                ": a padded vocabulary (", c.real_vocab_size, " of ", c.vocab_size, ") is not exported");
+}
+
 Tensor hf_to_f32(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), DType::F32);
   const int64_t n = t.numel();

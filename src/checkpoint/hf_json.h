@@ -10,6 +10,7 @@
 #include "checkpoint/safetensors_sharded.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "nn/transformer_config.h"
 
 namespace megadlm {
 
@@ -44,6 +45,9 @@ float hf_epsilon_field(const nlohmann::json& j, const char* key, const std::stri
 // The double whose shortest decimal form is the float's (1e-12f -> 1e-12): config.json holds the
 // number that was read, not the float's binary expansion.
 double hf_decimal(float f);
+
+// An Error naming the layout for a model with a padded vocabulary (HF configs hold the real one).
+void hf_refuse_padded_vocab(const TransformerConfig& c, const char* layout);
 
 // t (F32, BF16 or F16) as an owned F32 tensor; the narrow types widen exactly.
 Tensor hf_to_f32(const Tensor& t);

@@ -109,8 +109,7 @@ json hf_t5_config_from_info(const HfT5Info& info, DType dtype) {
   const TransformerConfig& c = info.config;
   const T5Options& o = info.options;
   validate_t5(c, o);
-  MEGADLM_CHECK(c.real_vocab_size == 0 || c.real_vocab_size == c.vocab_size,
-                "layout t5: a padded vocabulary (", c.real_vocab_size, " of ", c.vocab_size, ") is not exported");
+  hf_refuse_padded_vocab(c, "t5");
   const bool gated = o.feed_forward == T5FeedForward::GatedGelu;
   json j;
   j["architectures"] = {"T5ForConditionalGeneration"};

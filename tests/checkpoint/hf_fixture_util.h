@@ -1,6 +1,7 @@
 #pragma once
 // What the HuggingFace conversion tests of the families (BERT, T5) share: the fixtures' paths, the
-// bit-for-bit comparison of two HF directories, a fixture copy with an edited config.json, and the
+// bit-for-bit comparison of two HF directories (tensors, config keys) and of two models' parameters, a
+// fixture's round trip through convert_checkpoint, a fixture copy with an edited config.json, and the
 // check of an Error's message.
 #include <gtest/gtest.h>
 
@@ -8,12 +9,17 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "../robustness/child_process.h"
 #include "checkpoint/safetensors_sharded.h"
 #include "core/file_io.h"
+#include "core/parameters.h"
 #include "test_util.h"
 
 namespace megadlm::test {
@@ -49,6 +55,32 @@ inline std::string edited_copy(const TempDir& tmp, const std::string& name,
   edit(j);
   write_json(d + "/config.json", j);
   return d;
+}
+
+// config.json of HF directories a and b agree on `keys`.
+inline void expect_same_config(const std::string& a, const std::string& b, std::initializer_list<const char*> keys) {
+  const nlohmann::json x = read_json(a + "/config.json"), y = read_json(b + "/config.json");
+  for (const char* k : keys) EXPECT_EQ(x[k], y[k]) << a << " vs " << b << ": " << k;
+}
+
+// Two models' parameters: the same count, bit for bit.
+inline void expect_same_params(const ParamStore& a, const ParamStore& b) {
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_EQ(0, std::memcmp(a.values(), b.values(), sizeof(float) * static_cast<size_t>(a.numel())));
+}
+
+// Fixture `name` through convert_checkpoint: HF -> native tmp/name_native -> HF tmp/name_hf (with
+// export_args added); both runs must succeed. Returns {native, hf}.
+inline std::pair<std::string, std::string> convert_through_native(const TempDir& tmp, const std::string& name,
+                                                                 std::vector<std::string> export_args = {}) {
+  const std::string native = tmp / (name + "_native"), out = tmp / (name + "_hf");
+  auto r = run_binary("convert_checkpoint", {"--from-hf", hf_fixture(name), "--to-native", native}, tmp / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  std::vector<std::string> args = {"--from-native", native, "--to-hf", out};
+  args.insert(args.end(), export_args.begin(), export_args.end());
+  r = run_binary("convert_checkpoint", args, tmp / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  return {native, out};
 }
 
 inline void expect_error_with(const std::function<void()>& f, const std::string& part) {
