@@ -84,10 +84,11 @@ std::string joined(const std::vector<std::string>& v) {
 }
 
 // Refuses the flags a family converted by its config.json does not take.
-void check_family_import_flags(const CliFlags& f, const std::string& src, const char* type) {
-  MEGADLM_CHECK(!f.given("model-type") || f.get_string("model-type") == type, src, " holds a ", type,
+// family: "BERT" / "T5", its --model-type `type`.
+void check_family_import_flags(const CliFlags& f, const std::string& src, const char* family, const char* type) {
+  MEGADLM_CHECK(!f.given("model-type") || f.get_string("model-type") == type, src, " holds a ", family,
                 " model: it converts to --model-type ", type, ", not ", f.get_string("model-type"));
-  MEGADLM_CHECK(!f.given("mask-token"), "--mask-token is for difflm models; ", src, " holds a ", type, " model");
+  MEGADLM_CHECK(!f.given("mask-token"), "--mask-token is for difflm models; ", src, " holds a ", family, " model");
 }
 
 // The native checkpoint of a family converted from src (bert, t5): its config, its options under
@@ -131,7 +132,7 @@ void refuse_other_layout(const CliFlags& f, const std::string& dir, const char* 
 }
 
 void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
-  check_family_import_flags(f, src, "bert");
+  check_family_import_flags(f, src, "BERT", "bert");
   const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
   const HfBertCheckpoint ck = read_hf_bert_checkpoint(src);
   BertModel model(ck.info.config, bert_model_spec(ck.info.config, ck.info.options), ParallelContext::single());
@@ -180,7 +181,7 @@ void bert_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoi
 }
 
 void t5_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
-  check_family_import_flags(f, src, "t5");
+  check_family_import_flags(f, src, "T5", "t5");
   const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
   const HfT5Checkpoint ck = read_hf_t5_checkpoint(src);
   T5Model model(ck.info.config, ck.info.options, ParallelContext::single());
