@@ -1,7 +1,7 @@
 // convert_checkpoint: native checkpoints <-> HuggingFace directories.
 //
-//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm|bert] [--mask-token ID]
-//   convert_checkpoint --from-native CKPT --to-hf HF_DIR [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe|bert]
+//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm|bert|t5] [--mask-token ID]
+//   convert_checkpoint --from-native CKPT --to-hf HF_DIR [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe|bert|t5]
 //                      [--dtype float32|bfloat16|float16] [--max-shard-size 5GB]
 //
 // HF -> native writes SAVE_DIR/iter_0000000 (loadable by generate and pretrain_difflm --load) and
@@ -10,13 +10,15 @@
 // and the tokenizer files. A diffusion model is written in LLaMA / Qwen3 layout with its mask token
 // and bidirectional attention recorded in config.json, or in LLaDA's layout with --layout llada.
 // BERT (BertForPreTraining, BertForMaskedLM: checkpoint/hf_bert.h) is recognised by its config.json and
-// converts to a native checkpoint of --model-type bert and back with --layout bert (the default for it).
+// converts to a native checkpoint of --model-type bert and back with --layout bert (the default for it);
+// T5 (T5ForConditionalGeneration, v1.0 and v1.1: checkpoint/hf_t5.h) likewise with t5.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 
 #include "checkpoint/hf_bert.h"
 #include "checkpoint/hf_config.h"
+#include "checkpoint/hf_t5.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_tokenizer.h"
 #include "checkpoint/model_loader.h"
@@ -81,39 +83,76 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
+// Refuses the flags a family converted by its config.json does not take.
+// family: "BERT" / "T5", its --model-type `type`.
+void check_family_import_flags(const CliFlags& f, const std::string& src, const char* family, const char* type) {
+  MEGADLM_CHECK(!f.given("model-type") || f.get_string("model-type") == type, src, " holds a ", family,
+                " model: it converts to --model-type ", type, ", not ", f.get_string("model-type"));
+  MEGADLM_CHECK(!f.given("mask-token"), "--mask-token is for difflm models; ", src, " holds a ", family, " model");
+}
+
+// The native checkpoint of a family converted from src (bert, t5): its config, its options under
+// meta[type], the tokenizer, the source's dtype. Returns the tokenizer line of the report.
+std::string save_family_native(const std::string& src, const std::string& dst, ParamStore& params, ModelType type,
+                               const TransformerConfig& cfg, const nlohmann::json& options, DType dtype,
+                               int64_t tokenizer_vocab) {
+  const char* name = model_type_name(type);
+  const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
+  CheckpointState st;
+  st.meta["model_type"] = name;
+  st.meta["config"] = config_to_json(cfg);
+  st.meta[name] = options;
+  record_tokenizer(st, tok, tokenizer_vocab);
+  st.meta["hf"] = {{"layout", name}, {"dtype", safetensors_dtype_name(dtype)}, {"source", fs::absolute(src).string()}};
+  const std::string dir = save_checkpoint(dst, params, nullptr, st);
+  std::printf("wrote %s (%s model, ", dir.c_str(), name);
+  return tok.type.empty() ? "; no tokenizer files found" : "; tokenizer " + tok.type;
+}
+
+// --dtype (default: the dtype the weights were imported from) and --max-shard-size of an export.
+HfWriteOptions hf_write_options(const CliFlags& f, const nlohmann::json& hf, const std::string& dir) {
+  HfWriteOptions opt;
+  opt.dtype = f.given("dtype") ? dtype_from_flag(f.get_string("dtype"))
+              : hf.contains("dtype")  ? safetensors_dtype_from_name(hf["dtype"].get<std::string>(), dir)
+                                      : DType::F32;
+  opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
+  return opt;
+}
+
+// A family's options recorded in state.json (meta[type]), an Error naming the file when absent.
+const nlohmann::json& family_options(const nlohmann::json& meta, const char* type, const std::string& where) {
+  MEGADLM_CHECK(meta.contains("config") && meta.contains(type) && meta[type].is_object(), where, ": a ", type,
+                " checkpoint without its config or its \"", type, "\" options");
+  return meta[type];
+}
+
+void refuse_other_layout(const CliFlags& f, const std::string& dir, const char* type) {
+  MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") == type, "--layout ", f.get_string("layout"), ": ", dir,
+                " holds a ", type, " model, which exports to --layout ", type, " only");
+}
+
 void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
-  MEGADLM_CHECK(!f.given("model-type") || f.get_string("model-type") == "bert", src,
-                " holds a BERT model: it converts to --model-type bert, not ", f.get_string("model-type"));
-  MEGADLM_CHECK(!f.given("mask-token"), "--mask-token is for difflm models; ", src, " holds a BERT model");
+  check_family_import_flags(f, src, "BERT", "bert");
   const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
   const HfBertCheckpoint ck = read_hf_bert_checkpoint(src);
   BertModel model(ck.info.config, bert_model_spec(ck.info.config, ck.info.options), ParallelContext::single());
   load_params_into(ck.params, model.params(), src);
-  const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
-  CheckpointState st;
-  st.meta["model_type"] = model_type_name(ModelType::BERT);
-  st.meta["config"] = config_to_json(ck.info.config);
-  st.meta["bert"] = {{"pre_norm", ck.info.options.pre_norm},       {"binary_head", ck.info.options.binary_head},
-                     {"token_types", ck.info.options.token_types}, {"exact_gelu", ck.info.options.exact_gelu},
-                     {"pad_token_id", ck.info.pad_token_id}};
-  record_tokenizer(st, tok, tokenizer_vocab);
-  st.meta["hf"] = {{"layout", "bert"},
-                   {"dtype", safetensors_dtype_name(ck.dtype)},
-                   {"source", fs::absolute(src).string()}};
-  const std::string dir = save_checkpoint(dst, model.params(), nullptr, st);
-  std::printf("wrote %s (bert model, %s, %s weights, %lld parameters)%s\n", dir.c_str(),
+  const nlohmann::json options = {
+      {"pre_norm", ck.info.options.pre_norm},       {"binary_head", ck.info.options.binary_head},
+      {"token_types", ck.info.options.token_types}, {"exact_gelu", ck.info.options.exact_gelu},
+      {"pad_token_id", ck.info.pad_token_id}};
+  const std::string tok = save_family_native(src, dst, model.params(), ModelType::BERT, ck.info.config, options,
+                                             ck.dtype, tokenizer_vocab);
+  std::printf("%s, %s weights, %lld parameters)%s\n",
               ck.info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", safetensors_dtype_name(ck.dtype),
-              static_cast<long long>(model.params().numel()),
-              tok.type.empty() ? "; no tokenizer files found" : ("; tokenizer " + tok.type).c_str());
+              static_cast<long long>(model.params().numel()), tok.c_str());
 }
 
 // A native BERT checkpoint's model, rebuilt from state.json's config and "bert" options.
 HfBertInfo bert_info_of(const nlohmann::json& meta, const std::string& where) {
-  MEGADLM_CHECK(meta.contains("config") && meta.contains("bert") && meta["bert"].is_object(), where,
-                ": a bert checkpoint without its config or its \"bert\" options");
+  const nlohmann::json& b = family_options(meta, "bert", where);
   HfBertInfo info;
   info.config = config_from_json(meta["config"], where);
-  const nlohmann::json& b = meta["bert"];
   try {
     info.options.pre_norm = b.value("pre_norm", false);
     info.options.binary_head = b.value("binary_head", true);
@@ -128,18 +167,12 @@ HfBertInfo bert_info_of(const nlohmann::json& meta, const std::string& where) {
 
 void bert_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state,
                        const std::string& dst) {
-  MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") == "bert", "--layout ", f.get_string("layout"), ": ", dir,
-                " holds a bert model, which exports to --layout bert only");
+  refuse_other_layout(f, dir, "bert");
   const nlohmann::json& meta = state.meta;
-  const nlohmann::json hf = meta.value("hf", nlohmann::json::object());
   const HfBertInfo info = bert_info_of(meta, dir + "/state.json");
   BertModel model(info.config, bert_model_spec(info.config, info.options), ParallelContext::single());
   load_checkpoint_tensors(dir, model.params(), nullptr);
-  HfWriteOptions opt;
-  opt.dtype = f.given("dtype") ? dtype_from_flag(f.get_string("dtype"))
-              : hf.contains("dtype")  ? safetensors_dtype_from_name(hf["dtype"].get<std::string>(), dir)
-                                      : DType::F32;
-  opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
+  const HfWriteOptions opt = hf_write_options(f, meta.value("hf", nlohmann::json::object()), dir);
   write_hf_bert_checkpoint(dst, model_params(model.params()), info, opt);
   const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
   std::printf("wrote %s (%s, %s)%s%s\n", dst.c_str(),
@@ -147,13 +180,73 @@ void bert_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoi
               joined(tok_files).c_str());
 }
 
+void t5_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
+  check_family_import_flags(f, src, "T5", "t5");
+  const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
+  const HfT5Checkpoint ck = read_hf_t5_checkpoint(src);
+  T5Model model(ck.info.config, ck.info.options, ParallelContext::single());
+  load_params_into(ck.params, model.params(), src);
+  const T5Options& o = ck.info.options;
+  const nlohmann::json options = {{"num_decoder_layers", o.num_decoder_layers},
+                                  {"relative_attention_num_buckets", o.relative_attention_num_buckets},
+                                  {"relative_attention_max_distance", o.relative_attention_max_distance},
+                                  {"feed_forward_proj", t5_feed_forward_name(o.feed_forward)},
+                                  {"scale_output", o.scale_output},
+                                  {"pad_token_id", ck.info.pad_token_id},
+                                  {"eos_token_id", ck.info.eos_token_id},
+                                  {"decoder_start_token_id", ck.info.decoder_start_token_id}};
+  const std::string tok = save_family_native(src, dst, model.params(), ModelType::T5, ck.info.config, options,
+                                             ck.dtype, tokenizer_vocab);
+  std::printf("T5ForConditionalGeneration, %s, %s output, %s weights, %lld parameters)%s\n",
+              t5_feed_forward_name(o.feed_forward), model.tied() ? "tied" : "untied", safetensors_dtype_name(ck.dtype),
+              static_cast<long long>(model.params().numel()), tok.c_str());
+}
+
+// A native T5 checkpoint's model, rebuilt from state.json's config and "t5" options.
+HfT5Info t5_info_of(const nlohmann::json& meta, const std::string& where) {
+  const nlohmann::json& t = family_options(meta, "t5", where);
+  HfT5Info info;
+  info.config = config_from_json(meta["config"], where);
+  try {
+    T5Options& o = info.options;
+    o.num_decoder_layers = t.at("num_decoder_layers").get<int64_t>();
+    o.relative_attention_num_buckets = t.at("relative_attention_num_buckets").get<int64_t>();
+    o.relative_attention_max_distance = t.at("relative_attention_max_distance").get<int64_t>();
+    o.feed_forward = t5_feed_forward_from_name(t.at("feed_forward_proj").get<std::string>(), where);
+    o.scale_output = t.at("scale_output").get<bool>();
+    info.pad_token_id = t.value("pad_token_id", 0);
+    info.eos_token_id = t.value("eos_token_id", 1);
+    info.decoder_start_token_id = t.value("decoder_start_token_id", info.pad_token_id);
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": the \"t5\" options are malformed (", e.what(), ")");
+  }
+  return info;
+}
+
+void t5_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state, const std::string& dst) {
+  refuse_other_layout(f, dir, "t5");
+  const nlohmann::json& meta = state.meta;
+  const HfT5Info info = t5_info_of(meta, dir + "/state.json");
+  T5Model model(info.config, info.options, ParallelContext::single());
+  load_checkpoint_tensors(dir, model.params(), nullptr);
+  const HfWriteOptions opt = hf_write_options(f, meta.value("hf", nlohmann::json::object()), dir);
+  write_hf_t5_checkpoint(dst, model_params(model.params()), hf_t5_info(model), opt);
+  const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
+  std::printf("wrote %s (T5ForConditionalGeneration, %s)%s%s\n", dst.c_str(), dtype_name(opt.dtype),
+              tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:", joined(tok_files).c_str());
+}
+
 void hf_to_native(const CliFlags& f) {
   const std::string src = f.get_string("from-hf"), dst = f.get_string("to-native");
-  if (is_hf_bert_config(hf_config_or_null(src))) return bert_hf_to_native(f, src, dst);
-  MEGADLM_CHECK(!f.given("model-type") || f.get_string("model-type") != "bert", "--model-type bert: ", src,
-                "/config.json is not a BERT model (BertForPreTraining or BertForMaskedLM)");
-  MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") != "bert", "--layout bert: ", src,
-                "/config.json is not a BERT model (BertForPreTraining or BertForMaskedLM)");
+  const nlohmann::json cfg_json = hf_config_or_null(src);
+  if (is_hf_bert_config(cfg_json)) return bert_hf_to_native(f, src, dst);
+  if (is_hf_t5_config(cfg_json)) return t5_hf_to_native(f, src, dst);
+  for (const char* flag : {"model-type", "layout"}) {
+    MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "bert", "--", flag, " bert: ", src,
+                  "/config.json is not a BERT model (BertForPreTraining or BertForMaskedLM)");
+    MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "t5", "--", flag, " t5: ", src,
+                  "/config.json is not a T5 model (T5ForConditionalGeneration)");
+  }
   const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
   HfCheckpoint ck = read_hf_checkpoint(src);
   const ModelType type = f.given("model-type") ? model_type_from_name(f.get_string("model-type"))
@@ -195,8 +288,10 @@ void native_to_hf(const CliFlags& f) {
     const CheckpointState state = read_checkpoint_state(dir);
     const std::string type = state.meta.value("model_type", "");
     if (type == "bert") return bert_native_to_hf(f, dir, state, dst);
-    MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") != "bert", "--layout bert is for bert models; ", dir,
-                  " holds a ", type.empty() ? "?" : type, " model");
+    if (type == "t5") return t5_native_to_hf(f, dir, state, dst);
+    for (const char* family : {"bert", "t5"})
+      MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") != family, "--layout ", family, " is for ", family,
+                    " models; ", dir, " holds a ", type.empty() ? "?" : type, " model");
   }
   LoadedModel lm = load_model(src);
   const nlohmann::json& meta = lm.state.meta;
@@ -213,11 +308,7 @@ void native_to_hf(const CliFlags& f) {
   if (info.layout == HfLayout::LLaDA)
     MEGADLM_CHECK(lm.diffusion, "--layout llada is for diffusion models; ", lm.dir, " holds a ",
                   meta.value("model_type", "?"), " model");
-  HfWriteOptions opt;
-  opt.dtype = f.given("dtype") ? dtype_from_flag(f.get_string("dtype"))
-              : hf.contains("dtype")  ? safetensors_dtype_from_name(hf["dtype"].get<std::string>(), lm.dir)
-                                      : DType::F32;
-  opt.max_shard_bytes = f.given("max-shard-size") ? parse_shard_size(f.get_string("max-shard-size")) : 0;
+  const HfWriteOptions opt = hf_write_options(f, hf, lm.dir);
   write_hf_checkpoint(dst, model_params(lm.model->params()), info, opt);
   const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
   std::printf("wrote %s (%s, %s, %s%s)%s%s\n", dst.c_str(), hf_architecture_name(info.layout), dtype_name(opt.dtype),
@@ -234,13 +325,13 @@ int main(int argc, char** argv) {
     f.add_string("from-hf", "", "HuggingFace directory to import (config.json, safetensors, tokenizer files)");
     f.add_string("to-native", "", "save directory for the native checkpoint");
     f.add_string("model-type", "",
-                 "gpt, difflm or bert (default: bert for a BERT config.json, difflm when config.json records a "
-                 "diffusion model)");
+                 "gpt, difflm, bert or t5 (default: bert or t5 for a BERT or T5 config.json, difflm when "
+                 "config.json records a diffusion model)");
     f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)", at_least(0));
     f.add_string("from-native", "", "native checkpoint (a directory or a --save directory)");
     f.add_string("to-hf", "", "HuggingFace directory to write");
     f.add_string("layout", "",
-                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe or bert (default: the source layout, else "
+                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe, bert or t5 (default: the source layout, else "
                  "from the config)");
     f.add_string("dtype", "", "float32, bfloat16 or float16 (default: the dtype the weights were imported from)");
     f.add_string("max-shard-size", "", "split the weights into shards of at most this size (e.g. 5GB)");

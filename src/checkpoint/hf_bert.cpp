@@ -1,12 +1,10 @@
 #include "checkpoint/hf_bert.h"
 
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
 
+#include "checkpoint/hf_json.h"
 #include "checkpoint/hf_tensor_map.h"
 #include "checkpoint/safetensors_sharded.h"
 #include "core/error.h"
@@ -19,42 +17,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string architecture(const json& j) {
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string())
-    return j["architectures"][0].get<std::string>();
-  return "";
-}
-
-template <typename T>
-T field(const json& j, const char* key, const std::string& where, const T* dflt = nullptr) {
-  if (!j.contains(key) || j[key].is_null()) {
-    MEGADLM_CHECK(dflt != nullptr, where, ": config.json lacks '", key, "'");
-    return *dflt;
-  }
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    fail(where, ": config.json field '", key, "' has the wrong type (", j[key].dump(), ")");
-  }
-}
-
-int64_t size_field(const json& j, const char* key, const std::string& where) {
-  const auto v = field<int64_t>(j, key, where);
-  MEGADLM_CHECK(v >= 1, where, ": config.json field '", key, "' must be at least 1, got ", v);
-  return v;
-}
-
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-
-// The double whose shortest decimal form is the float's (1e-12f -> 1e-12): config.json holds the
-// number that was read, not the float's binary expansion.
-double decimal(float f) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf) - 1, f);
-  *r.ptr = '\0';
-  return std::strtod(buf, nullptr);
-}
 
 // The HF tensors a BERT file may hold besides the parameters: buffers, and the tied decoder.
 bool buffer_or_tied(const std::string& hf) {
@@ -62,18 +25,10 @@ bool buffer_or_tied(const std::string& hf) {
          hf == "cls.predictions.decoder.weight" || hf == "cls.predictions.decoder.bias";
 }
 
-Tensor to_f32(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::F32);
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = hf_at(t, false, i, 0, 1);
-  return out;
-}
-
 // The tied decoder, where a file stores it, must be the tensor we keep in its place.
 void check_tied(const ShardedSafetensors& st, const std::string& dir, const char* tied, const char* kept) {
   if (!st.has(tied) || !st.has(kept)) return;
-  const Tensor a = to_f32(st.get(tied)), b = to_f32(st.get(kept));
-  MEGADLM_CHECK(a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0, dir, ": tensor '", tied,
+  MEGADLM_CHECK(hf_same_tensor(st, tied, kept), dir, ": tensor '", tied,
                 "' differs from '", kept, "': the MLM decoder must be tied to it (an untied decoder is not built)");
 }
 
@@ -81,51 +36,49 @@ void check_tied(const ShardedSafetensors& st, const std::string& dir, const char
 
 bool is_hf_bert_config(const json& j) {
   if (!j.is_object()) return false;
-  const std::string arch = architecture(j);
+  const std::string arch = hf_architecture(j);
   return (j.contains("model_type") && j["model_type"] == "bert") || starts_with(arch, "Bert");
 }
 
 HfBertInfo hf_bert_config_to_info(const json& j, const std::string& where) {
   MEGADLM_CHECK(j.is_object(), where, ": config.json is not a JSON object");
   HfBertInfo info;
-  const std::string arch = architecture(j);
+  const std::string arch = hf_architecture(j);
   MEGADLM_CHECK(arch == "BertForPreTraining" || arch == "BertForMaskedLM", where, ": architecture '", arch,
                 "' is not converted; the bert layout reads BertForPreTraining and BertForMaskedLM");
   info.options.binary_head = arch == "BertForPreTraining";
   info.options.pre_norm = false;
   const bool no = false, yes = true;
-  MEGADLM_CHECK(!field<bool>(j, "is_decoder", where, &no), where,
+  MEGADLM_CHECK(!hf_field<bool>(j, "is_decoder", where, &no), where,
                 ": config.json sets is_decoder (a BERT decoder is not built)");
-  MEGADLM_CHECK(!field<bool>(j, "add_cross_attention", where, &no), where,
+  MEGADLM_CHECK(!hf_field<bool>(j, "add_cross_attention", where, &no), where,
                 ": config.json sets add_cross_attention (not built)");
-  MEGADLM_CHECK(field<bool>(j, "tie_word_embeddings", where, &yes), where,
+  MEGADLM_CHECK(hf_field<bool>(j, "tie_word_embeddings", where, &yes), where,
                 ": config.json unties the word embeddings (an untied MLM decoder is not built)");
   const std::string absolute = "absolute";
-  const std::string pos = field<std::string>(j, "position_embedding_type", where, &absolute);
+  const std::string pos = hf_field<std::string>(j, "position_embedding_type", where, &absolute);
   MEGADLM_CHECK(pos == "absolute", where, ": config.json position_embedding_type '", pos,
                 "' is not built (absolute only)");
   const std::string gelu = "gelu";
-  const std::string act = field<std::string>(j, "hidden_act", where, &gelu);
+  const std::string act = hf_field<std::string>(j, "hidden_act", where, &gelu);
   MEGADLM_CHECK(act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh", where, ": config.json hidden_act '",
                 act, "' is not built (gelu, gelu_new, gelu_pytorch_tanh)");
   info.options.exact_gelu = act == "gelu";
   TransformerConfig& c = info.config;
-  c.vocab_size = size_field(j, "vocab_size", where);
-  c.hidden_size = size_field(j, "hidden_size", where);
-  c.num_layers = size_field(j, "num_hidden_layers", where);
-  c.num_attention_heads = size_field(j, "num_attention_heads", where);
+  c.vocab_size = hf_size_field(j, "vocab_size", where);
+  c.hidden_size = hf_size_field(j, "hidden_size", where);
+  c.num_layers = hf_size_field(j, "num_hidden_layers", where);
+  c.num_attention_heads = hf_size_field(j, "num_attention_heads", where);
   MEGADLM_CHECK(c.hidden_size % c.num_attention_heads == 0, where, ": config.json hidden_size ", c.hidden_size,
                 " is not a multiple of num_attention_heads ", c.num_attention_heads);
   c.num_query_groups = c.num_attention_heads;
   c.kv_channels = c.hidden_size / c.num_attention_heads;
-  c.ffn_hidden_size = size_field(j, "intermediate_size", where);
-  c.max_position_embeddings = size_field(j, "max_position_embeddings", where);
-  info.options.token_types = size_field(j, "type_vocab_size", where);
-  const double eps_default = 1e-12, std_default = 0.02;
-  const double eps = field<double>(j, "layer_norm_eps", where, &eps_default);
-  MEGADLM_CHECK(std::isfinite(eps) && eps > 0, where, ": config.json layer_norm_eps must be positive, got ", eps);
-  c.norm_epsilon = static_cast<float>(eps);
-  c.init_method_std = static_cast<float>(field<double>(j, "initializer_range", where, &std_default));
+  c.ffn_hidden_size = hf_size_field(j, "intermediate_size", where);
+  c.max_position_embeddings = hf_size_field(j, "max_position_embeddings", where);
+  info.options.token_types = hf_size_field(j, "type_vocab_size", where);
+  const double std_default = 0.02;
+  c.norm_epsilon = hf_epsilon_field(j, "layer_norm_eps", where, 1e-12);
+  c.init_method_std = static_cast<float>(hf_field<double>(j, "initializer_range", where, &std_default));
   c.normalization = NormKind::LayerNorm;
   c.activation = Activation::Gelu;
   c.add_bias_linear = true;
@@ -134,7 +87,7 @@ HfBertInfo hf_bert_config_to_info(const json& j, const std::string& where) {
   c.untie_embeddings_and_output_weights = false;
   const int32_t zero = 0;
   info.pad_token_id = j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()
-                          ? field<int32_t>(j, "pad_token_id", where, &zero)
+                          ? hf_field<int32_t>(j, "pad_token_id", where, &zero)
                           : 0;
   return info;
 }
@@ -146,8 +99,7 @@ json hf_bert_config_from_info(const HfBertInfo& info, DType dtype) {
   MEGADLM_CHECK(c.add_bias_linear, "layout bert: HuggingFace's BERT has biases everywhere (no --disable-bias-linear)");
   MEGADLM_CHECK(c.num_query_groups == c.num_attention_heads && c.kv_channels * c.num_attention_heads == c.hidden_size,
                 "layout bert: HuggingFace's BERT has hidden / heads channels a head and no grouped-query attention");
-  MEGADLM_CHECK(c.real_vocab_size == 0 || c.real_vocab_size == c.vocab_size,
-                "layout bert: a padded vocabulary (", c.real_vocab_size, " of ", c.vocab_size, ") is not exported");
+  hf_refuse_padded_vocab(c, "bert");
   json j;
   j["architectures"] = {info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM"};
   j["model_type"] = "bert";
@@ -159,8 +111,8 @@ json hf_bert_config_from_info(const HfBertInfo& info, DType dtype) {
   j["hidden_act"] = info.options.exact_gelu ? "gelu" : "gelu_new";
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["type_vocab_size"] = info.options.token_types;
-  j["layer_norm_eps"] = decimal(c.norm_epsilon);
-  j["initializer_range"] = decimal(c.init_method_std);
+  j["layer_norm_eps"] = hf_decimal(c.norm_epsilon);
+  j["initializer_range"] = hf_decimal(c.init_method_std);
   j["position_embedding_type"] = "absolute";
   j["hidden_dropout_prob"] = 0.1;
   j["attention_probs_dropout_prob"] = 0.1;
@@ -201,14 +153,7 @@ std::string hf_bert_name(const std::string& ours) {
 HfBertCheckpoint read_hf_bert_checkpoint(const std::string& dir) {
   HfBertCheckpoint ck;
   const std::string cfg_path = dir + "/config.json";
-  MEGADLM_CHECK(fs::exists(cfg_path), dir, ": no config.json (not a HuggingFace checkpoint directory)");
-  json raw;
-  try {
-    raw = json::parse(read_file(cfg_path));
-  } catch (const json::exception& e) {
-    fail(cfg_path, ": not valid JSON (", e.what(), ")");
-  }
-  ck.info = hf_bert_config_to_info(raw, cfg_path);
+  ck.info = hf_bert_config_to_info(read_hf_config_json(dir), cfg_path);
   const BertModel shapes(ck.info.config, bert_model_spec(ck.info.config, ck.info.options), ParallelContext::single());
   ShardedSafetensors st(dir);
   ck.dtype = st.dominant_dtype();
@@ -219,7 +164,7 @@ HfBertCheckpoint read_hf_bert_checkpoint(const std::string& dir) {
     const Tensor t = st.get(hf);
     MEGADLM_CHECK(t.shape() == p.shape, dir, ": tensor '", hf, "' has shape ", t.shape().str(),
                   ", but config.json implies ", p.shape.str());
-    ck.params.push_back({p.name, to_f32(t)});
+    ck.params.push_back({p.name, hf_to_f32(t)});
     used.insert(hf);
   }
   check_tied(st, dir, "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight");

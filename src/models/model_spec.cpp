@@ -4,6 +4,7 @@
 #include "models/bert_spec.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
+#include "models/t5_spec.h"
 
 namespace megadlm {
 
@@ -11,7 +12,8 @@ ModelType model_type_from_name(const std::string& name) {
   if (name == "gpt") return ModelType::GPT;
   if (name == "difflm") return ModelType::DiffLM;
   if (name == "bert") return ModelType::BERT;
-  fail("--model-type: unknown value '", name, "' (expected difflm, gpt or bert)");
+  if (name == "t5") return ModelType::T5;
+  fail("--model-type: unknown value '", name, "' (expected difflm, gpt, bert or t5)");
 }
 
 const char* model_type_name(ModelType t) {
@@ -19,6 +21,7 @@ const char* model_type_name(ModelType t) {
     case ModelType::GPT: return "gpt";
     case ModelType::DiffLM: return "difflm";
     case ModelType::BERT: return "bert";
+    case ModelType::T5: return "t5";
   }
   return "?";
 }
@@ -47,6 +50,7 @@ ModelSpec model_spec(ModelType type, const TransformerConfig& cfg) {
     case ModelType::GPT: return gpt_model_spec(cfg);
     case ModelType::DiffLM: return difflm_model_spec(cfg);
     case ModelType::BERT: return bert_model_spec(cfg);
+    case ModelType::T5: return t5_model_spec(cfg, default_t5_options(cfg));
   }
   fail("unknown model type");
 }

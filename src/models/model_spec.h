@@ -11,8 +11,8 @@
 namespace megadlm {
 
 // The families of the command line (--model-type), and the name checkpoints record.
-enum class ModelType : uint8_t { GPT, DiffLM, BERT };
-ModelType model_type_from_name(const std::string& name);  // "gpt" | "difflm" | "bert"
+enum class ModelType : uint8_t { GPT, DiffLM, BERT, T5 };
+ModelType model_type_from_name(const std::string& name);  // "gpt" | "difflm" | "bert" | "t5"
 const char* model_type_name(ModelType t);
 
 struct ModelSpec {

@@ -280,6 +280,8 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   require_same_flags_on_every_rank(f, *world_communicator());
 
   a.model_type = model_type_from_name(f.get_string("model-type"));
+  MEGADLM_CHECK(a.model_type != ModelType::T5, "--model-type t5: training T5 is not built yet (the model and its "
+                "HuggingFace conversion are: convert_checkpoint, docs/t5.md)");
   read_bert_flags(f, a);
   a.model_running_mode = f.get_string("model-running-mode");
   MEGADLM_CHECK(a.model_running_mode == "difflm-noshift" || a.model_running_mode == "vanilla",

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../robustness/child_process.h"
+#include "hf_fixture_util.h"
 #include "checkpoint/hf_bert.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_sharded.h"
@@ -29,10 +30,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(MEGADLM_SOURCE_DIR) + "/tests/checkpoint/fixtures/" + name;
-}
-
+using test::edited_copy;
+using test::expect_error_with;
+using test::expect_same_tensors;
+using test::read_json;
+std::string fixture(const std::string& name) { return test::hf_fixture(name); }
 using test::TempDir;
 
 std::unique_ptr<BertModel> import(const std::string& dir) {
@@ -82,38 +84,6 @@ Errors logits_errors(BertModel& m, const std::string& dir) {
   return e;
 }
 
-// Every tensor of HF directory `a` equals (bytes, dtype, shape) the one of the same name in `b`.
-void expect_same_tensors(const std::string& a, const std::string& b) {
-  ShardedSafetensors x(a), y(b);
-  ASSERT_EQ(x.names(), y.names());
-  for (const auto& n : x.names()) {
-    const Tensor s = x.get(n), t = y.get(n);
-    ASSERT_EQ(s.dtype(), t.dtype()) << n;
-    ASSERT_EQ(s.shape(), t.shape()) << n;
-    EXPECT_EQ(0, std::memcmp(s.raw(), t.raw(), s.nbytes())) << n << " differs after the round trip";
-  }
-}
-
-nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
-void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(2); }
-
-// A copy of fixture `name` in tmp/dir with config.json changed by `edit`.
-std::string edited_copy(const TempDir& tmp, const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
-  const std::string d = tmp / name;
-  fs::create_directories(d);
-  fs::copy_file(fixture(name) + "/model.safetensors", d + "/model.safetensors");
-  nlohmann::json j = read_json(fixture(name) + "/config.json");
-  edit(j);
-  write_json(d + "/config.json", j);
-  return d;
-}
-
-void expect_error_with(const std::function<void()>& f, const std::string& part) {
-  const std::string msg = test::error_of(f);
-  ASSERT_FALSE(msg.empty()) << "no Error (expected one with '" << part << "')";
-  EXPECT_NE(msg.find(part), std::string::npos) << msg;
-}
-
 TEST(HfBert, ImportedFixturesGiveTransformersLogits) {
   for (const char* name : {"hf_bert", "hf_bert_mlm"}) {
     auto m = import(fixture(name));
@@ -135,14 +105,11 @@ TEST(HfBert, RoundTripReproducesEveryTensorBitForBit) {
     auto m = import(fixture(name));
     write_hf_bert_checkpoint(tmp / name, model_params(m->params()), hf_bert_info(*m), HfWriteOptions{});
     expect_same_tensors(fixture(name), tmp / name);
-    const nlohmann::json a = read_json(fixture(name) + "/config.json"), b = read_json(tmp / name + "/config.json");
-    for (const char* k : {"architectures", "hidden_act", "type_vocab_size", "vocab_size", "intermediate_size",
-                          "max_position_embeddings", "layer_norm_eps"})
-      EXPECT_EQ(a[k], b[k]) << name << ": " << k;
+    test::expect_same_config(fixture(name), tmp / name,
+                             {"architectures", "hidden_act", "type_vocab_size", "vocab_size", "intermediate_size",
+                              "max_position_embeddings", "layer_norm_eps"});
     // And back: the same parameters, bit for bit.
-    auto again = import(tmp / name);
-    ASSERT_EQ(again->params().numel(), m->params().numel());
-    EXPECT_EQ(0, std::memcmp(again->params().values(), m->params().values(), sizeof(float) * m->params().numel()));
+    test::expect_same_params(import(tmp / name)->params(), m->params());
   }
 }
 
@@ -150,12 +117,8 @@ TEST(HfBert, ConvertCheckpointRoundTripsThroughTheNativeCheckpoint) {
   MEGADLM_REQUIRE_BINARY("convert_checkpoint");
   TempDir tmp;
   for (const char* name : {"hf_bert", "hf_bert_mlm"}) {
-    const std::string native = tmp / (std::string(name) + "_native"), out = tmp / (std::string(name) + "_hf");
-    auto r = test::run_binary("convert_checkpoint", {"--from-hf", fixture(name), "--to-native", native}, tmp / "log.txt");
-    ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
-    r = test::run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", out, "--layout", "bert"},
-                         tmp / "log.txt");
-    ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+    const auto [native, out] = test::convert_through_native(tmp, name, {"--layout", "bert"});
+    if (HasFailure()) return;
     expect_same_tensors(fixture(name), out);
     const Errors e = logits_errors(*import(out), fixture(name));
     EXPECT_LT(e.mlm, 1e-5);

@@ -1,0 +1,54 @@
+#pragma once
+// T5's attention (HuggingFace's T5Attention), self or cross: q from x, k and v from kv (x itself in
+// self-attention, the encoder's output in cross-attention), each [C -> H*D] without bias, o [H*D -> C];
+// the inner size H*D need not be C (HF's d_kv). The scores are q k^T WITHOUT the 1/sqrt(D) scaling
+// (T5 folds it into q's initialisation), plus the relative position bias [H, T, S] when given
+// (nn/t5_relative_bias.h; the same for every sequence); keys invisible to a query (padding, the future
+// under a causal mask) get the lowest float as their score, as HF's additive mask leaves them.
+// The slow, obvious form through the Backend: per (sequence, head) the scores as one product, the bias
+// and the masks, Backend::softmax_forward, the output as a second product; the probabilities
+// [B, H, T, S] are kept for the backward. One rank (T5Model refuses tensor parallelism).
+// Legend: B sequences, T query rows and S key rows a sequence, C hidden, H heads, D head dim.
+#include <cstdint>
+#include <string>
+
+#include "core/arena.h"
+#include "nn/linear.h"
+#include "nn/transformer_config.h"
+
+namespace megadlm {
+
+// Which scores a forward computes and which keys each query sees.
+struct T5AttentionGeometry {
+  int64_t B = 0, T = 0, S = 0;
+  const float* bias = nullptr;        // [H, T, S] added to every sequence's scores, or null
+  const int32_t* key_mask = nullptr;  // [B*S] 1 a key, 0 padding (seen by no query), or null
+  bool causal = false;                // key j seen by query i only when j <= i (T == S)
+};
+
+class T5Attention {
+ public:
+  T5Attention() = default;
+  // Registers name.{q,k,v,o}_proj.weight.
+  T5Attention(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg);
+
+  // x [B*T, C], kv [B*S, C] -> y [B*T, C] (arena). Saves q, k, v, the probabilities and the geometry.
+  Tensor forward(Arena& arena, const Tensor& x, const Tensor& kv, const T5AttentionGeometry& g);
+  // dy [B*T, C] -> dx [B*T, C] written by q's part; then kv's gradient [B*S, C] added to dkv (which may
+  // be dx itself: self-attention); dbias [H, T, S] added to (the sum over the sequences) when the
+  // forward had a bias, else null.
+  void backward(Arena& arena, const Tensor& dy, Tensor& dx, Tensor& dkv, float* dbias);
+
+ private:
+  bool visible(int64_t b, int64_t i, int64_t j) const {
+    return (!geo_.key_mask || geo_.key_mask[b * geo_.S + j] != 0) && (!geo_.causal || j <= i);
+  }
+  int64_t H_ = 0, D_ = 0;
+  Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  // Saved by forward.
+  T5AttentionGeometry geo_;
+  Tensor q_, k_, v_;  // [B*T, H*D], [B*S, H*D] twice
+  Tensor probs_;      // [B, H, T, S]
+};
+
+}  // namespace megadlm

@@ -1,0 +1,75 @@
+#pragma once
+// One of T5's two stacks (HuggingFace's T5Stack): pre-norm layers, each a list of residual branches
+// y = x + f(rmsnorm(x)):
+//   self-attention            prefix.layers.N.input_layernorm           prefix.layers.N.self_attn
+//   cross-attention (decoder) prefix.layers.N.pre_cross_attn_layernorm  prefix.layers.N.cross_attn
+//   feed-forward              prefix.layers.N.post_attention_layernorm  prefix.layers.N.mlp
+// then the stack's final RMSNorm (prefix.norm). The relative position bias of the self-attention is
+// one table, prefix.layers.0.self_attn.relative_attention_bias (nn/t5_relative_bias.h: bidirectional in
+// the encoder, unidirectional in the decoder), made once per forward and added in every layer; the
+// cross-attention has none (as in HF). The decoder's self-attention is causal. The norms are T5's
+// scale-only RMSNorm with the config's epsilon. TransformerLayer's branches take a Sublayer that sees
+// one input; T5's attention also reads the stack's shared bias and the key masks, hence this stack of
+// its own (docs/t5.md).
+// Legend: B sequences, T rows a sequence, N = B*T, S the encoder's rows a sequence (cross-attention),
+// C hidden.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "nn/norm.h"
+#include "nn/t5_attention.h"
+#include "nn/t5_feed_forward.h"
+#include "nn/t5_relative_bias.h"
+
+namespace megadlm {
+
+struct T5StackOptions {
+  int64_t num_layers = 0;
+  bool decoder = false;  // causal self-attention, unidirectional buckets, cross-attention
+  int64_t num_buckets = 32, max_distance = 128;
+  T5FeedForward feed_forward = T5FeedForward::Relu;
+};
+
+// The batch as a stack sees it. Host arrays.
+struct T5StackInputs {
+  int64_t B = 0, T = 0;
+  const int32_t* mask = nullptr;         // [B*T] 1 token, 0 padding (a key no query sees), or null
+  // The decoder's cross-attention: the encoder's output [B*S, C], its padding [B*S] (or null), and
+  // where the backward adds its gradient [B*S, C].
+  Tensor memory;
+  const int32_t* memory_mask = nullptr;
+  int64_t S = 0;
+  Tensor* memory_grad = nullptr;
+};
+
+class T5Stack {
+ public:
+  T5Stack() = default;
+  T5Stack(ParamStore& store, const ParallelContext& ctx, const std::string& prefix, const TransformerConfig& cfg,
+          const T5StackOptions& opt);
+
+  // x [N, C] -> the final norm's output [N, C] (arena); every module saves what its backward needs.
+  Tensor forward(Arena& arena, const Tensor& x, const T5StackInputs& in);
+  // dy [N, C] -> dx [N, C] written; the cross-attention's gradient of the memory added to
+  // in.memory_grad; every parameter's gradient accumulated.
+  void backward(Arena& arena, const Tensor& dy, Tensor& dx);
+
+ private:
+  struct Layer {
+    Norm self_norm, cross_norm, ff_norm;
+    T5Attention self_attn, cross_attn;
+    T5FeedForwardBlock mlp;
+  };
+  bool decoder_ = false;
+  int64_t H_ = 0;
+  T5RelativeBias bias_;
+  std::vector<Layer> layers_;
+  Norm final_norm_;
+  // Saved by forward.
+  T5StackInputs in_;
+  Tensor bias_values_;  // [H, T, T]
+};
+
+}  // namespace megadlm
