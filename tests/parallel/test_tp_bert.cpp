@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "models/bert_model_fixture.h"
 #include "models/bert_model.h"
 #include "models/model_spec.h"
 #include "nn/bert_heads.h"
@@ -72,36 +73,8 @@ TEST(TensorParallelBert, HeadsMatchOneRank) {
   }
 }
 
-TransformerConfig bert_config() {
-  TransformerConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 4;
-  c.kv_channels = 4;
-  c.ffn_hidden_size = 24;
-  c.vocab_size = 19;
-  c.max_position_embeddings = 8;
-  c.normalization = NormKind::LayerNorm;
-  c.position_embedding = PositionEmbedding::LearnedAbsolute;
-  return c;
-}
-
-// Two sequences of 5, the second padded after 3 tokens; labels in both vocabulary shards.
-BertBatch padded_batch() {
-  BertBatch b;
-  b.B = 2;
-  b.T = 5;
-  b.tokens = {2, 7, 11, 3, 18, 5, 9, 1, 0, 0};
-  b.token_types = {0, 0, 1, 1, 1, 0, 1, 1, 0, 0};
-  b.attention_mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
-  b.mlm_labels = {kMlmIgnore, 4, kMlmIgnore, 17, kMlmIgnore, kMlmIgnore, 6, 15, kMlmIgnore, kMlmIgnore};
-  b.binary_labels = {1, 0};
-  return b;
-}
-
 TEST(TensorParallelBert, WholeModelMatchesOneRank) {
-  const TransformerConfig cfg = bert_config();
+  const TransformerConfig cfg = test::bert_config();
   for (bool pre_norm : {false, true}) {
     for (bool sp : {false, true}) {
       MEGADLM_REQUIRE_TP2(tp, sp);
@@ -112,7 +85,7 @@ TEST(TensorParallelBert, WholeModelMatchesOneRank) {
       BertModel f(cfg, spec, ParallelContext::single()), t(cfg, spec, *tp);
       randomize(f.params(), 52, 0.3f);
       copy_shards(f.params(), t.params());
-      const BertBatch b = padded_batch();
+      const BertBatch b = test::padded_batch();
       const std::vector<float> zf = copy_of(f.forward_logits(b).mlm);
       EXPECT_LT(world_max(rows_error(ParallelContext::single(), t.forward_logits(b).mlm.data<float>(), zf, 10)), 1e-5);
       const BertLosses lf = f.forward_backward(b, 1.0f), lt = t.forward_backward(b, 1.0f);
