@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     megadlm::TrainArgs args;
     if (!megadlm::parse_train_args(argc, argv, args)) return 0;
     if (args.model_type == megadlm::ModelType::BERT) {
-      megadlm::BertTrainer trainer(args);  // one process, CPU, fp32 (docs/bert.md)
+      megadlm::BertTrainer trainer(args);  // CPU, fp32, data and tensor parallel (docs/bert.md)
       trainer.run();
       return 0;
     }

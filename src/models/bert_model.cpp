@@ -18,10 +18,10 @@ bool has_head(const ModelSpec& spec, HeadKind kind) {
 BertModel::BertModel(const TransformerConfig& cfg, const ModelSpec& spec, const ParallelContext& ctx)
     : cfg_(cfg), ctx_(ctx) {
   validate_config(cfg);
-  MEGADLM_CHECK(ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1,
-                "--model-type bert is built for one rank per model replica: tensor, pipeline and context ",
-                "parallelism (--tensor-model-parallel-size ", ctx.tp.size, ", --pipeline-model-parallel-size ",
-                ctx.pp.size, ", --context-parallel-size ", ctx.cp.size, ") are not available for it yet");
+  MEGADLM_CHECK(ctx.pp.size == 1 && ctx.cp.size == 1,
+                "--model-type bert is built as one pipeline stage over whole sequences: pipeline and context ",
+                "parallelism (--pipeline-model-parallel-size ", ctx.pp.size, ", --context-parallel-size ", ctx.cp.size,
+                ") are not available for it yet");
   MEGADLM_CHECK(spec.stacks.size() == 1 && has_head(spec, HeadKind::MLM) && spec.embedding.token_types > 0,
                 "BertModel builds BERT specs (bert_model_spec): one stack, token types, an MLM head");
   const StackSpec& stack = spec.stacks[0];

@@ -2,7 +2,8 @@
 // The BERT family's model, built from a bert_model_spec (models/bert_spec.h): Embedding (words,
 // positions, token types, the LayerNorm under post-norm), one TransformerBlock of bidirectional
 // layers, the final norm under pre-norm, the MLM head and, when the spec has it, the pooler with the
-// binary head (nn/bert_heads.h). One rank, fp32, on the CPU (docs/bert.md says what is left).
+// binary head (nn/bert_heads.h). fp32 on the CPU; tensor parallel (with or without sequence
+// parallelism) through its building blocks, one pipeline stage (docs/bert.md says what is left).
 //
 // Padding: BertBatch::attention_mask gives 1 for a token and 0 for padding (HuggingFace's
 // attention_mask). The padded keys are invisible to every token's query: the attention kernels' segment
@@ -55,8 +56,8 @@ class BertModel {
   bool exact_gelu() const { return exact_gelu_; }
   int64_t token_types() const { return embedding_.token_types(); }
 
-  // MLM logits [N, V] and, with the binary head, binary logits [B, 2] (undefined otherwise); in the
-  // arena, valid until the next call.
+  // MLM logits [N, V] (every row and column on every tp rank) and, with the binary head, binary logits
+  // [B, 2] (undefined otherwise); in the arena, valid until the next call.
   struct Logits {
     Tensor mlm, binary;
   };

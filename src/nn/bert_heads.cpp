@@ -5,6 +5,9 @@
 
 #include "kernels/backend.h"
 #include "nn/gelu_exact.h"
+#include "nn/vocab_gather.h"
+#include "nn/vocab_parallel_cross_entropy.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
@@ -19,6 +22,18 @@ void check_labels(const int32_t* labels, int64_t n, int64_t classes, const char*
   for (int64_t i = 0; i < n; ++i)
     MEGADLM_CHECK(labels[i] == kMlmIgnore || (labels[i] >= 0 && labels[i] < classes), what, " label ", labels[i],
                   " at row ", i, " is outside [0, ", classes, ") and not ", kMlmIgnore, " (no loss)");
+}
+
+// The context of the replicated layers (dense, pooler, binary head): one rank's, whatever the layout,
+// so that they are whole on every tp rank.
+const ParallelContext& replicated() {
+  static const ParallelContext single = ParallelContext::single();
+  return single;
+}
+
+// The first of x's rows among the batch's N: this rank's first under sequence parallelism, else 0.
+int64_t first_local_row(const ParallelContext& ctx, int64_t N) {
+  return sequence_parallel(ctx) ? ctx.tp.rank * (N / ctx.tp.size) : 0;
 }
 
 // The softmax cross-entropy of logits [n, classes] in place: returns sum_i w_i CE_i, and with
@@ -42,12 +57,17 @@ double cross_entropy(const Backend& be, Tensor& logits, const int32_t* labels, c
 
 MLMHead::MLMHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg, int word_embeddings_id,
                  bool exact_gelu)
-    : store_(&store), V_(cfg.vocab_size), C_(cfg.hidden_size), exact_gelu_(exact_gelu), w_(word_embeddings_id) {
-  MEGADLM_CHECK(ctx.tp.size == 1, "the MLM head is built for one tensor-parallel rank, not ", ctx.tp.size);
+    : store_(&store), ctx_(&ctx), V_(cfg.vocab_size), C_(cfg.hidden_size), exact_gelu_(exact_gelu),
+      w_(word_embeddings_id) {
   MEGADLM_CHECK(w_ >= 0, "the MLM head's decoder is tied to the word embeddings: give their parameter");
-  dense_ = Linear(store, ctx, "mlm_head.dense", C_, C_, true, cfg.init_method_std);
+  const RowRange cols = balanced_rows(V_, ctx.tp.size, ctx.tp.rank);
+  vocab_start_ = cols.begin;
+  V_local_ = cols.size;
+  MEGADLM_CHECK(store.info(w_).shape == Shape({V_local_, C_}), "the MLM head's tied decoder ", store.info(w_).name,
+                " is not this rank's shard of the word embeddings [", V_local_, ", ", C_, "]");
+  dense_ = Linear(store, replicated(), "mlm_head.dense", C_, C_, true, cfg.init_method_std);
   norm_ = Norm(store, "mlm_head.norm", NormKind::LayerNorm, C_, cfg.norm_epsilon, true);
-  b_ = store.add("mlm_head.bias", {V_}, Init::Zeros, 0.0f, false);
+  b_ = store.add_balanced_shard("mlm_head.bias", {V_}, 0, ctx.tp.size, ctx.tp.rank, Init::Zeros, 0.0f, false);
 }
 
 Tensor MLMHead::transform(Arena& arena, const Tensor& x) {
@@ -60,19 +80,24 @@ Tensor MLMHead::transform(Arena& arena, const Tensor& x) {
   return t_;
 }
 
-Tensor MLMHead::logits(Arena& arena, const Tensor& x) {
-  const Tensor t = transform(arena, x);
-  const int64_t N = t.size(0);
+Tensor MLMHead::shard_logits(Arena& arena, const Tensor& t) {
+  const int64_t n = t.size(0);
   const Backend& be = backend_of(t);
-  Tensor out = arena.tensor({N, V_});
-  be.gemm(false, true, N, V_, C_, 1.0f, t.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
-          out.data<float>(), V_);
-  be.bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), N, V_);
+  Tensor out = arena.tensor({n, V_local_});
+  be.gemm(false, true, n, V_local_, C_, 1.0f, t.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
+          out.data<float>(), V_local_);
+  be.bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), n, V_local_);
   return out;
 }
 
-double MLMHead::loss(Arena& arena, const Tensor& x, const int32_t* labels, const float* weights, float grad_scale,
-                     Tensor* dx) {
+Tensor MLMHead::logits(Arena& arena, const Tensor& x) {
+  const Tensor t = transform(arena, gather_rows(arena, *ctx_, x));
+  return gather_vocab_shards(arena, *ctx_, shard_logits(arena, t), V_);
+}
+
+double MLMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* labels, const float* weights,
+                     float grad_scale, Tensor* dx) {
+  const Tensor x = gather_rows(arena, *ctx_, x_local);  // [N, C]: every row
   const int64_t N = x.size(0);
   check_labels(labels, N, V_, "MLM");
   const Backend& be = backend_of(x);
@@ -92,18 +117,32 @@ double MLMHead::loss(Arena& arena, const Tensor& x, const int32_t* labels, const
     ls[k] = labels[rows[k]];
     if (weights) ws[k] = weights[rows[k]];
   }
-  Tensor lg = logits(arena, xs);
-  const double loss = cross_entropy(be, lg, ls.data(), weights ? ws.data() : nullptr, grad_scale, dx != nullptr, n, V_);
+  transform(arena, xs);
+  Tensor lg = shard_logits(arena, t_);
+  CrossEntropyArgs a;
+  a.logits = lg.data<float>();
+  a.dlogits = dx ? lg.data<float>() : nullptr;
+  a.targets = ls.data();
+  a.weights = weights ? ws.data() : nullptr;
+  a.ignore_index = kMlmIgnore;
+  a.grad_scale = grad_scale;
+  a.N = n;
+  a.Vl = V_local_;
+  a.vocab_start = vocab_start_;
+  a.V = V_;
+  const double loss = vocab_parallel_cross_entropy(be, arena, *ctx_, a);
   if (dx == nullptr) return loss;
-  const Tensor& dl = lg;  // dlogits [n, V]
-  // The output bias and the tied matrix: dE [V, C] += dlogits^T t, added to what the embedding adds.
-  be.bias_backward(store_->grad(b_).data<float>(), dl.data<float>(), n, V_);
+  const Tensor& dl = lg;  // dlogits [n, Vl]
+  // The output bias and the tied matrix: dE [Vl, C] += dlogits^T t, added to what the embedding adds.
+  be.bias_backward(store_->grad(b_).data<float>(), dl.data<float>(), n, V_local_);
   store_->mark_grad_written(w_);
-  be.gemm(true, false, V_, C_, n, 1.0f, dl.data<float>(), V_, t_.data<float>(), C_, 1.0f,
+  be.gemm(true, false, V_local_, C_, n, 1.0f, dl.data<float>(), V_local_, t_.data<float>(), C_, 1.0f,
           store_->grad(w_).data<float>(), C_);
+  // dt: this rank's columns' part, summed over tp; the replicated layers below then agree on every rank.
   Tensor dt = arena.tensor({n, C_});
-  be.gemm(false, false, n, C_, V_, 1.0f, dl.data<float>(), V_, store_->value(w_).data<float>(), C_, 0.0f,
+  be.gemm(false, false, n, C_, V_local_, 1.0f, dl.data<float>(), V_local_, store_->value(w_).data<float>(), C_, 0.0f,
           dt.data<float>(), C_);
+  tp_all_reduce_sum(*ctx_, dt.data<float>(), n * C_, be.device());
   Tensor da = arena.tensor({n, C_});
   norm_.backward(dt, da);
   // GELU's gradient in place of da's values (each element read before it is written).
@@ -111,21 +150,24 @@ double MLMHead::loss(Arena& arena, const Tensor& x, const int32_t* labels, const
   else be.gelu_backward(da.data<float>(), h_.data<float>(), da.data<float>(), n * C_);
   Tensor dxs = arena.tensor({n, C_});
   dense_.backward(da, dxs, false);
+  // The labelled rows among x's own (this rank's under sequence parallelism).
+  const int64_t first = first_local_row(*ctx_, N), local = dx->size(0);
   for (int64_t k = 0; k < n; ++k)
-    be.copy(dx->data<float>() + rows[k] * C_, dxs.data<float>() + k * C_, sizeof(float) * static_cast<size_t>(C_));
+    if (rows[k] >= first && rows[k] < first + local)
+      be.copy(dx->data<float>() + (rows[k] - first) * C_, dxs.data<float>() + k * C_,
+              sizeof(float) * static_cast<size_t>(C_));
   return loss;
 }
 
 PoolerBinaryHead::PoolerBinaryHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg)
-    : C_(cfg.hidden_size) {
-  MEGADLM_CHECK(ctx.tp.size == 1, "the pooler and binary head are built for one tensor-parallel rank, not ",
-                ctx.tp.size);
-  dense_ = Linear(store, ctx, "pooler.dense", C_, C_, true, cfg.init_method_std);
-  binary_ = Linear(store, ctx, "binary_head", C_, 2, true, cfg.init_method_std);
+    : ctx_(&ctx), C_(cfg.hidden_size) {
+  dense_ = Linear(store, replicated(), "pooler.dense", C_, C_, true, cfg.init_method_std);
+  binary_ = Linear(store, replicated(), "binary_head", C_, 2, true, cfg.init_method_std);
 }
 
-Tensor PoolerBinaryHead::pooled(Arena& arena, const Tensor& x, int64_t B, int64_t T) {
-  MEGADLM_CHECK(x.device() == Device::CPU, "the pooler runs on the CPU only (the BERT family: docs/bert.md)");
+Tensor PoolerBinaryHead::pooled(Arena& arena, const Tensor& x_local, int64_t B, int64_t T) {
+  MEGADLM_CHECK(x_local.device() == Device::CPU, "the pooler runs on the CPU only (the BERT family: docs/bert.md)");
+  const Tensor x = gather_rows(arena, *ctx_, x_local);  // [B*T, C]: every row
   MEGADLM_CHECK(x.size(0) == B * T, "pooler: ", x.size(0), " rows are not ", B, " sequences of ", T);
   const Backend& be = backend_of(x);
   Tensor first = arena.tensor({B, C_});
@@ -156,8 +198,11 @@ double PoolerBinaryHead::loss(Arena& arena, const Tensor& x, int64_t B, int64_t 
   for (int64_t i = 0; i < B * C_; ++i) d[i] *= 1.0f - p[i] * p[i];
   Tensor dfirst = arena.tensor({B, C_});
   dense_.backward(dpooled, dfirst, false);
+  // The first rows among x's own (this rank's under sequence parallelism).
+  const int64_t first = first_local_row(*ctx_, B * T), local = dx->size(0);
   for (int64_t b = 0; b < B; ++b)
-    be.add_inplace(dx->data<float>() + b * T * C_, dfirst.data<float>() + b * C_, C_);
+    if (b * T >= first && b * T < first + local)
+      be.add_inplace(dx->data<float>() + (b * T - first) * C_, dfirst.data<float>() + b * C_, C_);
   return loss;
 }
 

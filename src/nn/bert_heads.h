@@ -7,9 +7,18 @@
 //                     [B, 2] = pooled Wb^T + bb (next-sentence / sentence-order prediction); the
 //                     loss is the 2-way cross-entropy (label -1: no loss).
 // Parameter names: mlm_head.dense, mlm_head.norm, mlm_head.bias; pooler.dense, binary_head.
-// One rank (no tensor parallelism), fp32; the GELU is the exact (erf) one or the tanh approximation as
-// the layers' (BERT checkpoints say "gelu" or "gelu_new").
-// Legend: N rows, C hidden, V vocabulary, B sequences, T rows a sequence.
+// fp32 on the CPU; the GELU is the exact (erf) one or the tanh approximation as the layers' (BERT
+// checkpoints say "gelu" or "gelu_new").
+//
+// Tensor parallelism: the decoder is vocab-parallel like LMHead's. E is this rank's shard of the word
+// embeddings [Vl, C], the output bias is sharded the same way (mlm_head.bias [Vl] of [V]), each rank
+// makes the logits of its columns and the cross-entropy is vocab-parallel
+// (nn/vocab_parallel_cross_entropy.h); the gradient of t is a partial sum, all-reduced over tp. The
+// dense layers, the LayerNorm and the pooler are replicated: every tp rank computes them on the same
+// rows, so their gradients agree without a reduction (the global norm counts them once). Under
+// sequence parallelism x holds this rank's N/tp rows and is all-gathered first; dx is this rank's rows.
+// Legend: N rows, C hidden, V vocabulary, Vl this rank's vocabulary columns, B sequences, T rows a
+// sequence.
 #include <cstdint>
 
 #include "core/arena.h"
@@ -26,23 +35,29 @@ constexpr int32_t kMlmIgnore = -1;  // the label of a row (MLM) or sequence (bin
 class MLMHead {
  public:
   MLMHead() = default;
-  // word_embeddings_id: the tied decoder matrix [V, C] (Embedding::word_embeddings_id()).
+  // word_embeddings_id: the tied decoder matrix, this rank's shard [Vl, C] (Embedding::word_embeddings_id()).
+  // ctx must outlive the head.
   MLMHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg, int word_embeddings_id,
           bool exact_gelu);
 
-  // x [N, C] -> logits [N, V] (arena).
+  // x [N, C] (N/tp rows under sequence parallelism) -> logits [N, V] of all N rows, gathered over the
+  // vocabulary shards (arena). Collective over tp.
   Tensor logits(Arena& arena, const Tensor& x);
-  // sum over the labelled rows of w_n CE_n (labels [N] in [0, V) or kMlmIgnore; weights [N] or null
-  // for 1); only the labelled rows go through the head. With dx: the backward too, dlogits scaled by
-  // grad_scale, dx [N, C] written (zero on the unlabelled rows) and the parameter gradients (the tied
-  // word embeddings' included) accumulated. x [N, C] on the host (the CPU).
+  // sum over the labelled rows of w_n CE_n (labels [N] of all N rows, in [0, V) or kMlmIgnore; weights
+  // [N] or null for 1), the same on every tp rank; only the labelled rows go through the head. With
+  // dx: the backward too, dlogits scaled by grad_scale, dx (x's shape) written (zero on the unlabelled
+  // rows) and the parameter gradients (the tied word embeddings' shard included) accumulated. x on the
+  // host (the CPU). Collective over tp.
   double loss(Arena& arena, const Tensor& x, const int32_t* labels, const float* weights, float grad_scale,
               Tensor* dx);
 
  private:
-  Tensor transform(Arena& arena, const Tensor& x);  // x -> t, saving what the backward needs
+  Tensor transform(Arena& arena, const Tensor& x);     // x -> t, saving what the backward needs
+  Tensor shard_logits(Arena& arena, const Tensor& t);  // t [n, C] -> this rank's logits [n, Vl]
   ParamStore* store_ = nullptr;
+  const ParallelContext* ctx_ = nullptr;
   int64_t V_ = 0, C_ = 0;
+  int64_t vocab_start_ = 0, V_local_ = 0;  // this rank's columns of the vocabulary
   bool exact_gelu_ = true;
   Linear dense_;
   Norm norm_;
@@ -53,18 +68,21 @@ class MLMHead {
 class PoolerBinaryHead {
  public:
   PoolerBinaryHead() = default;
+  // ctx must outlive the head.
   PoolerBinaryHead(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg);
 
-  // x [B*T, C] -> pooled [B, C] (arena).
+  // x [B*T, C] (B*T/tp rows under sequence parallelism) -> pooled [B, C] (arena).
   Tensor pooled(Arena& arena, const Tensor& x, int64_t B, int64_t T);
-  // x [B*T, C] -> logits [B, 2] (arena).
+  // x -> logits [B, 2] (arena).
   Tensor logits(Arena& arena, const Tensor& x, int64_t B, int64_t T);
   // sum over the labelled sequences of CE (labels [B] in {0, 1} or kMlmIgnore). With dx: the backward
-  // too, dlogits scaled by grad_scale, the gradient of the first rows ADDED to dx [B*T, C].
+  // too, dlogits scaled by grad_scale, the gradient of the first rows ADDED to dx (x's shape; the
+  // first rows this rank holds).
   double loss(Arena& arena, const Tensor& x, int64_t B, int64_t T, const int32_t* labels, float grad_scale,
               Tensor* dx);
 
  private:
+  const ParallelContext* ctx_ = nullptr;
   int64_t C_ = 0;
   Linear dense_, binary_;
   Tensor pooled_;  // saved: tanh's output

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "nn/vocab_gather.h"
 #include "nn/vocab_parallel_cross_entropy.h"
 #include "parallel/tp_mappings.h"
 
@@ -195,32 +196,7 @@ Tensor LMHead::shard_logits(Arena& arena, const Tensor& x) {
 }
 
 Tensor LMHead::full_logits(Arena& arena, const Tensor& x) {
-  Tensor local = logits(arena, x);
-  const int tp = ctx_->tp.size;
-  if (tp == 1) return local;
-  const int64_t N = local.size(0);
-  const Backend& be = backend_of(local);
-  // The shards differ by a row at most (balanced_rows): each rank pads its [N, Vl] to the widest shard's
-  // [N, Vw], all_gather gives [tp, N, Vw], and the logits of row n are the tp shards' first columns
-  // side by side.
-  const int64_t Vw = balanced_rows(V_, tp, 0).size;
-  Tensor padded = local;
-  if (V_local_ < Vw) {
-    padded = arena.tensor({N, Vw});
-    be.zero(padded.raw(), padded.nbytes());
-    for (int64_t n = 0; n < N; ++n)
-      be.copy(padded.data<float>() + n * Vw, local.data<float>() + n * V_local_, sizeof(float) * static_cast<size_t>(V_local_));
-  }
-  Tensor chunks = arena.tensor({tp, N, Vw});
-  ctx_->tp.communicator(be.device()).all_gather(padded.data<float>(), chunks.data<float>(), N * Vw);
-  Tensor out = arena.tensor({N, V_});
-  for (int r = 0; r < tp; ++r) {
-    const RowRange rows = balanced_rows(V_, tp, r);
-    for (int64_t n = 0; n < N; ++n)
-      be.copy(out.data<float>() + n * V_ + rows.begin, chunks.data<float>() + (r * N + n) * Vw,
-              sizeof(float) * static_cast<size_t>(rows.size));
-  }
-  return out;
+  return gather_vocab_shards(arena, *ctx_, logits(arena, x), V_);
 }
 
 bool LMHead::bf16_logits(const Backend& be) const { return prec_ != nullptr && be.bf16_logits(); }

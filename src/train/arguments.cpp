@@ -56,8 +56,8 @@ std::vector<std::string> canonical_args(int argc, const char* const* argv) {
 void declare(CliFlags& f) {
   // model
   f.add_string("model-type", "difflm",
-               "difflm (masked diffusion, bidirectional), gpt (autoregressive) or bert (MLM + sentence order; one "
-               "process, CPU, fp32: docs/bert.md)");
+               "difflm (masked diffusion, bidirectional), gpt (autoregressive) or bert (MLM + sentence order; "
+               "CPU, fp32, data and tensor parallel: docs/bert.md)");
   f.add_bool("bert-no-binary-head", "--model-type bert: no pooler and binary (sentence-order) head");
   f.add_double("mask-prob", 0.15, "--model-type bert: share of a sample's tokens masked for the MLM loss", closed_open(0, 1));
   f.add_double("short-seq-prob", 0.1, "--model-type bert: probability of a shorter segment target", closed(0, 1));
@@ -213,8 +213,8 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
                 " must be in [0, --bd3-clip-max ", a.bd3_clip_max, ")");
 }
 
-// --model-type bert trains in one process, on the CPU, in fp32 (train/bert_trainer.h): what that
-// does not build is an Error naming the flag, MoE first (BERT is dense only).
+// --model-type bert trains on the CPU in fp32, under data and tensor parallelism (train/bert_trainer.h):
+// what that does not build is an Error naming the flag, MoE first (BERT is dense only).
 void read_bert_flags(const CliFlags& f, TrainArgs& a) {
   const bool bert = a.model_type == ModelType::BERT;
   for (const char* flag : {"bert-no-binary-head", "mask-prob", "short-seq-prob"})
@@ -222,12 +222,9 @@ void read_bert_flags(const CliFlags& f, TrainArgs& a) {
   if (!bert) return;
   MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type bert is dense only: --num-experts ",
                 f.get_int("num-experts"), " is not available for it");
-  const char* why = " (pretrain_difflm trains BERT in one process, on the CPU, in fp32: docs/bert.md)";
-  for (const char* flag : {"tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
-                           "expert-model-parallel-size"})
+  const char* why = " (pretrain_difflm trains BERT on the CPU, in fp32, under data and tensor parallelism: docs/bert.md)";
+  for (const char* flag : {"pipeline-model-parallel-size", "context-parallel-size", "expert-model-parallel-size"})
     MEGADLM_CHECK(f.get_int(flag) == 1, "--", flag, " ", f.get_int(flag), " is not available with --model-type bert", why);
-  MEGADLM_CHECK(world_size() == 1, "--model-type bert: this launch has ", world_size(),
-                " ranks; data parallelism is not available with --model-type bert", why);
   MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"),
                 " is not available with --model-type bert", why);
   // The other model types' objectives and inputs; --load-hf imports decoders (convert_checkpoint
@@ -238,11 +235,10 @@ void read_bert_flags(const CliFlags& f, TrainArgs& a) {
                            "reset-position-ids", "reset-attention-mask", "eod-mask-loss", "load-hf",
                            "make-vocab-size-divisible-by", "data-cache-path"})
     MEGADLM_CHECK(!f.given(flag), "--", flag, " does not apply to --model-type bert");
-  // Not built for BERT: precision, recomputation, parallel options, the other data sources,
-  // TensorBoard, the exit signal handler.
+  // Not built for BERT: precision, recomputation, the overlapped gradient reduction, the other data
+  // sources, TensorBoard, the exit signal handler.
   for (const char* flag : {"bf16", "bf16-storage-only", "bf16-products", "fp16", "fp8-format", "recompute-granularity",
-                           "recompute-method", "recompute-num-layers", "sequence-parallel", "use-distributed-optimizer",
-                           "overlap-grad-reduce", "train-data-path", "valid-data-path", "test-data-path",
+                           "recompute-method", "recompute-num-layers", "overlap-grad-reduce", "train-data-path", "valid-data-path", "test-data-path",
                            "tensorboard-dir", "exit-signal-handler"})
     MEGADLM_CHECK(!f.given(flag), "--", flag, " is not available with --model-type bert", why);
   MEGADLM_CHECK(f.get_list("data-path").size() == 1, "--data-path: --model-type bert takes one sentence-split ",

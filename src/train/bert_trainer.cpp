@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "models/config_json.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/tp_mappings.h"
 #include "train/data_setup.h"
 #include "train/run_directories.h"
 
@@ -38,7 +40,7 @@ BertTokens bert_tokens_for(const Tokenizer& tok) {
 }  // namespace
 
 BertTrainer::BertTrainer(const TrainArgs& args) : args_(args), step_guard_(args.max_skipped_steps) {
-  if (!args_.save.empty()) prepare_save_dir(args_.save);
+  if (!args_.save.empty() && world_rank() == 0) prepare_save_dir(args_.save);
   if (!args_.load.empty()) check_load_path(args_.load);
   tokenizer_ = make_tokenizer(resolve_tokenizer_spec(args_));
   check_data_tokenizers(args_, *tokenizer_);
@@ -48,11 +50,20 @@ BertTrainer::BertTrainer(const TrainArgs& args) : args_(args), step_guard_(args.
   args_.model.real_vocab_size = 0;
   build_datasets();
   const ModelSpec spec = bert_model_spec(args_.model, bert_options(args_));
-  model_ = std::make_unique<BertModel>(args_.model, spec, ParallelContext::single());
+  // The groups (collective over the world), then this rank's part of the model: its values do not
+  // depend on the layout (ParamStore::init draws by the full tensors' indices).
+  parallel_ = std::make_unique<ParallelTraining>(args_.parallel, args_.model, args_.micro_batch_size,
+                                                 args_.global_batch_size);
+  model_ = std::make_unique<BertModel>(args_.model, spec, parallel_->context());
   model_->params().init(args_.seed);
   optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
+  parallel_->adopt(*optimizer_);
+  parallel_->attach(model_->params(), args_.adam, [cfg = args_.model, spec](const ParallelContext& ctx) {
+    auto m = std::make_shared<BertModel>(cfg, spec, ctx);
+    return std::shared_ptr<ParamStore>(m, &m->params());
+  });
   if (!args_.load.empty()) load();
-  if (!args_.save.empty()) {
+  if (!args_.save.empty() && parallel_->writes_files()) {
     check_save_dir(args_.save, resumed_from_, iteration_, args_.finetune);
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
@@ -133,7 +144,8 @@ void BertTrainer::load() {
   got["bert_binary_head"] = st.meta.value("bert_binary_head", true);
   const std::string diff = config_mismatch(want, got);
   MEGADLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
-  load_checkpoint_tensors(dir, model_->params(), args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
+  // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).
+  parallel_->load_checkpoint(dir, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
   if (!args_.finetune) {
     iteration_ = st.iteration;
     consumed_samples_ = st.consumed_samples;
@@ -149,31 +161,43 @@ void BertTrainer::save(int64_t iteration) {
   st.consumed_samples = consumed_samples_;
   st.meta = checkpoint_meta();
   Timer t;
-  const std::string dir = save_checkpoint(args_.save, model_->params(), optimizer_.get(), st);
+  // Collective: every rank takes part, rank 0 writes the full tensors whatever the layout.
+  const std::string dir = parallel_->save_checkpoint(args_.save, *optimizer_, st);
+  if (dir.empty()) return;
   log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
 }
 
 // Each micro-batch's MLM loss is its mean over its masked tokens and its sentence-order loss the mean
-// over its sequences (Megatron's BERT loss); the step's loss is their mean over the M micro-batches.
-// One grad_scale 1 / (B M) scales both heads, so each masked row weighs B / masked to give the mean.
+// over its sequences (Megatron's BERT loss); the step's loss is their mean over the global batch's
+// micro-batches. Data-parallel rank r takes micro-batches r, r + dp, r + 2 dp, ... of the global
+// batch (rows [r B, (r+1) B) of each block of B dp samples, Megatron's sampler), M of them; one
+// grad_scale 1 / (B M) scales both heads, so each masked row weighs B / masked to give the mean, and
+// the gradients' data-parallel mean is the global batch's.
 BertTrainer::Step BertTrainer::train_step() {
-  const int64_t B = args_.micro_batch_size, M = args_.global_batch_size / B;
+  const int64_t B = args_.micro_batch_size, dp = parallel_->dp_size(), M = args_.global_batch_size / (B * dp);
   model_->params().zero_grads();
   Step step;
   for (int64_t m = 0; m < M; ++m) {
-    BertBatch batch = batch_of(*train_, static_cast<int64_t>(consumed_samples_) + m * B, B);
+    const int64_t first = static_cast<int64_t>(consumed_samples_) + (m * dp + parallel_->dp_rank()) * B;
+    BertBatch batch = batch_of(*train_, first, B);
     const auto masked = std::count_if(batch.mlm_labels.begin(), batch.mlm_labels.end(),
                                       [](int32_t l) { return l != kMlmIgnore; });
     batch.mlm_weights.assign(batch.mlm_labels.size(), static_cast<float>(B) / static_cast<float>(std::max<int64_t>(masked, 1)));
+    parallel_->before_micro_batch(m, M);
     const BertLosses l = model_->forward_backward(batch, 1.0f / static_cast<float>(B * M));
     step.mlm += l.mlm / static_cast<double>(B * M);
     step.sop += l.binary / static_cast<double>(B * M);
   }
+  parallel_->reduce_gradients();
+  double losses[2] = {step.mlm, step.sop};
+  parallel_->sum_over_dp(losses, 2);
+  step.mlm = losses[0] / static_cast<double>(dp);
+  step.sop = losses[1] / static_cast<double>(dp);
   step.lr = args_.lr.at(iteration_ + 1);
   const double loss = step.mlm + step.sop;
-  step.grad_norm = std::isfinite(loss) ? optimizer_->grad_norm() : NAN;
+  step.grad_norm = std::isfinite(loss) ? parallel_->grad_norm() : NAN;
   const StepSkip skip = classify_step(loss, step.grad_norm);
-  if (skip == StepSkip::None) optimizer_->apply(step.lr, step.grad_norm);
+  if (skip == StepSkip::None) parallel_->apply(*optimizer_, step.lr, step.grad_norm);
   step_guard_.record(skip, iteration_ + 1, loss, step.grad_norm);
   consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
   ++iteration_;
@@ -228,7 +252,10 @@ void BertTrainer::log_interval(const Step& last, Interval& interval) {
   const double steps = static_cast<double>(interval.steps);
   const double tokens_per_step = static_cast<double>(args_.global_batch_size * args_.seq_length);
   const double tps = tokens_per_step * steps / secs;
-  const double mfu = peak_flops_ > 0 ? tps * model_flops_per_token(args_.model, args_.seq_length) / peak_flops_ : 0;
+  // tps counts every rank's tokens; the peak is one rank's.
+  const double mfu = peak_flops_ > 0 ? tps * model_flops_per_token(args_.model, args_.seq_length) /
+                                           (peak_flops_ * parallel_->context().world_size)
+                                     : 0;
   const double mlm = interval.mlm / steps, sop = interval.sop / steps;
   const double consumed_tokens = static_cast<double>(consumed_samples_) * static_cast<double>(args_.seq_length);
   char line[512];
@@ -272,7 +299,11 @@ int64_t BertTrainer::run() {
   log_info("MegaDLMs C++: bert model, ", human_count(static_cast<double>(model_->params().numel())), " parameters (",
            c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads, ffn ",
            c.ffn_hidden_size, ", vocab ", c.vocab_size, args_.bert_binary_head ? ", binary head" : ", no binary head",
-           "); one process, CPU, fp32, ", omp_get_max_threads(), " OpenMP threads");
+           "); CPU, fp32, ", omp_get_max_threads(), " OpenMP threads a rank");
+  const ParallelContext& ctx = parallel_->context();
+  log_info("layout: ", ctx.world_size, " ranks = tp ", ctx.tp.size, " x dp ", ctx.dp.size,
+           sequence_parallel(ctx) ? ", sequence parallel" : "",
+           parallel_->distributed_optimizer() ? ", distributed optimizer" : "");
   log_info("batch: micro ", args_.micro_batch_size, " x seq ", args_.seq_length, ", global ", args_.global_batch_size,
            " (", args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_description_);
   log_info("objective: MLM (--mask-prob ", args_.mask_prob, ")", args_.bert_binary_head ? " + sentence order" : "");

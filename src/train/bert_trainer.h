@@ -1,12 +1,16 @@
 #pragma once
 // pretrain_difflm --model-type bert: BERT pretraining (the MLM loss and, with the binary head, the
-// sentence-order loss) in one process, on the CPU, in fp32 (docs/bert.md). Samples come from
-// BertDataset over the --data-path prefix (sentence-split, --split by documents); global batches of
-// --micro-batch-size micro-batches accumulate into one AdamW update under the LR schedule. The
+// sentence-order loss) on the CPU in fp32 (docs/bert.md), under data and tensor parallelism (with or
+// without sequence parallelism and the distributed optimizer; one pipeline stage). Samples come from
+// BertDataset over the --data-path prefix (sentence-split, --split by documents); a global batch of
+// --global-batch-size / --micro-batch-size micro-batches, each data-parallel rank taking its share as
+// Megatron's sampler deals them, accumulates into one AdamW update under the LR schedule. The
 // checkpoints are the native format (model_type "bert", optimizer state included; a resume is
-// bitwise); the log lines and metrics.jsonl follow Trainer's with the two losses beside the total.
-// What the Trainer shares: AdamW, the schedule, StepGuard, the native checkpoints and the --save /
-// --load checks (train/run_directories.h), the tokenizer setup, JsonlWriter.
+// bitwise; any layout reads any other's); the log lines and metrics.jsonl follow Trainer's with the
+// two losses beside the total.
+// What the Trainer shares: ParallelTraining (groups, gradient reduction, norm, update, checkpoints of
+// any layout), AdamW, the schedule, StepGuard, the --save / --load checks (train/run_directories.h),
+// the tokenizer setup, JsonlWriter.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +22,7 @@
 #include "tokenizers/tokenizer.h"
 #include "train/arguments.h"
 #include "train/metrics.h"
+#include "train/parallel_training.h"
 #include "train/step_guard.h"
 
 namespace megadlm {
@@ -68,6 +73,7 @@ class BertTrainer {
   BertTokens tokens_;
   std::unique_ptr<BertDataset> train_, valid_;
   std::string data_description_;
+  std::unique_ptr<ParallelTraining> parallel_;  // groups, gradient reduction, checkpoints (parallel_training.h)
   std::unique_ptr<BertModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   int64_t iteration_ = 0;

@@ -50,14 +50,28 @@ ParallelTraining::~ParallelTraining() = default;
 
 void ParallelTraining::attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_model) {
   model_ = &model;
-  make_model_ = std::move(make_model);
-  if (args_.use_distributed_optimizer) {
-    dist_ = std::make_unique<DistributedOptimizer>(model.params(), adam, ctx_);
-    return;
-  }
-  buckets_ = std::make_unique<GradBuckets>(model.params(), ctx_, args_.ddp_bucket_size, args_.overlap_grad_reduce);
-  if (ctx_.dp.size > 1 && args_.overlap_grad_reduce)
+  auto make_params = [make_model = std::move(make_model)](const ParallelContext& ctx) {
+    std::shared_ptr<LanguageModel> m = make_model(ctx);
+    return std::shared_ptr<ParamStore>(m, &m->params());
+  };
+  attach_params(model.params(), adam, std::move(make_params), model.device(), args_.overlap_grad_reduce);
+  if (buckets_ && ctx_.dp.size > 1 && args_.overlap_grad_reduce)
     model.set_grads_ready_hook([this](int first) { buckets_->grads_ready(first); });
+}
+
+void ParallelTraining::attach(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params) {
+  attach_params(params, adam, std::move(make_params), params.device(), false);
+}
+
+void ParallelTraining::attach_params(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params,
+                                     Device device, bool overlap) {
+  params_ = &params;
+  device_ = device;
+  make_params_ = std::move(make_params);
+  if (args_.use_distributed_optimizer)
+    dist_ = std::make_unique<DistributedOptimizer>(params, adam, ctx_);
+  else
+    buckets_ = std::make_unique<GradBuckets>(params, ctx_, args_.ddp_bucket_size, overlap);
 }
 
 void ParallelTraining::before_micro_batch(int64_t m, int64_t M) {
@@ -68,7 +82,7 @@ void ParallelTraining::reduce_gradients() {
   // The cp sum goes over the whole buffer: before the distributed optimizer's reduce-scatter, after
   // the buckets' dp reductions (which may be in flight on the buffer until finish()).
   auto sum_over_cp = [this] {
-    if (ctx_.cp.size > 1) ctx_.cp.communicator().all_reduce_sum(model_->params().grads(), model_->params().numel());
+    if (ctx_.cp.size > 1) ctx_.cp.communicator().all_reduce_sum(params_->grads(), params_->numel());
   };
   if (dist_) {
     sum_over_cp();
@@ -91,9 +105,10 @@ void ParallelTraining::sum_over_cp(double* v, int n) {
 std::function<bool(const ParamInfo&)> ParallelTraining::duplicate_filter() const {
   // Tied embeddings with pp > 1: the last stage's copy of embed_tokens.weight equals the first
   // stage's after the embedding-group sum; count it once, on the first stage.
+  if (model_ == nullptr) return nullptr;
   const int shared = model_->shared_embedding_id();
   if (ctx_.pp.size <= 1 || shared < 0 || model_->is_first_stage()) return nullptr;
-  const int64_t offset = model_->params().info(shared).offset;
+  const int64_t offset = params_->info(shared).offset;
   return [offset](const ParamInfo& p) { return p.offset == offset; };
 }
 
@@ -105,7 +120,7 @@ double ParallelTraining::grad_norm() {
   if (dist_) return dist_->grad_norm(duplicate_filter());
   GradNormOptions o;
   o.skip_param = duplicate_filter();
-  return std::sqrt(global_grad_norm_sq(model_->params(), ctx_, o));
+  return std::sqrt(global_grad_norm_sq(*params_, ctx_, o));
 }
 
 bool ParallelTraining::apply(AdamW& opt, double lr, double norm, const std::vector<uint16_t*>& bf16_copies) {
@@ -147,8 +162,8 @@ std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW
       if (self->dist_) opt.release_state();
     }
   } release{this, opt};
-  if (model_->device() != Device::CPU) return save_from_device(save_dir, opt, st);
-  return save_from_host(save_dir, *model_, opt, st);
+  if (device_ != Device::CPU) return save_from_device(save_dir, opt, st);
+  return save_from_host(save_dir, *params_, opt, st);
 }
 
 // Whether ranks hold different parts of the model: tensor shards, pipeline stages, or (expert
@@ -156,41 +171,40 @@ std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW
 bool ParallelTraining::split() const { return ctx_.tp.size > 1 || ctx_.pp.size > 1 || ctx_.ep.size > 1; }
 
 // `local`: this rank's part of the model on the host, its moments in `opt`.
-std::string ParallelTraining::save_from_host(const std::string& save_dir, LanguageModel& local, AdamW& opt,
+std::string ParallelTraining::save_from_host(const std::string& save_dir, ParamStore& local, AdamW& opt,
                                              const CheckpointState& st) {
   if (!split()) {
     // Every rank holds the whole model: rank 0 writes it as is.
     return writes_files() ? megadlm::save_checkpoint(save_dir, local, &opt, st) : std::string();
   }
-  std::unique_ptr<LanguageModel> full;
+  std::shared_ptr<ParamStore> full;
   std::unique_ptr<AdamW> full_opt;
   MomentBuffers fm;
   if (writes_files()) {
-    full = make_model_(ParallelContext::single());
-    full_opt = std::make_unique<AdamW>(full->params(), AdamWConfig{});
+    full = make_params_(ParallelContext::single());
+    full_opt = std::make_unique<AdamW>(*full, AdamWConfig{});
     full_opt->set_steps_taken(opt.steps_taken());
     fm = {full_opt->exp_avg().data<float>(), full_opt->exp_avg_sq().data<float>()};
   }
-  gather_full_state(local.params(), {opt.exp_avg().data<float>(), opt.exp_avg_sq().data<float>()}, ctx_,
-                    full ? &full->params() : nullptr, fm);
+  gather_full_state(local, {opt.exp_avg().data<float>(), opt.exp_avg_sq().data<float>()}, ctx_, full.get(), fm);
   return full ? megadlm::save_checkpoint(save_dir, *full, full_opt.get(), st) : std::string();
 }
 
 void ParallelTraining::load_checkpoint(const std::string& dir, AdamW* opt) {
   if (opt) opt->ensure_state();  // released under the distributed optimizer; after_load frees it again
-  if (model_->device() != Device::CPU) load_to_device(dir, opt);
-  else load_into_host(dir, *model_, opt);
+  if (device_ != Device::CPU) load_to_device(dir, opt);
+  else load_into_host(dir, *params_, opt);
   if (opt) after_load(*opt);
 }
 
-void ParallelTraining::load_into_host(const std::string& dir, LanguageModel& local, AdamW* opt) {
+void ParallelTraining::load_into_host(const std::string& dir, ParamStore& local, AdamW* opt) {
   if (!split()) {
     load_checkpoint_tensors(dir, local, opt);
     return;
   }
   // Every rank reads the full tensors into a single-process model and keeps its piece.
-  std::unique_ptr<LanguageModel> full = make_model_(ParallelContext::single());
-  std::unique_ptr<AdamW> full_opt = opt ? std::make_unique<AdamW>(full->params(), AdamWConfig{}) : nullptr;
+  std::shared_ptr<ParamStore> full = make_params_(ParallelContext::single());
+  std::unique_ptr<AdamW> full_opt = opt ? std::make_unique<AdamW>(*full, AdamWConfig{}) : nullptr;
   load_checkpoint_tensors(dir, *full, full_opt.get());
   MomentBuffers fm, lm;
   if (opt) {
@@ -198,7 +212,7 @@ void ParallelTraining::load_into_host(const std::string& dir, LanguageModel& loc
     lm = {opt->exp_avg().data<float>(), opt->exp_avg_sq().data<float>()};
     opt->set_steps_taken(full_opt->steps_taken());
   }
-  take_local_state(full->params(), fm, local.params(), lm);
+  take_local_state(*full, fm, local, lm);
 }
 
 // A model on a device is written through a host twin of the same layout (a CPU model of this rank's
@@ -207,26 +221,26 @@ void ParallelTraining::load_into_host(const std::string& dir, LanguageModel& loc
 std::string ParallelTraining::save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {
   // Without a split every rank holds the same model: rank 0's copy is written, by rank 0 alone.
   if (!split() && !writes_files()) return {};
-  std::unique_ptr<LanguageModel> host = host_twin();
-  model_->params().copy_values_to_host(host->params().values());
-  AdamW host_opt(host->params(), AdamWConfig{});
+  std::shared_ptr<ParamStore> host = host_twin();
+  params_->copy_values_to_host(host->values());
+  AdamW host_opt(*host, AdamWConfig{});
   copy_moments(host_opt, opt);
   return save_from_host(save_dir, *host, host_opt, st);
 }
 
 // The reverse: read into a host twin, then upload the flat buffers.
 void ParallelTraining::load_to_device(const std::string& dir, AdamW* opt) {
-  std::unique_ptr<LanguageModel> host = host_twin();
-  std::unique_ptr<AdamW> host_opt = opt ? std::make_unique<AdamW>(host->params(), AdamWConfig{}) : nullptr;
+  std::shared_ptr<ParamStore> host = host_twin();
+  std::unique_ptr<AdamW> host_opt = opt ? std::make_unique<AdamW>(*host, AdamWConfig{}) : nullptr;
   load_into_host(dir, *host, host_opt.get());
-  model_->params().copy_values_from_host(host->params().values());
+  params_->copy_values_from_host(host->values());
   if (opt) copy_moments(*opt, *host_opt);
 }
 
 // A CPU model of this rank's part: the whole model without a split, else its tp shard of its pp stage.
-std::unique_ptr<LanguageModel> ParallelTraining::host_twin() const {
-  std::unique_ptr<LanguageModel> host = make_model_(split() ? ctx_ : ParallelContext::single());
-  MEGADLM_CHECK(host->params().numel() == model_->params().numel(), "the host copy's layout differs from the model's");
+std::shared_ptr<ParamStore> ParallelTraining::host_twin() const {
+  std::shared_ptr<ParamStore> host = make_params_(split() ? ctx_ : ParallelContext::single());
+  MEGADLM_CHECK(host->numel() == params_->numel(), "the host copy's layout differs from the model's");
   return host;
 }
 

@@ -45,6 +45,11 @@ class ParallelTraining {
   // a host twin of this rank's part (checkpoints of a model on a device).
   using ModelFactory = std::function<std::unique_ptr<LanguageModel>(const ParallelContext&)>;
   void attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_model);
+  // The same for another model's parameters (BertModel's): on the CPU, one pipeline stage, the
+  // gradients reduced after the last backward (no overlap). make_params builds that model for a layout
+  // and gives its parameters (an aliasing shared_ptr keeps the model alive).
+  using ParamsFactory = std::function<std::shared_ptr<ParamStore>(const ParallelContext&)>;
+  void attach(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params);
   // Before the forward/backward of local micro-batch m of M: the last one arms the bucket launches.
   void before_micro_batch(int64_t m, int64_t M);
   // After the last backward: gradients become the data-parallel mean (or the optimizer's shards),
@@ -83,17 +88,21 @@ class ParallelTraining {
  private:
   ParallelArgs args_;
   ParallelContext ctx_;
-  LanguageModel* model_ = nullptr;
-  ModelFactory make_model_;
+  ParamStore* params_ = nullptr;
+  Device device_ = Device::CPU;
+  LanguageModel* model_ = nullptr;  // null for a model attached by its parameters
+  ParamsFactory make_params_;
+  void attach_params(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params, Device device,
+                     bool overlap);
   std::function<bool(const ParamInfo&)> duplicate_filter() const;
   bool split() const;  // tp, pp or ep: each rank holds a part of the model
   // Checkpoints of `local`, this rank's part on the host (the model itself on the CPU).
-  std::string save_from_host(const std::string& save_dir, LanguageModel& local, AdamW& opt, const CheckpointState& st);
-  void load_into_host(const std::string& dir, LanguageModel& local, AdamW* opt);
-  // Checkpoints of a model on a device, through a host twin (make_model_).
+  std::string save_from_host(const std::string& save_dir, ParamStore& local, AdamW& opt, const CheckpointState& st);
+  void load_into_host(const std::string& dir, ParamStore& local, AdamW* opt);
+  // Checkpoints of a model on a device, through a host twin (make_params_).
   std::string save_from_device(const std::string& save_dir, AdamW& opt, const CheckpointState& st);
   void load_to_device(const std::string& dir, AdamW* opt);
-  std::unique_ptr<LanguageModel> host_twin() const;
+  std::shared_ptr<ParamStore> host_twin() const;
   static void copy_moments(AdamW& dst, AdamW& src);
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<DistributedOptimizer> dist_;

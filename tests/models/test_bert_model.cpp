@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bert_model_fixture.h"
 #include "grad_check.h"
 #include "models/bert_model.h"
 #include "models/model_spec.h"
@@ -17,35 +18,8 @@ namespace megadlm {
 namespace {
 
 using namespace test::grad_check;
-
-TransformerConfig bert_config() {
-  TransformerConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 4;
-  c.kv_channels = 4;
-  c.ffn_hidden_size = 24;
-  c.vocab_size = 19;
-  c.max_position_embeddings = 8;
-  c.normalization = NormKind::LayerNorm;
-  c.norm_epsilon = 1e-12f;
-  c.position_embedding = PositionEmbedding::LearnedAbsolute;
-  return c;
-}
-
-// Two sequences of 5: the second padded after 3 tokens.
-BertBatch padded_batch() {
-  BertBatch b;
-  b.B = 2;
-  b.T = 5;
-  b.tokens = {2, 7, 11, 3, 18, 5, 9, 1, 0, 0};
-  b.token_types = {0, 0, 1, 1, 1, 0, 1, 1, 0, 0};
-  b.attention_mask = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
-  b.mlm_labels = {kMlmIgnore, 4, kMlmIgnore, 17, kMlmIgnore, kMlmIgnore, 6, kMlmIgnore, kMlmIgnore, kMlmIgnore};
-  b.binary_labels = {1, 0};
-  return b;
-}
+using test::bert_config;
+using test::padded_batch;
 
 TEST(BertSpec, PostNormHasTheEmbeddingNormAndNoFinalNorm) {
   const TransformerConfig cfg = bert_config();

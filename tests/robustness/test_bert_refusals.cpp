@@ -1,5 +1,5 @@
 // --model-type bert where it is not built: each program refuses it with an Error naming the flag and
-// what is missing (exit status 1), never a half-working run. pretrain_difflm trains BERT in one process
+// what is missing (exit status 1), never a half-working run. pretrain_difflm trains BERT on the CPU
 // (tests/train/test_bert_training.cpp) and refuses the other model types' flags on it; BERT is dense
 // only; generate cannot run a bert checkpoint; convert_checkpoint's bert layout takes BERT models only, and BERT models that layout only.
 #include <gtest/gtest.h>

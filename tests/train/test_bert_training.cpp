@@ -2,7 +2,7 @@
 // small synthetic sentence-split corpus with a tiny WordPiece vocabulary. The MLM and sentence-order
 // losses fall, a resume from a mid-run checkpoint is bitwise the uninterrupted run, the checkpoint
 // records model_type bert with the optimizer state, evaluation reports the masked-token accuracy, and
-// every flag the slice does not build is an exit 1 naming it (a launch of two ranks too, under mpirun).
+// every flag the slice does not build is an exit 1 naming it. The parallel layouts: test_bert_layout_runs.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,69 +11,20 @@
 #include <string>
 #include <vector>
 
+#include "bert_corpus.h"
 #include "checkpoint/native_checkpoint.h"
-#include "core/philox.h"
-#include "data/indexed_dataset.h"
 #include "robustness/child_process.h"
 #include "test_util.h"
 #include "train/bert_trainer.h"
 #include "train_fixture.h"
 
 using namespace megadlm;
+using test::bert_flags;
 using test::plus;
+using test::set_flag;
+using test::write_ordered_corpus;
 
 namespace {
-
-// The vocabulary: [PAD] [UNK] [CLS] [SEP] [MASK], then w5 .. w40: 9 bands of 4 ids.
-constexpr int32_t kBand = 4, kBands = 9, kVocab = 5 + kBand * kBands;
-
-std::string write_vocab(const std::string& dir) {
-  const std::string path = dir + "/vocab.txt";
-  std::ofstream out(path);
-  for (const char* s : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) out << s << "\n";
-  for (int32_t i = 5; i < kVocab; ++i) out << "w" << i << "\n";
-  return path;
-}
-
-// Documents of 2 to 8 sentences of 4 to 12 tokens with structure both heads can learn: sentence k of
-// a document draws its ids from band k (ids 5 + 4k .. 8 + 4k), the first of them 7 times in 10 and
-// the others 1 in 10 each, so the ids are skewed and a masked token's band follows from its
-// neighbours; whether the bands rise from A to B shows whether A and B were swapped. sentences_per_doc 1
-// gives document-level data (one sentence per document).
-std::string write_ordered_corpus(const std::string& dir, int docs, int sentences_per_doc = 0) {
-  const std::string prefix = dir + "/ordered";
-  CounterRng rng(11, RngPurpose::Test);
-  IndexedDatasetWriter w(prefix, IndexDType::U16);
-  uint32_t draw = 0;
-  for (int d = 0; d < docs; ++d) {
-    const int sentences = sentences_per_doc > 0 ? sentences_per_doc : 2 + static_cast<int>(rng.uniform(d, draw++) * 7);
-    std::vector<int32_t> tokens, lengths;
-    for (int k = 0; k < sentences; ++k) {
-      const int len = 4 + static_cast<int>(rng.uniform(d, draw++) * 9);
-      for (int j = 0; j < len; ++j)
-        tokens.push_back(5 + kBand * (k % kBands) + std::max(0, static_cast<int32_t>(rng.uniform(d, draw++) * 10) - 6));
-      lengths.push_back(len);
-    }
-    w.add_document(tokens.data(), static_cast<int64_t>(tokens.size()), lengths);
-  }
-  w.finalize();
-  return prefix;
-}
-
-std::vector<std::string> bert_flags(const std::string& data, const std::string& vocab) {
-  return {"--model-type", "bert", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
-          "--seq-length", "48", "--micro-batch-size", "8", "--global-batch-size", "16", "--lr", "3e-3",
-          "--lr-decay-style", "constant", "--tokenizer-type", "BertWordPieceLowerCase", "--vocab-file", vocab,
-          "--data-path", data, "--split", "95,5,0", "--log-interval", "1", "--eval-interval", "1000",
-          "--eval-iters", "2", "--seed", "7"};
-}
-
-// flags with the value of `name` replaced by `value`.
-std::vector<std::string> set_flag(std::vector<std::string> flags, const std::string& name, const std::string& value) {
-  for (size_t i = 0; i + 1 < flags.size(); ++i)
-    if (flags[i] == name) flags[i + 1] = value;
-  return flags;
-}
 
 void run_bert(const std::vector<std::string>& flags, const std::vector<std::string>& extra) {
   BertTrainer t(test::parse_flags(plus(plus({"pretrain_difflm"}, flags), extra)));
@@ -94,7 +45,7 @@ double mean(const std::vector<double>& v, size_t begin, size_t end) {
 
 struct BertRun : ::testing::Test {
   test::TempDir tmp;
-  std::string vocab = write_vocab(tmp.str());
+  std::string vocab = test::write_bert_vocab(tmp.str());
   std::string data = write_ordered_corpus(tmp.str(), 300);
 };
 
@@ -173,8 +124,8 @@ TEST_F(BertRun, UnbuiltFlagsAreRefusedByName) {
   MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   const auto base = plus(bert_flags(data, vocab), {"--train-iters", "2"});
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--tensor-model-parallel-size", "2"}, "--tensor-model-parallel-size 2 is not available with --model-type bert"},
-      {{"--pipeline-model-parallel-size", "2"}, "--pipeline-model-parallel-size 2 is not available"},
+      {{"--pipeline-model-parallel-size", "2"}, "--pipeline-model-parallel-size 2 is not available with --model-type bert"},
+      {{"--overlap-grad-reduce"}, "--overlap-grad-reduce is not available with --model-type bert"},
       {{"--context-parallel-size", "2"}, "--context-parallel-size 2 is not available"},
       {{"--bf16"}, "--bf16 is not available with --model-type bert"},
       {{"--fp16"}, "--fp16 is not available"},
@@ -221,24 +172,4 @@ TEST_F(BertRun, DocumentLevelDataAndMisplacedFlagsAreRefused) {
     EXPECT_CLEAN_ERROR_EXIT(r);
     EXPECT_NE(r.output.find(std::string(flag) + " is for --model-type bert"), std::string::npos) << r.output;
   }
-}
-
-// Two ranks under mpirun (data parallelism): refused by name on every rank; skipped without mpirun.
-TEST_F(BertRun, SeveralRanksAreRefused) {
-  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
-  const std::string mpirun = test::find_mpirun();
-  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
-  const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
-                                           "self,vader", "-x", "OMP_NUM_THREADS=1", "-x",
-                                           "ASAN_OPTIONS=" + test::asan_options_for_mpi(), "-np", "2",
-                                           test::binary_path("pretrain_difflm")};
-  test::ChildOptions opt;
-  opt.timeout_s = 120;
-  const auto r = test::run_program(mpirun, plus(launch, plus(bert_flags(data, vocab), {"--train-iters", "2"})),
-                                   tmp / "log.txt", opt);
-  EXPECT_TRUE(r.exited) << r.output;
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--model-type bert: this launch has 2 ranks; data parallelism is not available"),
-            std::string::npos)
-      << r.output;
 }
