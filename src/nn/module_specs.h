@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "nn/host_activation.h"
 #include "nn/transformer_config.h"
 
 namespace megadlm {
@@ -40,8 +41,9 @@ enum class FeedForwardKind : uint8_t { Dense, MoE };
 struct FeedForwardSpec {
   FeedForwardKind kind = FeedForwardKind::Dense;
   Activation activation = Activation::Gelu;
-  // GELU as x * Phi(x) with the erf (BERT's "gelu") instead of the tanh approximation; dense, fp32, CPU.
-  bool exact_gelu = false;
+  // An activation of host loops instead of `activation` (nn/host_activation.h): GELU with the erf
+  // (BERT's "gelu"), CLIP's quick GELU; dense, fp32, CPU. None: `activation` through the Backend.
+  HostActivation host_activation = HostActivation::None;
 };
 
 // One layer: [norm, self-attention], [norm, cross-attention] when given, [norm, feed-forward], each a

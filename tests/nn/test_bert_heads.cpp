@@ -45,7 +45,7 @@ TEST(ExactGelu, TheMlpTakesItAndItsGradientsMatchFiniteDifferences) {
   const TransformerConfig cfg = test::small_bert_config();
   const ParallelContext ctx = ParallelContext::single();
   ParamStore store;
-  MLP mlp(store, ctx, "mlp", cfg, Activation::Gelu, cfg.ffn_hidden_size, 0.02f, /*exact_gelu=*/true);
+  MLP mlp(store, ctx, "mlp", cfg, Activation::Gelu, cfg.ffn_hidden_size, 0.02f, HostActivation::GeluErf);
   store.finalize();
   randomize(store, 10);
   const std::vector<float> x0 = test::random_vector(4 * 8, 11, -2.0f, 2.0f);
