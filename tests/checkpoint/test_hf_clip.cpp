@@ -139,7 +139,7 @@ TEST(HfClipVision, ConvertCheckpointRoundTripsThroughTheNativeCheckpoint) {
   EXPECT_EQ(state["meta"]["clip_vision"]["hidden_act"], "quick_gelu");
   EXPECT_EQ(state["meta"]["clip_vision"]["vision_feature_layer"], -2);
   // A CLIP tower exports to its own layout only.
-  const auto r = run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", tmp / "x", "--layout", "bert"},
+  const auto r = test::run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", tmp / "x", "--layout", "bert"},
                             tmp / "log.txt");
   EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
   EXPECT_NE(r.output.find("clip_vision"), std::string::npos) << r.output;

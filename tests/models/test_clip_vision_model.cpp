@@ -90,8 +90,8 @@ TEST(ClipVision, TheFeaturesAreTheSelectedHiddenStateWithoutTheClassToken) {
     EXPECT_EQ(0, std::memcmp(a.features.data<float>() + b * 4 * 8, a.last_hidden.data<float>() + (b * 5 + 1) * 8,
                              4 * 8 * sizeof(float)));
   // -2 differs from it, and its full forward ends in the same last hidden state.
-  const std::vector<float> f2(second.forward(px, false).features.data<float>(),
-                              second.forward(px, false).features.data<float>() + 2 * 4 * 8);
+  const Tensor features_only = second.forward(px, false).features;
+  const std::vector<float> f2(features_only.data<float>(), features_only.data<float>() + features_only.numel());
   const ClipVisionModel::Outputs b = second.forward(px);
   EXPECT_EQ(0, std::memcmp(f2.data(), b.features.data<float>(), f2.size() * sizeof(float)));
   EXPECT_NE(0, std::memcmp(f2.data(), a.features.data<float>(), f2.size() * sizeof(float)));
