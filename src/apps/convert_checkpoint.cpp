@@ -144,8 +144,8 @@ void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::str
       {"pre_norm", ck.info.options.pre_norm},       {"binary_head", ck.info.options.binary_head},
       {"token_types", ck.info.options.token_types}, {"exact_gelu", ck.info.options.exact_gelu},
       {"pad_token_id", ck.info.pad_token_id}};
-  const std::string tok = save_family_native(src, dst, model.params(), model_type_name(ModelType::BERT), ck.info.config, options,
-                                             ck.dtype, tokenizer_vocab);
+  const std::string tok = save_family_native(src, dst, model.params(), model_type_name(ModelType::BERT), ck.info.config,
+                                             options, ck.dtype, tokenizer_vocab);
   std::printf("%s, %s weights, %lld parameters)%s\n",
               ck.info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", safetensors_dtype_name(ck.dtype),
               static_cast<long long>(model.params().numel()), tok.c_str());
@@ -198,8 +198,8 @@ void t5_hf_to_native(const CliFlags& f, const std::string& src, const std::strin
                                   {"pad_token_id", ck.info.pad_token_id},
                                   {"eos_token_id", ck.info.eos_token_id},
                                   {"decoder_start_token_id", ck.info.decoder_start_token_id}};
-  const std::string tok = save_family_native(src, dst, model.params(), model_type_name(ModelType::T5), ck.info.config, options,
-                                             ck.dtype, tokenizer_vocab);
+  const std::string tok = save_family_native(src, dst, model.params(), model_type_name(ModelType::T5), ck.info.config,
+                                             options, ck.dtype, tokenizer_vocab);
   std::printf("T5ForConditionalGeneration, %s, %s output, %s weights, %lld parameters)%s\n",
               t5_feed_forward_name(o.feed_forward), model.tied() ? "tied" : "untied", safetensors_dtype_name(ck.dtype),
               static_cast<long long>(model.params().numel()), tok.c_str());
