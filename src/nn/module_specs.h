@@ -71,8 +71,8 @@ struct StackSpec {
 // What turns the input ids into the first stack's input: the token embedding always (vocab-parallel);
 // a learned absolute position table (GPT-2, BERT; RoPE lives in the attention instead); BERT's
 // token-type table of token_types rows; BERT's LayerNorm of the sum (layernorm); image patches
-// projected into the sequence (LLaVA). The patches are named here for the vision-language families;
-// no module builds them yet (Embedding refuses them by name).
+// projected into the sequence (a vision transformer: PatchEmbedding, nn/patch_embedding.h, which
+// ClipVisionModel builds; Embedding refuses them by name).
 struct EmbeddingSpec {
   bool learned_positions = true;
   int64_t token_types = 0;

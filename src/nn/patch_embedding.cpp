@@ -71,6 +71,7 @@ Tensor PatchEmbedding::forward(Arena& arena, const Tensor& pixels) {
 
 void PatchEmbedding::backward(const Tensor& dx) {
   check_host_f32(dx, "the output gradient");
+  MEGADLM_CHECK(arena_ != nullptr, "PatchEmbedding::backward before a forward");
   const int64_t P = patches(), S = rows_per_image(), K = 3 * patch_ * patch_;
   MEGADLM_CHECK(dx.numel() == B_ * S * C_, "PatchEmbedding::backward: ", dx.numel(), " gradient values for ", B_,
                 " images of ", S, " rows of ", C_);

@@ -17,6 +17,7 @@
 
 #include "../robustness/child_process.h"
 #include "checkpoint/hf_clip.h"
+#include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_sharded.h"
 #include "hf_fixture_util.h"
@@ -142,7 +143,28 @@ TEST(HfClipVision, ConvertCheckpointRoundTripsThroughTheNativeCheckpoint) {
   const auto r = test::run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", tmp / "x", "--layout", "bert"},
                             tmp / "log.txt");
   EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
-  EXPECT_NE(r.output.find("clip_vision"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("holds a clip_vision model, which exports to --layout clip_vision only"), std::string::npos)
+      << r.output;
+}
+
+TEST(HfClipVision, GenerateAndTheLanguageModelPathsRefuseItByName) {
+  MEGADLM_REQUIRE_BINARY("convert_checkpoint");
+  MEGADLM_REQUIRE_BINARY("generate");
+  TempDir tmp;
+  const std::string native = tmp / "native";
+  auto r = test::run_binary("convert_checkpoint", {"--from-hf", fixture(), "--to-native", native}, tmp / "log.txt");
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  r = test::run_binary("generate", {"--load", native, "--prompt", "x"}, tmp / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find("a clip_vision model (CLIP's vision tower)"), std::string::npos) << r.output;
+  expect_error_with([] { hf_config_to_info(test::read_json(fixture() + "/config.json"), "c.json"); },
+                    "c.json: a CLIP model (CLIPVisionModel): convert_checkpoint converts its vision tower");
+  // A directory that is not CLIP's, named as one.
+  r = test::run_binary("convert_checkpoint",
+                       {"--from-hf", test::hf_fixture("hf_llama"), "--to-native", tmp / "x", "--layout", "clip_vision"},
+                       tmp / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find("is not a CLIP vision model"), std::string::npos) << r.output;
 }
 
 TEST(HfClipVision, WhatTheLayoutCannotHoldIsAnErrorNamingIt) {
