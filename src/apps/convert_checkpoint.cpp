@@ -1,7 +1,9 @@
 // convert_checkpoint: native checkpoints <-> HuggingFace directories.
 //
-//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm|bert|t5] [--mask-token ID]
-//   convert_checkpoint --from-native CKPT --to-hf HF_DIR [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe|bert|t5]
+//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm|bert|t5|clip_vision]
+//                      [--mask-token ID]
+//   convert_checkpoint --from-native CKPT --to-hf HF_DIR
+//                      [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe|bert|t5|clip_vision]
 //                      [--dtype float32|bfloat16|float16] [--max-shard-size 5GB]
 //
 // HF -> native writes SAVE_DIR/iter_0000000 (loadable by generate and pretrain_difflm --load) and
@@ -11,12 +13,14 @@
 // and bidirectional attention recorded in config.json, or in LLaDA's layout with --layout llada.
 // BERT (BertForPreTraining, BertForMaskedLM: checkpoint/hf_bert.h) is recognised by its config.json and
 // converts to a native checkpoint of --model-type bert and back with --layout bert (the default for it);
-// T5 (T5ForConditionalGeneration, v1.0 and v1.1: checkpoint/hf_t5.h) likewise with t5.
+// T5 (T5ForConditionalGeneration, v1.0 and v1.1: checkpoint/hf_t5.h) likewise with t5, and CLIP's vision
+// tower (CLIPVisionModel, or a CLIPModel's vision half: checkpoint/hf_clip.h) with clip_vision.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 
 #include "checkpoint/hf_bert.h"
+#include "checkpoint/hf_clip.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/hf_t5.h"
 #include "checkpoint/hf_convert.h"
@@ -94,10 +98,9 @@ void check_family_import_flags(const CliFlags& f, const std::string& src, const 
 
 // The native checkpoint of a family converted from src (bert, t5): its config, its options under
 // meta[type], the tokenizer, the source's dtype. Returns the tokenizer line of the report.
-std::string save_family_native(const std::string& src, const std::string& dst, ParamStore& params, ModelType type,
+std::string save_family_native(const std::string& src, const std::string& dst, ParamStore& params, const char* name,
                                const TransformerConfig& cfg, const nlohmann::json& options, DType dtype,
                                int64_t tokenizer_vocab) {
-  const char* name = model_type_name(type);
   const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
   CheckpointState st;
   st.meta["model_type"] = name;
@@ -142,8 +145,8 @@ void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::str
       {"pre_norm", ck.info.options.pre_norm},       {"binary_head", ck.info.options.binary_head},
       {"token_types", ck.info.options.token_types}, {"exact_gelu", ck.info.options.exact_gelu},
       {"pad_token_id", ck.info.pad_token_id}};
-  const std::string tok = save_family_native(src, dst, model.params(), ModelType::BERT, ck.info.config, options,
-                                             ck.dtype, tokenizer_vocab);
+  const std::string tok = save_family_native(src, dst, model.params(), model_type_name(ModelType::BERT), ck.info.config,
+                                             options, ck.dtype, tokenizer_vocab);
   std::printf("%s, %s weights, %lld parameters)%s\n",
               ck.info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", safetensors_dtype_name(ck.dtype),
               static_cast<long long>(model.params().numel()), tok.c_str());
@@ -192,8 +195,8 @@ void t5_hf_to_native(const CliFlags& f, const std::string& src, const std::strin
   options["pad_token_id"] = ck.info.pad_token_id;
   options["eos_token_id"] = ck.info.eos_token_id;
   options["decoder_start_token_id"] = ck.info.decoder_start_token_id;
-  const std::string tok = save_family_native(src, dst, model.params(), ModelType::T5, ck.info.config, options,
-                                             ck.dtype, tokenizer_vocab);
+  const std::string tok = save_family_native(src, dst, model.params(), model_type_name(ModelType::T5), ck.info.config,
+                                             options, ck.dtype, tokenizer_vocab);
   std::printf("T5ForConditionalGeneration, %s, %s output, %s weights, %lld parameters)%s\n",
               t5_feed_forward_name(o.feed_forward), model.tied() ? "tied" : "untied", safetensors_dtype_name(ck.dtype),
               static_cast<long long>(model.params().numel()), tok.c_str());
@@ -228,12 +231,61 @@ void t5_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoint
               tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:", joined(tok_files).c_str());
 }
 
+void clip_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
+  check_family_import_flags(f, src, "CLIP vision", "clip_vision");
+  const HfClipVisionCheckpoint ck = read_hf_clip_vision_checkpoint(src);
+  ClipVisionModel model(ck.info.config, ck.info.options, ParallelContext::single());
+  load_params_into(ck.params, model.params(), src);
+  const ClipVisionOptions& o = ck.info.options;
+  const nlohmann::json options = {{"image_size", o.image_size},
+                                  {"patch_size", o.patch_size},
+                                  {"hidden_act", clip_activation_name(o.activation)},
+                                  {"vision_feature_layer", o.feature_layer},
+                                  {"hf_prefix", ck.info.prefix}};
+  const std::string tok =
+      save_family_native(src, dst, model.params(), "clip_vision", ck.info.config, options, ck.dtype, 0);
+  std::printf("CLIPVisionModel, %s weights, %lld parameters)%s\n", safetensors_dtype_name(ck.dtype),
+              static_cast<long long>(model.params().numel()), tok.c_str());
+}
+
+// A native CLIP vision checkpoint's tower, rebuilt from state.json's config and "clip_vision" options.
+HfClipVisionInfo clip_info_of(const nlohmann::json& meta, const std::string& where) {
+  const nlohmann::json& c = family_options(meta, "clip_vision", where);
+  HfClipVisionInfo info;
+  info.config = config_from_json(meta["config"], where);
+  try {
+    ClipVisionOptions& o = info.options;
+    o.image_size = c.at("image_size").get<int64_t>();
+    o.patch_size = c.at("patch_size").get<int64_t>();
+    o.activation = clip_activation_from_name(c.at("hidden_act").get<std::string>(), where);
+    o.feature_layer = c.value("vision_feature_layer", int64_t{-2});
+    info.prefix = c.value("hf_prefix", std::string("vision_model."));
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": the \"clip_vision\" options are malformed (", e.what(), ")");
+  }
+  return info;
+}
+
+void clip_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state,
+                       const std::string& dst) {
+  refuse_other_layout(f, dir, "clip_vision");
+  const HfClipVisionInfo info = clip_info_of(state.meta, dir + "/state.json");
+  ClipVisionModel model(info.config, info.options, ParallelContext::single());
+  load_checkpoint_tensors(dir, model.params(), nullptr);
+  const HfWriteOptions opt = hf_write_options(f, state.meta.value("hf", nlohmann::json::object()), dir);
+  write_hf_clip_vision_checkpoint(dst, model_params(model.params()), info, opt);
+  std::printf("wrote %s (CLIPVisionModel, %s)\n", dst.c_str(), dtype_name(opt.dtype));
+}
+
 void hf_to_native(const CliFlags& f) {
   const std::string src = f.get_string("from-hf"), dst = f.get_string("to-native");
   const nlohmann::json cfg_json = hf_config_or_null(src);
   if (is_hf_bert_config(cfg_json)) return bert_hf_to_native(f, src, dst);
   if (is_hf_t5_config(cfg_json)) return t5_hf_to_native(f, src, dst);
+  if (is_hf_clip_vision_config(cfg_json)) return clip_hf_to_native(f, src, dst);
   for (const char* flag : {"model-type", "layout"}) {
+    MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "clip_vision", "--", flag, " clip_vision: ", src,
+                  "/config.json is not a CLIP vision model (CLIPVisionModel or CLIPModel)");
     MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "bert", "--", flag, " bert: ", src,
                   "/config.json is not a BERT model (BertForPreTraining or BertForMaskedLM)");
     MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "t5", "--", flag, " t5: ", src,
@@ -281,7 +333,8 @@ void native_to_hf(const CliFlags& f) {
     const std::string type = state.meta.value("model_type", "");
     if (type == "bert") return bert_native_to_hf(f, dir, state, dst);
     if (type == "t5") return t5_native_to_hf(f, dir, state, dst);
-    for (const char* family : {"bert", "t5"})
+    if (type == "clip_vision") return clip_native_to_hf(f, dir, state, dst);
+    for (const char* family : {"bert", "t5", "clip_vision"})
       MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") != family, "--layout ", family, " is for ", family,
                     " models; ", dir, " holds a ", type.empty() ? "?" : type, " model");
   }
@@ -317,13 +370,14 @@ int main(int argc, char** argv) {
     f.add_string("from-hf", "", "HuggingFace directory to import (config.json, safetensors, tokenizer files)");
     f.add_string("to-native", "", "save directory for the native checkpoint");
     f.add_string("model-type", "",
-                 "gpt, difflm, bert or t5 (default: bert or t5 for a BERT or T5 config.json, difflm when "
-                 "config.json records a diffusion model)");
+                 "gpt, difflm, bert, t5 or clip_vision (default: bert, t5 or clip_vision for a BERT, T5 or CLIP "
+                 "config.json, difflm when config.json records a diffusion model)");
     f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)", at_least(0));
     f.add_string("from-native", "", "native checkpoint (a directory or a --save directory)");
     f.add_string("to-hf", "", "HuggingFace directory to write");
     f.add_string("layout", "",
-                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe, bert or t5 (default: the source layout, else "
+                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe, bert, t5 or clip_vision (default: the source "
+                 "layout, else "
                  "from the config)");
     f.add_string("dtype", "", "float32, bfloat16 or float16 (default: the dtype the weights were imported from)");
     f.add_string("max-shard-size", "", "split the weights into shards of at most this size (e.g. 5GB)");

@@ -160,11 +160,7 @@ HfBertCheckpoint read_hf_bert_checkpoint(const std::string& dir) {
   std::set<std::string> used;
   for (const ParamInfo& p : shapes.params().infos()) {
     const std::string hf = hf_bert_name(p.name);
-    MEGADLM_CHECK(st.has(hf), dir, ": tensor '", hf, "' (for our ", p.name, ") is missing");
-    const Tensor t = st.get(hf);
-    MEGADLM_CHECK(t.shape() == p.shape, dir, ": tensor '", hf, "' has shape ", t.shape().str(),
-                  ", but config.json implies ", p.shape.str());
-    ck.params.push_back({p.name, hf_to_f32(t)});
+    ck.params.push_back({p.name, hf_read_param(st, dir, hf, p)});
     used.insert(hf);
   }
   check_tied(st, dir, "cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight");
@@ -192,17 +188,10 @@ HfBertInfo hf_bert_info(const BertModel& model) {
 
 void write_hf_bert_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& params,
                               const HfBertInfo& info, const HfWriteOptions& opt) {
-  MEGADLM_CHECK(opt.dtype == DType::F32 || opt.dtype == DType::BF16 || opt.dtype == DType::F16,
-                "HuggingFace export dtype ", dtype_name(opt.dtype), " is not supported (F32, BF16, F16)");
+  hf_check_export_dtype(opt.dtype);
   const json cfg = hf_bert_config_from_info(info, opt.dtype);  // first: refuses what HF's BERT cannot hold
   std::vector<SafetensorsEntry> hf;
-  for (const SafetensorsEntry& e : params) {
-    MEGADLM_CHECK(e.tensor.dtype() == DType::F32, "parameter '", e.name, "' is not F32");
-    Tensor t = Tensor::empty(e.tensor.shape(), opt.dtype);
-    const int64_t n = e.tensor.numel();
-    for (int64_t i = 0; i < n; ++i) hf_set(t, false, i, 0, 1, e.tensor.data<float>()[i]);
-    hf.push_back({hf_bert_name(e.name), t});
-  }
+  for (const SafetensorsEntry& e : params) hf.push_back({hf_bert_name(e.name), hf_narrowed(e.tensor, opt.dtype, e.name)});
   fs::create_directories(dir);
   write_sharded_safetensors(dir, hf, opt.max_shard_bytes, {{"format", "pt"}});
   write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");

@@ -242,6 +242,9 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
   else if (model_type == "t5" || arch.rfind("T5", 0) == 0)
     fail(where, ": a T5 model (", arch, "): convert_checkpoint converts it (layout t5) to a t5 checkpoint; the ",
          "gpt and difflm paths (--load-hf, generate) do not take it");
+  else if (model_type == "clip_vision_model" || model_type == "clip" || arch.rfind("CLIP", 0) == 0)
+    fail(where, ": a CLIP model (", arch, "): convert_checkpoint converts its vision tower (layout clip_vision); the ",
+         "gpt and difflm paths (--load-hf, generate) do not take it");
   else fail(where, ": unsupported model (model_type '", model_type, "', architecture '", arch,
             "'); supported: gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe");
   info.bos_token_id = token_id(j, "bos_token_id");

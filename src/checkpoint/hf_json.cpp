@@ -59,6 +59,27 @@ Tensor hf_to_f32(const Tensor& t) {
   return out;
 }
 
+Tensor hf_read_param(const ShardedSafetensors& st, const std::string& dir, const std::string& hf, const ParamInfo& p) {
+  MEGADLM_CHECK(st.has(hf), dir, ": tensor '", hf, "' (for our ", p.name, ") is missing");
+  const Tensor t = st.get(hf);
+  MEGADLM_CHECK(t.shape() == p.shape, dir, ": tensor '", hf, "' has shape ", t.shape().str(),
+                ", but config.json implies ", p.shape.str());
+  return hf_to_f32(t);
+}
+
+void hf_check_export_dtype(DType dtype) {
+  MEGADLM_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16, "HuggingFace export dtype ",
+                dtype_name(dtype), " is not supported (F32, BF16, F16)");
+}
+
+Tensor hf_narrowed(const Tensor& f32, DType dtype, const std::string& name) {
+  MEGADLM_CHECK(f32.dtype() == DType::F32, "parameter for '", name, "' is not F32");
+  Tensor t = Tensor::empty(f32.shape(), dtype);
+  const int64_t n = f32.numel();
+  for (int64_t i = 0; i < n; ++i) hf_set(t, false, i, 0, 1, f32.data<float>()[i]);
+  return t;
+}
+
 bool hf_same_tensor(const ShardedSafetensors& st, const std::string& a, const std::string& b) {
   const Tensor x = hf_to_f32(st.get(a)), y = hf_to_f32(st.get(b));
   return x.shape() == y.shape() && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;

@@ -9,6 +9,7 @@
 
 #include "checkpoint/safetensors_sharded.h"
 #include "core/error.h"
+#include "core/parameters.h"
 #include "core/tensor.h"
 #include "nn/transformer_config.h"
 
@@ -51,6 +52,15 @@ void hf_refuse_padded_vocab(const TransformerConfig& c, const char* layout);
 
 // t (F32, BF16 or F16) as an owned F32 tensor; the narrow types widen exactly.
 Tensor hf_to_f32(const Tensor& t);
+
+// The parameter `p` of ours from tensor `hf` of st, widened to an owned F32 tensor: an Error naming
+// `dir` and the tensor when it is missing or its shape is not p's (as config.json implies it).
+Tensor hf_read_param(const ShardedSafetensors& st, const std::string& dir, const std::string& hf, const ParamInfo& p);
+
+// An export's dtype (F32, BF16, F16), else an Error naming it.
+void hf_check_export_dtype(DType dtype);
+// An F32 tensor (`name` in messages) converted to dtype (F32, BF16, F16), owned.
+Tensor hf_narrowed(const Tensor& f32, DType dtype, const std::string& name);
 
 // Whether tensors a and b of st hold the same values (after widening to F32), bit for bit.
 bool hf_same_tensor(const ShardedSafetensors& st, const std::string& a, const std::string& b);

@@ -176,11 +176,7 @@ HfT5Checkpoint read_hf_t5_checkpoint(const std::string& dir) {
   used.insert(kIgnored);
   for (const ParamInfo& p : shapes.params().infos()) {
     const std::string hf = p.name == "embed_tokens.weight" ? embedding : hf_t5_name(p.name);
-    MEGADLM_CHECK(st.has(hf), dir, ": tensor '", hf, "' (for our ", p.name, ") is missing");
-    const Tensor t = st.get(hf);
-    MEGADLM_CHECK(t.shape() == p.shape, dir, ": tensor '", hf, "' has shape ", t.shape().str(),
-                  ", but config.json implies ", p.shape.str());
-    ck.params.push_back({p.name, hf_to_f32(t)});
+    ck.params.push_back({p.name, hf_read_param(st, dir, hf, p)});
     used.insert(hf);
   }
   for (const std::string& n : st.names())
@@ -197,17 +193,10 @@ HfT5Info hf_t5_info(const T5Model& model) {
 
 void write_hf_t5_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& params, const HfT5Info& info,
                             const HfWriteOptions& opt) {
-  MEGADLM_CHECK(opt.dtype == DType::F32 || opt.dtype == DType::BF16 || opt.dtype == DType::F16,
-                "HuggingFace export dtype ", dtype_name(opt.dtype), " is not supported (F32, BF16, F16)");
+  hf_check_export_dtype(opt.dtype);
   const json cfg = hf_t5_config_from_info(info, opt.dtype);  // first: refuses what HF's T5 cannot hold
   std::vector<SafetensorsEntry> hf;
-  auto add = [&](const std::string& name, const Tensor& src) {
-    MEGADLM_CHECK(src.dtype() == DType::F32, "parameter for '", name, "' is not F32");
-    Tensor t = Tensor::empty(src.shape(), opt.dtype);
-    const int64_t n = src.numel();
-    for (int64_t i = 0; i < n; ++i) hf_set(t, false, i, 0, 1, src.data<float>()[i]);
-    hf.push_back({name, t});
-  };
+  auto add = [&](const std::string& name, const Tensor& src) { hf.push_back({name, hf_narrowed(src, opt.dtype, name)}); };
   // tie_word_embeddings false (the output unscaled) makes transformers 4 read an lm_head: a tied model
   // then writes the embedding there too.
   const bool head_copy = !info.config.untie_embeddings_and_output_weights && !info.options.scale_output;

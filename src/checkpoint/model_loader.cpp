@@ -24,6 +24,9 @@ LoadedModel load_model(const std::string& path, Device device) {
   const std::string where = m.dir + "/state.json";
   MEGADLM_CHECK(meta.contains("config") && meta.contains("model_type"), where, ": lacks the model config or type");
   const TransformerConfig cfg = config_from_json(meta["config"], where);
+  MEGADLM_CHECK(meta["model_type"] != "clip_vision", where, ": a clip_vision model (CLIP's vision tower): generate ",
+                "and evaluate run gpt and difflm models (LLaVA is not built: docs/llava.md); convert_checkpoint --to-hf ",
+                "exports it");
   const ModelType type = model_type_from_name(meta["model_type"].get<std::string>());
   MEGADLM_CHECK(type != ModelType::BERT, where, ": a bert model: generate and evaluate run gpt and difflm models ",
                 "(BERT's inference tools are not built: docs/bert.md); convert_checkpoint --to-hf exports it");

@@ -29,7 +29,7 @@ BertModel::BertModel(const TransformerConfig& cfg, const ModelSpec& spec, const 
                 " layers must be --num-layers ", cfg.num_layers);
   const LayerSpec layer = stack.layer(0);
   pre_norm_ = layer.norm.placement == NormPlacement::Pre;
-  exact_gelu_ = layer.mlp.exact_gelu;
+  exact_gelu_ = layer.mlp.host_activation == HostActivation::GeluErf;
   binary_ = has_head(spec, HeadKind::PoolerBinary);
   embedding_ = Embedding(params_, ctx_, cfg_, spec.embedding);
   encoder_ = TransformerBlock(params_, ctx_, cfg_, stack, LayerRange{0, stack.num_layers});

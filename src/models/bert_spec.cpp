@@ -8,7 +8,8 @@ LayerSpec bert_layer_spec(const TransformerConfig& cfg, const BertOptions& opt) 
   LayerSpec s;
   s.norm = NormSpec{cfg.normalization, opt.pre_norm ? NormPlacement::Pre : NormPlacement::Post};
   s.self_attention = SelfAttentionSpec{MaskType::None, 0, false};
-  s.mlp = FeedForwardSpec{FeedForwardKind::Dense, Activation::Gelu, opt.exact_gelu};
+  s.mlp = FeedForwardSpec{FeedForwardKind::Dense, Activation::Gelu,
+                          opt.exact_gelu ? HostActivation::GeluErf : HostActivation::None};
   return s;
 }
 

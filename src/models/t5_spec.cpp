@@ -44,7 +44,7 @@ ModelSpec t5_model_spec(const TransformerConfig& cfg, const T5Options& opt) {
   LayerSpec enc;
   enc.norm = NormSpec{NormKind::RMSNorm, NormPlacement::Pre};
   enc.self_attention = SelfAttentionSpec{MaskType::None, 0, false};
-  enc.mlp = FeedForwardSpec{FeedForwardKind::Dense, cfg.activation, false};
+  enc.mlp = FeedForwardSpec{FeedForwardKind::Dense, cfg.activation, HostActivation::None};
   LayerSpec dec = enc;
   dec.self_attention.mask = MaskType::Causal;
   dec.cross_attention = CrossAttentionSpec{};

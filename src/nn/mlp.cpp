@@ -1,16 +1,16 @@
 #include "nn/mlp.h"
 
 #include "kernels/backend.h"
-#include "nn/gelu_exact.h"
 #include "nn/precision.h"
 #include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
 MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
-         Activation activation, int64_t ffn_hidden, float output_init_std, bool exact_gelu)
-    : act_(activation), F_(ffn_hidden), exact_gelu_(exact_gelu), ctx_(&ctx) {
-  MEGADLM_CHECK(!exact_gelu || activation == Activation::Gelu, name, ": the exact GELU is a GELU, not SwiGLU");
+         Activation activation, int64_t ffn_hidden, float output_init_std, HostActivation host)
+    : act_(activation), F_(ffn_hidden), host_(host), ctx_(&ctx) {
+  MEGADLM_CHECK(host == HostActivation::None || activation == Activation::Gelu, name,
+                ": a host activation (erf or quick GELU) takes one fc1 block, not SwiGLU's two");
   // Tensor parallelism splits the F hidden features: F/tp per rank (SwiGLU: F/tp gate and F/tp up).
   MEGADLM_CHECK(ffn_hidden % ctx.tp.size == 0, name, ": --ffn-hidden-size ", ffn_hidden,
                 " is not divisible by --tensor-model-parallel-size ", ctx.tp.size);
@@ -25,7 +25,7 @@ MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name,
 void MLP::activation_forward(Tensor& a, const Tensor& h) const {
   const Backend& be = backend_of(h);
   const int64_t N = h.size(0);
-  if (exact_gelu_) gelu_exact_forward(a, h);
+  if (host_ != HostActivation::None) host_activation_forward(host_, a, h);
   else if (act_ == Activation::Gelu) be.gelu_forward(a.data<float>(), h.data<float>(), N * F_);
   else be.swiglu_forward(a.data<float>(), h.data<float>(), N, F_);
 }
@@ -169,7 +169,7 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   if (bf16_kernels) {
     be.activation_backward_from_bf16(act_, dh.data<float>(), hb, da.data<float>(), N, F_);
   } else {
-    if (exact_gelu_) gelu_exact_backward(dh, h, da);
+    if (host_ != HostActivation::None) host_activation_backward(host_, dh, h, da);
     else if (act_ == Activation::Gelu) be.gelu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N * F_);
     else be.swiglu_backward(dh.data<float>(), h.data<float>(), da.data<float>(), N, F_);
   }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/arena.h"
+#include "nn/host_activation.h"
 #include "nn/linear.h"
 #include "nn/sublayer.h"
 
@@ -17,17 +18,18 @@ namespace megadlm {
 class MLP : public Sublayer {
  public:
   MLP() = default;
-  // Sizes and biases from cfg; the activation and the hidden size F as given. exact_gelu: GELU with the
-  // erf (nn/gelu_exact.h), fp32 on the CPU only (set_precision refuses a narrower policy).
+  // Sizes and biases from cfg; the activation and the hidden size F as given. host: an activation of host
+  // loops in place of `activation` (nn/host_activation.h: the erf GELU, the quick GELU), fp32 on the CPU
+  // only (set_precision refuses a narrower policy).
   MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
-      Activation activation, int64_t ffn_hidden, float output_init_std, bool exact_gelu = false);
+      Activation activation, int64_t ffn_hidden, float output_init_std, HostActivation host = HostActivation::None);
 
   Tensor forward(Arena& arena, const Tensor& x);  // x [N, C] -> [N, C]
   Tensor forward(Arena& arena, const Tensor& x, const BatchInfo&) override { return forward(arena, x); }
   void backward(Arena& arena, const Tensor& dy, Tensor& dx) override;  // dx [N, C] written
   void set_precision(MixedPrecision* p) override {                     // nn/precision.h
-    MEGADLM_CHECK(!exact_gelu_ || p == nullptr || p->mode() == PrecisionMode::FP32,
-                  "the exact (erf) GELU runs in fp32 only: no --bf16 / --fp16 / --fp8 for this model");
+    MEGADLM_CHECK(host_ == HostActivation::None || p == nullptr || p->mode() == PrecisionMode::FP32,
+                  "the exact (erf) GELU and the quick GELU run in fp32 only: no --bf16 / --fp16 / --fp8 for this model");
     prec_ = p;
     fc1_.set_precision(p);
     fc2_.set_precision(p);
@@ -52,8 +54,8 @@ class MLP : public Sublayer {
   bool recompute_activation() const { return prec_ && remakes_mlp_activation(prec_->config()); }
   bool exact_forward() const { return prec_ && prec_->mode() == PrecisionMode::BF16 && !prec_->bf16_gemm(); }
   Activation act_ = Activation::Gelu;
-  int64_t F_ = 0;
-  bool exact_gelu_ = false;  // this rank's hidden features: ffn_hidden / tp
+  int64_t F_ = 0;  // this rank's hidden features: ffn_hidden / tp
+  HostActivation host_ = HostActivation::None;
   const ParallelContext* ctx_ = nullptr;
   Linear fc1_, fc2_;
   Tensor h_;  // fc1 output [N, F] or [N, 2F]: fp32, or bf16 / fp16 bits under a precision policy

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "nn/host_activation.h"
 #include "nn/transformer_config.h"
 
 namespace megadlm {
@@ -40,8 +41,9 @@ enum class FeedForwardKind : uint8_t { Dense, MoE };
 struct FeedForwardSpec {
   FeedForwardKind kind = FeedForwardKind::Dense;
   Activation activation = Activation::Gelu;
-  // GELU as x * Phi(x) with the erf (BERT's "gelu") instead of the tanh approximation; dense, fp32, CPU.
-  bool exact_gelu = false;
+  // An activation of host loops instead of `activation` (nn/host_activation.h): GELU with the erf
+  // (BERT's "gelu"), CLIP's quick GELU; dense, fp32, CPU. None: `activation` through the Backend.
+  HostActivation host_activation = HostActivation::None;
 };
 
 // One layer: [norm, self-attention], [norm, cross-attention] when given, [norm, feed-forward], each a
@@ -69,8 +71,8 @@ struct StackSpec {
 // What turns the input ids into the first stack's input: the token embedding always (vocab-parallel);
 // a learned absolute position table (GPT-2, BERT; RoPE lives in the attention instead); BERT's
 // token-type table of token_types rows; BERT's LayerNorm of the sum (layernorm); image patches
-// projected into the sequence (LLaVA). The patches are named here for the vision-language families;
-// no module builds them yet (Embedding refuses them by name).
+// projected into the sequence (a vision transformer: PatchEmbedding, nn/patch_embedding.h, which
+// ClipVisionModel builds; Embedding refuses them by name).
 struct EmbeddingSpec {
   bool learned_positions = true;
   int64_t token_types = 0;

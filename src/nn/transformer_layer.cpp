@@ -22,8 +22,9 @@ TransformerLayer::TransformerLayer(ParamStore& store, const ParallelContext& ctx
   add_branch(store, ctx, name + ".post_attention_layernorm", cfg, [&]() -> std::unique_ptr<Sublayer> {
     if (spec.mlp.kind == FeedForwardKind::Dense)
       return std::make_unique<MLP>(store, ctx, name + ".mlp", cfg, spec.mlp.activation, cfg.ffn_hidden_size,
-                                   output_init_std, spec.mlp.exact_gelu);
-    MEGADLM_CHECK(!spec.mlp.exact_gelu, name, ": the exact (erf) GELU is built for the dense MLP only");
+                                   output_init_std, spec.mlp.host_activation);
+    MEGADLM_CHECK(spec.mlp.host_activation == HostActivation::None, name,
+                  ": the host activations (erf GELU, quick GELU) are built for the dense MLP only");
     auto moe = std::make_unique<MoELayer>(store, ctx, name + ".mlp", cfg, spec.mlp.activation, output_init_std);
     moe_ = moe.get();
     return moe;

@@ -39,7 +39,8 @@ double AdamW::step(double lr) {
 
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
                         int64_t begin, int64_t end, float* grads, float* m, float* v,
-                        const std::vector<uint16_t*>* bf16_copies, bool zero_grads) {
+                        const std::vector<uint16_t*>* bf16_copies, bool zero_grads,
+                        const std::vector<uint8_t>* frozen) {
   AdamWParams h;
   h.zero_grad = zero_grads;
   // Clipping scales the gradient inside the update's own pass (the gradient buffer is left as it is).
@@ -54,6 +55,7 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
   const std::vector<ParamInfo>& infos = params.infos();
   for (size_t id = 0; id < infos.size(); ++id) {
     const ParamInfo& p = infos[id];
+    if (frozen && id < frozen->size() && (*frozen)[id]) continue;
     const int64_t a = std::max(p.offset, begin), b = std::min(p.offset + p.shape.numel(), end);
     if (a >= b) continue;
     h.weight_decay = p.weight_decay ? cfg.weight_decay : 0.0f;
@@ -79,7 +81,15 @@ void AdamW::update(double lr, double norm, const std::vector<uint16_t*>& bf16_co
   MEGADLM_CHECK(has_state_, "AdamW: an update after release_state()");
   ++step_;
   adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
-                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, zero_grads);
+                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, zero_grads,
+                     frozen_.empty() ? nullptr : &frozen_);
+}
+
+void AdamW::freeze(int first_id, int end_id) {
+  MEGADLM_CHECK(0 <= first_id && first_id <= end_id && end_id <= params_.count(), "AdamW::freeze: parameters [",
+                first_id, ", ", end_id, ") are not among the ", params_.count(), " of the model");
+  frozen_.resize(static_cast<size_t>(params_.count()), 0);
+  for (int id = first_id; id < end_id; ++id) frozen_[static_cast<size_t>(id)] = 1;
 }
 
 }  // namespace megadlm

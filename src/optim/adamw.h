@@ -25,9 +25,12 @@ struct AdamWConfig {
 // bf16_copies (or null): per parameter id, where the updated values go in bf16 as well (null entries:
 // none), the whole parameter (the range must then cover it). zero_grads: each parameter's gradient is
 // set to zero on the update's pass once read (the padding between parameters is never written).
+// frozen (or null): per parameter id, nonzero for a parameter that is not updated at all (its values,
+// moments and gradient untouched).
 void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, double norm, int64_t step,
                         int64_t begin, int64_t end, float* grads, float* m, float* v,
-                        const std::vector<uint16_t*>* bf16_copies = nullptr, bool zero_grads = false);
+                        const std::vector<uint16_t*>* bf16_copies = nullptr, bool zero_grads = false,
+                        const std::vector<uint8_t>* frozen = nullptr);
 
 class AdamW {
  public:
@@ -51,6 +54,13 @@ class AdamW {
   // want the gradients after the update.
   void apply_and_zero_grads(double lr, double grad_norm, const std::vector<uint16_t*>& bf16_copies);
 
+  // Parameters [first_id, end_id) of the store are frozen: no update touches their values or moments
+  // (weight decay included), bit for bit (LLaVA's vision tower, or its language model, in a stage that
+  // trains the rest). Their module computes no gradient for them (ClipVisionModel::set_frozen), so the
+  // gradient norm is the trained parameters'.
+  void freeze(int first_id, int end_id);
+  bool is_frozen(int id) const { return !frozen_.empty() && frozen_.at(static_cast<size_t>(id)) != 0; }
+
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
   // The moments can be dropped while another owner keeps them (the distributed optimizer holds this
@@ -71,6 +81,7 @@ class AdamW {
   Tensor m_, v_;  // flat, like the parameters
   bool has_state_ = true;
   int64_t step_ = 0;
+  std::vector<uint8_t> frozen_;  // per parameter id, or empty: none frozen
 };
 
 }  // namespace megadlm

@@ -1,9 +1,10 @@
 #pragma once
 // What the BERT embedding and head tests share: their small config, a double LayerNorm of one row
-// (the reference), and a parameter's values by name.
+// (the reference), a parameter's values by name, and the dense MLP in double (also the vision tower's).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,29 @@ inline const float* param(const ParamStore& s, const std::string& name) {
   const int id = s.find(name);
   EXPECT_GE(id, 0) << name;
   return s.values() + s.info(id).offset;
+}
+
+// An MLP's fc2(act(fc1(x))) in double from the fp32 parameters `name`.fc{1,2}.{weight,bias}: x [N, C]
+// -> [N, C], F hidden features.
+inline std::vector<double> mlp_reference(const ParamStore& s, const std::string& name, const std::vector<float>& x,
+                                         int C, int F, const std::function<double(double)>& act) {
+  const float *w1 = param(s, name + ".fc1.weight"), *b1 = param(s, name + ".fc1.bias"),
+              *w2 = param(s, name + ".fc2.weight"), *b2 = param(s, name + ".fc2.bias");
+  const int N = static_cast<int>(x.size()) / C;
+  std::vector<double> y(x.size()), a(F);
+  for (int n = 0; n < N; ++n) {
+    for (int f = 0; f < F; ++f) {
+      double h = b1[f];
+      for (int c = 0; c < C; ++c) h += static_cast<double>(w1[f * C + c]) * x[n * C + c];
+      a[f] = act(h);
+    }
+    for (int c = 0; c < C; ++c) {
+      double o = b2[c];
+      for (int f = 0; f < F; ++f) o += static_cast<double>(w2[c * F + f]) * a[f];
+      y[n * C + c] = o;
+    }
+  }
+  return y;
 }
 
 }  // namespace megadlm::test

@@ -45,7 +45,7 @@ TEST(ExactGelu, TheMlpTakesItAndItsGradientsMatchFiniteDifferences) {
   const TransformerConfig cfg = test::small_bert_config();
   const ParallelContext ctx = ParallelContext::single();
   ParamStore store;
-  MLP mlp(store, ctx, "mlp", cfg, Activation::Gelu, cfg.ffn_hidden_size, 0.02f, /*exact_gelu=*/true);
+  MLP mlp(store, ctx, "mlp", cfg, Activation::Gelu, cfg.ffn_hidden_size, 0.02f, HostActivation::GeluErf);
   store.finalize();
   randomize(store, 10);
   const std::vector<float> x0 = test::random_vector(4 * 8, 11, -2.0f, 2.0f);
@@ -54,21 +54,8 @@ TEST(ExactGelu, TheMlpTakesItAndItsGradientsMatchFiniteDifferences) {
   Tensor x = Tensor::empty({4, 8}, DType::F32);
   std::copy(x0.begin(), x0.end(), x.data<float>());
   const Tensor y = mlp.forward(arena, x);
-  const float *w1 = param(store, "mlp.fc1.weight"), *b1 = param(store, "mlp.fc1.bias"),
-              *w2 = param(store, "mlp.fc2.weight"), *b2 = param(store, "mlp.fc2.bias");
-  for (int n = 0; n < 4; ++n) {
-    std::vector<double> a(12);
-    for (int f = 0; f < 12; ++f) {
-      double h = b1[f];
-      for (int c = 0; c < 8; ++c) h += static_cast<double>(w1[f * 8 + c]) * x0[n * 8 + c];
-      a[f] = gelu_erf(h);
-    }
-    for (int c = 0; c < 8; ++c) {
-      double o = b2[c];
-      for (int f = 0; f < 12; ++f) o += static_cast<double>(w2[c * 12 + f]) * a[f];
-      EXPECT_NEAR(y.data<float>()[n * 8 + c], o, 1e-5);
-    }
-  }
+  const std::vector<double> ref = test::mlp_reference(store, "mlp", x0, 8, 12, gelu_erf);
+  for (int i = 0; i < 4 * 8; ++i) EXPECT_NEAR(y.data<float>()[i], ref[i], 1e-5);
   check_gradients("MLP with the exact GELU", store, arena, x0, {4, 8},
                   sum_times_random(32, 12, [&](Arena& a, const Tensor& in) { return mlp.forward(a, in); },
                                    [&](Arena& a, const Tensor& dy, Tensor& dx) { mlp.backward(a, dy, dx); }));
