@@ -4,7 +4,9 @@
 // step within 1e-4 relative). Tests that use them skip where mpirun is not installed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -57,6 +59,19 @@ inline void expect_same_losses(const std::map<int64_t, double>& ref, const std::
     EXPECT_LE(rel, 1e-4) << "iteration " << it << ": " << loss << " vs " << ref.at(it);
     first = false;
   }
+}
+
+// Prints the first step's relative difference and the largest over the steps (for the docs).
+inline void report_losses(const std::map<int64_t, double>& want, const std::map<int64_t, double>& got,
+                          const std::string& name) {
+  double first = -1, worst = 0;
+  for (const auto& [it, loss] : got) {
+    if (!want.count(it)) continue;
+    const double rel = std::fabs(loss - want.at(it)) / std::fabs(want.at(it));
+    if (first < 0) first = rel;
+    worst = std::max(worst, rel);
+  }
+  std::printf("%-30s first step %.3e, max over %zu steps %.3e\n", name.c_str(), first, got.size(), worst);
 }
 
 }  // namespace megadlm::test

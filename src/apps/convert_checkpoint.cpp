@@ -36,6 +36,7 @@
 #include "models/config_json.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
+#include "models/t5_options_json.h"
 
 using namespace megadlm;
 namespace fs = std::filesystem;
@@ -190,14 +191,10 @@ void t5_hf_to_native(const CliFlags& f, const std::string& src, const std::strin
   T5Model model(ck.info.config, ck.info.options, ParallelContext::single());
   load_params_into(ck.params, model.params(), src);
   const T5Options& o = ck.info.options;
-  const nlohmann::json options = {{"num_decoder_layers", o.num_decoder_layers},
-                                  {"relative_attention_num_buckets", o.relative_attention_num_buckets},
-                                  {"relative_attention_max_distance", o.relative_attention_max_distance},
-                                  {"feed_forward_proj", t5_feed_forward_name(o.feed_forward)},
-                                  {"scale_output", o.scale_output},
-                                  {"pad_token_id", ck.info.pad_token_id},
-                                  {"eos_token_id", ck.info.eos_token_id},
-                                  {"decoder_start_token_id", ck.info.decoder_start_token_id}};
+  nlohmann::json options = t5_options_to_json(o);
+  options["pad_token_id"] = ck.info.pad_token_id;
+  options["eos_token_id"] = ck.info.eos_token_id;
+  options["decoder_start_token_id"] = ck.info.decoder_start_token_id;
   const std::string tok = save_family_native(src, dst, model.params(), model_type_name(ModelType::T5), ck.info.config,
                                              options, ck.dtype, tokenizer_vocab);
   std::printf("T5ForConditionalGeneration, %s, %s output, %s weights, %lld parameters)%s\n",
@@ -210,13 +207,8 @@ HfT5Info t5_info_of(const nlohmann::json& meta, const std::string& where) {
   const nlohmann::json& t = family_options(meta, "t5", where);
   HfT5Info info;
   info.config = config_from_json(meta["config"], where);
+  info.options = t5_options_from_json(t, where);
   try {
-    T5Options& o = info.options;
-    o.num_decoder_layers = t.at("num_decoder_layers").get<int64_t>();
-    o.relative_attention_num_buckets = t.at("relative_attention_num_buckets").get<int64_t>();
-    o.relative_attention_max_distance = t.at("relative_attention_max_distance").get<int64_t>();
-    o.feed_forward = t5_feed_forward_from_name(t.at("feed_forward_proj").get<std::string>(), where);
-    o.scale_output = t.at("scale_output").get<bool>();
     info.pad_token_id = t.value("pad_token_id", 0);
     info.eos_token_id = t.value("eos_token_id", 1);
     info.decoder_start_token_id = t.value("decoder_start_token_id", info.pad_token_id);
@@ -233,7 +225,7 @@ void t5_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoint
   T5Model model(info.config, info.options, ParallelContext::single());
   load_checkpoint_tensors(dir, model.params(), nullptr);
   const HfWriteOptions opt = hf_write_options(f, meta.value("hf", nlohmann::json::object()), dir);
-  write_hf_t5_checkpoint(dst, model_params(model.params()), hf_t5_info(model), opt);
+  write_hf_t5_checkpoint(dst, model_params(model.params()), info, opt);  // with the special ids
   const std::vector<std::string> tok_files = export_tokenizer(meta, dst);
   std::printf("wrote %s (T5ForConditionalGeneration, %s)%s%s\n", dst.c_str(), dtype_name(opt.dtype),
               tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:", joined(tok_files).c_str());

@@ -1,5 +1,6 @@
 // pretrain_difflm: train a masked diffusion LM (--model-type difflm), an autoregressive GPT
-// (--model-type gpt) or a BERT (--model-type bert). See --help and the README for the flags.
+// (--model-type gpt), a BERT (--model-type bert) or a T5 (--model-type t5). See --help and the README
+// for the flags.
 #include <cstdio>
 #include <exception>
 
@@ -7,6 +8,7 @@
 #include "train/arguments.h"
 #include "train/bert_trainer.h"
 #include "train/rank_output.h"
+#include "train/t5_trainer.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -17,6 +19,11 @@ int main(int argc, char** argv) {
     if (!megadlm::parse_train_args(argc, argv, args)) return 0;
     if (args.model_type == megadlm::ModelType::BERT) {
       megadlm::BertTrainer trainer(args);  // CPU, fp32, data and tensor parallel (docs/bert.md)
+      trainer.run();
+      return 0;
+    }
+    if (args.model_type == megadlm::ModelType::T5) {
+      megadlm::T5Trainer trainer(args);  // CPU, fp32, data parallel (docs/t5.md)
       trainer.run();
       return 0;
     }

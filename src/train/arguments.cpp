@@ -13,6 +13,7 @@
 #include "train/parallel_arguments.h"
 #include "train/precision_arguments.h"
 #include "train/signals.h"
+#include "train/t5_arguments.h"
 #include "train/tensorboard_arguments.h"
 
 namespace megadlm {
@@ -56,11 +57,14 @@ std::vector<std::string> canonical_args(int argc, const char* const* argv) {
 void declare(CliFlags& f) {
   // model
   f.add_string("model-type", "difflm",
-               "difflm (masked diffusion, bidirectional), gpt (autoregressive) or bert (MLM + sentence order; "
-               "CPU, fp32, data and tensor parallel: docs/bert.md)");
+               "difflm (masked diffusion, bidirectional), gpt (autoregressive), bert (MLM + sentence order; "
+               "CPU, fp32, data and tensor parallel: docs/bert.md) or t5 (span corruption; CPU, fp32, data "
+               "parallel: docs/t5.md)");
   f.add_bool("bert-no-binary-head", "--model-type bert: no pooler and binary (sentence-order) head");
-  f.add_double("mask-prob", 0.15, "--model-type bert: share of a sample's tokens masked for the MLM loss", closed_open(0, 1));
-  f.add_double("short-seq-prob", 0.1, "--model-type bert: probability of a shorter segment target", closed(0, 1));
+  f.add_double("mask-prob", 0.15, "--model-type bert: share of a sample's tokens masked for the MLM loss; t5: the "
+               "noise density (share of the text in the corrupted spans)", closed_open(0, 1));
+  f.add_double("short-seq-prob", 0.1, "--model-type bert and t5: probability of a shorter segment target", closed(0, 1));
+  declare_t5_flags(f);  // --encoder-seq-length, --decoder-seq-length, ... (train/t5_arguments.cpp)
   f.add_string("model-running-mode", "difflm-noshift", "difflm-noshift (predict masked tokens in place) or vanilla (shifted)");
   f.add_int("num-layers", 12, "transformer layers", at_least(1));
   f.add_int("hidden-size", 768, "hidden size C", at_least(1));
@@ -213,40 +217,48 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
                 " must be in [0, --bd3-clip-max ", a.bd3_clip_max, ")");
 }
 
-// --model-type bert trains on the CPU in fp32, under data and tensor parallelism (train/bert_trainer.h):
-// what that does not build is an Error naming the flag, MoE first (BERT is dense only).
-void read_bert_flags(const CliFlags& f, TrainArgs& a) {
-  const bool bert = a.model_type == ModelType::BERT;
-  for (const char* flag : {"bert-no-binary-head", "mask-prob", "short-seq-prob"})
-    MEGADLM_CHECK(bert || !f.given(flag), "--", flag, " is for --model-type bert");
-  if (!bert) return;
-  MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type bert is dense only: --num-experts ",
+// --model-type bert and t5 train on the CPU in fp32 (train/family_trainer.h), BERT under data and
+// tensor parallelism, T5 under data parallelism: what that does not build is an Error naming the flag,
+// MoE first (both are dense only).
+void read_family_flags(const CliFlags& f, TrainArgs& a) {
+  const bool bert = a.model_type == ModelType::BERT, t5 = a.model_type == ModelType::T5;
+  MEGADLM_CHECK(bert || !f.given("bert-no-binary-head"), "--bert-no-binary-head is for --model-type bert");
+  for (const char* flag : {"mask-prob", "short-seq-prob"})
+    MEGADLM_CHECK(bert || t5 || !f.given(flag), "--", flag, " is for --model-type bert or t5");
+  if (!bert && !t5) return;
+  const std::string type = model_type_name(a.model_type);
+  MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type ", type, " is dense only: --num-experts ",
                 f.get_int("num-experts"), " is not available for it");
-  const char* why = " (pretrain_difflm trains BERT on the CPU, in fp32, under data and tensor parallelism: docs/bert.md)";
-  for (const char* flag : {"pipeline-model-parallel-size", "context-parallel-size", "expert-model-parallel-size"})
-    MEGADLM_CHECK(f.get_int(flag) == 1, "--", flag, " ", f.get_int(flag), " is not available with --model-type bert", why);
+  const std::string why = bert ? " (pretrain_difflm trains BERT on the CPU, in fp32, under data and tensor parallelism: docs/bert.md)"
+                               : " (pretrain_difflm trains T5 on the CPU, in fp32, under data parallelism: docs/t5.md)";
+  std::vector<const char*> sizes = {"pipeline-model-parallel-size", "context-parallel-size", "expert-model-parallel-size"};
+  if (t5) sizes.push_back("tensor-model-parallel-size");
+  for (const char* flag : sizes)
+    MEGADLM_CHECK(f.get_int(flag) == 1, "--", flag, " ", f.get_int(flag), " is not available with --model-type ", type, why);
   MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"),
-                " is not available with --model-type bert", why);
+                " is not available with --model-type ", type, why);
   // The other model types' objectives and inputs; --load-hf imports decoders (convert_checkpoint
-  // --layout bert imports BERT); the MLM head takes the tokenizer's vocabulary unpadded; the BERT
-  // samples are built in memory (no index cache).
+  // imports BERT and T5); the heads take the tokenizer's vocabulary unpadded; the samples are built in
+  // memory (no index cache).
   for (const char* flag : {"sft", "sft-packing", "block-diffusion", "mask-token", "dlm-eps", "dlm-loss",
                            "difflm-varilen-prob", "model-running-mode", "attention-mask-type", "block-length",
                            "reset-position-ids", "reset-attention-mask", "eod-mask-loss", "load-hf",
                            "make-vocab-size-divisible-by", "data-cache-path"})
-    MEGADLM_CHECK(!f.given(flag), "--", flag, " does not apply to --model-type bert");
-  // Not built for BERT: precision, recomputation, the overlapped gradient reduction, the other data
-  // sources, TensorBoard, the exit signal handler.
+    MEGADLM_CHECK(!f.given(flag), "--", flag, " does not apply to --model-type ", type);
+  // Not built for these families: precision, recomputation, the overlapped gradient reduction, the
+  // other data sources, TensorBoard, the exit signal handler (and for T5 sequence parallelism).
   for (const char* flag : {"bf16", "bf16-storage-only", "bf16-products", "fp16", "fp8-format", "recompute-granularity",
                            "recompute-method", "recompute-num-layers", "overlap-grad-reduce", "train-data-path", "valid-data-path", "test-data-path",
                            "tensorboard-dir", "exit-signal-handler"})
-    MEGADLM_CHECK(!f.given(flag), "--", flag, " is not available with --model-type bert", why);
-  MEGADLM_CHECK(f.get_list("data-path").size() == 1, "--data-path: --model-type bert takes one sentence-split ",
+    MEGADLM_CHECK(!f.given(flag), "--", flag, " is not available with --model-type ", type, why);
+  MEGADLM_CHECK(bert || !f.given("sequence-parallel"), "--sequence-parallel is not available with --model-type t5", why);
+  MEGADLM_CHECK(f.get_list("data-path").size() == 1, "--data-path: --model-type ", type, " takes one sentence-split ",
                 "prefix (preprocess_data --split-sentences), not a blend", why);
   a.mask_prob = f.get_double("mask-prob");
-  MEGADLM_CHECK(a.mask_prob > 0, "--mask-prob ", a.mask_prob, " must be in (0, 1): the MLM loss needs masked tokens");
+  MEGADLM_CHECK(a.mask_prob > 0, "--mask-prob ", a.mask_prob, " must be in (0, 1): ",
+                bert ? "the MLM loss needs masked tokens" : "the noise density of T5's span corruption");
   a.short_seq_prob = f.get_double("short-seq-prob");
-  a.bert_binary_head = !f.get_bool("bert-no-binary-head");
+  a.bert_binary_head = bert && !f.get_bool("bert-no-binary-head");
 }
 
 // Context parallelism splits every sequence into 2cp equal chunks (models/context_parallel.h) that the
@@ -264,7 +276,8 @@ void check_context_parallel_flags(const TrainArgs& a, int cp) {
 }  // namespace
 
 bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
-  CliFlags f("pretrain_difflm", "Pretrain a masked diffusion LM (--model-type difflm), a GPT (--model-type gpt) or a BERT (--model-type bert).");
+  CliFlags f("pretrain_difflm", "Pretrain a masked diffusion LM (--model-type difflm), a GPT (--model-type gpt), a BERT (--model-type bert) "
+             "or a T5 (--model-type t5).");
   declare(f);
   f.parse(canonical_args(argc, argv));
   if (f.help_requested()) {
@@ -276,9 +289,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   require_same_flags_on_every_rank(f, *world_communicator());
 
   a.model_type = model_type_from_name(f.get_string("model-type"));
-  MEGADLM_CHECK(a.model_type != ModelType::T5, "--model-type t5: training T5 is not built yet (the model and its "
-                "HuggingFace conversion are: convert_checkpoint, docs/t5.md)");
-  read_bert_flags(f, a);
+  read_family_flags(f, a);
   a.model_running_mode = f.get_string("model-running-mode");
   MEGADLM_CHECK(a.model_running_mode == "difflm-noshift" || a.model_running_mode == "vanilla",
                 "--model-running-mode: unknown value '", a.model_running_mode, "' (expected difflm-noshift or vanilla)");
@@ -332,6 +343,7 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.load_hf = f.get_string("load-hf");
   read_moe_flags(f, m);
   a.num_experts = m.moe.num_experts;
+  read_t5_flags(f, a.model_type == ModelType::T5, m, &a.seq_length, a.t5);
 
   a.mask_token = f.get_string("mask-token");
   a.diffusion.eps = static_cast<float>(f.get_double("dlm-eps"));

@@ -14,6 +14,7 @@
 #include "optim/lr_schedule.h"
 #include "train/parallel_arguments.h"
 #include "train/precision_arguments.h"
+#include "train/t5_arguments.h"
 #include "train/tensorboard_arguments.h"
 
 namespace megadlm {
@@ -36,6 +37,8 @@ struct TrainArgs {
   double mask_prob = 0.15;             // --mask-prob
   double short_seq_prob = 0.1;         // --short-seq-prob
   bool bert_binary_head = true;        // false: --bert-no-binary-head
+  // --model-type t5 (train/t5_trainer.h): --mask-prob is the noise density, --short-seq-prob as BERT's
+  T5Args t5;                           // --encoder-seq-length, ... (train/t5_arguments.h)
   // data
   std::vector<std::string> data_path;  // [W1] P1 [W2 P2 ...]
   std::string split = "969,30,1";

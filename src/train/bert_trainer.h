@@ -8,22 +8,17 @@
 // checkpoints are the native format (model_type "bert", optimizer state included; a resume is
 // bitwise; any layout reads any other's); the log lines and metrics.jsonl follow Trainer's with the
 // two losses beside the total.
-// What the Trainer shares: ParallelTraining (groups, gradient reduction, norm, update, checkpoints of
-// any layout), AdamW, the schedule, StepGuard, the --save / --load checks (train/run_directories.h),
-// the tokenizer setup, JsonlWriter.
+// The loop, the checkpoints and the log are FamilyTrainer's (train/family_trainer.h), which T5Trainer
+// shares.
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "core/log.h"
 #include "data/bert_dataset.h"
 #include "models/bert_model.h"
-#include "optim/adamw.h"
-#include "tokenizers/tokenizer.h"
 #include "train/arguments.h"
-#include "train/metrics.h"
-#include "train/parallel_training.h"
-#include "train/step_guard.h"
+#include "train/family_trainer.h"
 
 namespace megadlm {
 
@@ -34,54 +29,35 @@ struct BertEvalResult {
   int64_t batches = 0;
 };
 
-class BertTrainer {
+class BertTrainer : public FamilyTrainer {
  public:
   explicit BertTrainer(const TrainArgs& args);
-  ~BertTrainer();
-  // Runs to --train-iters (or --exit-interval / --exit-duration-in-mins). Returns the last iteration.
-  int64_t run();
+  ~BertTrainer() override;
 
   // The first `batches` micro-batches of `data` (the same ones at every evaluation).
   BertEvalResult evaluate(const BertDataset& data, int64_t batches);
   BertModel& model() { return *model_; }
 
  private:
-  struct Step {
-    double mlm = 0, sop = 0, grad_norm = 0, lr = 0;
-  };
-  // The sums of a log interval.
-  struct Interval {
-    double mlm = 0, sop = 0;
-    int64_t steps = 0;
-    Timer timer;
-  };
-
   BertDatasetConfig dataset_config(int64_t num_samples) const;
   void build_datasets();
   // Samples [first, first + B) of `data` (modulo its size) as one batch.
   BertBatch batch_of(const BertDataset& data, int64_t first, int64_t B);
-  Step train_step();
-  void log_interval(const Step& last, Interval& interval);
-  void evaluate_and_log(int64_t iteration);
-  bool save_or_exit(const Timer& run_timer);
-  void save(int64_t iteration);
-  void load();
-  nlohmann::json checkpoint_meta() const;
 
-  TrainArgs args_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::string> loss_names() const override;
+  void micro_batch(int64_t first, int64_t M, double* parts) override;
+  bool has_validation() const override { return valid_ != nullptr; }
+  void evaluate_and_log(int64_t iteration) override;
+  void log_header() const override;
+  int64_t tokens_per_sample() const override { return args_.seq_length; }
+  double flops_per_sample() const override;
+  void add_checkpoint_meta(nlohmann::json& meta) const override;
+  nlohmann::json model_options() const override;
+  nlohmann::json model_options_of(const nlohmann::json& meta) const override;
+
   BertTokens tokens_;
   std::unique_ptr<BertDataset> train_, valid_;
-  std::string data_description_;
-  std::unique_ptr<ParallelTraining> parallel_;  // groups, gradient reduction, checkpoints (parallel_training.h)
   std::unique_ptr<BertModel> model_;
-  std::unique_ptr<AdamW> optimizer_;
-  int64_t iteration_ = 0;
-  uint64_t consumed_samples_ = 0;
-  std::string resumed_from_;
-  StepGuard step_guard_;
-  double peak_flops_ = 0;
-  std::unique_ptr<JsonlWriter> metrics_;
   BertSample sample_;  // storage each sample is read into
 };
 

@@ -183,8 +183,9 @@ TEST(HfT5, TiedUnscaledOutputRoundTrips) {
 
 namespace {
 
-// generate and pretrain_difflm do not run T5 yet: a t5 checkpoint, a T5 directory (--load-hf's
-// translation) and --model-type t5 are refused by name.
+// generate does not run T5 yet and pretrain_difflm imports no T5 directory (convert_checkpoint does):
+// a t5 checkpoint, a T5 directory (--load-hf's translation) and --load-hf with --model-type t5 are
+// refused by name.
 TEST(HfT5, GenerateAndTrainingRefuseT5ByName) {
   MEGADLM_REQUIRE_BINARY("convert_checkpoint");
   MEGADLM_REQUIRE_BINARY("generate");
@@ -203,7 +204,8 @@ TEST(HfT5, GenerateAndTrainingRefuseT5ByName) {
   // --load-hf reads config.json through the gpt / difflm translation, which names T5's own path.
   expect_error_with([] { hf_config_to_info(read_json(hf_fixture("hf_t5") + "/config.json"), "c.json"); },
                     "c.json: a T5 model (T5ForConditionalGeneration): convert_checkpoint converts it");
-  refused("pretrain_difflm", {"--model-type", "t5"}, "--model-type t5: training T5 is not built yet");
+  refused("pretrain_difflm", {"--model-type", "t5", "--load-hf", hf_fixture("hf_t5"), "--data-path", "x"},
+          "--load-hf does not apply to --model-type t5");
 }
 
 }  // namespace

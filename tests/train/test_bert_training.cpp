@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bert_corpus.h"
+#include "family_runs.h"
 #include "checkpoint/native_checkpoint.h"
 #include "robustness/child_process.h"
 #include "test_util.h"
@@ -20,6 +21,8 @@
 
 using namespace megadlm;
 using test::bert_flags;
+using test::field;
+using test::mean;
 using test::plus;
 using test::set_flag;
 using test::write_ordered_corpus;
@@ -29,18 +32,6 @@ namespace {
 void run_bert(const std::vector<std::string>& flags, const std::vector<std::string>& extra) {
   BertTrainer t(test::parse_flags(plus(plus({"pretrain_difflm"}, flags), extra)));
   t.run();
-}
-
-std::vector<double> field(const std::string& save, const std::string& name) {
-  std::vector<double> out;
-  for (const auto& j : test::training_lines(save + "/metrics.jsonl")) out.push_back(j.at(name).get<double>());
-  return out;
-}
-
-double mean(const std::vector<double>& v, size_t begin, size_t end) {
-  double s = 0;
-  for (size_t i = begin; i < end; ++i) s += v[i];
-  return s / static_cast<double>(end - begin);
 }
 
 struct BertRun : ::testing::Test {
@@ -71,19 +62,7 @@ TEST_F(BertRun, WithoutTheBinaryHeadOnlyTheMlmLoss) {
 }
 
 TEST_F(BertRun, ResumeIsBitwiseIdentical) {
-  const auto flags = plus(bert_flags(data, vocab), {"--train-iters", "8"});
-  const std::string full = tmp / "full", part = tmp / "part";
-  run_bert(flags, {"--save", full});
-  run_bert(flags, {"--save", part, "--exit-interval", "4"});
-  run_bert(flags, {"--save", part, "--load", part});
-  const auto a = field(full, "loss"), b = field(part, "loss");
-  ASSERT_EQ(a.size(), 8u);
-  ASSERT_EQ(b.size(), 8u);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;  // bitwise
-  EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/model.safetensors"),
-            file_checksum(resolve_checkpoint_dir(part) + "/model.safetensors"));
-  EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/optimizer.safetensors"),
-            file_checksum(resolve_checkpoint_dir(part) + "/optimizer.safetensors"));
+  test::expect_bitwise_resume(run_bert, bert_flags(data, vocab), tmp.str(), 8, 4);
 }
 
 TEST_F(BertRun, TheCheckpointRecordsBertAndTheOptimizer) {

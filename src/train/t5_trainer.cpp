@@ -1,0 +1,169 @@
+#include "train/t5_trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/types.h"
+#include "models/t5_options_json.h"
+
+namespace megadlm {
+
+T5Tokens t5_tokens_for(Tokenizer& tok, int64_t extra_ids) {
+  T5Tokens t;
+  t.pad = tok.token_to_id("[PAD]");
+  if (t.pad < 0) t.pad = tok.token_to_id("<pad>");
+  MEGADLM_CHECK(t.pad >= 0, "--tokenizer-type ", tok.spec().type, ": --model-type t5 needs a padding token ([PAD] ",
+                "or <pad>; BertWordPieceLowerCase and BertWordPieceCase have one)");
+  auto existing_or_added = [&](const char* a, const char* b) {
+    const int32_t id = tok.token_to_id(b);
+    return id >= 0 ? id : tok.add_special_token(a);
+  };
+  t.bos = existing_or_added("[BOS]", "<s>");
+  t.eos = existing_or_added("[EOS]", "</s>");
+  for (int64_t i = 0; i < extra_ids; ++i) t.sentinels.push_back(tok.add_special_token("<extra_id_" + std::to_string(i) + ">"));
+  return t;
+}
+
+double t5_flops_per_sample(const TransformerConfig& cfg, const T5Options& opt, int64_t S, int64_t T) {
+  const double C = static_cast<double>(cfg.hidden_size), HD = static_cast<double>(cfg.num_attention_heads * cfg.kv_channels);
+  const double F = static_cast<double>(cfg.ffn_hidden_size) * (opt.feed_forward == T5FeedForward::Relu ? 2 : 3);
+  const double Le = static_cast<double>(cfg.num_layers), Ld = static_cast<double>(opt.num_decoder_layers);
+  const double s = static_cast<double>(S), t = static_cast<double>(T), V = static_cast<double>(cfg.vocab_size);
+  const double encoder = s * Le * (4 * C * HD + C * F + 2 * s * HD);
+  const double decoder = t * (Ld * (6 * C * HD + C * F + 2 * t * HD + 2 * s * HD) + C * V) + s * Ld * 2 * C * HD;
+  return 6 * (encoder + decoder);
+}
+
+T5Trainer::T5Trainer(const TrainArgs& args) : FamilyTrainer(args, "t5") {
+  tokens_ = t5_tokens_for(*tokenizer_, args_.t5.vocab_extra_ids);
+  // The tokenizer's vocabulary with the added ids, unpadded (as BERT's): no padded logit rows to mask.
+  args_.model.vocab_size = tokenizer_->vocab_size();
+  args_.model.real_vocab_size = 0;
+  build_splits([this](std::shared_ptr<const IndexedDataset> data, SequenceRange documents, Split split, int64_t n) {
+    auto& d = split == Split::Train ? train_ : valid_;
+    d = std::make_unique<T5Dataset>(std::move(data), documents, split, dataset_config(n));
+    return d->size();
+  });
+  make_groups();
+  model_ = std::make_unique<T5Model>(args_.model, args_.t5.options, parallel_->context());
+  start(model_->params(), [cfg = args_.model, opt = args_.t5.options](const ParallelContext& ctx) {
+    auto m = std::make_shared<T5Model>(cfg, opt, ctx);
+    return std::shared_ptr<ParamStore>(m, &m->params());
+  });
+}
+
+T5Trainer::~T5Trainer() = default;
+
+T5DatasetConfig T5Trainer::dataset_config(int64_t num_samples) const {
+  T5DatasetConfig c;
+  c.encoder_seq_length = args_.t5.encoder_seq_length;
+  c.decoder_seq_length = args_.t5.decoder_seq_length;
+  c.num_samples = num_samples;
+  c.seed = args_.seed;
+  c.noise_density = args_.mask_prob;
+  c.short_seq_prob = args_.short_seq_prob;
+  c.pad = tokens_.pad;
+  c.bos = tokens_.bos;
+  c.eos = tokens_.eos;
+  c.sentinels = tokens_.sentinels;
+  return c;
+}
+
+T5Batch T5Trainer::batch_of(const T5Dataset& data, int64_t first, int64_t B, int64_t* labelled) {
+  T5Batch b;
+  b.B = B;
+  b.S = args_.t5.encoder_seq_length;
+  b.T = args_.t5.decoder_seq_length;
+  *labelled = 0;
+  for (int64_t i = 0; i < B; ++i) {
+    data.sample((first + i) % data.size(), sample_);
+    b.encoder_tokens.insert(b.encoder_tokens.end(), sample_.encoder_tokens.begin(), sample_.encoder_tokens.end());
+    b.encoder_mask.insert(b.encoder_mask.end(), sample_.encoder_padding_mask.begin(), sample_.encoder_padding_mask.end());
+    b.decoder_tokens.insert(b.decoder_tokens.end(), sample_.decoder_input.begin(), sample_.decoder_input.end());
+    b.decoder_mask.insert(b.decoder_mask.end(), sample_.decoder_padding_mask.begin(), sample_.decoder_padding_mask.end());
+    for (size_t p = 0; p < sample_.decoder_labels.size(); ++p) {
+      const bool loss = sample_.loss_mask[p] != 0;
+      b.labels.push_back(loss ? sample_.decoder_labels[p] : kIgnoreIndex);
+      *labelled += loss;
+    }
+  }
+  return b;
+}
+
+// Megatron's T5 loss: each micro-batch's mean over its labelled decoder rows, so grad_scale is
+// 1 / (labelled M) and the step's gradient that of the micro-batches' mean.
+void T5Trainer::micro_batch(int64_t first, int64_t M, double* parts) {
+  int64_t labelled = 0;
+  const T5Batch batch = batch_of(*train_, first, args_.micro_batch_size, &labelled);
+  const double n = static_cast<double>(std::max<int64_t>(labelled, 1) * M);
+  const double loss = model_->forward_backward(batch, static_cast<float>(1.0 / n));
+  parts[0] += loss / n;
+}
+
+T5EvalResult T5Trainer::evaluate(const T5Dataset& data, int64_t batches) {
+  T5EvalResult r;
+  const int64_t B = args_.micro_batch_size;
+  batches = std::min(batches, data.size() / B);
+  for (int64_t i = 0; i < batches; ++i) {
+    int64_t labelled = 0;
+    const T5Batch batch = batch_of(data, i * B, B, &labelled);
+    r.loss += model_->forward_loss(batch) / static_cast<double>(std::max<int64_t>(labelled, 1));
+  }
+  r.batches = batches;
+  if (batches > 0) r.loss /= static_cast<double>(batches);
+  return r;
+}
+
+void T5Trainer::evaluate_and_log(int64_t iteration) {
+  const T5EvalResult e = evaluate(*valid_, args_.eval_iters);
+  log_info("validation at iteration ", iteration, ": lm loss ", e.loss, " | lm ppl ", std::exp(e.loss));
+  write_metrics({{"iteration", iteration}, {"val_loss", e.loss}, {"val_ppl", std::exp(e.loss)}});
+}
+
+void T5Trainer::log_header() const {
+  const TransformerConfig& c = args_.model;
+  const T5Options& o = args_.t5.options;
+  log_info("MegaDLMs C++: t5 model, ", human_count(static_cast<double>(model_->params().numel())), " parameters (",
+           c.num_layers, " + ", o.num_decoder_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads,
+           " heads of ", c.kv_channels, ", ffn ", c.ffn_hidden_size, " ", t5_feed_forward_name(o.feed_forward), ", vocab ",
+           c.vocab_size, model_->tied() ? ", tied" : ", untied", " output",
+           o.scale_output ? " scaled by d_model^-0.5" : "", "); CPU, fp32, ", omp_get_max_threads(), " OpenMP threads a rank");
+  log_info("batch: micro ", args_.micro_batch_size, " x (encoder ", args_.t5.encoder_seq_length, " + decoder ",
+           args_.t5.decoder_seq_length, "), global ", args_.global_batch_size, " (",
+           args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_description_);
+  log_info("objective: span corruption (--mask-prob ", args_.mask_prob, " noise density, mean span 3, ",
+           tokens_.sentinels.size(), " sentinels), the mean CE over the labelled decoder rows");
+}
+
+double T5Trainer::flops_per_sample() const {
+  return t5_flops_per_sample(args_.model, args_.t5.options, args_.t5.encoder_seq_length, args_.t5.decoder_seq_length);
+}
+
+// The "t5" object convert_checkpoint writes (models/t5_options_json.h) with the special ids, so that
+// convert_checkpoint --to-hf exports the trained model; the data settings beside it.
+void T5Trainer::add_checkpoint_meta(nlohmann::json& m) const {
+  nlohmann::json t = t5_options_to_json(args_.t5.options);
+  t["pad_token_id"] = tokens_.pad;
+  t["eos_token_id"] = tokens_.eos;
+  t["decoder_start_token_id"] = tokens_.bos;
+  m["t5"] = t;
+  m["encoder_seq_length"] = args_.t5.encoder_seq_length;
+  m["decoder_seq_length"] = args_.t5.decoder_seq_length;
+  m["vocab_extra_ids"] = args_.t5.vocab_extra_ids;
+}
+
+nlohmann::json T5Trainer::model_options() const { return t5_options_to_json(args_.t5.options); }
+
+nlohmann::json T5Trainer::model_options_of(const nlohmann::json& meta) const {
+  const nlohmann::json t = meta.value("t5", nlohmann::json::object());
+  const nlohmann::json want = model_options();
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, value] : want.items())
+    if (t.contains(key)) out[key] = t[key];
+  return out;
+}
+
+}  // namespace megadlm
