@@ -13,10 +13,12 @@ namespace megadlm {
 T5Model::T5Model(const TransformerConfig& cfg, const T5Options& opt, const ParallelContext& ctx)
     : cfg_(cfg), opt_(opt), ctx_(ctx) {
   validate_config(cfg);
-  MEGADLM_CHECK(ctx.pp.size == 1 && ctx.cp.size == 1 && !sequence_parallel(ctx),
-                "--model-type t5 is built as one pipeline stage over whole sequences, without sequence ",
-                "parallelism: --pipeline-model-parallel-size ", ctx.pp.size, ", --context-parallel-size ", ctx.cp.size,
-                sequence_parallel(ctx) ? " and --sequence-parallel" : "", " are not available for it yet");
+  MEGADLM_CHECK(ctx.pp.size == 1 && ctx.cp.size == 1,
+                "--model-type t5 is built as one pipeline stage over whole sequences: pipeline and context ",
+                "parallelism (--pipeline-model-parallel-size ", ctx.pp.size, ", --context-parallel-size ", ctx.cp.size,
+                ") are not available for it yet");
+  MEGADLM_CHECK(!sequence_parallel(ctx), "--sequence-parallel is not available with --model-type t5 (its stacks ",
+                "keep every row on every tensor-parallel rank: docs/t5.md)");
   const ModelSpec spec = t5_model_spec(cfg, opt);  // validates the T5 settings
   tied_ = spec.heads.at(0).tied;
   auto vocab_rows = [&](const char* name) {  // this rank's rows of a [V, C] matrix
