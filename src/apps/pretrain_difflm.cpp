@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (args.model_type == megadlm::ModelType::T5) {
-      megadlm::T5Trainer trainer(args);  // CPU, fp32, data parallel (docs/t5.md)
+      megadlm::T5Trainer trainer(args);  // CPU, fp32, data and tensor parallel (docs/t5.md)
       trainer.run();
       return 0;
     }

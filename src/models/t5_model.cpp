@@ -4,19 +4,30 @@
 
 #include "kernels/backend.h"
 #include "models/language_model.h"
+#include "nn/vocab_gather.h"
+#include "nn/vocab_parallel_cross_entropy.h"
+#include "parallel/tp_mappings.h"
 
 namespace megadlm {
 
 T5Model::T5Model(const TransformerConfig& cfg, const T5Options& opt, const ParallelContext& ctx)
     : cfg_(cfg), opt_(opt), ctx_(ctx) {
   validate_config(cfg);
-  MEGADLM_CHECK(ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1,
-                "--model-type t5 is built for one rank per model replica: tensor, pipeline and context ",
-                "parallelism (--tensor-model-parallel-size ", ctx.tp.size, ", --pipeline-model-parallel-size ",
-                ctx.pp.size, ", --context-parallel-size ", ctx.cp.size, ") are not available for it yet");
+  MEGADLM_CHECK(ctx.pp.size == 1 && ctx.cp.size == 1,
+                "--model-type t5 is built as one pipeline stage over whole sequences: pipeline and context ",
+                "parallelism (--pipeline-model-parallel-size ", ctx.pp.size, ", --context-parallel-size ", ctx.cp.size,
+                ") are not available for it yet");
+  MEGADLM_CHECK(!sequence_parallel(ctx), "--sequence-parallel is not available with --model-type t5 (its stacks ",
+                "keep every row on every tensor-parallel rank: docs/t5.md)");
   const ModelSpec spec = t5_model_spec(cfg, opt);  // validates the T5 settings
   tied_ = spec.heads.at(0).tied;
-  embed_ = params_.add("embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size}, Init::Normal, cfg.init_method_std);
+  auto vocab_rows = [&](const char* name) {  // this rank's rows of a [V, C] matrix
+    return params_.add_balanced_shard(name, {cfg.vocab_size, cfg.hidden_size}, 0, ctx.tp.size, ctx.tp.rank,
+                                      Init::Normal, cfg.init_method_std);
+  };
+  embed_ = vocab_rows("embed_tokens.weight");
+  vocab_start_ = params_.info(embed_).shard_begin;
+  V_local_ = params_.info(embed_).shape[0];
   T5StackOptions so;
   so.num_buckets = opt.relative_attention_num_buckets;
   so.max_distance = opt.relative_attention_max_distance;
@@ -26,7 +37,7 @@ T5Model::T5Model(const TransformerConfig& cfg, const T5Options& opt, const Paral
   so.num_layers = spec.stacks.at(1).num_layers;
   so.decoder = true;
   decoder_ = T5Stack(params_, ctx_, "decoder", cfg_, so);
-  if (!tied_) lm_head_ = Linear(params_, ctx_, "lm_head", cfg.hidden_size, cfg.vocab_size, false, cfg.init_method_std);
+  output_ = tied_ ? embed_ : vocab_rows("lm_head.weight");
   params_.finalize();
 }
 
@@ -63,15 +74,19 @@ void T5Model::check(const T5Batch& b, bool labels) const {
 Tensor T5Model::embed(const std::vector<int32_t>& tokens) {
   const auto n = static_cast<int64_t>(tokens.size());
   Tensor x = arena_.tensor({n, cfg_.hidden_size});
-  backend_of(x).embedding_forward(x.data<float>(), tokens.data(), params_.value(embed_).data<float>(), 0,
-                                  cfg_.vocab_size, nullptr, nullptr, n, cfg_.hidden_size);
+  // This rank's rows of the table (zero for the others' tokens), summed over tp.
+  backend_of(x).embedding_forward(x.data<float>(), tokens.data(), params_.value(embed_).data<float>(), vocab_start_,
+                                  V_local_, nullptr, nullptr, n, cfg_.hidden_size);
+  tp_all_reduce_sum(ctx_, x.data<float>(), x.numel(), x.device());
   return x;
 }
 
 void T5Model::embed_backward(const std::vector<int32_t>& tokens, const Tensor& dx) {
+  // dx is the same on every rank; each adds the rows of its own tokens.
   params_.mark_grad_written(embed_);
-  backend_of(dx).embedding_backward(params_.grad(embed_).data<float>(), nullptr, dx.data<float>(), tokens.data(), 0,
-                                    cfg_.vocab_size, nullptr, static_cast<int64_t>(tokens.size()), cfg_.hidden_size);
+  backend_of(dx).embedding_backward(params_.grad(embed_).data<float>(), nullptr, dx.data<float>(), tokens.data(),
+                                    vocab_start_, V_local_, nullptr, static_cast<int64_t>(tokens.size()),
+                                    cfg_.hidden_size);
 }
 
 Tensor T5Model::decode(const T5Batch& b) {
@@ -99,7 +114,7 @@ float T5Model::output_scale() const {
 }
 
 Tensor T5Model::logits(const Tensor& h) {
-  const int64_t N = h.size(0), C = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t N = h.size(0), C = cfg_.hidden_size, Vl = V_local_;
   const Backend& be = backend_of(h);
   head_in_ = h;
   if (opt_.scale_output) {
@@ -107,15 +122,14 @@ Tensor T5Model::logits(const Tensor& h) {
     head_in_.copy_from(h);
     be.scale_inplace(head_in_.data<float>(), output_scale(), N * C);
   }
-  if (!tied_) return lm_head_.forward(arena_, head_in_);
-  Tensor out = arena_.tensor({N, V});
-  be.gemm(false, true, N, V, C, 1.0f, head_in_.data<float>(), C, params_.value(embed_).data<float>(), C, 0.0f,
-          out.data<float>(), V);
+  Tensor out = arena_.tensor({N, Vl});  // x_s W^T, W this rank's rows of the output matrix
+  be.gemm(false, true, N, Vl, C, 1.0f, head_in_.data<float>(), C, params_.value(output_).data<float>(), C, 0.0f,
+          out.data<float>(), Vl);
   return out;
 }
 
 double T5Model::head_loss(const T5Batch& b, Tensor& lg, float grad_scale, Tensor* dh) {
-  const int64_t N = lg.size(0), C = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t N = lg.size(0), C = cfg_.hidden_size, Vl = V_local_;
   const Backend& be = backend_of(lg);
   CrossEntropyArgs a;
   a.logits = lg.data<float>();
@@ -124,20 +138,19 @@ double T5Model::head_loss(const T5Batch& b, Tensor& lg, float grad_scale, Tensor
   a.ignore_index = kIgnoreIndex;
   a.grad_scale = grad_scale;
   a.N = N;
-  a.Vl = V;
-  a.V = V;
-  const double loss = be.cross_entropy(a);
+  a.Vl = Vl;
+  a.vocab_start = vocab_start_;
+  a.V = cfg_.vocab_size;
+  const double loss = vocab_parallel_cross_entropy(be, arena_, ctx_, a);
   if (!dh) return loss;
-  if (tied_) {
-    // dE [V, C] += dlogits^T x_s (added to what the embedding's backward adds); dh = dlogits E.
-    params_.mark_grad_written(embed_);
-    be.gemm(true, false, V, C, N, 1.0f, lg.data<float>(), V, head_in_.data<float>(), C, 1.0f,
-            params_.grad(embed_).data<float>(), C);
-    be.gemm(false, false, N, C, V, 1.0f, lg.data<float>(), V, params_.value(embed_).data<float>(), C, 0.0f,
-            dh->data<float>(), C);
-  } else {
-    lm_head_.backward(lg, *dh, false);
-  }
+  // dW [Vl, C] += dlogits^T x_s (tied: added to what the embedding's backward adds); dh = dlogits W,
+  // this rank's columns' part, summed over tp.
+  params_.mark_grad_written(output_);
+  be.gemm(true, false, Vl, C, N, 1.0f, lg.data<float>(), Vl, head_in_.data<float>(), C, 1.0f,
+          params_.grad(output_).data<float>(), C);
+  be.gemm(false, false, N, C, Vl, 1.0f, lg.data<float>(), Vl, params_.value(output_).data<float>(), C, 0.0f,
+          dh->data<float>(), C);
+  tp_all_reduce_sum(ctx_, dh->data<float>(), N * C, dh->device());
   if (opt_.scale_output) be.scale_inplace(dh->data<float>(), output_scale(), N * C);
   return loss;
 }
@@ -145,7 +158,7 @@ double T5Model::head_loss(const T5Batch& b, Tensor& lg, float grad_scale, Tensor
 Tensor T5Model::forward_logits(const T5Batch& b) {
   check(b, false);
   arena_.reset();
-  return logits(decode(b));
+  return gather_vocab_shards(arena_, ctx_, logits(decode(b)), cfg_.vocab_size);
 }
 
 double T5Model::forward_loss(const T5Batch& b) {

@@ -3,20 +3,24 @@
 // (models/t5_spec.h): one token embedding (embed_tokens [V, C]) read by both stacks, the encoder stack
 // and the decoder stack (nn/t5_stack.h), and the output: the decoder's output, times C^-0.5 where
 // T5Options::scale_output says, times the output matrix's transpose, embed_tokens (tied) or an lm_head
-// [V, C] of its own (untied). One rank, fp32, on the CPU
-// (docs/t5.md says what is left).
+// [V, C] of its own (untied). fp32, on the CPU (docs/t5.md says what is left).
+// Tensor parallelism: the stacks split heads and feed-forward columns (nn/t5_stack.h); the embedding
+// and the output matrix are vocab-parallel, rank r holding rows balanced_rows(V, tp, r) (Vl of them)
+// of each: the embedding's rows are summed over tp, the logits stay this rank's columns [B*T, Vl] for
+// the vocab-parallel cross-entropy (nn/vocab_parallel_cross_entropy.h) and are gathered only for
+// forward_logits; the head's input gradient is summed over tp. Every rank returns the same losses.
 // The loss is the sum of the softmax cross-entropy over the labelled decoder rows (label -100: none).
 // Padding: the masks give 1 for a token and 0 for padding; a padded key is seen by no query (the
 // encoder's padding also in the decoder's cross-attention). A padded row's own output is not T5's
 // concern: it carries no loss.
-// Legend: B sequences, S encoder rows and T decoder rows a sequence, C hidden, V vocabulary.
+// Legend: B sequences, S encoder rows and T decoder rows a sequence, C hidden, V vocabulary, Vl this
+// rank's rows of it.
 #include <cstdint>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/parameters.h"
 #include "models/t5_spec.h"
-#include "nn/linear.h"
 #include "nn/t5_stack.h"
 
 namespace megadlm {
@@ -45,7 +49,7 @@ class T5Model {
   const ParamStore& params() const { return params_; }
   bool tied() const { return tied_; }
 
-  // The decoder's logits [B*T, V] (arena, valid until the next call).
+  // The decoder's logits [B*T, V] (arena, valid until the next call; gathered over tp).
   Tensor forward_logits(const T5Batch& batch);
   // The loss (sum of CE over the labelled decoder rows), without gradients.
   double forward_loss(const T5Batch& batch);
@@ -58,7 +62,7 @@ class T5Model {
   Tensor embed(const std::vector<int32_t>& tokens);                      // -> [n, C] (arena)
   void embed_backward(const std::vector<int32_t>& tokens, const Tensor& dx);
   Tensor decode(const T5Batch& b);  // both stacks -> the decoder's output [B*T, C]; saves the inputs
-  Tensor logits(const Tensor& h);   // [B*T, C] -> [B*T, V]; saves the head's input
+  Tensor logits(const Tensor& h);   // [B*T, C] -> this rank's [B*T, Vl]; saves the head's input
   float output_scale() const;       // C^-0.5 in fp32, or 1
   // The logits' CE in place; with dh, dlogits (scaled by grad_scale) back through the head into dh.
   double head_loss(const T5Batch& b, Tensor& logits, float grad_scale, Tensor* dh);
@@ -69,9 +73,10 @@ class T5Model {
   ParamStore params_;
   Arena arena_;
   bool tied_ = true;
-  int embed_ = -1;  // embed_tokens.weight [V, C]
+  int embed_ = -1;   // embed_tokens.weight, this rank's rows [Vl, C]
+  int output_ = -1;  // the output matrix [Vl, C]: embed_ (tied) or lm_head.weight (untied)
+  int64_t vocab_start_ = 0, V_local_ = 0;  // this rank's rows [vocab_start_, vocab_start_ + Vl) of both
   T5Stack encoder_, decoder_;
-  Linear lm_head_;  // untied only
   // Saved by decode / logits.
   T5StackInputs enc_in_, dec_in_;
   Tensor memory_grad_, head_in_;  // head_in_: the decoder's output as the output matrix reads it (scaled)

@@ -8,9 +8,10 @@ namespace megadlm {
 
 T5Attention::T5Attention(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                          const TransformerConfig& cfg)
-    : H_(cfg.num_attention_heads), D_(cfg.kv_channels) {
-  MEGADLM_CHECK(ctx.tp.size == 1, name, ": T5's attention is built for one tensor-parallel rank, not ", ctx.tp.size);
-  const int64_t C = cfg.hidden_size, HD = H_ * D_;
+    : H_(cfg.num_attention_heads / ctx.tp.size), D_(cfg.kv_channels) {
+  MEGADLM_CHECK(cfg.num_attention_heads % ctx.tp.size == 0, name, ": --num-attention-heads ", cfg.num_attention_heads,
+                " is not divisible by --tensor-model-parallel-size ", ctx.tp.size);
+  const int64_t C = cfg.hidden_size, HD = cfg.num_attention_heads * D_;  // the whole inner size
   const float std = cfg.init_method_std;
   q_proj_ = Linear(store, ctx, name + ".q_proj", C, HD, false, std);
   k_proj_ = Linear(store, ctx, name + ".k_proj", C, HD, false, std);

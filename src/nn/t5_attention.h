@@ -7,7 +7,11 @@
 // under a causal mask) get the lowest float as their score, as HF's additive mask leaves them.
 // The slow, obvious form through the Backend: per (sequence, head) the scores as one product, the bias
 // and the masks, Backend::softmax_forward, the output as a second product; the probabilities
-// [B, H, T, S] are kept for the backward. One rank (T5Model refuses tensor parallelism).
+// [B, H, T, S] are kept for the backward.
+// Tensor parallelism (Megatron's attention split): rank r holds heads [r*Hl, (r+1)*Hl), Hl = H/tp: q, k
+// and v are column-parallel over the heads (their input gradients summed over tp by Linear), o is
+// row-parallel (its output summed over tp by Linear); the bias given is this rank's heads' [Hl, T, S].
+// Every other shape below with H reads Hl on a rank.
 // Legend: B sequences, T query rows and S key rows a sequence, C hidden, H heads, D head dim.
 #include <cstdint>
 #include <string>
@@ -21,7 +25,7 @@ namespace megadlm {
 // Which scores a forward computes and which keys each query sees.
 struct T5AttentionGeometry {
   int64_t B = 0, T = 0, S = 0;
-  const float* bias = nullptr;        // [H, T, S] added to every sequence's scores, or null
+  const float* bias = nullptr;        // [Hl, T, S] added to every sequence's scores, or null
   const int32_t* key_mask = nullptr;  // [B*S] 1 a key, 0 padding (seen by no query), or null
   bool causal = false;                // key j seen by query i only when j <= i (T == S)
 };
@@ -43,7 +47,7 @@ class T5Attention {
   bool visible(int64_t b, int64_t i, int64_t j) const {
     return (!geo_.key_mask || geo_.key_mask[b * geo_.S + j] != 0) && (!geo_.causal || j <= i);
   }
-  int64_t H_ = 0, D_ = 0;
+  int64_t H_ = 0, D_ = 0;  // H_: this rank's heads, Hl
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   // Saved by forward.
   T5AttentionGeometry geo_;

@@ -7,7 +7,6 @@ namespace megadlm {
 T5FeedForwardBlock::T5FeedForwardBlock(ParamStore& store, const ParallelContext& ctx, const std::string& name,
                                        const TransformerConfig& cfg, T5FeedForward kind)
     : kind_(kind) {
-  MEGADLM_CHECK(ctx.tp.size == 1, name, ": T5's feed-forward is built for one tensor-parallel rank, not ", ctx.tp.size);
   const int64_t C = cfg.hidden_size, F = cfg.ffn_hidden_size;
   const float std = cfg.init_method_std;
   if (kind == T5FeedForward::Relu) {

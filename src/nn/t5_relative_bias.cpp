@@ -28,10 +28,14 @@ int64_t t5_relative_position_bucket(int64_t relative, bool bidirectional, int64_
   return bucket + std::min(large, n - 1);
 }
 
-T5RelativeBias::T5RelativeBias(ParamStore& store, const std::string& name, int64_t num_buckets, int64_t H,
-                               int64_t max_distance, bool bidirectional, float init_std)
-    : store_(&store), buckets_(num_buckets), H_(H), max_distance_(max_distance), bidirectional_(bidirectional) {
-  w_ = store.add(name + ".weight", {num_buckets, H}, Init::Normal, init_std, /*weight_decay=*/false);
+T5RelativeBias::T5RelativeBias(ParamStore& store, const ParallelContext& ctx, const std::string& name,
+                               int64_t num_buckets, int64_t H, int64_t max_distance, bool bidirectional, float init_std)
+    : store_(&store), buckets_(num_buckets), max_distance_(max_distance), bidirectional_(bidirectional) {
+  MEGADLM_CHECK(H % ctx.tp.size == 0, name, ": ", H, " heads are not divisible by --tensor-model-parallel-size ",
+                ctx.tp.size);
+  H_ = H / ctx.tp.size;
+  w_ = store.add_sharded(name + ".weight", {num_buckets, H}, 1, ctx.tp.size, ctx.tp.rank, Init::Normal, init_std,
+                         /*weight_decay=*/false);
 }
 
 Tensor T5RelativeBias::forward(Arena& arena, int64_t T, int64_t S) {

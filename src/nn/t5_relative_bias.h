@@ -12,14 +12,18 @@
 // One table per stack, held by the stack's first layer and read by all of its layers: the stack makes
 // the bias once per forward, each layer's self-attention adds its gradient to one dbias, and the
 // table's gradient is that sum scattered by bucket. Host loops: the T5 family runs on the CPU in fp32
-// (docs/t5.md). One rank: each head's column is whole.
-// Legend: H heads, T query rows, S key rows (positions 0 .. T-1 and 0 .. S-1 in every sequence).
+// (docs/t5.md). Under tensor parallelism a rank's attention holds heads [r*H/tp, (r+1)*H/tp), so its
+// table is those columns, [num_buckets, H/tp]: registered as a column shard of the whole [num_buckets, H]
+// (split_dim 1), so that checkpoints hold the single-process table whatever the layout.
+// Legend: H heads, Hl = H/tp this rank's heads, T query rows, S key rows (positions 0 .. T-1 and
+// 0 .. S-1 in every sequence).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/parameters.h"
+#include "parallel/parallel_context.h"
 
 namespace megadlm {
 
@@ -29,18 +33,18 @@ int64_t t5_relative_position_bucket(int64_t relative, bool bidirectional, int64_
 class T5RelativeBias {
  public:
   T5RelativeBias() = default;
-  // Registers `name`.weight [num_buckets, H].
-  T5RelativeBias(ParamStore& store, const std::string& name, int64_t num_buckets, int64_t H, int64_t max_distance,
-                 bool bidirectional, float init_std);
+  // Registers `name`.weight, this rank's columns [num_buckets, Hl] of [num_buckets, H] (H: all heads).
+  T5RelativeBias(ParamStore& store, const ParallelContext& ctx, const std::string& name, int64_t num_buckets,
+                 int64_t H, int64_t max_distance, bool bidirectional, float init_std);
 
-  // -> bias [H, T, S] (arena); saves the buckets.
+  // -> bias [Hl, T, S] (arena) of this rank's heads; saves the buckets.
   Tensor forward(Arena& arena, int64_t T, int64_t S);
-  // dbias [H, T, S] (the sum over the sequences and the layers) -> the table's gradient accumulated.
+  // dbias [Hl, T, S] (the sum over the sequences and the layers) -> the table's gradient accumulated.
   void backward(const Tensor& dbias);
 
  private:
   ParamStore* store_ = nullptr;
-  int64_t buckets_ = 0, H_ = 0, max_distance_ = 0;
+  int64_t buckets_ = 0, H_ = 0, max_distance_ = 0;  // H_: this rank's heads, Hl
   bool bidirectional_ = true;
   int w_ = -1;
   int64_t T_ = 0, S_ = 0;

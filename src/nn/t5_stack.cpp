@@ -16,8 +16,8 @@ T5Stack::T5Stack(ParamStore& store, const ParallelContext& ctx, const std::strin
     y.self_norm = rmsnorm(n + ".input_layernorm");
     y.self_attn = T5Attention(store, ctx, n + ".self_attn", cfg);
     if (l == 0)
-      bias_ = T5RelativeBias(store, n + ".self_attn.relative_attention_bias", opt.num_buckets, H_, opt.max_distance,
-                             !opt.decoder, cfg.init_method_std);
+      bias_ = T5RelativeBias(store, ctx, n + ".self_attn.relative_attention_bias", opt.num_buckets, H_,
+                             opt.max_distance, !opt.decoder, cfg.init_method_std);
     if (opt.decoder) {
       y.cross_norm = rmsnorm(n + ".pre_cross_attn_layernorm");
       y.cross_attn = T5Attention(store, ctx, n + ".cross_attn", cfg);

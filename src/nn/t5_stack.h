@@ -10,9 +10,11 @@
 // cross-attention has none (as in HF). The decoder's self-attention is causal. The norms are T5's
 // scale-only RMSNorm with the config's epsilon. TransformerLayer's branches take a Sublayer that sees
 // one input; T5's attention also reads the stack's shared bias and the key masks, hence this stack of
-// its own (docs/t5.md).
+// its own (docs/t5.md). Under tensor parallelism the attention, its bias and the feed-forward hold this
+// rank's heads and columns (nn/t5_attention.h, nn/t5_feed_forward.h, nn/t5_relative_bias.h) and every
+// rank holds all rows of the residual stream; the norms are whole on every rank.
 // Legend: B sequences, T rows a sequence, N = B*T, S the encoder's rows a sequence (cross-attention),
-// C hidden.
+// C hidden, Hl this rank's heads (H/tp).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,7 +71,7 @@ class T5Stack {
   Norm final_norm_;
   // Saved by forward.
   T5StackInputs in_;
-  Tensor bias_values_;  // [H, T, T]
+  Tensor bias_values_;  // [Hl, T, T]: this rank's heads
 };
 
 }  // namespace megadlm

@@ -59,7 +59,7 @@ void declare(CliFlags& f) {
   f.add_string("model-type", "difflm",
                "difflm (masked diffusion, bidirectional), gpt (autoregressive), bert (MLM + sentence order; "
                "CPU, fp32, data and tensor parallel: docs/bert.md) or t5 (span corruption; CPU, fp32, data "
-               "parallel: docs/t5.md)");
+               "and tensor parallel: docs/t5.md)");
   f.add_bool("bert-no-binary-head", "--model-type bert: no pooler and binary (sentence-order) head");
   f.add_double("mask-prob", 0.15, "--model-type bert: share of a sample's tokens masked for the MLM loss; t5: the "
                "noise density (share of the text in the corrupted spans)", closed_open(0, 1));
@@ -218,7 +218,7 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
 }
 
 // --model-type bert and t5 train on the CPU in fp32 (train/family_trainer.h), BERT under data and
-// tensor parallelism, T5 under data parallelism: what that does not build is an Error naming the flag,
+// tensor parallelism (T5 without sequence parallelism): what that does not build is an Error naming the flag,
 // MoE first (both are dense only).
 void read_family_flags(const CliFlags& f, TrainArgs& a) {
   const bool bert = a.model_type == ModelType::BERT, t5 = a.model_type == ModelType::T5;
@@ -230,10 +230,8 @@ void read_family_flags(const CliFlags& f, TrainArgs& a) {
   MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type ", type, " is dense only: --num-experts ",
                 f.get_int("num-experts"), " is not available for it");
   const std::string why = bert ? " (pretrain_difflm trains BERT on the CPU, in fp32, under data and tensor parallelism: docs/bert.md)"
-                               : " (pretrain_difflm trains T5 on the CPU, in fp32, under data parallelism: docs/t5.md)";
-  std::vector<const char*> sizes = {"pipeline-model-parallel-size", "context-parallel-size", "expert-model-parallel-size"};
-  if (t5) sizes.push_back("tensor-model-parallel-size");
-  for (const char* flag : sizes)
+                               : " (pretrain_difflm trains T5 on the CPU, in fp32, under data and tensor parallelism: docs/t5.md)";
+  for (const char* flag : {"pipeline-model-parallel-size", "context-parallel-size", "expert-model-parallel-size"})
     MEGADLM_CHECK(f.get_int(flag) == 1, "--", flag, " ", f.get_int(flag), " is not available with --model-type ", type, why);
   MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"),
                 " is not available with --model-type ", type, why);

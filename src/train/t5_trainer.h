@@ -1,6 +1,6 @@
 #pragma once
 // pretrain_difflm --model-type t5: T5 pretraining by span corruption on the CPU in fp32 (docs/t5.md),
-// under data parallelism (with or without the distributed optimizer; one model replica a rank).
+// under data and tensor parallelism (with or without the distributed optimizer; not sequence parallel).
 // Samples come from T5Dataset over the --data-path prefix (sentence-split, --split by documents):
 // encoder inputs of --encoder-seq-length rows with the noise spans replaced by sentinels, decoder
 // targets of --decoder-seq-length rows. The vocabulary is the tokenizer's with [BOS] and [EOS] added

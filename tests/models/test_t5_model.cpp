@@ -12,6 +12,7 @@
 
 #include "grad_check.h"
 #include "models/t5_model.h"
+#include "models/t5_model_fixture.h"
 #include "nn/t5_attention.h"
 #include "nn/t5_feed_forward.h"
 #include "nn/t5_relative_bias.h"
@@ -21,6 +22,9 @@ namespace megadlm {
 namespace {
 
 using namespace test::grad_check;
+using test::t5_batch;
+using test::t5_config;
+using test::t5_options;
 
 TEST(T5RelativeBuckets, MatchHuggingFace) {
   const std::vector<int64_t> rel = {-200, -128, -100, -64, -40, -20, -17, -16, -15, -9, -8, -7, -3, -1, 0,
@@ -40,54 +44,6 @@ TEST(T5RelativeBuckets, MatchHuggingFace) {
       EXPECT_EQ(t5_relative_position_bucket(rel[i], c.bidirectional, c.buckets, c.max_distance), c.want[i])
           << "relative " << rel[i] << (c.bidirectional ? " bidirectional " : " unidirectional ") << c.buckets << "/"
           << c.max_distance;
-}
-
-TransformerConfig t5_config(bool v11) {
-  TransformerConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = 4;
-  c.kv_channels = 6;  // inner size 24 != hidden 16, as HF's d_kv allows
-  c.ffn_hidden_size = 20;
-  c.vocab_size = 23;
-  c.normalization = NormKind::RMSNorm;
-  c.norm_epsilon = 1e-6f;
-  c.add_bias_linear = false;
-  c.position_embedding = PositionEmbedding::None;
-  c.untie_embeddings_and_output_weights = v11;
-  return c;
-}
-
-T5Options t5_options(const TransformerConfig& c, bool v11) {
-  T5Options o = default_t5_options(c);
-  o.num_decoder_layers = 3;  // HF's num_decoder_layers may differ from num_layers
-  o.relative_attention_num_buckets = 8;
-  o.relative_attention_max_distance = 12;
-  o.feed_forward = v11 ? T5FeedForward::GatedGelu : T5FeedForward::Relu;
-  return o;
-}
-
-// Two sequences: 7 encoder rows (the second padded after 4), 5 decoder rows (the second padded after
-// 4), one labelled row without a loss.
-T5Batch t5_batch() {
-  T5Batch b;
-  b.B = 2;
-  b.S = 7;
-  b.T = 5;
-  const std::vector<float> r = test::random_vector(b.B * (b.S + 2 * b.T), 91, 0.0f, 1.0f);
-  size_t k = 0;
-  auto id = [&] { return static_cast<int32_t>(r[k++] * 22.999f); };
-  for (int64_t i = 0; i < b.B * b.S; ++i) {
-    b.encoder_tokens.push_back(id());
-    b.encoder_mask.push_back(i >= b.S + 4 ? 0 : 1);
-  }
-  for (int64_t i = 0; i < b.B * b.T; ++i) {
-    b.decoder_tokens.push_back(id());
-    b.decoder_mask.push_back(i == 2 * b.T - 1 ? 0 : 1);
-    b.labels.push_back(i == 2 || i == 2 * b.T - 1 ? kIgnoreIndex : id());
-  }
-  return b;
 }
 
 // y = o(softmax(q k^T + bias, hidden keys excluded) v) in double, from the module's own weights.

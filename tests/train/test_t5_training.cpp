@@ -121,7 +121,6 @@ TEST_F(T5Run, UnbuiltFlagsAreRefusedByName) {
   MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   const auto base = plus(t5_flags(data, vocab), {"--train-iters", "2"});
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--tensor-model-parallel-size", "2"}, "--tensor-model-parallel-size 2 is not available with --model-type t5"},
       {{"--pipeline-model-parallel-size", "2"}, "--pipeline-model-parallel-size 2 is not available with --model-type t5"},
       {{"--context-parallel-size", "2"}, "--context-parallel-size 2 is not available with --model-type t5"},
       {{"--expert-model-parallel-size", "2"}, "--expert-model-parallel-size 2 is not available with --model-type t5"},
