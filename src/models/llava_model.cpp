@@ -38,7 +38,8 @@ void LlavaVision::forward(const int32_t* tokens, const BatchInfo& info, Tensor& 
   rows_.clear();
   for (int64_t i = 0; i < N; ++i)
     if (tokens[i] == opt_.image_token) rows_.push_back(i);
-  MEGADLM_CHECK(static_cast<int64_t>(rows_.size()) == images_ * P, "LLaVA: the micro-batch has ", rows_.size(),
+  // No image rows: nothing to insert (a KV-cached decode step after the prompt).
+  MEGADLM_CHECK(rows_.empty() || static_cast<int64_t>(rows_.size()) == images_ * P, "LLaVA: the micro-batch has ", rows_.size(),
                 " image positions (token ", opt_.image_token, ") but ", images_, " images of ", P,
                 " patches were given for it");
   arena_.reset();

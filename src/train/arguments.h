@@ -12,6 +12,7 @@
 #include "objectives/masked_diffusion.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "train/llava_arguments.h"
 #include "train/parallel_arguments.h"
 #include "train/precision_arguments.h"
 #include "train/tensorboard_arguments.h"
@@ -36,6 +37,8 @@ struct TrainArgs {
   double mask_prob = 0.15;             // --mask-prob
   double short_seq_prob = 0.1;         // --short-seq-prob
   bool bert_binary_head = true;        // false: --bert-no-binary-head
+  // --model-type llava (train/llava_arguments.h): model_type is then the language backbone's
+  LlavaArgs llava;
   // data
   std::vector<std::string> data_path;  // [W1] P1 [W2 P2 ...]
   std::string split = "969,30,1";
