@@ -3,11 +3,12 @@
 # preprocessed with the images, a small CLIP tower + projector + language model trained from scratch with
 # the autoregressive (gpt) and the diffusion (difflm) backbone, then every held-out picture answered
 # (generate --image) and scored (score_shapes: colour, shape, count).
-#   scripts/llava_shapes.sh [WORK_DIR] [BUILD_DIR]      (ITERS=1500 by default)
+#   scripts/llava_shapes.sh [WORK_DIR] [BUILD_DIR]      (ITERS=1500, BACKBONES="gpt difflm" by default)
 set -euo pipefail
 WORK=${1:-runs/llava_shapes}
 BIN=${2:-build}/bin
 ITERS=${ITERS:-1500}
+BACKBONES=${BACKBONES:-gpt difflm}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 mkdir -p "$WORK/data"
 
@@ -34,7 +35,7 @@ TRAIN=(--micro-batch-size 16 --global-batch-size 16 --train-iters "$ITERS" --lr 
        --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.01 --clip-grad 1.0
        --data-path "$WORK/data/train_conversation_document" --split 100,0,0 --sft --log-interval 100 --eval-iters 0)
 
-for lm in gpt difflm; do
+for lm in $BACKBONES; do
   rm -rf "$WORK/$lm"
   /usr/bin/time -f "$lm training: %e s" "$BIN/pretrain_difflm" --model-type llava --language-model-type "$lm" \
     "${MODEL[@]}" "${TRAIN[@]}" --save "$WORK/$lm" 2>&1 | tee "$WORK/$lm.log" | grep -E "iteration .*00/|training:|error"

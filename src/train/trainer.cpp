@@ -258,6 +258,21 @@ void Trainer::print_header() const {
            " parameters (", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads / ",
            c.num_query_groups, " kv groups, head dim ", c.kv_channels, ", ffn ", c.ffn_hidden_size, ", vocab ",
            c.vocab_size, " padded from ", tokenizer_->vocab_size(), ")");
+  if (args_.llava.enabled) {
+    LlavaVision& v = llava_vision(*model_);
+    const auto count = [&](std::pair<int, int> ids) {
+      int64_t n = 0;
+      for (int id = ids.first; id < ids.second; ++id) n += model_->params().info(id).shape.numel();
+      return static_cast<double>(n);
+    };
+    const LlavaOptions& o = args_.llava.options;
+    log_info("LLaVA: vision tower ", human_count(count(v.tower_params())), " parameters (", o.vision.num_layers,
+             " layers, hidden ", o.vision.hidden_size, ", ", o.clip.image_size, " px in patches of ", o.clip.patch_size,
+             ": ", v.patches(), " positions an image, feature layer ", o.clip.feature_layer, ")",
+             args_.llava.freeze_vision ? " frozen" : "", "; projector ", projector_type_name(o.projector), " ",
+             human_count(count(v.projector_params())), "; language model ", model_type_name(args_.model_type),
+             args_.llava.freeze_language ? " frozen" : "", "; image token ", o.image_token);
+  }
   log_info("memory estimate: ", human_bytes(mem.total()), " (", human_bytes(mem.params_bytes), " weights+grads+AdamW, ",
            human_bytes(mem.activations_bytes), " activations, ", human_bytes(mem.precision_bytes),
            " precision buffers); flat parameter buffer: ", params, " floats");

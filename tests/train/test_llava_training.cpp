@@ -21,6 +21,7 @@
 #include "data/shape_scenes.h"
 #include "models/gpt_spec.h"
 #include "models/llava_model.h"
+#include "robustness/child_process.h"
 #include "test_util.h"
 #include "train/data_setup.h"
 #include "train_fixture.h"
@@ -169,6 +170,39 @@ TEST(LlavaTraining, BothBackbonesResumeBitwise) {
     const std::string e = error_of_run(plus(flags, {"--save", part, "--load", part, "--vision-feature-layer", "-1"}));
     EXPECT_NE(e.find("vision tower"), std::string::npos) << e;
   }
+}
+
+// generate answers a picture with both backbones' checkpoints (the image expanded into P positions of
+// the prompt) and refuses --image for a checkpoint without a tower.
+TEST(LlavaTraining, GenerateAnswersAPictureAndRefusesImagesWithoutATower) {
+  MEGADLM_REQUIRE_BINARY("generate");
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 8);
+  const std::string prompt = "<|im_start|>user\n<image>\nWhat?<|im_end|>\n<|im_start|>assistant\n";
+  for (const std::string lm : {"gpt", "difflm"}) {
+    SCOPED_TRACE(lm);
+    const std::string save = dir / lm;
+    test::run_training(plus(llava_flags(data, lm), {"--train-iters", "2"}), {"--save", save});
+    const std::string out = dir / (lm + ".jsonl");
+    auto r = test::run_binary("generate", {"--load", save, "--image", dir / "pic0.png", "--prompt", prompt,
+                                           "--max-new-tokens", "4", "--gen-length", "4", "--steps", "4",
+                                           "--output", out},
+                              dir / "log.txt");
+    ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(read_file(out));
+    EXPECT_EQ(j["image"], dir / "pic0.png");
+    EXPECT_GE(j["tokens"].get<int64_t>(), 1);
+    r = test::run_binary("generate", {"--load", save, "--prompt", prompt}, dir / "log.txt");
+    EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+    EXPECT_NE(r.output.find("needs --image"), std::string::npos) << r.output;
+  }
+  const std::string text = test::make_sft_dataset(dir.str(), 8);
+  const std::string gpt = dir / "text_gpt";
+  test::run_training(plus({"pretrain_difflm"}, plus(test::tiny_sft_flags(text, "gpt"), {"--train-iters", "1"})),
+                     {"--save", gpt});
+  auto r = test::run_binary("generate", {"--load", gpt, "--image", dir / "pic0.png", "--prompt", "x"}, dir / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find("--image needs a llava checkpoint"), std::string::npos) << r.output;
 }
 
 TEST(LlavaTraining, AFrozenTowerStaysAsInitialised) {
