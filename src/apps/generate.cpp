@@ -12,6 +12,10 @@
 //   generate --load runs/dlm --prompt-file prompts.jsonl --threshold 0.9 --prefix-cache --output out.jsonl
 //   generate --load runs/bd3 --prompt "The jury said" --sampler bd3 --steps 8 --max-new-tokens 256
 //   generate --load runs/gpt --prompt "Once" --max-new-tokens 128 --temperature 0.8 --top-p 0.95
+// LLaVA checkpoints (--model-type llava, docs/llava.md) take images: --image FILE for the --prompt
+// prompts, or an "image" key on each --prompt-file line; each "<image>" in a prompt stands for one
+// image, expanded into the model's P positions of the image token. AR LLaVA prompts decode one at a time.
+//   generate --load runs/llava --image pic.png --prompt $'<|im_start|>user\n<image>\nWhat is in the picture?...'
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -25,6 +29,9 @@
 #include "core/file_io.h"
 #include "core/log.h"
 #include "core/cli_flags.h"
+#include "data/clip_image_processor.h"
+#include "data/image.h"
+#include "models/llava_model.h"
 #include "tokenizers/tokenizer.h"
 #include "tokenizers/unicode.h"
 #include "infer/block_sampling.h"
@@ -34,7 +41,8 @@ using namespace megadlm;
 
 namespace {
 
-std::vector<std::string> read_prompts(const std::string& path) {
+// The prompts of a .jsonl file, and each line's "image" path ("" when it has none) in `images`.
+std::vector<std::string> read_prompts(const std::string& path, std::vector<std::string>& images) {
   std::vector<std::string> prompts;
   std::ifstream in = open_input_file(path, "--prompt-file", false);
   std::string line;
@@ -51,9 +59,54 @@ std::vector<std::string> read_prompts(const std::string& path) {
     const char* key = j.contains("prompt") ? "prompt" : "text";
     MEGADLM_CHECK(j.contains(key) && j[key].is_string(), path, ":", n, ": no string \"prompt\" or \"text\" key");
     prompts.push_back(j[key].get<std::string>());
+    MEGADLM_CHECK(!j.contains("image") || j["image"].is_string(), path, ":", n, ": \"image\" is not a path");
+    images.push_back(j.value("image", std::string()));
   }
   return prompts;
 }
+
+// LLaVA's prompts: the text's "<image>" markers become P copies of the image token (the text between
+// them encoded as usual), and its image's pixel values (CLIP's processor `cfg`) go beside it.
+struct LlavaPrompts {
+  LlavaVision* vision = nullptr;  // null: not a LLaVA model
+  ClipImageConfig processor;
+  std::vector<std::vector<float>> pixels;  // per prompt: [n, 3, H, W]
+  std::vector<int64_t> images;             // per prompt: n
+
+  std::vector<int32_t> encode(const Tokenizer& tok, const std::string& prompt, const std::string& image_path) {
+    const std::string marker = "<image>";
+    std::vector<int32_t> ids;
+    int64_t n = 0;
+    size_t at = 0;
+    for (size_t next; (next = prompt.find(marker, at)) != std::string::npos; at = next + marker.size(), ++n) {
+      const std::vector<int32_t> piece = tok.encode(prompt.substr(at, next - at));
+      ids.insert(ids.end(), piece.begin(), piece.end());
+      ids.insert(ids.end(), static_cast<size_t>(vision->patches()), vision->options().image_token);
+    }
+    const std::vector<int32_t> rest = tok.encode(prompt.substr(at));
+    ids.insert(ids.end(), rest.begin(), rest.end());
+    MEGADLM_CHECK(n <= 1, "generate: a prompt with ", n, " <image> markers; one image a prompt is built");
+    MEGADLM_CHECK(n == 0 || !image_path.empty(), "generate: a prompt with <image> needs --image (or an \"image\" key)");
+    std::vector<float> px;
+    if (n == 1) px = clip_preprocess(processor, decode_image(read_file(image_path, "--image"), image_path));
+    const int64_t S = vision->options().clip.image_size;
+    MEGADLM_CHECK(px.empty() || static_cast<int64_t>(px.size()) == 3 * S * S, image_path, ": the image processor gives ",
+                  px.size() / 3, " pixels, not the model's ", S, " x ", S, " (--image-processor)");
+    pixels.push_back(std::move(px));
+    images.push_back(n);
+    return ids;
+  }
+  // The images of prompts idx, in order, handed to the model for the next forwards.
+  void feed(const std::vector<size_t>& idx) {
+    std::vector<float> all;
+    int64_t n = 0;
+    for (size_t i : idx) {
+      all.insert(all.end(), pixels[i].begin(), pixels[i].end());
+      n += images[i];
+    }
+    vision->set_images(all.data(), n);
+  }
+};
 
 // The sampler `name` (--sampler, or bd3 for a block-diffusion checkpoint when --sampler is not given):
 // llada and mdlm (diffusion_sampler_from_name), or bd3; --commit-rule belongs to bd3.
@@ -136,6 +189,10 @@ int main(int argc, char** argv) {
     f.add_int("top-k", 0, "gpt: keep the k most likely tokens (0 = all)", at_least(0));
     f.add_double("top-p", 1.0, "gpt: nucleus sampling threshold", open_closed(0, 1));
     f.add_int("seed", 0, "sampling seed (prompt i uses seed + i)");
+    f.add_string("image", "", "llava: the image of the --prompt prompts (PNG or JPEG)");
+    f.add_string("image-processor", "",
+                 "llava: a preprocessor_config.json for the images (default: CLIP's, resized and cropped to the "
+                 "model's image size)");
     f.parse(argc, argv);
     if (f.help_requested()) {
       std::fputs(f.help().c_str(), stdout);
@@ -156,17 +213,42 @@ int main(int argc, char** argv) {
     const BlockSampleOptions bd3_base = bd3 ? bd3_options(f, lm, tok->vocab_size()) : BlockSampleOptions{};
 
     std::vector<std::string> prompts = f.get_list("prompt");
+    std::vector<std::string> prompt_images(prompts.size(), f.get_string("image"));
     if (!f.get_string("prompt-file").empty()) {
-      const std::vector<std::string> more = read_prompts(f.get_string("prompt-file"));
+      const std::vector<std::string> more = read_prompts(f.get_string("prompt-file"), prompt_images);
       prompts.insert(prompts.end(), more.begin(), more.end());
     }
-    if (prompts.empty()) prompts.push_back("");
-    const int64_t batch = f.get_int("batch-size");
+    if (prompts.empty()) {
+      prompts.push_back("");
+      prompt_images.push_back("");
+    }
+    LlavaPrompts llava;
+    llava.vision = dynamic_cast<LlavaVision*>(lm.model->inserts());
+    for (const char* flag : {"image", "image-processor"})
+      MEGADLM_CHECK(llava.vision != nullptr || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
+                    " holds a language model without a vision tower");
+    if (llava.vision) {
+      const int64_t S = llava.vision->options().clip.image_size;
+      if (f.given("image-processor")) {
+        llava.processor = read_clip_image_config(f.get_string("image-processor"));
+      } else {
+        llava.processor.shortest_edge = S;
+        llava.processor.crop_height = llava.processor.crop_width = S;
+      }
+      MEGADLM_CHECK(!bd3, "--sampler bd3 does not take llava checkpoints");
+    }
+    // Sampled ids stay in the tokenizer's vocabulary; a LLaVA model's image token, when it is the last id
+    // there, is left out (it is an input only).
+    int64_t vocab_limit = tok->vocab_size();
+    if (llava.vision && llava.vision->options().image_token == vocab_limit - 1) vocab_limit -= 1;
+    // Autoregressive LLaVA prompts decode one at a time (each prefill holds its own image rows).
+    const int64_t batch = llava.vision && !lm.diffusion ? 1 : f.get_int("batch-size");
     const uint64_t seed = static_cast<uint64_t>(f.get_int("seed"));
 
     std::vector<std::vector<int32_t>> ids;
-    for (const auto& p : prompts) {
-      ids.push_back(tok->encode(p));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::string& p = prompts[i];
+      ids.push_back(llava.vision ? llava.encode(*tok, p, prompt_images[i]) : tok->encode(p));
       if (!lm.diffusion && ids.back().empty()) ids.back().push_back(lm.eod);  // AR needs a first token
     }
     // Batches: lists of prompt indices. Diffusion canvases share one length, so group by it.
@@ -198,6 +280,7 @@ int main(int argc, char** argv) {
       }
       std::vector<std::vector<int32_t>> out;
       DiffusionStats stats;
+      if (llava.vision) llava.feed(idx);
       if (bd3) {
         BlockSampleOptions o = bd3_base;
         o.seeds = seeds;
@@ -215,7 +298,7 @@ int main(int argc, char** argv) {
         o.prefix_cache = f.get_bool("prefix-cache");
         o.temperature = static_cast<float>(f.get_double("temperature"));
         o.mask_token = lm.mask_token;
-        o.vocab_limit = tok->vocab_size();
+        o.vocab_limit = vocab_limit;
         o.seeds = seeds;
         o.stats = &stats;
         out = diffusion_generate_batch(*lm.model, in, o);
@@ -226,7 +309,7 @@ int main(int argc, char** argv) {
         o.top_k = f.get_int("top-k");
         o.top_p = static_cast<float>(f.get_double("top-p"));
         o.eod = lm.eod;
-        o.vocab_limit = tok->vocab_size();
+        o.vocab_limit = vocab_limit;
         o.seeds = seeds;
         o.kv_cache = !f.get_bool("no-kv-cache");
         out = ar_generate_batch(*lm.model, in, o);
@@ -251,6 +334,7 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"prompt", prompt}, {"generation", text}, {"tokens", gen[i].size()},
                           {"batch_seconds", secs[i]}};
       if (lm.diffusion) j["denoising_steps"] = model_calls[i];
+      if (!prompt_images[i].empty()) j["image"] = prompt_images[i];
       if (to_file) out_file << j.dump() << "\n";
       else std::cout << "=== prompt: " << prompt << "\n" << prompt << text << "\n";
     }

@@ -5,6 +5,7 @@
 #include "models/config_json.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
+#include "models/llava_model.h"
 
 namespace megadlm {
 
@@ -25,9 +26,12 @@ LoadedModel load_model(const std::string& path, Device device) {
   MEGADLM_CHECK(meta.contains("config") && meta.contains("model_type"), where, ": lacks the model config or type");
   const TransformerConfig cfg = config_from_json(meta["config"], where);
   MEGADLM_CHECK(meta["model_type"] != "clip_vision", where, ": a clip_vision model (CLIP's vision tower): generate ",
-                "and evaluate run gpt and difflm models (LLaVA is not built: docs/llava.md); convert_checkpoint --to-hf ",
-                "exports it");
-  const ModelType type = model_type_from_name(meta["model_type"].get<std::string>());
+                "and evaluate run gpt, difflm and llava models; convert_checkpoint --to-hf exports it");
+  // LLaVA: the language backbone's type, and the tower and projector from the "llava" options.
+  const bool llava = meta["model_type"] == "llava";
+  MEGADLM_CHECK(!llava || device == Device::CPU, where, ": a llava model runs on the CPU (--device cpu)");
+  const ModelType type = model_type_from_name(
+      llava ? meta.value("language_model_type", std::string("?")) : meta["model_type"].get<std::string>());
   MEGADLM_CHECK(type != ModelType::BERT, where, ": a bert model: generate and evaluate run gpt and difflm models ",
                 "(BERT's inference tools are not built: docs/bert.md); convert_checkpoint --to-hf exports it");
   MEGADLM_CHECK(type != ModelType::T5, where, ": a t5 model: generate and evaluate run gpt and difflm models ",
@@ -36,7 +40,9 @@ LoadedModel load_model(const std::string& path, Device device) {
   m.mask_token = meta.value("mask_token", -1);
   m.eod = meta.value("eod", -1);
   const ModelSpec spec = model_spec(type, cfg);
-  m.model = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
+  m.model = llava ? make_llava_model(cfg, spec, llava_from_json(meta.value("llava", nlohmann::json()), where),
+                                     ParallelContext::single())
+                  : std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single());
   load_checkpoint_tensors(m.dir, *m.model, nullptr);
   if (device != Device::CPU) {
     auto on_device = std::make_unique<LanguageModel>(cfg, spec, ParallelContext::single(), true, true, device);

@@ -50,6 +50,7 @@ class SftDataset : public TokenDataset {
   int64_t num_epochs() const { return num_epochs_; }
   // order()[k]: the sequence (conversation) of sample k.
   const std::vector<int32_t>& order() const { return order_; }
+  const IndexedDataset& data() const { return *data_; }
 
  private:
   int32_t sequence_of(int64_t i) const;  // checks i

@@ -7,23 +7,24 @@
 namespace megadlm {
 
 ClipVisionModel::ClipVisionModel(const TransformerConfig& cfg, const ClipVisionOptions& opt,
-                                 const ParallelContext& ctx)
-    : cfg_(cfg), opt_(opt), ctx_(ctx) {
+                                 const ParallelContext& ctx, ParamStore* store, const std::string& prefix)
+    : cfg_(cfg), opt_(opt), ctx_(ctx), params_(store ? *store : own_params_) {
   validate_config(cfg);
   MEGADLM_CHECK(ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1,
                 "CLIP's vision tower is built for one rank per model replica (no tensor, pipeline or context ",
                 "parallelism yet)");
   const ModelSpec spec = clip_vision_model_spec(cfg, opt);
-  const StackSpec& stack = spec.stacks[0];
+  StackSpec stack = spec.stacks[0];
+  stack.prefix = prefix + stack.prefix;
   const int64_t f = clip_feature_layers(cfg.num_layers, opt.feature_layer);
   // Registration order: the embeddings and pre_layrnorm, the layers in order, post_layernorm (HF's).
-  embedding_ = PatchEmbedding(params_, "embeddings", opt.image_size, opt.patch_size, cfg.hidden_size,
+  embedding_ = PatchEmbedding(params_, prefix + "embeddings", opt.image_size, opt.patch_size, cfg.hidden_size,
                               cfg.init_method_std);
-  pre_norm_ = make_norm(params_, ctx_, "pre_layrnorm", NormKind::LayerNorm, cfg_);
+  pre_norm_ = make_norm(params_, ctx_, prefix + "pre_layrnorm", NormKind::LayerNorm, cfg_);
   to_features_ = TransformerBlock(params_, ctx_, cfg_, stack, LayerRange{0, f});
   after_features_ = TransformerBlock(params_, ctx_, cfg_, stack, LayerRange{f, cfg.num_layers});
-  post_norm_ = make_norm(params_, ctx_, "post_layernorm", NormKind::LayerNorm, cfg_);
-  params_.finalize();
+  post_norm_ = make_norm(params_, ctx_, prefix + "post_layernorm", NormKind::LayerNorm, cfg_);
+  if (store == nullptr) params_.finalize();
 }
 
 ClipVisionModel::Outputs ClipVisionModel::forward(const Tensor& pixels, bool all) {

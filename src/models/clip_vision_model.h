@@ -16,6 +16,7 @@
 // its parameters get no gradient; the optimizer skips them (AdamW::freeze, optim/adamw.h).
 // Legend: B images, P patches an image, S = P + 1 rows an image (the class token first), C hidden.
 #include <cstdint>
+#include <string>
 
 #include "core/arena.h"
 #include "core/parameters.h"
@@ -28,7 +29,10 @@ namespace megadlm {
 
 class ClipVisionModel {
  public:
-  ClipVisionModel(const TransformerConfig& cfg, const ClipVisionOptions& opt, const ParallelContext& ctx);
+  // With `store`, the tower registers its parameters there under `prefix` (LLaVA's vision_tower.) and
+  // leaves the store to be finalized by its owner; else into a store of its own, finalized here.
+  ClipVisionModel(const TransformerConfig& cfg, const ClipVisionOptions& opt, const ParallelContext& ctx,
+                  ParamStore* store = nullptr, const std::string& prefix = "");
   // The modules keep pointers to this model's context: not copied or moved.
   ClipVisionModel(const ClipVisionModel&) = delete;
   ClipVisionModel& operator=(const ClipVisionModel&) = delete;
@@ -58,7 +62,8 @@ class ClipVisionModel {
   TransformerConfig cfg_;
   ClipVisionOptions opt_;
   ParallelContext ctx_;
-  ParamStore params_;
+  ParamStore own_params_;
+  ParamStore& params_;  // own_params_ or the store given
   Arena arena_;
   PatchEmbedding embedding_;
   Norm pre_norm_, post_norm_;

@@ -50,7 +50,8 @@ LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int 
 }
 
 LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec, const ParallelContext& ctx,
-                             bool pre_process, bool post_process, Device device)
+                             bool pre_process, bool post_process, Device device,
+                             const EmbeddingInsertsFactory& inserts)
     : cfg_(cfg),
       ctx_(ctx),
       pre_process_(pre_process && ctx.is_first_stage()),
@@ -71,6 +72,10 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec
     arena_.set_device(device);
   }
   layer_range_ = pipeline_stage_layers(cfg, ctx.pp.size, ctx.pp.rank);
+  if (inserts) {
+    MEGADLM_CHECK(pre_process_, "LanguageModel: rows inserted into the input embeddings need the first stage");
+    inserts_ = inserts(params_, ctx_);
+  }
   if (pre_process_) embedding_ = Embedding(params_, ctx_, cfg_, spec.embedding);
   decoder_ = TransformerBlock(params_, ctx_, cfg_, stack, layer_range_);
   const bool tied = spec.heads[0].tied;
@@ -165,6 +170,7 @@ Tensor LanguageModel::forward_stage(const MicroBatch& mb_host, const float* inpu
   Tensor x;
   if (pre_process_) {
     x = embedding_.forward(arena_, mb.tokens, info);
+    if (inserts_) inserts_->forward(mb_host.tokens.data(), info, x);
   } else {
     MEGADLM_CHECK(input != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the previous stage's activation");
     // Copied: the layers keep pointers to their inputs until backward.
@@ -200,6 +206,7 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
     if (grads_ready_) grads_ready_(decoder_.first_param(l));
   });
   if (pre_process_) {
+    if (inserts_) inserts_->backward(host_mb.tokens.data(), mb.info, *dy);
     embedding_.backward(*dy);
   } else {
     MEGADLM_CHECK(input_grad != nullptr, "pipeline stage ", ctx_.pp.rank, ": no buffer for the input gradient");
@@ -264,8 +271,9 @@ Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache
                 "KV cache was not allocated for this model");
   const Staged dmb = stage(mb);  // on a device: the tokens and positions uploaded
   const BatchInfo& info = dmb.info;
-  Tensor x = decoder_.forward_cached(arena_, embedding_.forward(arena_, dmb.tokens, info), info, cache, first_seq,
-                                     offsets, causal);
+  Tensor x = embedding_.forward(arena_, dmb.tokens, info);
+  if (inserts_) inserts_->forward(mb.tokens.data(), info, x);
+  x = decoder_.forward_cached(arena_, x, info, cache, first_seq, offsets, causal);
   if (last_only && mb.T > 1) {
     // Only the last row of each sequence feeds the head: the [T, V] logits are not needed.
     const int64_t C = cfg_.hidden_size;

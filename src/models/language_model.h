@@ -28,6 +28,7 @@
 #include "nn/kv_cache.h"
 #include "nn/lm_head.h"
 #include "core/parameters.h"
+#include "models/embedding_inserts.h"
 #include "models/micro_batch.h"
 #include "models/model_spec.h"
 #include "models/pipeline_stage.h"
@@ -45,12 +46,15 @@ LayerRange pipeline_stage_layers(const TransformerConfig& cfg, int pp_size, int 
 class LanguageModel : public PipelineStage {
  public:
   // spec: one stack and an LM head (decoder_model_spec, gpt_model_spec, difflm_model_spec); an Error
-  // otherwise.
+  // otherwise. inserts: a module that computes some rows of the input embeddings (LLaVA's image
+  // features, models/embedding_inserts.h), its parameters first in the store; first stage only.
   LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec, const ParallelContext& ctx,
-                bool pre_process = true, bool post_process = true, Device device = Device::CPU);
+                bool pre_process = true, bool post_process = true, Device device = Device::CPU,
+                const EmbeddingInsertsFactory& inserts = {});
   Device device() const override { return params_.device(); }
 
   const TransformerConfig& config() const { return cfg_; }
+  EmbeddingInserts* inserts() { return inserts_.get(); }  // null without one
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
   Arena& arena() { return arena_; }
@@ -140,6 +144,7 @@ class LanguageModel : public PipelineStage {
   bool pre_process_, post_process_;
   LayerRange layer_range_;
   int shared_embedding_ = -1;
+  std::unique_ptr<EmbeddingInserts> inserts_;
   Embedding embedding_;
   TransformerBlock decoder_;  // this stage's layers
   Norm final_norm_;

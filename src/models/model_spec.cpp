@@ -13,7 +13,7 @@ ModelType model_type_from_name(const std::string& name) {
   if (name == "difflm") return ModelType::DiffLM;
   if (name == "bert") return ModelType::BERT;
   if (name == "t5") return ModelType::T5;
-  fail("--model-type: unknown value '", name, "' (expected difflm, gpt, bert or t5)");
+  fail("--model-type: unknown value '", name, "' (expected difflm, gpt, bert, t5 or llava)");
 }
 
 const char* model_type_name(ModelType t) {

@@ -58,8 +58,9 @@ void declare(CliFlags& f) {
   // model
   f.add_string("model-type", "difflm",
                "difflm (masked diffusion, bidirectional), gpt (autoregressive), bert (MLM + sentence order; "
-               "CPU, fp32, data and tensor parallel: docs/bert.md) or t5 (span corruption; CPU, fp32, data "
-               "and tensor parallel: docs/t5.md)");
+               "CPU, fp32, data and tensor parallel: docs/bert.md), t5 (span corruption; CPU, fp32, data "
+               "and tensor parallel: docs/t5.md) or llava (a vision tower and projector in front of a gpt or "
+               "difflm backbone, --language-model-type; docs/llava.md)");
   f.add_bool("bert-no-binary-head", "--model-type bert: no pooler and binary (sentence-order) head");
   f.add_double("mask-prob", 0.15, "--model-type bert: share of a sample's tokens masked for the MLM loss; t5: the "
                "noise density (share of the text in the corrupted spans)", closed_open(0, 1));
@@ -143,6 +144,7 @@ void declare(CliFlags& f) {
   f.add_int("eval-iters", 10, "validation micro-batches per evaluation", at_least(0));
   f.add_int("log-interval", 10, "iterations between log lines", at_least(0));
   declare_tensorboard_flags(f);  // --tensorboard-dir, ... (train/tensorboard_arguments.cpp)
+  declare_llava_flags(f);  // --language-model-type, --img-h, --vision-*, ... (train/llava_arguments.cpp)
   // checkpoints
   f.add_string("save", "", "checkpoint directory (guide spelling: --output-dir)");
   f.add_int("save-interval", 0, "iterations between checkpoints (0 = only at the end)", at_least(0));
@@ -286,7 +288,8 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   require_unsupported_off(f);
   require_same_flags_on_every_rank(f, *world_communicator());
 
-  a.model_type = model_type_from_name(f.get_string("model-type"));
+  a.llava = read_llava_flags(f, f.get_string("model-type"), static_cast<float>(f.get_double("init-method-std")));
+  a.model_type = a.llava.enabled ? a.llava.language : model_type_from_name(f.get_string("model-type"));
   read_family_flags(f, a);
   a.model_running_mode = f.get_string("model-running-mode");
   MEGADLM_CHECK(a.model_running_mode == "difflm-noshift" || a.model_running_mode == "vanilla",
@@ -369,6 +372,10 @@ bool parse_train_args(int argc, const char* const* argv, TrainArgs& a) {
   a.eod_mask_loss = f.get_bool("eod-mask-loss");
   read_sft_flags(f, a);
   read_block_diffusion_flags(f, a);
+  MEGADLM_CHECK(!a.llava.enabled || (a.sft && !a.sft_packing), "--model-type llava trains on --sft data from ",
+                "preprocess_data --image-key --chat-template, one conversation per sample (give --sft, without --sft-packing)");
+  MEGADLM_CHECK(!a.llava.enabled || a.load_hf.empty(), "--load-hf does not apply to --model-type llava (no ",
+                "LLaVA HuggingFace import yet)");
   MEGADLM_CHECK(!(a.sft && f.get_bool("block-diffusion")), "--sft with --block-diffusion is not supported: the block diffusion ",
                 "objective takes no loss mask");
 

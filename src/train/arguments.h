@@ -12,6 +12,7 @@
 #include "objectives/masked_diffusion.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "train/llava_arguments.h"
 #include "train/parallel_arguments.h"
 #include "train/precision_arguments.h"
 #include "train/t5_arguments.h"
@@ -39,6 +40,8 @@ struct TrainArgs {
   bool bert_binary_head = true;        // false: --bert-no-binary-head
   // --model-type t5 (train/t5_trainer.h): --mask-prob is the noise density, --short-seq-prob as BERT's
   T5Args t5;                           // --encoder-seq-length, ... (train/t5_arguments.h)
+  // --model-type llava (train/llava_arguments.h): model_type is then the language backbone's
+  LlavaArgs llava;
   // data
   std::vector<std::string> data_path;  // [W1] P1 [W2 P2 ...]
   std::string split = "969,30,1";

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
+#include "data/llava_dataset.h"
 #include "data/preprocess.h"
 #include "objectives/block_diffusion.h"
 #include "objectives/masked_diffusion.h"
@@ -112,6 +113,18 @@ GPTDatasetConfig gpt_config(const TrainArgs& a, const DataBlend& blend) {
   return c;
 }
 
+// --model-type llava: the conversations of the split with their images (data/llava_dataset.h).
+std::shared_ptr<const TokenDataset> with_images(const TrainArgs& a, const std::string& prefix,
+                                                std::shared_ptr<const TokenDataset> d) {
+  auto sft = std::dynamic_pointer_cast<const SftDataset>(d);
+  MEGADLM_CHECK(sft != nullptr, "--model-type llava takes one data prefix of --sft conversations (no blend)");
+  auto images = std::make_shared<const ImageDataset>(llava_image_prefix(prefix));
+  const int64_t size = a.llava.options.clip.image_size;
+  MEGADLM_CHECK(images->height() == size && images->width() == size, prefix, ": the stored images are ",
+                images->height(), " x ", images->width(), " but --img-h / --img-w are ", size);
+  return std::make_shared<LlavaDataset>(sft, images, a.llava.options.patches());
+}
+
 // One split of --data-path (cut by --split) or one of --train/valid/test-data-path (used whole), with
 // the data library's Megatron blend; bounded by the model's vocabulary, so that a token beyond it is an
 // Error naming the .bin. No samples wanted: no dataset.
@@ -119,11 +132,29 @@ std::shared_ptr<const TokenDataset> build_split(const TrainArgs& a, const std::v
                                                 int64_t samples, bool whole) {
   if (samples <= 0) return nullptr;
   const DataBlend blend = parse_data_path(paths);
-  if (whole) return build_gpt_dataset_whole(blend, split, samples, gpt_config(a, blend), a.model.vocab_size);
-  return build_gpt_split_dataset(blend, a.split, split, samples, gpt_config(a, blend), a.model.vocab_size);
+  std::shared_ptr<const TokenDataset> d =
+      whole ? build_gpt_dataset_whole(blend, split, samples, gpt_config(a, blend), a.model.vocab_size)
+            : build_gpt_split_dataset(blend, a.split, split, samples, gpt_config(a, blend), a.model.vocab_size);
+  return a.llava.enabled && d ? with_images(a, blend.prefixes.at(0), d) : d;
 }
 
 }  // namespace
+
+std::string llava_image_prefix(const std::string& data_prefix) {
+  const DataSidecar side = read_data_sidecar(data_prefix);
+  MEGADLM_CHECK(!side.image_data.empty() && side.image_token >= 0, sidecar_path(data_prefix),
+                ": --model-type llava needs image data beside the tokens (preprocess_data --image-key); this sidecar ",
+                "names none");
+  return (std::filesystem::path(data_prefix).parent_path() / side.image_data).string();
+}
+
+int32_t llava_image_token(const TrainArgs& a) {
+  const std::vector<std::string>& paths = a.data_path.empty() ? a.train_data_path : a.data_path;
+  const DataBlend blend = parse_data_path(paths);
+  MEGADLM_CHECK(blend.prefixes.size() == 1, "--model-type llava takes one data prefix of --sft conversations (no blend)");
+  llava_image_prefix(blend.prefixes[0]);
+  return read_data_sidecar(blend.prefixes[0]).image_token;
+}
 
 Datasets build_datasets(const TrainArgs& a, int64_t train_samples, int64_t valid_samples, int64_t test_samples) {
   Datasets d;

@@ -30,6 +30,11 @@ std::unique_ptr<Objective> make_objective(const TrainArgs& args);
 // tokenizer than the run's (data/preprocess.h check_data_tokenizer).
 void check_data_tokenizers(const TrainArgs& args, const Tokenizer& tok);
 
+// --model-type llava: the image data's prefix that a token prefix's sidecar names, and the image
+// placeholder's id of the run's data. Errors name the sidecar (no image data) or the flag (a blend).
+std::string llava_image_prefix(const std::string& data_prefix);
+int32_t llava_image_token(const TrainArgs& args);
+
 struct Datasets {
   std::shared_ptr<const TokenDataset> train, valid, test;  // valid / test may be null
   std::string description;

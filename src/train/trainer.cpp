@@ -14,6 +14,8 @@
 #include "kernels/dispatch.h"
 #include "models/config_json.h"
 #include "models/context_parallel.h"
+#include "models/llava_model.h"
+#include "data/llava_dataset.h"
 #include "parallel/mpi_communicator.h"
 #include "train/hf_init.h"
 #include "train/moe_arguments.h"
@@ -57,6 +59,7 @@ Trainer::Trainer(const TrainArgs& args)
   args_.model.real_vocab_size = args_.load_hf.empty() ? tokenizer_->vocab_size() : 0;
   args_.diffusion.mask_token = mask_token_;
   args_.diffusion.eod = eod_;
+  if (args_.llava.enabled) args_.llava.options.image_token = llava_image_token(args_);
   objective_ = make_objective(args_);
   eval_objective_ = objective_->for_evaluation();
 
@@ -93,15 +96,20 @@ Trainer::Trainer(const TrainArgs& args)
     log_info("TensorBoard: writing ", tensorboard_->path());
   }
   // On a device the parameters are drawn on the host (the same values as on the CPU) and uploaded.
-  model_ = std::make_unique<LanguageModel>(args_.model, spec, parallel_->context(), true, true, args_.device);
+  // The host twins of a device run (parallel_training.h) are built on the CPU.
+  auto make_model = [cfg = args_.model, spec, llava = args_.llava](const ParallelContext& ctx,
+                                                                    Device device) -> std::unique_ptr<LanguageModel> {
+    if (llava.enabled) return make_llava_model(cfg, spec, llava.options, ctx);
+    return std::make_unique<LanguageModel>(cfg, spec, ctx, true, true, device);
+  };
+  model_ = make_model(parallel_->context(), args_.device);
   model_->params().init(args_.seed);
   if (!args_.load_hf.empty()) load_hf_into_model(args_.load_hf, *model_);
   precision_ = std::make_unique<PrecisionRuntime>(args_.precision, *model_);
   optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
+  if (args_.llava.enabled) freeze_llava_parts();
   parallel_->adopt(*optimizer_);
-  parallel_->attach(*model_, args_.adam, [cfg = args_.model, spec](const ParallelContext& ctx) {
-    return std::make_unique<LanguageModel>(cfg, spec, ctx);
-  });
+  parallel_->attach(*model_, args_.adam, [make_model](const ParallelContext& ctx) { return make_model(ctx, Device::CPU); });
   if (!args_.load.empty()) load();
   if (!args_.save.empty() && parallel_->writes_files()) {
     check_save_dir();
@@ -118,9 +126,34 @@ Trainer::Trainer(const TrainArgs& args)
 
 Trainer::~Trainer() = default;
 
+void Trainer::freeze_llava_parts() {
+  LlavaVision& vision = llava_vision(*model_);
+  MEGADLM_CHECK(!(args_.llava.freeze_vision || args_.llava.freeze_language) ||
+                    !args_.parallel.use_distributed_optimizer,
+                "--freeze-vision-model / --freeze-language-model do not run with --use-distributed-optimizer yet ",
+                "(its shards take no frozen ranges)");
+  if (args_.llava.freeze_vision) {
+    vision.freeze_vision(true);
+    optimizer_->freeze(vision.tower_params().first, vision.tower_params().second);
+  }
+  if (args_.llava.freeze_language) optimizer_->freeze(vision.projector_params().second, model_->params().count());
+}
+
+void Trainer::feed_images(const TokenDataset& data, const SampleBatch& batch) {
+  if (!args_.llava.enabled) return;
+  const auto* llava = dynamic_cast<const LlavaDataset*>(&data);
+  MEGADLM_CHECK(llava != nullptr, "--model-type llava: the dataset carries no images");
+  const int64_t n = llava->batch_pixels(static_cast<int64_t>(batch.first_sample), batch.B, pixels_);
+  llava_vision(*model_).set_images(pixels_.data(), n);
+}
+
 nlohmann::json Trainer::checkpoint_meta() const {
   nlohmann::json m;
-  m["model_type"] = model_type_name(args_.model_type);
+  m["model_type"] = args_.llava.enabled ? "llava" : model_type_name(args_.model_type);
+  if (args_.llava.enabled) {
+    m["language_model_type"] = model_type_name(args_.model_type);
+    m["llava"] = llava_to_json(args_.llava.options);
+  }
   m["model_running_mode"] = args_.model_running_mode;
   m["config"] = config_to_json(args_.model);
   m["tokenizer"] = tokenizer_->spec().to_json();
@@ -145,7 +178,7 @@ void Trainer::load() {
   // --finetune may carry gpt weights into difflm or back (AR-to-diffusion adaptation, as DiffuGPT and
   // Dream start): the same parameters, only the attention mask and the token rows in use differ.
   const std::string ckpt_type = st.meta.value("model_type", "?");
-  const std::string our_type = model_type_name(args_.model_type);
+  const std::string our_type = args_.llava.enabled ? "llava" : model_type_name(args_.model_type);
   const bool adapts = args_.finetune && ckpt_type != our_type && is_decoder_type(ckpt_type) && is_decoder_type(our_type);
   MEGADLM_CHECK(ckpt_type == our_type || adapts, dir, ": the checkpoint is a ", ckpt_type, " model but --model-type is ",
                 our_type, is_decoder_type(ckpt_type) && is_decoder_type(our_type)
@@ -160,6 +193,14 @@ void Trainer::load() {
                                                         "real_vocab_size"}
                              : std::vector<std::string>{});
   MEGADLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
+  if (args_.llava.enabled) {
+    const std::string lang = st.meta.value("language_model_type", "?");
+    MEGADLM_CHECK(lang == model_type_name(args_.model_type), dir, ": the checkpoint's language model is ", lang,
+                  " but --language-model-type is ", model_type_name(args_.model_type));
+    const std::string vdiff = config_mismatch(llava_to_json(args_.llava.options),
+                                              st.meta.value("llava", nlohmann::json::object()), {});
+    MEGADLM_CHECK(vdiff.empty(), dir, ": the checkpoint's vision tower and projector do not match the flags:", vdiff);
+  }
   // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).
   parallel_->load_checkpoint(dir, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
   if (!args_.finetune) {
@@ -196,7 +237,9 @@ EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
   lc.prefetch = false;
   BatchLoader loader(std::shared_ptr<const TokenDataset>(&data, [](const TokenDataset*) {}), lc);
   for (int64_t i = 0; i < batches; ++i) {
-    eval_objective_->prepare(loader.next(), 1.0f, mb);
+    const SampleBatch batch = loader.next();
+    feed_images(data, batch);
+    eval_objective_->prepare(batch, 1.0f, mb);
     keep_context_parallel_rows(mb, parallel_->context().cp.size, parallel_->context().cp.rank);
     r.loss += pipeline_forward_loss(*model_, parallel_->context(), mb);  // forward_loss at pp = 1
   }
@@ -215,6 +258,21 @@ void Trainer::print_header() const {
            " parameters (", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads / ",
            c.num_query_groups, " kv groups, head dim ", c.kv_channels, ", ffn ", c.ffn_hidden_size, ", vocab ",
            c.vocab_size, " padded from ", tokenizer_->vocab_size(), ")");
+  if (args_.llava.enabled) {
+    LlavaVision& v = llava_vision(*model_);
+    const auto count = [&](std::pair<int, int> ids) {
+      int64_t n = 0;
+      for (int id = ids.first; id < ids.second; ++id) n += model_->params().info(id).shape.numel();
+      return static_cast<double>(n);
+    };
+    const LlavaOptions& o = args_.llava.options;
+    log_info("LLaVA: vision tower ", human_count(count(v.tower_params())), " parameters (", o.vision.num_layers,
+             " layers, hidden ", o.vision.hidden_size, ", ", o.clip.image_size, " px in patches of ", o.clip.patch_size,
+             ": ", v.patches(), " positions an image, feature layer ", o.clip.feature_layer, ")",
+             args_.llava.freeze_vision ? " frozen" : "", "; projector ", projector_type_name(o.projector), " ",
+             human_count(count(v.projector_params())), "; language model ", model_type_name(args_.model_type),
+             args_.llava.freeze_language ? " frozen" : "", "; image token ", o.image_token);
+  }
   log_info("memory estimate: ", human_bytes(mem.total()), " (", human_bytes(mem.params_bytes), " weights+grads+AdamW, ",
            human_bytes(mem.activations_bytes), " activations, ", human_bytes(mem.precision_bytes),
            " precision buffers); flat parameter buffer: ", params, " floats");
@@ -283,7 +341,9 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
   // (models/context_parallel.h); the statistics are the whole micro-batch's on every cp rank.
   const ParallelContext& ctx = parallel_->context();
   auto next_micro_batch = [&](MicroBatch& mb) {
-    step.stats += objective_->prepare(loader.next(), micro_weight, mb);
+    const SampleBatch batch = loader.next();
+    feed_images(*data_.train, batch);
+    step.stats += objective_->prepare(batch, micro_weight, mb);
     keep_context_parallel_rows(mb, ctx.cp.size, ctx.cp.rank);
   };
   if (parallel_->context().pp.size > 1) {

@@ -89,6 +89,10 @@ class Trainer {
   // Refuses a --save directory whose checkpoints this run would replace without resuming from them.
   void check_save_dir() const;
   nlohmann::json checkpoint_meta() const;
+  // --model-type llava: --freeze-vision-model / --freeze-language-model on the optimizer and the tower;
+  // the images of a batch's samples handed to the model before its forward.
+  void freeze_llava_parts();
+  void feed_images(const TokenDataset& data, const SampleBatch& batch);
 
   TrainArgs args_;
   // --exit-signal-handler: installed first, so that every thread the trainer starts (OpenMP workers,
@@ -113,6 +117,7 @@ class Trainer {
   int gpu_index_ = 0;  // the node's GPU this rank drives (select_device), on a device
   std::unique_ptr<JsonlWriter> metrics_;
   std::unique_ptr<TensorBoardLog> tensorboard_;  // --tensorboard-dir, on the rank that writes files
+  std::vector<float> pixels_;  // --model-type llava: the current micro-batch's images
   MicroBatch micro_batch_;  // the storage every training micro-batch is prepared into
 };
 

@@ -100,7 +100,8 @@ TEST(Trainer, FlagErrorsNameTheFlag) {
   };
   EXPECT_NE(error_of(with({"--no-such-flag", "1"})).find("--no-such-flag"), std::string::npos);
   EXPECT_NE(error_of(with({"--hidden-size", "100", "--num-heads", "7"})).find("--num-attention-heads"), std::string::npos);
-  EXPECT_NE(error_of(with({"--model-type", "llava"})).find("--model-type: unknown value 'llava'"), std::string::npos);
+  EXPECT_NE(error_of(with({"--model-type", "vlm"})).find("--model-type: unknown value 'vlm'"), std::string::npos);
+  EXPECT_NE(error_of(with({"--model-type", "llava"})).find("--model-type llava trains on --sft data"), std::string::npos);
   EXPECT_NE(error_of(with({"--model-type", "t5", "--bf16"})).find("--bf16 is not available with --model-type t5"),
             std::string::npos);
   EXPECT_NE(error_of(with({"--model-type", "bert", "--bf16"})).find("--bf16 is not available with --model-type bert"),

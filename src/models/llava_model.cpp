@@ -1,0 +1,86 @@
+#include "models/llava_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace megadlm {
+
+LlavaVision::LlavaVision(ParamStore& store, const ParallelContext& ctx, const LlavaOptions& opt, int64_t text_hidden,
+                         float init_std)
+    : opt_(opt),
+      ctx_(ctx),
+      first_id_(store.count()),
+      tower_(opt.vision, opt.clip, ctx, &store, "vision_tower."),
+      tower_ids_{first_id_, store.count()} {
+  projector_ = VisionProjector(store, ctx_, "multi_modal_projector", opt.projector, opt.vision.hidden_size,
+                               text_hidden, init_std);
+  projector_ids_ = {tower_ids_.second, store.count()};
+}
+
+void LlavaVision::set_images(const Tensor& pixels) {
+  MEGADLM_CHECK(pixels.dim() == 4 && pixels.size(1) == 3 && pixels.size(2) == opt_.clip.image_size &&
+                    pixels.size(3) == opt_.clip.image_size,
+                "LLaVA: images must be [n, 3, ", opt_.clip.image_size, ", ", opt_.clip.image_size,
+                "] pixel values (--img-h / --img-w of the model)");
+  set_images(pixels.data<float>(), pixels.size(0));
+}
+
+void LlavaVision::set_images(const float* pixels, int64_t n) {
+  const int64_t S = opt_.clip.image_size;
+  images_ = n;
+  if (n == 0) return;
+  pixels_ = Tensor::empty({n, 3, S, S}, DType::F32);
+  if (n > 0) std::memcpy(pixels_.data<float>(), pixels, pixels_.nbytes());
+}
+
+void LlavaVision::forward(const int32_t* tokens, const BatchInfo& info, Tensor& x) {
+  const int64_t N = info.B * info.T, C = x.size(1), P = patches();
+  rows_.clear();
+  for (int64_t i = 0; i < N; ++i)
+    if (tokens[i] == opt_.image_token) rows_.push_back(i);
+  // No image rows: nothing to insert (a KV-cached decode step after the prompt).
+  MEGADLM_CHECK(rows_.empty() || static_cast<int64_t>(rows_.size()) == images_ * P, "LLaVA: the micro-batch has ", rows_.size(),
+                " image positions (token ", opt_.image_token, ") but ", images_, " images of ", P,
+                " patches were given for it");
+  arena_.reset();
+  if (rows_.empty()) return;
+  const Tensor features = tower_.forward(pixels_, false).features;  // [n*P, C_v]
+  const Tensor y = projector_.forward(arena_, features);           // [n*P, C_t]
+  for (size_t k = 0; k < rows_.size(); ++k)
+    std::memcpy(x.data<float>() + rows_[k] * C, y.data<float>() + static_cast<int64_t>(k) * C, sizeof(float) * C);
+}
+
+void LlavaVision::backward(const int32_t* tokens, const BatchInfo& info, Tensor& dx) {
+  (void)tokens;
+  (void)info;
+  if (rows_.empty()) return;
+  const int64_t R = static_cast<int64_t>(rows_.size()), C = dx.size(1);
+  Tensor dy = arena_.tensor({R, C});
+  for (int64_t k = 0; k < R; ++k) {
+    float* row = dx.data<float>() + rows_[k] * C;
+    std::memcpy(dy.data<float>() + k * C, row, sizeof(float) * C);
+    std::fill(row, row + C, 0.0f);
+  }
+  Tensor dfeatures = arena_.tensor({R, opt_.vision.hidden_size});
+  projector_.backward(arena_, dy, dfeatures);
+  tower_.backward(dfeatures);
+  arena_.reset();
+}
+
+std::unique_ptr<LanguageModel> make_llava_model(const TransformerConfig& cfg, const ModelSpec& spec,
+                                                const LlavaOptions& opt, const ParallelContext& ctx) {
+  validate_llava(cfg, opt, ctx, Device::CPU);
+  return std::make_unique<LanguageModel>(
+      cfg, spec, ctx, true, true, Device::CPU,
+      [opt, hidden = cfg.hidden_size, std = cfg.init_method_std](ParamStore& store, const ParallelContext& c) {
+        return std::make_unique<LlavaVision>(store, c, opt, hidden, std);
+      });
+}
+
+LlavaVision& llava_vision(LanguageModel& model) {
+  auto* v = dynamic_cast<LlavaVision*>(model.inserts());
+  MEGADLM_CHECK(v != nullptr, "the model is not a LLaVA model (it has no vision tower)");
+  return *v;
+}
+
+}  // namespace megadlm

@@ -1,0 +1,70 @@
+#pragma once
+// The LLaVA model (models/llava_spec.h): a LanguageModel (gpt or difflm spec) whose input embeddings at
+// the image placeholder's positions are LlavaVision's rows: CLIP's tower over the micro-batch's images,
+// the selected layer's patch features (class token dropped), the projector. One store holds every
+// parameter: vision_tower.* (the tower, HuggingFace's CLIPVisionModel names under that prefix), then
+// multi_modal_projector.linear_{1,2}, then the language model's own (embed_tokens, layers.N, norm, ...).
+//
+// A micro-batch's images come in with set_images before its forward, in the order of their placeholder
+// runs (row-major over the B x T positions): image k fills the k-th P placeholder positions. The
+// backward takes the gradient of those rows through the projector into the tower (nothing reaches the
+// placeholder's token-embedding row from them). Freezing: freeze_vision makes the tower compute no
+// gradient; the optimizer leaves frozen ranges untouched (AdamW::freeze over tower_params() /
+// language_params()).
+// Legend: n images, P patches an image, C_v the tower's hidden size, C_t the language model's,
+// N = B*T rows.
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "models/clip_vision_model.h"
+#include "models/embedding_inserts.h"
+#include "models/language_model.h"
+#include "models/llava_spec.h"
+#include "nn/vision_projector.h"
+
+namespace megadlm {
+
+class LlavaVision : public EmbeddingInserts {
+ public:
+  LlavaVision(ParamStore& store, const ParallelContext& ctx, const LlavaOptions& opt, int64_t text_hidden,
+              float init_std);
+  LlavaVision(const LlavaVision&) = delete;
+  LlavaVision& operator=(const LlavaVision&) = delete;
+
+  // pixels [n, 3, H, W] fp32 (copied): the images of the next forward's placeholders, in order.
+  void set_images(const Tensor& pixels);
+  void set_images(const float* pixels, int64_t n);
+  int64_t patches() const { return tower_.patches(); }  // P
+  const LlavaOptions& options() const { return opt_; }
+  // Parameter id ranges [first, end) of the tower and of the projector in the store.
+  std::pair<int, int> tower_params() const { return tower_ids_; }
+  std::pair<int, int> projector_params() const { return projector_ids_; }
+  void freeze_vision(bool frozen) { tower_.set_frozen(frozen); }
+
+  // tokens [N], x [N, C_t]: the image rows (tokens == image_token) overwritten with projector(tower(pixels)).
+  void forward(const int32_t* tokens, const BatchInfo& info, Tensor& x) override;
+  // dx [N, C_t]: the image rows' gradient into the projector and the tower, then zeroed in dx.
+  void backward(const int32_t* tokens, const BatchInfo& info, Tensor& dx) override;
+
+ private:
+  LlavaOptions opt_;
+  ParallelContext ctx_;
+  int first_id_;  // the store's first id of the tower
+  ClipVisionModel tower_;
+  VisionProjector projector_;
+  Arena arena_;  // the projector's activations and the image rows' gradients
+  Tensor pixels_;
+  int64_t images_ = 0;
+  std::vector<int64_t> rows_;  // the last forward's image rows, in order
+  std::pair<int, int> tower_ids_, projector_ids_;
+};
+
+// The whole model: validate_llava, then a LanguageModel of `spec` with LlavaVision's rows inserted.
+std::unique_ptr<LanguageModel> make_llava_model(const TransformerConfig& cfg, const ModelSpec& spec,
+                                                const LlavaOptions& opt, const ParallelContext& ctx);
+// The model's LlavaVision; an Error when it has none.
+LlavaVision& llava_vision(LanguageModel& model);
+
+}  // namespace megadlm

@@ -1,0 +1,217 @@
+// The LLaVA model (models/llava_model.h): finite differences through the whole model, from the language
+// model's loss back through the projector into the vision tower, with the causal (gpt) and the
+// bidirectional (difflm) backbone and both projectors; the image rows are the projected features (the
+// placeholder's embedding row gets no gradient from them); frozen parts stay bit for bit over an AdamW
+// step; the refusals name their flag.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "grad_check.h"
+#include "models/difflm_spec.h"
+#include "models/gpt_spec.h"
+#include "models/llava_model.h"
+#include "optim/adamw.h"
+#include "test_util.h"
+
+namespace megadlm {
+namespace {
+
+using namespace test::grad_check;
+
+constexpr int32_t kImage = 5;       // the placeholder id
+constexpr int64_t kB = 2, kT = 10;  // P = 4: sequence 0 holds one image, sequence 1 two
+
+// The language model: RoPE, RMSNorm, SwiGLU, untied output, vocabulary 16, hidden 8.
+TransformerConfig language_config(bool causal) {
+  TransformerConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 8;
+  c.num_attention_heads = c.num_query_groups = 2;
+  c.kv_channels = 4;
+  c.ffn_hidden_size = 12;
+  c.vocab_size = 16;
+  c.max_position_embeddings = 32;
+  c.normalization = NormKind::RMSNorm;
+  c.activation = Activation::SwiGLU;
+  c.add_bias_linear = false;
+  c.position_embedding = PositionEmbedding::Rope;
+  c.untie_embeddings_and_output_weights = true;
+  c.attention_mask = causal ? MaskType::Causal : MaskType::None;
+  return c;
+}
+
+// The tower: 8 x 8 images in patches of 4 (P = 4), hidden 6 in 2 heads, 2 layers, features of layer 1.
+LlavaOptions llava_options(ProjectorType projector) {
+  LlavaOptions o;
+  o.clip.image_size = 8;
+  o.clip.patch_size = 4;
+  o.clip.feature_layer = -2;
+  o.vision = clip_vision_config(2, 6, 2, 10, o.clip, 0.02f);
+  o.projector = projector;
+  o.image_token = kImage;
+  return o;
+}
+
+std::unique_ptr<LanguageModel> tiny_llava(bool causal, ProjectorType projector) {
+  const TransformerConfig cfg = language_config(causal);
+  return make_llava_model(cfg, causal ? gpt_model_spec(cfg) : difflm_model_spec(cfg), llava_options(projector),
+                          ParallelContext::single());
+}
+
+Tensor images(int64_t n, uint64_t seed) {
+  Tensor t = Tensor::empty({n, 3, 8, 8}, DType::F32);
+  const std::vector<float> v = test::random_vector(t.numel(), seed);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// Text around the image runs; no loss at image positions (the objectives' loss mask 0 there).
+MicroBatch llava_batch() {
+  MicroBatch mb;
+  mb.B = kB;
+  mb.T = kT;
+  mb.tokens = {1, 5, 5, 5, 5, 7, 8, 2, 2, 2, /**/ 5, 5, 5, 5, 5, 5, 5, 5, 9, 3};
+  mb.targets = {-100, -100, -100, -100, 7, 8, 2, 2, -100, -100, /**/ -100, -100, -100, -100, -100, -100, -100, 9, 3, 4};
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t t = 0; t < kT; ++t) mb.positions.push_back(static_cast<int32_t>(t));
+  mb.weights = test::random_vector(kB * kT, 73, 0.05f, 0.2f);
+  return mb;
+}
+
+struct Case {
+  bool causal;
+  ProjectorType projector;
+};
+
+class LlavaGradients : public ::testing::TestWithParam<Case> {};
+
+// Expects f to throw an Error whose message contains `part`.
+void expect_error(const std::function<void()>& f, const std::string& part) {
+  const std::string e = test::error_of(f);
+  EXPECT_NE(e.find(part), std::string::npos) << "expected an Error naming '" << part << "', got '" << e << "'";
+}
+
+TEST_P(LlavaGradients, EveryParameterFromTheTowerToTheHeadMatchesFiniteDifferences) {
+  const Case c = GetParam();
+  auto model = tiny_llava(c.causal, c.projector);
+  randomize(model->params(), 70);
+  llava_vision(*model).set_images(images(3, 71));
+  const MicroBatch mb = llava_batch();
+  const RunFn run = [&](Arena&, const Tensor&, Tensor* dx) {
+    return dx ? model->forward_backward(mb, 1.0f) : model->forward_loss(mb);
+  };
+  check_gradients(std::string("LLaVA ") + (c.causal ? "gpt " : "difflm ") + projector_type_name(c.projector),
+                  model->params(), model->arena(), {}, {0}, run, /*max_samples=*/12);
+  // The tower's feature layer and the projector get gradients; the placeholder's embedding row none.
+  model->params().zero_grads();
+  model->forward_backward(mb, 1.0f);
+  const ParamStore& p = model->params();
+  auto grad_norm = [&](const std::string& name) {
+    const Tensor g = p.grad(p.find(name));
+    double s = 0;
+    for (int64_t i = 0; i < g.numel(); ++i) s += std::fabs(g.data<float>()[i]);
+    return s;
+  };
+  EXPECT_GT(grad_norm("vision_tower.embeddings.patch_embedding.weight"), 0.0);
+  EXPECT_GT(grad_norm("multi_modal_projector.linear_1.weight"), 0.0);
+  const Tensor emb = p.grad(p.find("embed_tokens.weight"));
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(emb.data<float>()[kImage * 8 + i], 0.0f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backbones, LlavaGradients,
+                         ::testing::Values(Case{true, ProjectorType::Mlp2xGelu}, Case{false, ProjectorType::Mlp2xGelu},
+                                           Case{true, ProjectorType::Linear}));
+
+TEST(Llava, TheImageRowsAreTheProjectedFeaturesOfTheirImages) {
+  // Swapping the two images of sequence 1 changes its logits; sequence 0 (causal, its own image) keeps its.
+  auto model = tiny_llava(true, ProjectorType::Linear);
+  model->params().init(3);
+  const MicroBatch mb = llava_batch();
+  const Tensor px = images(3, 72);
+  llava_vision(*model).set_images(px);
+  const Tensor a = model->forward_logits(mb);
+  const std::vector<float> first(a.data<float>(), a.data<float>() + a.numel());
+  model->arena().reset();
+  Tensor swapped = Tensor::empty(px.shape(), DType::F32);
+  const int64_t one = 3 * 8 * 8;
+  std::memcpy(swapped.data<float>(), px.data<float>(), one * sizeof(float));
+  std::memcpy(swapped.data<float>() + one, px.data<float>() + 2 * one, one * sizeof(float));
+  std::memcpy(swapped.data<float>() + 2 * one, px.data<float>() + one, one * sizeof(float));
+  llava_vision(*model).set_images(swapped);
+  const Tensor b = model->forward_logits(mb);
+  const int64_t V = 16;
+  EXPECT_EQ(0, std::memcmp(first.data(), b.data<float>(), kT * V * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(first.data() + kT * V, b.data<float>() + kT * V, kT * V * sizeof(float)));
+  model->arena().reset();
+  // Too few images for the placeholders: an Error that says so.
+  llava_vision(*model).set_images(images(2, 73));
+  expect_error([&] { model->forward_logits(mb); }, "12 image positions");
+}
+
+TEST(Llava, FrozenPartsStayBitForBitOverAnAdamWStep) {
+  for (const bool freeze_vision : {true, false}) {
+    auto model = tiny_llava(false, ProjectorType::Mlp2xGelu);
+    ParamStore& p = model->params();
+    randomize(p, 74);
+    LlavaVision& v = llava_vision(*model);
+    AdamWConfig cfg;
+    cfg.weight_decay = 0.1f;
+    AdamW opt(p, cfg);
+    const auto [tower_begin, tower_end] = v.tower_params();
+    const auto [proj_begin, proj_end] = v.projector_params();
+    if (freeze_vision) {
+      v.freeze_vision(true);
+      opt.freeze(tower_begin, tower_end);
+    } else {
+      opt.freeze(proj_end, p.count());  // the language model
+    }
+    const std::vector<float> before(p.values(), p.values() + p.numel());
+    v.set_images(images(3, 75));
+    p.zero_grads();
+    model->forward_backward(llava_batch(), 1.0f);
+    opt.apply_and_zero_grads(1e-2, 1.0, {});
+    const int frozen_begin = freeze_vision ? tower_begin : proj_end, frozen_end = freeze_vision ? tower_end : p.count();
+    for (int id = 0; id < p.count(); ++id) {
+      const ParamInfo& info = p.info(id);
+      const bool frozen = id >= frozen_begin && id < frozen_end;
+      const bool same = std::memcmp(before.data() + info.offset, p.values() + info.offset,
+                                    sizeof(float) * static_cast<size_t>(info.shape.numel())) == 0;
+      if (frozen) {
+        EXPECT_TRUE(same) << info.name;
+      }
+      if (id >= proj_begin && id < proj_end) {
+        EXPECT_FALSE(same) << info.name;  // the projector always trains
+      }
+    }
+  }
+}
+
+TEST(Llava, RefusalsNameTheFlag) {
+  const TransformerConfig cfg = language_config(true);
+  const LlavaOptions opt = llava_options(ProjectorType::Linear);
+  ParallelContext tp2 = ParallelContext::single();
+  tp2.tp.size = 2;
+  expect_error([&] { validate_llava(cfg, opt, tp2, Device::CPU); }, "--tensor-model-parallel-size");
+  ParallelContext pp2 = ParallelContext::single();
+  pp2.pp.size = 2;
+  expect_error([&] { validate_llava(cfg, opt, pp2, Device::CPU); }, "--pipeline-model-parallel-size");
+  expect_error([&] { validate_llava(cfg, opt, ParallelContext::single(), Device::CUDA); }, "--device");
+  TransformerConfig learned = cfg;
+  learned.position_embedding = PositionEmbedding::LearnedAbsolute;
+  expect_error([&] { validate_llava(learned, opt, ParallelContext::single(), Device::CPU); },
+                              "--position-embedding-type");
+  LlavaOptions far = opt;
+  far.image_token = 16;
+  expect_error([&] { validate_llava(cfg, far, ParallelContext::single(), Device::CPU); }, "image token");
+  expect_error([&] { clip_vision_config(2, 6, 4, 10, opt.clip, 0.02f); }, "--vision-num-attention-heads");
+  LlavaOptions layer = opt;
+  layer.clip.feature_layer = 5;
+  expect_error([&] { validate_llava(cfg, layer, ParallelContext::single(), Device::CPU); },
+                              "vision_feature_layer");
+  expect_error([&] { llava_from_json(nlohmann::json::object(), "ckpt/state.json"); }, "ckpt/state.json");
+}
+
+}  // namespace
+}  // namespace megadlm

@@ -1,0 +1,262 @@
+// LLaVA training (pretrain_difflm --model-type llava, docs/llava.md) on a few shapes pictures
+// (data/shape_scenes.h, 16 x 16, patches of 8: P = 4) preprocessed as LLaVA conversations: the samples
+// expand each placeholder into P positions with loss mask 0 and carry their document's images; gpt and
+// difflm backbones train and resume bitwise; --freeze-vision-model keeps the tower as initialised; the
+// refusals name their flag or file.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/native_checkpoint.h"
+#include "core/file_io.h"
+#include "data/clip_image_processor.h"
+#include "data/image_write.h"
+#include "data/llava_dataset.h"
+#include "data/loss_mask.h"
+#include "data/preprocess.h"
+#include "data/shape_scenes.h"
+#include "models/gpt_spec.h"
+#include "models/llava_model.h"
+#include "robustness/child_process.h"
+#include "test_util.h"
+#include "train/data_setup.h"
+#include "train_fixture.h"
+
+namespace megadlm {
+namespace {
+
+using test::plus;
+
+constexpr int64_t kImage = 16, kPatch = 8, kP = 4;
+
+// `n` shapes pictures with their conversations, preprocessed (ByteTokenizer, chatml); returns the
+// conversation prefix.
+std::string make_llava_data(const test::TempDir& dir, int n) {
+  std::string lines;
+  for (int k = 0; k < n; ++k) {
+    const ShapeScene scene = shape_scene(7, static_cast<uint64_t>(k), kImage);
+    const std::string name = "pic" + std::to_string(k) + ".png";
+    write_png(dir / name, draw_shape_scene(scene, kImage));
+    const nlohmann::json line = {
+        {"image", name},
+        {"conversations",
+         {{{"from", "human"}, {"value", "<image>\nWhat?"}}, {{"from", "gpt"}, {"value", shape_caption(scene)}}}}};
+    lines += line.dump() + "\n";
+  }
+  write_file_atomic(dir / "chat.jsonl", lines);
+  ClipImageConfig processor;
+  processor.shortest_edge = kImage;
+  processor.crop_height = processor.crop_width = kImage;
+  write_file_atomic(dir / "preprocessor_config.json", clip_image_config_json(processor).dump());
+  PreprocessOptions o;
+  o.input = dir / "chat.jsonl";
+  o.output_prefix = dir / "llava";
+  o.tokenizer.type = "ByteTokenizer";
+  o.chat_template = "chatml";
+  o.image_key = "image";
+  o.image_processor = dir / "preprocessor_config.json";
+  o.log = false;
+  return preprocess_jsonl(o).output_prefixes.at(0);
+}
+
+std::vector<std::string> llava_flags(const std::string& data, const std::string& lm) {
+  return {"pretrain_difflm", "--model-type", "llava", "--language-model-type", lm, "--sft", "--num-layers", "1",
+          "--hidden-size", "32", "--num-heads", "4", "--position-embedding-type", "rope", "--seq-length", "96",
+          "--micro-batch-size", "2", "--global-batch-size", "4", "--data-path", data, "--split", "100,0,0",
+          "--make-vocab-size-divisible-by", "16", "--lr", "3e-3", "--lr-warmup-iters", "1", "--log-interval", "1",
+          "--eval-iters", "0", "--seed", "5", "--img-h", "16", "--img-w", "16", "--patch-dim", "8",
+          "--vision-num-layers", "2", "--vision-hidden-size", "16", "--vision-num-attention-heads", "2",
+          "--vision-ffn-hidden-size", "32", "--data-cache-path", data + "_cache"};
+}
+
+std::vector<double> losses(const std::string& save_dir) {
+  std::vector<double> out;
+  for (const auto& j : test::training_lines(save_dir + "/metrics.jsonl")) out.push_back(j["loss"].get<double>());
+  return out;
+}
+
+std::string error_of_run(const std::vector<std::string>& flags) {
+  return test::error_of([&] { test::run_training(flags, {}); });
+}
+
+TEST(LlavaData, PlaceholdersExpandIntoPPositionsOutOfTheLossWithTheirImages) {
+  int32_t in[] = {1, 9, 2, 9};
+  uint8_t mask_in[] = {1, 0, 1, 0};
+  int32_t out[10];
+  uint8_t mask[10];
+  ASSERT_EQ(expand_image_placeholders(in, mask_in, 4, 9, 3, out, mask, 10), 8);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 8), std::vector<int32_t>({1, 9, 9, 9, 2, 9, 9, 9}));
+  EXPECT_EQ(std::vector<uint8_t>(mask, mask + 8), std::vector<uint8_t>({1, 0, 0, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(expand_image_placeholders(in, mask_in, 4, 9, 3, out, mask, 5), 8);  // counted, not written past 5
+
+  test::TempDir dir;
+  const std::string prefix = make_llava_data(dir, 6);
+  auto tokens = std::make_shared<IndexedDataset>(prefix);
+  GPTDatasetConfig c;
+  c.seq_length = 96;
+  c.sft = SftLayout::Padding;
+  c.pad_token = 256;
+  auto sft = std::make_shared<SftDataset>(tokens, open_loss_mask(*tokens), SequenceRange{0, 6}, Split::Train, c);
+  auto images = std::make_shared<ImageDataset>(llava_image_prefix(prefix));
+  const LlavaDataset llava(sft, images, kP);
+  const int32_t image = llava.image_token();
+  std::vector<int32_t> stored, got(97);
+  std::vector<uint8_t> got_mask(97);
+  for (int64_t i = 0; i < llava.size(); ++i) {
+    SCOPED_TRACE(i);
+    const int32_t seq = sft->order()[static_cast<size_t>(i)];
+    stored = tokens->get(seq);
+    llava.sample(i, got.data());
+    llava.sample_loss_mask(i, got_mask.data());
+    const auto first = std::find(got.begin(), got.end(), image) - got.begin();
+    ASSERT_EQ(std::count(got.begin(), got.end(), image), kP);  // one image, P positions in a run
+    for (int64_t k = first; k < first + kP; ++k) {
+      EXPECT_EQ(got[k], image);
+      EXPECT_EQ(got_mask[k], 0);
+    }
+    // Around the run: the stored conversation, then the padding (eod, mask 0 for this config).
+    const auto at = std::find(stored.begin(), stored.end(), image) - stored.begin();
+    EXPECT_EQ(at, first);
+    for (size_t k = static_cast<size_t>(at) + 1; k < stored.size(); ++k) EXPECT_EQ(got[k + kP - 1], stored[k]);
+    for (size_t k = stored.size() + kP - 1; k < got.size(); ++k) EXPECT_EQ(got[k], 256);
+    EXPECT_EQ(llava.images_in_sample(i), 1);
+  }
+  // Two samples' pixel values: their documents' images, in order.
+  std::vector<float> px, one(3 * kImage * kImage);
+  ASSERT_EQ(llava.batch_pixels(2, 2, px), 2);
+  images->pixel_values(document_of_sequence(*tokens, sft->order()[3]), one.data());
+  EXPECT_TRUE(std::equal(one.begin(), one.end(), px.begin() + static_cast<long>(one.size())));
+  // A sequence too short for the expanded conversation: an Error naming --seq-length.
+  const int64_t longest = [&] {
+    int64_t m = 0;
+    for (int64_t s = 0; s < 6; ++s) m = std::max<int64_t>(m, tokens->sequence_length(s));
+    return m;
+  }();
+  GPTDatasetConfig short_cfg = c;
+  short_cfg.seq_length = longest;  // the stored conversations fit, the expanded ones do not
+  auto short_sft =
+      std::make_shared<SftDataset>(tokens, open_loss_mask(*tokens), SequenceRange{0, 6}, Split::Train, short_cfg);
+  const LlavaDataset too_short(short_sft, images, kP);
+  std::vector<int32_t> buf(static_cast<size_t>(longest + 1));
+  std::string e;
+  for (int64_t i = 0; i < 6 && e.empty(); ++i) e = test::error_of([&] { too_short.sample(i, buf.data()); });
+  EXPECT_NE(e.find("--seq-length"), std::string::npos) << e;
+}
+
+TEST(LlavaTraining, BothBackbonesResumeBitwise) {
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 12);
+  for (const std::string lm : {"gpt", "difflm"}) {
+    SCOPED_TRACE(lm);
+    const auto flags = plus(llava_flags(data, lm), {"--train-iters", "4"});
+    const std::string full = dir / (lm + "_full"), part = dir / (lm + "_part");
+    test::run_training(flags, {"--save", full});
+    test::run_training(flags, {"--save", part, "--exit-interval", "2"});
+    test::run_training(flags, {"--save", part, "--load", part});
+    const auto a = losses(full), b = losses(part);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;  // bitwise
+    EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/model.safetensors"),
+              file_checksum(resolve_checkpoint_dir(part) + "/model.safetensors"));
+    const CheckpointState st = read_checkpoint_state(resolve_checkpoint_dir(full));
+    EXPECT_EQ(st.meta["model_type"], "llava");
+    EXPECT_EQ(st.meta["language_model_type"], lm);
+    // A resume with another tower is refused, naming what differs.
+    const std::string e = error_of_run(plus(flags, {"--save", part, "--load", part, "--vision-feature-layer", "-1"}));
+    EXPECT_NE(e.find("vision tower"), std::string::npos) << e;
+  }
+}
+
+// generate answers a picture with both backbones' checkpoints (the image expanded into P positions of
+// the prompt) and refuses --image for a checkpoint without a tower.
+TEST(LlavaTraining, GenerateAnswersAPictureAndRefusesImagesWithoutATower) {
+  MEGADLM_REQUIRE_BINARY("generate");
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 8);
+  const std::string prompt = "<|im_start|>user\n<image>\nWhat?<|im_end|>\n<|im_start|>assistant\n";
+  for (const std::string lm : {"gpt", "difflm"}) {
+    SCOPED_TRACE(lm);
+    const std::string save = dir / lm;
+    test::run_training(plus(llava_flags(data, lm), {"--train-iters", "2"}), {"--save", save});
+    const std::string out = dir / (lm + ".jsonl");
+    auto r = test::run_binary("generate", {"--load", save, "--image", dir / "pic0.png", "--prompt", prompt,
+                                           "--max-new-tokens", "4", "--gen-length", "4", "--steps", "4",
+                                           "--output", out},
+                              dir / "log.txt");
+    ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(read_file(out));
+    EXPECT_EQ(j["image"], dir / "pic0.png");
+    EXPECT_GE(j["tokens"].get<int64_t>(), 1);
+    r = test::run_binary("generate", {"--load", save, "--prompt", prompt}, dir / "log.txt");
+    EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+    EXPECT_NE(r.output.find("needs --image"), std::string::npos) << r.output;
+  }
+  const std::string text = test::make_sft_dataset(dir.str(), 8);
+  const std::string gpt = dir / "text_gpt";
+  test::run_training(plus({"pretrain_difflm"}, plus(test::tiny_sft_flags(text, "gpt"), {"--train-iters", "1"})),
+                     {"--save", gpt});
+  auto r = test::run_binary("generate", {"--load", gpt, "--image", dir / "pic0.png", "--prompt", "x"}, dir / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find("--image needs a llava checkpoint"), std::string::npos) << r.output;
+}
+
+TEST(LlavaTraining, AFrozenTowerStaysAsInitialised) {
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 8);
+  Trainer t(test::parse_flags(plus(llava_flags(data, "gpt"), {"--train-iters", "2", "--freeze-vision-model"})));
+  const std::vector<float> before(t.model().params().values(),
+                                  t.model().params().values() + t.model().params().numel());
+  t.run();
+  const ParamStore& p = t.model().params();
+  const auto [first, end] = llava_vision(t.model()).tower_params();
+  const auto [proj_first, proj_end] = llava_vision(t.model()).projector_params();
+  for (int id = 0; id < p.count(); ++id) {
+    const ParamInfo& info = p.info(id);
+    const bool same = std::equal(before.begin() + static_cast<long>(info.offset),
+                                 before.begin() + static_cast<long>(info.offset + info.shape.numel()),
+                                 p.values() + info.offset);
+    if (id >= first && id < end) {
+      EXPECT_TRUE(same) << info.name;
+    }
+    if (id >= proj_first && id < proj_end) {
+      EXPECT_FALSE(same) << info.name;
+    }
+  }
+}
+
+TEST(LlavaTraining, RefusalsNameTheFlagOrFile) {
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 4);
+  auto without = [](std::vector<std::string> f, const std::string& flag) {
+    const auto at = std::find(f.begin(), f.end(), flag);
+    f.erase(at);
+    return f;
+  };
+  const auto base = llava_flags(data, "gpt");
+  auto expect = [&](const std::vector<std::string>& flags, const std::string& part) {
+    const std::string e = error_of_run(flags);
+    EXPECT_NE(e.find(part), std::string::npos) << "expected '" << part << "' in '" << e << "'";
+  };
+  expect(without(base, "--sft"), "--sft");
+  expect(plus(base, {"--img-w", "32"}), "--img-w");
+  expect(plus(base, {"--language-model-type", "bert"}), "--language-model-type");
+  expect(plus(base, {"--projector-type", "mlp3x_gelu"}), "--projector-type");
+  expect(plus(base, {"--vision-feature-layer", "7"}), "vision_feature_layer");
+  expect(plus(base, {"--position-embedding-type", "learned_absolute"}), "--position-embedding-type");
+  expect(plus(base, {"--img-h", "32", "--img-w", "32"}), "--img-h");  // the stored images are 16 x 16
+  expect({"pretrain_difflm", "--model-type", "gpt", "--vision-hidden-size", "8", "--data-path", data},
+         "--vision-hidden-size");
+  // Conversations without images: the sidecar says so.
+  const std::string text_only = test::make_sft_dataset(dir.str(), 4);
+  auto no_images = base;
+  std::replace(no_images.begin(), no_images.end(), data, text_only);
+  expect(no_images, "tokenizer.json");
+}
+
+}  // namespace
+}  // namespace megadlm
