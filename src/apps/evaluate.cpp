@@ -106,7 +106,7 @@ nlohmann::json evaluate_family(const CliFlags& f, const std::string& family) {
   if (f.given("seed")) opt.seed = static_cast<uint64_t>(f.get_int("seed"));
   if (f.given("mask-prob")) opt.mask_prob = f.get_double("mask-prob");
   const CheckpointState state = read_checkpoint_state(dir);
-  nlohmann::json d = evaluate_bert_checkpoint(dir, state, opt);
+  nlohmann::json d = family == "bert" ? evaluate_bert_checkpoint(dir, state, opt) : evaluate_t5_checkpoint(dir, state, opt);
   d["seconds"] = t.seconds();
   return {{"checkpoint", dir}, {"model_type", family}, {"dataset", d}};
 }

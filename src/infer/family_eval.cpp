@@ -6,10 +6,13 @@
 #include "checkpoint/family_info.h"
 #include "core/error.h"
 #include "data/bert_dataset.h"
+#include "data/t5_dataset.h"
 #include "data/indexed_dataset.h"
 #include "models/bert_model.h"
 #include "tokenizers/tokenizer.h"
 #include "train/bert_eval.h"
+#include "train/t5_eval.h"
+#include "train/t5_trainer.h"
 
 namespace megadlm {
 
@@ -72,6 +75,49 @@ nlohmann::json evaluate_bert_checkpoint(const std::string& dir, const Checkpoint
     d["sop_accuracy"] = r.sop_accuracy;
   }
   return d;
+}
+
+nlohmann::json evaluate_t5_checkpoint(const std::string& dir, const CheckpointState& state,
+                                      const FamilyEvalOptions& opt) {
+  const nlohmann::json& meta = state.meta;
+  const HfT5Info info = t5_info_of(meta, dir + "/state.json");
+  MEGADLM_CHECK(meta.contains("encoder_seq_length") && meta.contains("decoder_seq_length"), dir,
+                "/state.json: no encoder_seq_length / decoder_seq_length recorded (T5's samples need them)");
+  const auto tok = checkpoint_tokenizer(dir, meta);
+  // The sentinels and [BOS] [EOS] added as training added them: the same ids.
+  const T5Tokens tokens = t5_tokens_for(*tok, meta.value("vocab_extra_ids", int64_t{0}));
+  T5Model model(info.config, info.options, ParallelContext::single());
+  load_checkpoint_tensors(dir, model.params(), nullptr);
+
+  auto data = std::make_shared<const IndexedDataset>(opt.data_path, tok->vocab_size());
+  T5DatasetConfig c;
+  c.encoder_seq_length = meta["encoder_seq_length"].get<int64_t>();
+  c.decoder_seq_length = meta["decoder_seq_length"].get<int64_t>();
+  c.num_samples = opt.samples;
+  c.seed = seed_of(opt, meta);
+  c.noise_density = mask_prob_of(opt, meta, 0.15);
+  c.short_seq_prob = meta.value("short_seq_prob", 0.1);
+  c.pad = tokens.pad;
+  c.bos = tokens.bos;
+  c.eos = tokens.eos;
+  c.sentinels = tokens.sentinels;
+  const T5Dataset valid(data, valid_documents(*data, opt), Split::Valid, c);
+  MEGADLM_CHECK(valid.size() >= opt.micro_batch_size, opt.data_path, ": ", valid.size(),
+                " validation samples, fewer than --micro-batch-size ", opt.micro_batch_size);
+
+  const int64_t B = opt.micro_batch_size;
+  const T5EvalResult r = evaluate_t5(model, valid, B, opt.samples / B);
+  return {{"data_path", opt.data_path},
+          {"split", opt.split},
+          {"encoder_seq_length", c.encoder_seq_length},
+          {"decoder_seq_length", c.decoder_seq_length},
+          {"seed", c.seed},
+          {"noise_density", c.noise_density},
+          {"samples", r.batches * B},
+          {"batches", r.batches},
+          {"labelled_tokens", r.labelled_tokens},
+          {"loss", r.loss},
+          {"perplexity", std::exp(r.loss)}};
 }
 
 }  // namespace megadlm

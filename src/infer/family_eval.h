@@ -27,4 +27,9 @@ struct FamilyEvalOptions {
 nlohmann::json evaluate_bert_checkpoint(const std::string& dir, const CheckpointState& state,
                                         const FamilyEvalOptions& opt);
 
+// JSON: samples, batches, labelled_tokens, loss (the mean CE over the labelled decoder tokens of each
+// micro-batch, averaged over them) and perplexity.
+nlohmann::json evaluate_t5_checkpoint(const std::string& dir, const CheckpointState& state,
+                                      const FamilyEvalOptions& opt);
+
 }  // namespace megadlm

@@ -15,6 +15,7 @@
 #include "robustness/child_process.h"
 #include "test_util.h"
 #include "train/bert_trainer.h"
+#include "train/t5_trainer.h"
 #include "train_fixture.h"
 
 using namespace megadlm;
@@ -42,6 +43,11 @@ nlohmann::json evaluate_json(const std::vector<std::string>& args, const std::st
   return nlohmann::json::parse(in, nullptr, false);
 }
 
+// evaluate's flags for the 16 validation samples the trainers' --eval-iters 2 micro-batches of 8 score.
+std::vector<std::string> eval_flags(const std::string& run, const std::string& data) {
+  return {"--load", run, "--data-path", data, "--split", "95,5,0", "--eval-samples", "16", "--micro-batch-size", "8"};
+}
+
 struct FamilyEvaluate : ::testing::Test {
   test::TempDir tmp;
   std::string vocab = test::write_bert_vocab(tmp.str());
@@ -60,9 +66,7 @@ TEST_F(FamilyEvaluate, BertMatchesTheTrainersValidation) {
     t.run();
   }
   const nlohmann::json val = validation_line(tmp / "run/metrics.jsonl", 3);
-  const nlohmann::json res = evaluate_json({"--load", tmp / "run", "--data-path", data, "--split", "95,5,0",
-                                            "--eval-samples", "16", "--micro-batch-size", "8"},
-                                           tmp.str());
+  const nlohmann::json res = evaluate_json(eval_flags(tmp / "run", data), tmp.str());
   ASSERT_TRUE(res.contains("dataset")) << res.dump();
   const nlohmann::json& d = res["dataset"];
   EXPECT_EQ(res["model_type"], "bert");
@@ -76,9 +80,7 @@ TEST_F(FamilyEvaluate, BertMatchesTheTrainersValidation) {
   const double sop_accuracy = d["sop_accuracy"].get<double>();
   EXPECT_TRUE(sop_accuracy >= 0 && sop_accuracy <= 1) << sop_accuracy;
   // Another seed draws other samples and masks: another loss.
-  const nlohmann::json other = evaluate_json({"--load", tmp / "run", "--data-path", data, "--split", "95,5,0",
-                                              "--eval-samples", "16", "--seed", "8"},
-                                             tmp.str());
+  const nlohmann::json other = evaluate_json(plus(eval_flags(tmp / "run", data), {"--seed", "8"}), tmp.str());
   EXPECT_NE(other["dataset"]["mlm_loss"].get<double>(), d["mlm_loss"].get<double>());
   // What does not apply to a BERT checkpoint is refused by name.
   for (const std::vector<std::string>& extra :
@@ -92,4 +94,25 @@ TEST_F(FamilyEvaluate, BertMatchesTheTrainersValidation) {
   EXPECT_CLEAN_ERROR_EXIT(r);
   EXPECT_NE(r.output.find("--data-path: a bert checkpoint is evaluated on a sentence-split dataset"), std::string::npos)
       << r.output;
+}
+
+// The same for T5: the sequence-to-sequence loss of the validation samples.
+TEST_F(FamilyEvaluate, T5MatchesTheTrainersValidation) {
+  MEGADLM_REQUIRE_BINARY("evaluate");
+  {
+    T5Trainer t(test::parse_flags(plus(plus({"pretrain_difflm"}, test::set_flag(test::t5_flags(data, vocab), "--eval-interval", "3")),
+                                       {"--train-iters", "3", "--save", tmp / "run"})));
+    t.run();
+  }
+  const nlohmann::json val = validation_line(tmp / "run/metrics.jsonl", 3);
+  const nlohmann::json res = evaluate_json(eval_flags(tmp / "run", data), tmp.str());
+  ASSERT_TRUE(res.contains("dataset")) << res.dump();
+  const nlohmann::json& d = res["dataset"];
+  EXPECT_EQ(res["model_type"], "t5");
+  EXPECT_EQ(d["samples"], 16);
+  EXPECT_GT(d["labelled_tokens"].get<int64_t>(), 16);
+  EXPECT_DOUBLE_EQ(d["loss"].get<double>(), val["val_loss"].get<double>());
+  EXPECT_DOUBLE_EQ(d["perplexity"].get<double>(), std::exp(val["val_loss"].get<double>()));
+  const nlohmann::json other = evaluate_json(plus(eval_flags(tmp / "run", data), {"--seed", "8"}), tmp.str());
+  EXPECT_NE(other["dataset"]["loss"].get<double>(), d["loss"].get<double>());
 }
