@@ -54,21 +54,31 @@ struct FamilyEvaluate : ::testing::Test {
   std::string data = test::write_ordered_corpus(tmp.str(), 300);
 };
 
+// A 3-step run of the family's trainer validating at step 3, its validation line and evaluate's
+// report on its checkpoint.
+template <class FamilyTrainer>
+struct Scored {
+  nlohmann::json val, res;
+  Scored(const FamilyEvaluate& f, const std::vector<std::string>& flags) {
+    {
+      FamilyTrainer t(test::parse_flags(plus(plus({"pretrain_difflm"}, test::set_flag(flags, "--eval-interval", "3")),
+                                             {"--train-iters", "3", "--save", f.tmp / "run"})));
+      t.run();
+    }
+    val = validation_line(f.tmp / "run/metrics.jsonl", 3);
+    res = evaluate_json(eval_flags(f.tmp / "run", f.data), f.tmp.str());
+  }
+};
+
 }  // namespace
 
 // Validation at iteration 3 (--eval-iters 2 micro-batches of 8) and the checkpoint of iteration 3:
 // evaluate scores the same 16 samples with the same weights.
 TEST_F(FamilyEvaluate, BertMatchesTheTrainersValidation) {
   MEGADLM_REQUIRE_BINARY("evaluate");
-  {
-    BertTrainer t(test::parse_flags(plus(plus({"pretrain_difflm"}, test::set_flag(test::bert_flags(data, vocab), "--eval-interval", "3")),
-                                         {"--train-iters", "3", "--save", tmp / "run"})));
-    t.run();
-  }
-  const nlohmann::json val = validation_line(tmp / "run/metrics.jsonl", 3);
-  const nlohmann::json res = evaluate_json(eval_flags(tmp / "run", data), tmp.str());
+  const Scored<BertTrainer> run(*this, test::bert_flags(data, vocab));
+  const nlohmann::json &val = run.val, &res = run.res, &d = res["dataset"];
   ASSERT_TRUE(res.contains("dataset")) << res.dump();
-  const nlohmann::json& d = res["dataset"];
   EXPECT_EQ(res["model_type"], "bert");
   EXPECT_EQ(d["samples"], 16);
   EXPECT_EQ(d["seed"], 7);
@@ -99,15 +109,9 @@ TEST_F(FamilyEvaluate, BertMatchesTheTrainersValidation) {
 // The same for T5: the sequence-to-sequence loss of the validation samples.
 TEST_F(FamilyEvaluate, T5MatchesTheTrainersValidation) {
   MEGADLM_REQUIRE_BINARY("evaluate");
-  {
-    T5Trainer t(test::parse_flags(plus(plus({"pretrain_difflm"}, test::set_flag(test::t5_flags(data, vocab), "--eval-interval", "3")),
-                                       {"--train-iters", "3", "--save", tmp / "run"})));
-    t.run();
-  }
-  const nlohmann::json val = validation_line(tmp / "run/metrics.jsonl", 3);
-  const nlohmann::json res = evaluate_json(eval_flags(tmp / "run", data), tmp.str());
+  const Scored<T5Trainer> run(*this, test::t5_flags(data, vocab));
+  const nlohmann::json &val = run.val, &res = run.res, &d = res["dataset"];
   ASSERT_TRUE(res.contains("dataset")) << res.dump();
-  const nlohmann::json& d = res["dataset"];
   EXPECT_EQ(res["model_type"], "t5");
   EXPECT_EQ(d["samples"], 16);
   EXPECT_GT(d["labelled_tokens"].get<int64_t>(), 16);
