@@ -19,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 
+#include "checkpoint/family_info.h"
 #include "checkpoint/hf_bert.h"
 #include "checkpoint/hf_clip.h"
 #include "checkpoint/hf_config.h"
@@ -123,13 +124,6 @@ HfWriteOptions hf_write_options(const CliFlags& f, const nlohmann::json& hf, con
   return opt;
 }
 
-// A family's options recorded in state.json (meta[type]), an Error naming the file when absent.
-const nlohmann::json& family_options(const nlohmann::json& meta, const char* type, const std::string& where) {
-  MEGADLM_CHECK(meta.contains("config") && meta.contains(type) && meta[type].is_object(), where, ": a ", type,
-                " checkpoint without its config or its \"", type, "\" options");
-  return meta[type];
-}
-
 void refuse_other_layout(const CliFlags& f, const std::string& dir, const char* type) {
   MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") == type, "--layout ", f.get_string("layout"), ": ", dir,
                 " holds a ", type, " model, which exports to --layout ", type, " only");
@@ -150,23 +144,6 @@ void bert_hf_to_native(const CliFlags& f, const std::string& src, const std::str
   std::printf("%s, %s weights, %lld parameters)%s\n",
               ck.info.options.binary_head ? "BertForPreTraining" : "BertForMaskedLM", safetensors_dtype_name(ck.dtype),
               static_cast<long long>(model.params().numel()), tok.c_str());
-}
-
-// A native BERT checkpoint's model, rebuilt from state.json's config and "bert" options.
-HfBertInfo bert_info_of(const nlohmann::json& meta, const std::string& where) {
-  const nlohmann::json& b = family_options(meta, "bert", where);
-  HfBertInfo info;
-  info.config = config_from_json(meta["config"], where);
-  try {
-    info.options.pre_norm = b.value("pre_norm", false);
-    info.options.binary_head = b.value("binary_head", true);
-    info.options.token_types = b.value("token_types", int64_t{2});
-    info.options.exact_gelu = b.value("exact_gelu", true);
-    info.pad_token_id = b.value("pad_token_id", 0);
-  } catch (const nlohmann::json::exception& e) {
-    fail(where, ": the \"bert\" options are malformed (", e.what(), ")");
-  }
-  return info;
 }
 
 void bert_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state,
@@ -200,22 +177,6 @@ void t5_hf_to_native(const CliFlags& f, const std::string& src, const std::strin
   std::printf("T5ForConditionalGeneration, %s, %s output, %s weights, %lld parameters)%s\n",
               t5_feed_forward_name(o.feed_forward), model.tied() ? "tied" : "untied", safetensors_dtype_name(ck.dtype),
               static_cast<long long>(model.params().numel()), tok.c_str());
-}
-
-// A native T5 checkpoint's model, rebuilt from state.json's config and "t5" options.
-HfT5Info t5_info_of(const nlohmann::json& meta, const std::string& where) {
-  const nlohmann::json& t = family_options(meta, "t5", where);
-  HfT5Info info;
-  info.config = config_from_json(meta["config"], where);
-  info.options = t5_options_from_json(t, where);
-  try {
-    info.pad_token_id = t.value("pad_token_id", 0);
-    info.eos_token_id = t.value("eos_token_id", 1);
-    info.decoder_start_token_id = t.value("decoder_start_token_id", info.pad_token_id);
-  } catch (const nlohmann::json::exception& e) {
-    fail(where, ": the \"t5\" options are malformed (", e.what(), ")");
-  }
-  return info;
 }
 
 void t5_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state, const std::string& dst) {

@@ -7,11 +7,16 @@
 //   - multiple choice (--choices-file, .jsonl of {"context", "choices", "label"}): each choice scored
 //     by its log-likelihood given the context (diffusion: LLaDA's estimator, prompt never masked,
 //     --cfg-scale for guidance), accuracy of the argmax (and of the per-token argmax);
-//   - one conditional log-likelihood (--prompt, --answer).
+//   - one conditional log-likelihood (--prompt, --answer);
+//   - a BERT or T5 checkpoint (docs/bert.md, docs/t5.md "Inference"): the validation samples of
+//     --data-path (sentence-split, --split by documents) as training draws them, scored as the
+//     trainer's validation: BERT's masked-LM loss, perplexity and masked-token accuracy (with the
+//     binary head the sentence-order loss and accuracy), T5's sequence-to-sequence loss and perplexity.
 //
 //   evaluate --load runs/gpt --data-path data/wiki_text_document --seq-length 128 --eval-samples 64
 //   evaluate --load runs/dlm --data-path data/wiki_text_document --mc-samples 32 --output eval.json
 //   evaluate --load runs/dlm --choices-file tasks/mc.jsonl --mc-samples 16 --cfg-scale 0.5
+//   evaluate --load runs/bert --data-path data/wiki_text_sentence --split 95,5,0 --eval-samples 64
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +32,7 @@
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 #include "tokenizers/tokenizer.h"
+#include "infer/family_eval.h"
 #include "infer/likelihood.h"
 
 using namespace megadlm;
@@ -74,6 +80,45 @@ std::vector<std::vector<int32_t>> windows(const std::string& prefix, int64_t len
   return out;
 }
 
+// "bert" or "t5" for a checkpoint of those families (scored by infer/family_eval.h), else "".
+std::string checkpoint_family(const std::string& load) {
+  const std::string dir = resolve_checkpoint_dir(load);
+  if (dir.empty()) return "";  // load_model says why
+  const std::string type = read_checkpoint_state(dir).meta.value("model_type", "");
+  return type == "bert" || type == "t5" ? type : "";
+}
+
+nlohmann::json evaluate_family(const CliFlags& f, const std::string& family) {
+  Timer t;
+  const std::string dir = resolve_checkpoint_dir(f.get_string("load"));
+  MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"), ": evaluate runs ", family,
+                " checkpoints on the cpu only");
+  for (const char* flag : {"choices-file", "answer", "prompt", "seq-length", "mc-samples", "cfg-scale"})
+    MEGADLM_CHECK(!f.given(flag), "--", flag, " is not available for a ", family, " checkpoint (evaluate scores its ",
+                  "--data-path samples)");
+  MEGADLM_CHECK(!f.get_string("data-path").empty(), "--data-path: a ", family, " checkpoint is evaluated on a ",
+                "sentence-split dataset; give its prefix");
+  FamilyEvalOptions opt;
+  opt.data_path = f.get_string("data-path");
+  opt.split = f.get_string("split");
+  opt.samples = f.get_int("eval-samples");
+  opt.micro_batch_size = f.get_int("micro-batch-size");
+  if (f.given("seed")) opt.seed = static_cast<uint64_t>(f.get_int("seed"));
+  if (f.given("mask-prob")) opt.mask_prob = f.get_double("mask-prob");
+  const CheckpointState state = read_checkpoint_state(dir);
+  nlohmann::json d = family == "bert" ? evaluate_bert_checkpoint(dir, state, opt) : evaluate_t5_checkpoint(dir, state, opt);
+  d["seconds"] = t.seconds();
+  return {{"checkpoint", dir}, {"model_type", family}, {"dataset", d}};
+}
+
+void print_report(const CliFlags& f, const nlohmann::json& res) {
+  // Paths and --prompt / --answer may hold any bytes: ill-formed UTF-8 is written as U+FFFD.
+  const std::string text = res.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::cout << text << "\n";
+  // Written whole under a temporary name and renamed: a failed write leaves any previous file intact.
+  if (!f.get_string("output").empty()) write_file_atomic(f.get_string("output"), text + "\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +135,9 @@ int main(int argc, char** argv) {
     f.add_string("choices-file", "", ".jsonl of {\"context\", \"choices\": [..], \"label\"} for accuracy");
     f.add_string("prompt", "", "conditional log-likelihood: the given text");
     f.add_string("answer", "", "conditional log-likelihood: the scored continuation");
-    f.add_int("seed", 1234, "Monte Carlo seed");
+    f.add_int("seed", 1234, "Monte Carlo seed (bert, t5: the samples' seed; default: the checkpoint's)");
+    f.add_string("split", "969,30,1", "bert, t5: train,valid,test proportions of --data-path documents; the valid ones are scored");
+    f.add_double("mask-prob", 0.15, "bert: mask probability; t5: noise density (default: the checkpoint's)", at_least(0));
     f.add_string("output", "", "write the JSON here as well as to stdout");
     f.parse(argc, argv);
     if (f.help_requested()) {
@@ -99,6 +146,10 @@ int main(int argc, char** argv) {
     }
     if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
     Timer total;
+    if (const std::string family = checkpoint_family(f.get_string("load")); !family.empty()) {
+      print_report(f, evaluate_family(f, family));
+      return 0;
+    }
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
@@ -278,11 +329,7 @@ int main(int argc, char** argv) {
     }
     MEGADLM_CHECK(did, "nothing to evaluate: give --data-path, --choices-file or --answer");
     res["seconds"] = total.seconds();
-    // Paths and --prompt / --answer may hold any bytes: ill-formed UTF-8 is written as U+FFFD.
-    const std::string text = res.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::cout << text << "\n";
-    // Written whole under a temporary name and renamed: a failed write leaves any previous file intact.
-    if (!f.get_string("output").empty()) write_file_atomic(f.get_string("output"), text + "\n");
+    print_report(f, res);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "evaluate: error: %s\n", e.what());

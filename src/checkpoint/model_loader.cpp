@@ -32,10 +32,11 @@ LoadedModel load_model(const std::string& path, Device device) {
   MEGADLM_CHECK(!llava || device == Device::CPU, where, ": a llava model runs on the CPU (--device cpu)");
   const ModelType type = model_type_from_name(
       llava ? meta.value("language_model_type", std::string("?")) : meta["model_type"].get<std::string>());
-  MEGADLM_CHECK(type != ModelType::BERT, where, ": a bert model: generate and evaluate run gpt and difflm models ",
-                "(BERT's inference tools are not built: docs/bert.md); convert_checkpoint --to-hf exports it");
-  MEGADLM_CHECK(type != ModelType::T5, where, ": a t5 model: generate and evaluate run gpt and difflm models ",
-                "(T5's inference tools are not built: docs/t5.md); convert_checkpoint --to-hf exports it");
+  MEGADLM_CHECK(type != ModelType::BERT, where, ": a bert model: generate runs gpt and difflm models (evaluate ",
+                "scores a bert checkpoint on --data-path: docs/bert.md); convert_checkpoint --to-hf exports it");
+  MEGADLM_CHECK(type != ModelType::T5, where, ": a t5 model: generate runs gpt and difflm models (T5's generation ",
+                "is not built; evaluate scores a t5 checkpoint on --data-path: docs/t5.md); convert_checkpoint --to-hf ",
+                "exports it");
   m.diffusion = type == ModelType::DiffLM;
   m.mask_token = meta.value("mask_token", -1);
   m.eod = meta.value("eod", -1);

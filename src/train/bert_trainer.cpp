@@ -69,21 +69,6 @@ void BertTrainer::build_datasets() {
   });
 }
 
-BertBatch BertTrainer::batch_of(const BertDataset& data, int64_t first, int64_t B) {
-  BertBatch b;
-  b.B = B;
-  b.T = args_.seq_length;
-  for (int64_t i = 0; i < B; ++i) {
-    data.sample((first + i) % data.size(), sample_);
-    b.tokens.insert(b.tokens.end(), sample_.tokens.begin(), sample_.tokens.end());
-    b.token_types.insert(b.token_types.end(), sample_.token_types.begin(), sample_.token_types.end());
-    b.mlm_labels.insert(b.mlm_labels.end(), sample_.labels.begin(), sample_.labels.end());
-    b.attention_mask.insert(b.attention_mask.end(), sample_.padding_mask.begin(), sample_.padding_mask.end());
-    if (args_.bert_binary_head) b.binary_labels.push_back(sample_.is_random);
-  }
-  return b;
-}
-
 void BertTrainer::add_checkpoint_meta(nlohmann::json& m) const {
   m["bert_pre_norm"] = true;
   m["bert_binary_head"] = args_.bert_binary_head;
@@ -111,7 +96,7 @@ double BertTrainer::flops_per_sample() const {
 // give the mean.
 void BertTrainer::micro_batch(int64_t first, int64_t M, double* parts) {
   const int64_t B = args_.micro_batch_size;
-  BertBatch batch = batch_of(*train_, first, B);
+  BertBatch batch = bert_batch_of(*train_, first, B, args_.bert_binary_head, sample_);
   const auto masked = std::count_if(batch.mlm_labels.begin(), batch.mlm_labels.end(),
                                     [](int32_t l) { return l != kMlmIgnore; });
   batch.mlm_weights.assign(batch.mlm_labels.size(), static_cast<float>(B) / static_cast<float>(std::max<int64_t>(masked, 1)));
@@ -121,34 +106,7 @@ void BertTrainer::micro_batch(int64_t first, int64_t M, double* parts) {
 }
 
 BertEvalResult BertTrainer::evaluate(const BertDataset& data, int64_t batches) {
-  BertEvalResult r;
-  const int64_t B = args_.micro_batch_size;
-  batches = std::min(batches, data.size() / B);
-  const int64_t V = args_.model.vocab_size;
-  double masked = 0, correct = 0;
-  for (int64_t i = 0; i < batches; ++i) {
-    const BertBatch batch = batch_of(data, i * B, B);
-    BertModel::Logits logits;
-    const BertLosses l = model_->forward_loss(batch, &logits);
-    r.sop_loss += l.binary / static_cast<double>(B);
-    const float* z = logits.mlm.data<float>();
-    double batch_masked = 0;
-    for (size_t n = 0; n < batch.mlm_labels.size(); ++n) {
-      if (batch.mlm_labels[n] == kMlmIgnore) continue;
-      const float* row = z + static_cast<int64_t>(n) * V;
-      correct += static_cast<double>(std::max_element(row, row + V) - row == batch.mlm_labels[n]);
-      ++batch_masked;
-    }
-    masked += batch_masked;
-    r.mlm_loss += l.mlm / std::max(batch_masked, 1.0);
-  }
-  r.batches = batches;
-  if (batches > 0) {
-    r.mlm_loss /= static_cast<double>(batches);
-    r.sop_loss /= static_cast<double>(batches);
-  }
-  r.mlm_accuracy = masked > 0 ? correct / masked : 0;
-  return r;
+  return evaluate_bert(*model_, data, args_.micro_batch_size, batches, args_.bert_binary_head);
 }
 
 void BertTrainer::evaluate_and_log(int64_t iteration) {

@@ -18,16 +18,10 @@
 #include "data/bert_dataset.h"
 #include "models/bert_model.h"
 #include "train/arguments.h"
+#include "train/bert_eval.h"
 #include "train/family_trainer.h"
 
 namespace megadlm {
-
-struct BertEvalResult {
-  double mlm_loss = 0;      // mean cross-entropy over the masked tokens
-  double sop_loss = 0;      // mean sentence-order cross-entropy per sequence (0 without the binary head)
-  double mlm_accuracy = 0;  // share of masked tokens whose argmax is the original id
-  int64_t batches = 0;
-};
 
 class BertTrainer : public FamilyTrainer {
  public:
@@ -41,8 +35,6 @@ class BertTrainer : public FamilyTrainer {
  private:
   BertDatasetConfig dataset_config(int64_t num_samples) const;
   void build_datasets();
-  // Samples [first, first + B) of `data` (modulo its size) as one batch.
-  BertBatch batch_of(const BertDataset& data, int64_t first, int64_t B);
 
   std::vector<std::string> loss_names() const override;
   void micro_batch(int64_t first, int64_t M, double* parts) override;
@@ -58,7 +50,7 @@ class BertTrainer : public FamilyTrainer {
   BertTokens tokens_;
   std::unique_ptr<BertDataset> train_, valid_;
   std::unique_ptr<BertModel> model_;
-  BertSample sample_;  // storage each sample is read into
+  BertSample sample_;  // storage each training sample is read into
 };
 
 }  // namespace megadlm

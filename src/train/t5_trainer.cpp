@@ -72,49 +72,18 @@ T5DatasetConfig T5Trainer::dataset_config(int64_t num_samples) const {
   return c;
 }
 
-T5Batch T5Trainer::batch_of(const T5Dataset& data, int64_t first, int64_t B, int64_t* labelled) {
-  T5Batch b;
-  b.B = B;
-  b.S = args_.t5.encoder_seq_length;
-  b.T = args_.t5.decoder_seq_length;
-  *labelled = 0;
-  for (int64_t i = 0; i < B; ++i) {
-    data.sample((first + i) % data.size(), sample_);
-    b.encoder_tokens.insert(b.encoder_tokens.end(), sample_.encoder_tokens.begin(), sample_.encoder_tokens.end());
-    b.encoder_mask.insert(b.encoder_mask.end(), sample_.encoder_padding_mask.begin(), sample_.encoder_padding_mask.end());
-    b.decoder_tokens.insert(b.decoder_tokens.end(), sample_.decoder_input.begin(), sample_.decoder_input.end());
-    b.decoder_mask.insert(b.decoder_mask.end(), sample_.decoder_padding_mask.begin(), sample_.decoder_padding_mask.end());
-    for (size_t p = 0; p < sample_.decoder_labels.size(); ++p) {
-      const bool loss = sample_.loss_mask[p] != 0;
-      b.labels.push_back(loss ? sample_.decoder_labels[p] : kIgnoreIndex);
-      *labelled += loss;
-    }
-  }
-  return b;
-}
-
 // Megatron's T5 loss: each micro-batch's mean over its labelled decoder rows, so grad_scale is
 // 1 / (labelled M) and the step's gradient that of the micro-batches' mean.
 void T5Trainer::micro_batch(int64_t first, int64_t M, double* parts) {
   int64_t labelled = 0;
-  const T5Batch batch = batch_of(*train_, first, args_.micro_batch_size, &labelled);
+  const T5Batch batch = t5_batch_of(*train_, first, args_.micro_batch_size, &labelled, sample_);
   const double n = static_cast<double>(std::max<int64_t>(labelled, 1) * M);
   const double loss = model_->forward_backward(batch, static_cast<float>(1.0 / n));
   parts[0] += loss / n;
 }
 
 T5EvalResult T5Trainer::evaluate(const T5Dataset& data, int64_t batches) {
-  T5EvalResult r;
-  const int64_t B = args_.micro_batch_size;
-  batches = std::min(batches, data.size() / B);
-  for (int64_t i = 0; i < batches; ++i) {
-    int64_t labelled = 0;
-    const T5Batch batch = batch_of(data, i * B, B, &labelled);
-    r.loss += model_->forward_loss(batch) / static_cast<double>(std::max<int64_t>(labelled, 1));
-  }
-  r.batches = batches;
-  if (batches > 0) r.loss /= static_cast<double>(batches);
-  return r;
+  return evaluate_t5(*model_, data, args_.micro_batch_size, batches);
 }
 
 void T5Trainer::evaluate_and_log(int64_t iteration) {

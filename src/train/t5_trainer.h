@@ -20,13 +20,9 @@
 #include "models/t5_model.h"
 #include "train/arguments.h"
 #include "train/family_trainer.h"
+#include "train/t5_eval.h"
 
 namespace megadlm {
-
-struct T5EvalResult {
-  double loss = 0;  // mean over the batches of each batch's mean cross-entropy over its labelled rows
-  int64_t batches = 0;
-};
 
 // The special ids of T5's samples from `tok` (adding [BOS], [EOS] and the sentinels where absent);
 // a tokenizer without a padding token is an Error naming --tokenizer-type.
@@ -53,9 +49,6 @@ class T5Trainer : public FamilyTrainer {
 
  private:
   T5DatasetConfig dataset_config(int64_t num_samples) const;
-  // Samples [first, first + B) of `data` (modulo its size) as one batch; *labelled gets its rows with
-  // a label.
-  T5Batch batch_of(const T5Dataset& data, int64_t first, int64_t B, int64_t* labelled);
 
   std::vector<std::string> loss_names() const override { return {"lm"}; }
   void micro_batch(int64_t first, int64_t M, double* parts) override;
@@ -71,7 +64,7 @@ class T5Trainer : public FamilyTrainer {
   T5Tokens tokens_;
   std::unique_ptr<T5Dataset> train_, valid_;
   std::unique_ptr<T5Model> model_;
-  T5Sample sample_;  // storage each sample is read into
+  T5Sample sample_;  // storage each training sample is read into
 };
 
 }  // namespace megadlm

@@ -200,7 +200,7 @@ TEST(HfT5, GenerateAndTrainingRefuseT5ByName) {
     EXPECT_TRUE(c.exited && c.exit_code == 1) << binary << ": " << c.output;
     EXPECT_NE(c.output.find(part), std::string::npos) << c.output;
   };
-  refused("generate", {"--load", native, "--prompt", "x"}, "a t5 model: generate and evaluate run gpt and difflm");
+  refused("generate", {"--load", native, "--prompt", "x"}, "a t5 model: generate runs gpt and difflm models (T5's generation is not built");
   // --load-hf reads config.json through the gpt / difflm translation, which names T5's own path.
   expect_error_with([] { hf_config_to_info(read_json(hf_fixture("hf_t5") + "/config.json"), "c.json"); },
                     "c.json: a T5 model (T5ForConditionalGeneration): convert_checkpoint converts it");

@@ -84,7 +84,7 @@ TEST(BertRefusals, GenerateAndLoadHfDoNotTakeBert) {
   const auto r = test::run_binary("convert_checkpoint", {"--from-hf", fixture("hf_bert"), "--to-native", native},
                                   scratch("log.txt"));
   ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
-  expect_refusal("generate", {"--load", native, "--prompt", "x"}, "a bert model: generate and evaluate run gpt and difflm");
+  expect_refusal("generate", {"--load", native, "--prompt", "x"}, "a bert model: generate runs gpt and difflm");
   // --load-hf reads config.json through the gpt / difflm translation, which names BERT's own path.
   const std::string msg = test::error_of([] {
     hf_config_to_info(nlohmann::json::parse(R"({"model_type": "bert", "architectures": ["BertForMaskedLM"]})"), "c.json");

@@ -1,0 +1,123 @@
+#include "infer/family_eval.h"
+
+#include <cmath>
+#include <memory>
+
+#include "checkpoint/family_info.h"
+#include "core/error.h"
+#include "data/bert_dataset.h"
+#include "data/t5_dataset.h"
+#include "data/indexed_dataset.h"
+#include "models/bert_model.h"
+#include "tokenizers/tokenizer.h"
+#include "train/bert_eval.h"
+#include "train/t5_eval.h"
+#include "train/t5_trainer.h"
+
+namespace megadlm {
+
+namespace {
+
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const std::string& dir, const nlohmann::json& meta) {
+  MEGADLM_CHECK(meta.contains("tokenizer"), dir, "/state.json: no tokenizer recorded");
+  return make_tokenizer(TokenizerSpec::from_json(meta["tokenizer"]));
+}
+
+// The validation documents of --split, as the trainers split them.
+SequenceRange valid_documents(const IndexedDataset& data, const FamilyEvalOptions& opt) {
+  const auto ranges = split_ranges(opt.split, data.num_documents());
+  MEGADLM_CHECK(ranges[1].has_value(), "--split ", opt.split, ": the validation split of ", opt.data_path,
+                " is empty (evaluate scores the validation documents)");
+  return *ranges[1];
+}
+
+uint64_t seed_of(const FamilyEvalOptions& opt, const nlohmann::json& meta) {
+  return opt.seed ? *opt.seed : meta.value("seed", uint64_t{1234});
+}
+
+double mask_prob_of(const FamilyEvalOptions& opt, const nlohmann::json& meta, double fallback) {
+  return opt.mask_prob ? *opt.mask_prob : meta.value("mask_prob", fallback);
+}
+
+}  // namespace
+
+nlohmann::json evaluate_bert_checkpoint(const std::string& dir, const CheckpointState& state,
+                                        const FamilyEvalOptions& opt) {
+  const nlohmann::json& meta = state.meta;
+  const HfBertInfo info = bert_info_of(meta, dir + "/state.json");
+  MEGADLM_CHECK(meta.contains("seq_length"), dir, "/state.json: no seq_length recorded (BERT's samples need it)");
+  const auto tok = checkpoint_tokenizer(dir, meta);
+  BertModel model(info.config, bert_model_spec(info.config, info.options), ParallelContext::single());
+  load_checkpoint_tensors(dir, model.params(), nullptr);
+
+  auto data = std::make_shared<const IndexedDataset>(opt.data_path, tok->vocab_size());
+  BertDatasetConfig c;
+  c.seq_length = meta["seq_length"].get<int64_t>();
+  c.num_samples = opt.samples;
+  c.seed = seed_of(opt, meta);
+  c.mask_prob = mask_prob_of(opt, meta, 0.15);
+  c.short_seq_prob = meta.value("short_seq_prob", 0.1);
+  c.binary_head = info.options.binary_head;
+  c.tokens = bert_tokens_of(*tok);
+  const BertDataset valid(data, valid_documents(*data, opt), Split::Valid, c);
+  MEGADLM_CHECK(valid.size() >= opt.micro_batch_size, opt.data_path, ": ", valid.size(),
+                " validation samples, fewer than --micro-batch-size ", opt.micro_batch_size);
+
+  const int64_t B = opt.micro_batch_size;
+  const BertEvalResult r = evaluate_bert(model, valid, B, opt.samples / B, info.options.binary_head);
+  nlohmann::json d = {{"data_path", opt.data_path}, {"split", opt.split},      {"seq_length", c.seq_length},
+                      {"seed", c.seed},             {"mask_prob", c.mask_prob}, {"samples", r.batches * B},
+                      {"batches", r.batches},       {"masked_tokens", r.masked_tokens},
+                      {"mlm_loss", r.mlm_loss},     {"perplexity", std::exp(r.mlm_loss)},
+                      {"mlm_accuracy", r.mlm_accuracy}};
+  if (info.options.binary_head) {
+    d["sop_loss"] = r.sop_loss;
+    d["sop_accuracy"] = r.sop_accuracy;
+  }
+  return d;
+}
+
+nlohmann::json evaluate_t5_checkpoint(const std::string& dir, const CheckpointState& state,
+                                      const FamilyEvalOptions& opt) {
+  const nlohmann::json& meta = state.meta;
+  const HfT5Info info = t5_info_of(meta, dir + "/state.json");
+  MEGADLM_CHECK(meta.contains("encoder_seq_length") && meta.contains("decoder_seq_length"), dir,
+                "/state.json: no encoder_seq_length / decoder_seq_length recorded (T5's samples need them)");
+  const auto tok = checkpoint_tokenizer(dir, meta);
+  // The sentinels and [BOS] [EOS] added as training added them: the same ids.
+  const T5Tokens tokens = t5_tokens_for(*tok, meta.value("vocab_extra_ids", int64_t{0}));
+  T5Model model(info.config, info.options, ParallelContext::single());
+  load_checkpoint_tensors(dir, model.params(), nullptr);
+
+  auto data = std::make_shared<const IndexedDataset>(opt.data_path, tok->vocab_size());
+  T5DatasetConfig c;
+  c.encoder_seq_length = meta["encoder_seq_length"].get<int64_t>();
+  c.decoder_seq_length = meta["decoder_seq_length"].get<int64_t>();
+  c.num_samples = opt.samples;
+  c.seed = seed_of(opt, meta);
+  c.noise_density = mask_prob_of(opt, meta, 0.15);
+  c.short_seq_prob = meta.value("short_seq_prob", 0.1);
+  c.pad = tokens.pad;
+  c.bos = tokens.bos;
+  c.eos = tokens.eos;
+  c.sentinels = tokens.sentinels;
+  const T5Dataset valid(data, valid_documents(*data, opt), Split::Valid, c);
+  MEGADLM_CHECK(valid.size() >= opt.micro_batch_size, opt.data_path, ": ", valid.size(),
+                " validation samples, fewer than --micro-batch-size ", opt.micro_batch_size);
+
+  const int64_t B = opt.micro_batch_size;
+  const T5EvalResult r = evaluate_t5(model, valid, B, opt.samples / B);
+  return {{"data_path", opt.data_path},
+          {"split", opt.split},
+          {"encoder_seq_length", c.encoder_seq_length},
+          {"decoder_seq_length", c.decoder_seq_length},
+          {"seed", c.seed},
+          {"noise_density", c.noise_density},
+          {"samples", r.batches * B},
+          {"batches", r.batches},
+          {"labelled_tokens", r.labelled_tokens},
+          {"loss", r.loss},
+          {"perplexity", std::exp(r.loss)}};
+}
+
+}  // namespace megadlm
