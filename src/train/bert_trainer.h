@@ -39,7 +39,6 @@ class BertTrainer : public FamilyTrainer {
   BertModel& model() { return *model_; }
 
  private:
-  BertDatasetConfig dataset_config(int64_t num_samples) const;
   void build_datasets();
   // Samples [first, first + B) of `data` (modulo its size) as one batch.
   BertBatch batch_of(const BertDataset& data, int64_t first, int64_t B);
