@@ -17,25 +17,19 @@
 #include "robustness/child_process.h"
 #include "test_util.h"
 #include "tokenizers/tokenizer.h"
+#include "train_fixture.h"
 
 using namespace megadlm;
 
-namespace {
-
-std::vector<std::string> plus_flags(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-}  // namespace
+using test::plus;
 
 TEST(InspectBertSamples, WritesTheTrainersSamplesInOrder) {
   MEGADLM_REQUIRE_BINARY("inspect_data");
   test::TempDir tmp;
   const std::string vocab = test::write_bert_vocab(tmp.str()), data = test::write_ordered_corpus(tmp.str(), 60);
   // bert_flags: --seq-length 48, --global-batch-size 16, --split 95,5,0, --seed 7; 3 steps = 48 samples.
-  const auto train = plus_flags(test::bert_flags(data, vocab), {"--train-iters", "3", "--mask-prob", "0.2"});
-  const auto r = test::run_binary("inspect_data", plus_flags({"--bert-samples", tmp / "s.jsonl", "--"}, train),
+  const auto train = plus(test::bert_flags(data, vocab), {"--train-iters", "3", "--mask-prob", "0.2"});
+  const auto r = test::run_binary("inspect_data", plus({"--bert-samples", tmp / "s.jsonl", "--"}, train),
                                   tmp / "log.txt");
   ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
 
@@ -79,7 +73,7 @@ TEST(InspectBertSamples, RefusesAnotherModelType) {
   test::TempDir tmp;
   const std::string vocab = test::write_bert_vocab(tmp.str()), data = test::write_ordered_corpus(tmp.str(), 20);
   auto train = test::set_flag(test::bert_flags(data, vocab), "--model-type", "difflm");
-  const auto r = test::run_binary("inspect_data", plus_flags({"--bert-samples", tmp / "s.jsonl", "--"}, train),
+  const auto r = test::run_binary("inspect_data", plus({"--bert-samples", tmp / "s.jsonl", "--"}, train),
                                   tmp / "log.txt");
   EXPECT_CLEAN_ERROR_EXIT(r);
   EXPECT_NE(r.output.find("--bert-samples"), std::string::npos) << r.output;
