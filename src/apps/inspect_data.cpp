@@ -5,10 +5,14 @@
 //                                                                 GPTDataset sample 3, decoded with
 //                                                                 the tokenizer of the sidecar
 //   inspect_data --data-path data/corpus_text_document --document 0   one document, decoded
+//   inspect_data --bert-samples samples.jsonl -- <pretrain_difflm --model-type bert flags>
+//                                                                 the BertDataset samples that run
+//                                                                 consumes, in order, one a line
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +22,8 @@
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
+#include "train/data_setup.h"
+#include "train/family_data.h"
 
 using namespace megadlm;
 
@@ -45,26 +51,69 @@ std::unique_ptr<Tokenizer> sidecar_tokenizer(const std::string& prefix) {
   }
 }
 
+// The samples a single-process run of `train` (pretrain_difflm's argv) consumes, in order: sample i of
+// the run is sample i (modulo its size) of the train split's BertDataset, built as BertTrainer builds
+// it. One JSON object a line: index, tokens, token_types, labels (-1 = not masked), padding_mask (1 on
+// tokens), is_random (the sentence-order label).
+void write_bert_samples(const std::vector<std::string>& train, const std::string& path) {
+  std::vector<const char*> argv;
+  for (const std::string& a : train) argv.push_back(a.c_str());
+  TrainArgs args;
+  MEGADLM_CHECK(parse_train_args(static_cast<int>(argv.size()), argv.data(), args),
+                "--bert-samples: --help among the pretrain_difflm flags");
+  MEGADLM_CHECK(args.model_type == ModelType::BERT, "--bert-samples needs the flags of a --model-type bert run after --");
+  const auto tok = make_tokenizer(resolve_tokenizer_spec(args));
+  check_data_tokenizers(args, *tok);
+  const auto data = bert_train_dataset(args, *tok);
+  std::ofstream out(path);
+  MEGADLM_CHECK(out.good(), "--bert-samples: cannot write ", path);
+  const int64_t n = args.train_iters * args.global_batch_size;
+  BertSample s;
+  for (int64_t i = 0; i < n; ++i) {
+    data->sample(i % data->size(), s);
+    nlohmann::json j = {{"index", i}, {"tokens", s.tokens}, {"token_types", s.token_types}, {"labels", s.labels},
+                        {"padding_mask", s.padding_mask}, {"is_random", s.is_random}};
+    out << j.dump() << "\n";
+  }
+  out.flush();
+  MEGADLM_CHECK(out.good(), "--bert-samples: writing ", path, " failed");
+  std::printf("%s: %lld samples of seq_length %lld (%lld in the train split's dataset)\n", path.c_str(),
+              static_cast<long long>(n), static_cast<long long>(args.seq_length), static_cast<long long>(data->size()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
+    // After `--`: the pretrain_difflm flags whose samples --bert-samples writes.
+    std::vector<std::string> own, train = {"pretrain_difflm"};
+    bool after_dashes = false;
+    for (int i = 0; i < argc; ++i) {
+      if (!after_dashes && std::string(argv[i]) == "--") after_dashes = true;
+      else (after_dashes ? train : own).push_back(argv[i]);
+    }
     CliFlags flags("inspect_data", "Counts documents and tokens of Megatron .bin/.idx datasets; decodes samples.");
-    flags.add_list("data-path", {}, "dataset prefixes (weights, as in --data-path W1 P1 ..., are skipped)", true);
+    flags.add_list("data-path", {}, "dataset prefixes (weights, as in --data-path W1 P1 ..., are skipped)");
+    flags.add_string("bert-samples", "", "write the BertDataset samples of the pretrain_difflm flags after -- to this .jsonl");
     flags.add_int("sample", -1, "decode this GPTDataset sample of the first prefix", at_least(0));
     flags.add_int("seq-length", 0, "sequence length for --sample", at_least(0));
     flags.add_int("seed", 1234, "shuffle seed for --sample");
     flags.add_string("split", "1", "train,valid,test weights for --sample (the train part is shown)");
     flags.add_int("document", -1, "decode this document of the first prefix", at_least(0));
-    flags.parse(argc, argv);
+    flags.parse(std::vector<std::string>(own.begin() + 1, own.end()));
     if (flags.help_requested()) {
       std::fputs(flags.help().c_str(), stdout);
       return 0;
     }
+    if (!flags.get_string("bert-samples").empty()) {
+      write_bert_samples(train, flags.get_string("bert-samples"));
+      return 0;
+    }
+    MEGADLM_CHECK(after_dashes == false, "flags after -- need --bert-samples");
     std::vector<std::string> prefixes;
     for (const std::string& t : flags.get_list("data-path"))
       if (!is_number(t)) prefixes.push_back(t);
-    MEGADLM_CHECK(!prefixes.empty(), "--data-path holds no dataset prefix");
+    MEGADLM_CHECK(!prefixes.empty(), "--data-path holds no dataset prefix (or is missing)");
 
     int64_t all_docs = 0, all_tokens = 0;
     for (const std::string& p : prefixes) {

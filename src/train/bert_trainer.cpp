@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "train/data_setup.h"
+#include "train/family_data.h"
 
 namespace megadlm {
 
@@ -18,16 +19,6 @@ BertOptions bert_options(const TrainArgs& args) {
   o.pre_norm = true;
   o.binary_head = args.bert_binary_head;
   return o;
-}
-
-// The WordPiece ids BERT's samples need; another tokenizer is an Error naming --tokenizer-type.
-BertTokens bert_tokens_for(const Tokenizer& tok) {
-  try {
-    return bert_tokens_of(tok);
-  } catch (const Error& e) {
-    fail("--tokenizer-type ", tok.spec().type, ": --model-type bert needs BERT's WordPiece tokenizer ",
-         "(BertWordPieceLowerCase or BertWordPieceCase with --vocab-file): ", e.what());
-  }
 }
 
 }  // namespace
@@ -49,22 +40,10 @@ BertTrainer::BertTrainer(const TrainArgs& args) : FamilyTrainer(args, "bert") {
 
 BertTrainer::~BertTrainer() = default;
 
-BertDatasetConfig BertTrainer::dataset_config(int64_t num_samples) const {
-  BertDatasetConfig c;
-  c.seq_length = args_.seq_length;
-  c.num_samples = num_samples;
-  c.seed = args_.seed;
-  c.mask_prob = args_.mask_prob;
-  c.short_seq_prob = args_.short_seq_prob;
-  c.binary_head = args_.bert_binary_head;
-  c.tokens = tokens_;
-  return c;
-}
-
 void BertTrainer::build_datasets() {
   build_splits([this](std::shared_ptr<const IndexedDataset> data, SequenceRange documents, Split split, int64_t n) {
     auto& d = split == Split::Train ? train_ : valid_;
-    d = std::make_unique<BertDataset>(std::move(data), documents, split, dataset_config(n));
+    d = std::make_unique<BertDataset>(std::move(data), documents, split, bert_dataset_config(args_, tokens_, n));
     return d->size();
   });
 }

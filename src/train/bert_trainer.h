@@ -33,7 +33,6 @@ class BertTrainer : public FamilyTrainer {
   BertModel& model() { return *model_; }
 
  private:
-  BertDatasetConfig dataset_config(int64_t num_samples) const;
   void build_datasets();
 
   std::vector<std::string> loss_names() const override;

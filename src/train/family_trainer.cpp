@@ -9,6 +9,7 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/tp_mappings.h"
 #include "train/data_setup.h"
+#include "train/family_data.h"
 #include "train/run_directories.h"
 
 namespace megadlm {
@@ -46,14 +47,13 @@ void FamilyTrainer::start(ParamStore& params, ParallelTraining::ParamsFactory ma
 void FamilyTrainer::build_splits(const MakeSplit& make) {
   const std::string& prefix = args_.data_path.at(0);
   auto data = std::make_shared<const IndexedDataset>(prefix, tokenizer_->vocab_size());
-  const auto ranges = split_ranges(args_.split, data->num_documents());
-  MEGADLM_CHECK(ranges[0].has_value(), "--split ", args_.split, ": the train split is empty");
-  const int64_t samples = make(data, *ranges[0], Split::Train, args_.train_iters * args_.global_batch_size);
-  data_description_ = prefix + ": train " + std::to_string(ranges[0]->size()) + " documents, " +
-                      std::to_string(samples) + " samples";
-  if (ranges[1] && args_.eval_iters > 0 && args_.eval_interval > 0) {
-    make(data, *ranges[1], Split::Valid, args_.eval_iters * args_.micro_batch_size);
-    data_description_ += "; valid " + std::to_string(ranges[1]->size()) + " documents";
+  for (const FamilySplit& s : family_splits(args_, data->num_documents())) {
+    const int64_t samples = make(data, s.documents, s.split, s.num_samples);
+    if (s.split == Split::Train)
+      data_description_ = prefix + ": train " + std::to_string(s.documents.size()) + " documents, " +
+                          std::to_string(samples) + " samples";
+    else
+      data_description_ += "; valid " + std::to_string(s.documents.size()) + " documents";
   }
 }
 
