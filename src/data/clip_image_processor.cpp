@@ -36,7 +36,10 @@ int64_t crop_start(int64_t side, int64_t crop) {
 
 RgbImage clip_resize_and_crop(const ClipImageConfig& cfg, const RgbImage& image) {
   const auto [RH, RW] = clip_resize_size(cfg, image.height, image.width);
-  const RgbImage resized = (RH == image.height && RW == image.width) ? image : resize_bicubic(image, RH, RW, cfg.rounding);
+  RgbImage storage;
+  const bool same_size = RH == image.height && RW == image.width;
+  if (!same_size) storage = resize_bicubic(image, RH, RW, cfg.rounding);
+  const RgbImage& resized = same_size ? image : storage;
   if (!cfg.do_center_crop) return resized;
   const int64_t OH = cfg.crop_height, OW = cfg.crop_width;
   const int64_t top = crop_start(RH, OH), left = crop_start(RW, OW);

@@ -1,8 +1,8 @@
 #pragma once
-// Pictures of coloured shapes for a vision-language model that visibly learns (issue 34, docs/llava.md):
-// each scene is one to three copies of one shape (circle, square, triangle) in one colour (six), of
-// random sizes at random places that do not overlap, on a light grey square canvas, with its caption
-// ("two red circles"). Scene k of a seed is always the same picture: every draw comes from Philox4x32-10
+// Pictures of coloured shapes with their captions (make_shapes, the LLaVA demo's data): each scene is
+// one to three copies of one shape (circle, square, triangle) in one colour (six), of random sizes at
+// random places that do not overlap, on a light grey square canvas, with its caption ("two red
+// circles"). Scene k of a seed is always the same picture: every draw comes from Philox4x32-10
 // keyed by the seed and counted by (k, draw), so a split of indices is a split of pictures.
 // Legend: S the canvas's side in pixels.
 #include <cstdint>

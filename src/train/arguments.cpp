@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "train/model_type_flags.h"
 #include "core/cli_flags.h"
 #include "models/context_parallel.h"
 #include "parallel/mpi_communicator.h"
@@ -224,9 +225,9 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
 // MoE first (both are dense only).
 void read_family_flags(const CliFlags& f, TrainArgs& a) {
   const bool bert = a.model_type == ModelType::BERT, t5 = a.model_type == ModelType::T5;
-  MEGADLM_CHECK(bert || !f.given("bert-no-binary-head"), "--bert-no-binary-head is for --model-type bert");
-  for (const char* flag : {"mask-prob", "short-seq-prob"})
-    MEGADLM_CHECK(bert || t5 || !f.given(flag), "--", flag, " is for --model-type bert or t5");
+  refuse_flags_for_other_models(f, bert, std::initializer_list<const char*>{"bert-no-binary-head"}, "--model-type bert");
+  refuse_flags_for_other_models(f, bert || t5, std::initializer_list<const char*>{"mask-prob", "short-seq-prob"},
+                                "--model-type bert or t5");
   if (!bert && !t5) return;
   const std::string type = model_type_name(a.model_type);
   MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type ", type, " is dense only: --num-experts ",

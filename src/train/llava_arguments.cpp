@@ -1,6 +1,7 @@
 #include "train/llava_arguments.h"
 
 #include "core/error.h"
+#include "train/model_type_flags.h"
 
 namespace megadlm {
 
@@ -34,8 +35,7 @@ void declare_llava_flags(CliFlags& f) {
 LlavaArgs read_llava_flags(const CliFlags& f, const std::string& model_type, float init_std) {
   LlavaArgs a;
   a.enabled = model_type == "llava";
-  for (const char* flag : kLlavaFlags)
-    MEGADLM_CHECK(a.enabled || !f.given(flag), "--", flag, " is for --model-type llava");
+  refuse_flags_for_other_models(f, a.enabled, kLlavaFlags, "--model-type llava");
   if (!a.enabled) return a;
   const std::string lang = f.get_string("language-model-type");
   MEGADLM_CHECK(lang == "gpt" || lang == "difflm", "--language-model-type: unknown value '", lang,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "train/model_type_flags.h"
 
 namespace megadlm {
 
@@ -26,7 +27,7 @@ void declare_t5_flags(CliFlags& f) {
 }
 
 void read_t5_flags(const CliFlags& f, bool t5, TransformerConfig& model, int64_t* seq_length, T5Args& out) {
-  for (const char* flag : kT5Flags) MEGADLM_CHECK(t5 || !f.given(flag), "--", flag, " is for --model-type t5");
+  refuse_flags_for_other_models(f, t5, kT5Flags, "--model-type t5");
   if (!t5) return;
   MEGADLM_CHECK(!f.get_bool("swiglu"), "--swiglu does not apply to --model-type t5: its feed-forward is ",
                 "--t5-feed-forward relu (v1.0) or gated-gelu (v1.1)");
