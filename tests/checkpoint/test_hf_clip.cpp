@@ -91,10 +91,12 @@ TEST(HfClipVision, TheImportedFixtureGivesTransformersOutputs) {
 TEST(HfClipVision, TheProjectorsGiveTorchsOutputs) {
   SafetensorsFile ref(fixture() + "/projector.safetensors");
   const Tensor x = ref.get("x");
+  // The projector's Linears keep a pointer to the context: it outlives them.
+  const ParallelContext ctx = ParallelContext::single();
   for (const auto& [type, name] : {std::pair{ProjectorType::Mlp2xGelu, "multi_modal_projector"},
                                    std::pair{ProjectorType::Linear, "linear"}}) {
     ParamStore store;
-    VisionProjector proj(store, ParallelContext::single(), name, type, 32, 48, 0.02f);
+    VisionProjector proj(store, ctx, name, type, 32, 48, 0.02f);
     store.finalize();
     std::vector<SafetensorsEntry> params;
     for (const ParamInfo& p : store.infos()) params.push_back({p.name, ref.get(p.name)});
