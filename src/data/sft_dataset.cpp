@@ -126,7 +126,14 @@ void SftDataset::sample_loss_mask(int64_t i, uint8_t* out) const {
   const int32_t seq = sequence_of(i);
   const int64_t len = data_->sequence_length(seq), T = config_.seq_length;
   read_loss_mask(*loss_mask_, seq, 0, len, out);
-  std::fill(out + len, out + T + 1, config_.pad_loss_mask);
+  // The tail after the last response token belongs to the padding: the chat template's closing tokens
+  // of the last turn (chatml's "\n" after "<|im_end|>") are what a diffusion sampler must write after the
+  // answer, so they take the padding's mask. A tail left unmasked would show the model, at training
+  // only, where the answer ends.
+  int64_t tail = len;
+  while (tail > 0 && out[tail - 1] == 0) --tail;
+  if (tail == 0) tail = len;  // no response token at all: nothing to extend
+  std::fill(out + tail, out + T + 1, config_.pad_loss_mask);
 }
 
 }  // namespace megadlm

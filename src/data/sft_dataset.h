@@ -7,8 +7,11 @@
 //            (GPTDataset::attach_loss_mask);
 //   padding  one conversation per sample (LLaDA's SFT recipe): conversation k of the shuffled order
 //            fills sample k from its first token, the rest of the T + 1 positions are the end-of-document
-//            id with loss mask pad_loss_mask. A conversation is never truncated: one longer than T + 1
-//            tokens is an Error naming the data prefix, the conversation and --seq-length.
+//            id with loss mask pad_loss_mask. The conversation's own tokens after its last response token
+//            (the template's closing tokens) take pad_loss_mask too: with 1 (diffusion) everything after
+//            the prompt is what the sampler writes, so none of it is shown to the model unmasked.
+//            A conversation is never truncated: one longer than T + 1 tokens is an Error naming the
+//            data prefix, the conversation and --seq-length.
 // The padding layout's order: the split's conversations repeated for as many epochs as num_samples
 // needs, shuffled with Philox (RngPurpose::DataShuffle) under the seed, all epochs together except a
 // final epoch that contributes fewer than 80% of an epoch's samples, which is shuffled on its own (the

@@ -118,6 +118,47 @@ TEST(SftDataset, PaddingSampleIsTheConversationPaddedWithEod) {
   }
 }
 
+// The template's closing tokens after the last response (chatml's "\n" after "<|im_end|>": mask 0) take the
+// padding's mask: 1 for diffusion, whose sampler writes everything after the prompt, so training never
+// shows where the answer ends; 0 for AR, the stored mask unchanged. A response inside the conversation
+// keeps its prompt tokens after it, and a conversation without a response keeps its mask.
+TEST(SftDataset, PaddingGivesTheClosingTokensThePaddingsMask) {
+  TempDir tmp;
+  const std::vector<std::vector<uint8_t>> masks = {
+      {0, 0, 1, 1, 0},        // one turn, then a closing token
+      {0, 1, 0, 0, 1, 0, 0},  // two turns: the first turn's closer and the second prompt stay 0
+      {0, 0, 0},              // no response
+  };
+  {
+    IndexedDatasetWriter t(tmp / "d", IndexDType::I32), m(loss_mask_prefix(tmp / "d"), IndexDType::U8);
+    for (size_t c = 0; c < masks.size(); ++c) {
+      std::vector<int32_t> tokens(masks[c].size());
+      for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(c * 100 + i);
+      t.add_document(tokens);
+      m.add_document(std::vector<int32_t>(masks[c].begin(), masks[c].end()));
+    }
+    t.finalize();
+    m.finalize();
+  }
+  const int64_t T = 8;
+  const std::vector<std::vector<uint8_t>> diffusion = {
+      {0, 0, 1, 1, 1, 1, 1, 1, 1},
+      {0, 1, 0, 0, 1, 1, 1, 1, 1},
+      {0, 0, 0, 1, 1, 1, 1, 1, 1},
+  };
+  for (uint8_t pad_mask : {uint8_t{1}, uint8_t{0}}) {
+    auto ds = padding_dataset(tmp / "d", padding_config(T, 3, pad_mask));
+    for (int64_t i = 0; i < ds->size(); ++i) {
+      const int32_t c = ds->order()[i];
+      std::vector<uint8_t> want = pad_mask ? diffusion[c] : masks[c];
+      want.resize(T + 1, 0);
+      std::vector<uint8_t> mask(T + 1, 7);
+      ds->sample_loss_mask(i, mask.data());
+      EXPECT_EQ(mask, want) << "conversation " << c << ", padding mask " << int{pad_mask};
+    }
+  }
+}
+
 // Every epoch visits every conversation once; the order is a pure function of the seed and the sizes.
 TEST(SftDataset, PaddingOrderShufflesWholeEpochsBySeed) {
   TempDir tmp;
