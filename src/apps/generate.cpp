@@ -314,11 +314,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
+    const Device device = device_from_name(f.get_string("device"), "--device");
+    check_device_available(device);  // before the checkpoint is read
     if (checkpoint_model_type(f.get_string("load")) == "t5") {
       generate_t5(f);
       return 0;
     }
-    LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
+    LoadedModel lm = load_model(f.get_string("load"), device);
     // A block-diffusion checkpoint (trained with --block-diffusion) samples block by block unless told otherwise.
     const std::string sampler =
         !f.given("sampler") && lm.model->config().block_diffusion ? std::string("bd3") : f.get_string("sampler");

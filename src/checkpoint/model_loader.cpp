@@ -20,6 +20,15 @@ std::string checkpoint_dir_of(const std::string& path) {
 
 }  // namespace
 
+void check_device_available(Device device) {
+  if (device == Device::CPU) return;
+  try {
+    backend_for(device);
+  } catch (const Error& e) {
+    fail("--device ", device_name(device), ": ", e.what());
+  }
+}
+
 std::string checkpoint_model_type(const std::string& path) {
   const std::string dir = checkpoint_dir_of(path);
   const nlohmann::json& meta = read_checkpoint_state(dir).meta;
@@ -39,13 +48,7 @@ LoadedT5Model load_t5_model(const std::string& path) {
 
 LoadedModel load_model(const std::string& path, Device device) {
   LoadedModel m;
-  if (device != Device::CPU) {
-    try {
-      backend_for(device);  // a build without CUDA, or no GPU visible: say so before reading anything
-    } catch (const Error& e) {
-      fail("--device ", device_name(device), ": ", e.what());
-    }
-  }
+  check_device_available(device);
   m.dir = checkpoint_dir_of(path);
   m.state = read_checkpoint_state(m.dir);
   const nlohmann::json& meta = m.state.meta;

@@ -24,6 +24,10 @@ struct LoadedModel {
 // the tensors are read into a host model of the same layout and uploaded (one copy of the flat values).
 LoadedModel load_model(const std::string& path, Device device = Device::CPU);
 
+// A build without CUDA, or no GPU visible: an Error naming --device (load_model checks it before reading
+// anything).
+void check_device_available(Device device);
+
 // The model_type recorded in the checkpoint at `path` (a directory as for load_model).
 std::string checkpoint_model_type(const std::string& path);
 
