@@ -57,7 +57,7 @@ class T5Attention {
   // k and v [B*R, H*D].
   void keys_values(Arena& arena, const Tensor& kv, int64_t n, float* k, float* v, int64_t R, int64_t at);
   // x [B*T, C] against keys and values k, v [B*R, H*D] (g.key_rows R, of which sequence b's first g.S
-  // rows are read) -> y [B*T, C] (arena); nothing is saved.
+  // rows are read) -> y [B*T, C] (arena); forward only, as keys_values.
   Tensor forward_cached(Arena& arena, const Tensor& x, const float* k, const float* v, const T5AttentionGeometry& g);
 
  private:
