@@ -16,6 +16,10 @@
 // prompts, or an "image" key on each --prompt-file line; each "<image>" in a prompt stands for one
 // image, expanded into the model's P positions of the image token. AR LLaVA prompts decode one at a time.
 //   generate --load runs/llava --image pic.png --prompt $'<|im_start|>user\n<image>\nWhat is in the picture?...'
+// T5 checkpoints (--model-type t5, docs/t5.md) take each prompt as the encoder's input and decode from the
+// decoder start id (--max-new-tokens, --temperature, --top-k, --top-p, --seed; --no-kv-cache re-runs the
+// whole model on the prefix each token); the output is the decoder's text, sentinels included.
+//   generate --load runs/t5 --prompt "the jury said <extra_id_0> the election" --max-new-tokens 16
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -36,6 +40,7 @@
 #include "tokenizers/unicode.h"
 #include "infer/block_sampling.h"
 #include "infer/sampling.h"
+#include "infer/t5_generation.h"
 
 using namespace megadlm;
 
@@ -154,6 +159,114 @@ BlockSampleOptions bd3_options(const CliFlags& f, const LoadedModel& lm, int64_t
   return o;
 }
 
+// The --prompt prompts then the --prompt-file ones, with each one's image path ("" for none) in `images`.
+std::vector<std::string> all_prompts(const CliFlags& f, std::vector<std::string>& images) {
+  std::vector<std::string> prompts = f.get_list("prompt");
+  images.assign(prompts.size(), f.get_string("image"));
+  if (!f.get_string("prompt-file").empty()) {
+    const std::vector<std::string> more = read_prompts(f.get_string("prompt-file"), images);
+    prompts.insert(prompts.end(), more.begin(), more.end());
+  }
+  return prompts;
+}
+
+// What was generated for each prompt: its ids, its batch's wall time, the diffusion model calls (-1: not
+// a diffusion sampler).
+struct Generations {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<double> batch_seconds;
+  std::vector<int64_t> denoising_steps;
+};
+
+// The generations to stdout, or to --output as one JSON object a line. continuation: the text goes on
+// from the prompt (GPT, diffusion), printed after it; else (T5) it is printed on its own.
+void write_generations(const CliFlags& f, const Tokenizer& tok, const std::vector<std::string>& prompts,
+                       const std::vector<std::string>& images, const Generations& g, bool continuation,
+                       double seconds) {
+  // --output is written whole at the end (write_file_atomic): a failed write leaves no cut file and
+  // any previous output intact.
+  std::ostringstream out_file;
+  const bool to_file = !f.get_string("output").empty();
+  int64_t new_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    new_tokens += static_cast<int64_t>(g.ids[i].size());
+    // A byte-level BPE sample may end inside a character and a prompt may hold any bytes: both are
+    // decoded as HuggingFace's decode does, ill-formed UTF-8 becoming U+FFFD, so the JSON is valid.
+    const std::string text = unicode::replace_invalid_utf8(tok.decode(g.ids[i]));
+    const std::string prompt = unicode::replace_invalid_utf8(prompts[i]);
+    nlohmann::json j = {{"prompt", prompt}, {"generation", text}, {"tokens", g.ids[i].size()},
+                        {"batch_seconds", g.batch_seconds[i]}};
+    if (g.denoising_steps[i] >= 0) j["denoising_steps"] = g.denoising_steps[i];
+    if (!images[i].empty()) j["image"] = images[i];
+    if (to_file) out_file << j.dump() << "\n";
+    else std::cout << "=== prompt: " << prompt << "\n" << (continuation ? prompt : std::string()) << text << "\n";
+  }
+  if (to_file) write_file_atomic(f.get_string("output"), out_file.str());
+  log_info("generated ", new_tokens, " tokens for ", prompts.size(), " prompt(s) in ", seconds, " s (",
+           static_cast<double>(new_tokens) / std::max(seconds, 1e-9), " tokens/s)");
+}
+
+// The diffusion, block-diffusion and LLaVA flags, and a device, which a T5 checkpoint does not take.
+void check_t5_flags(const CliFlags& f) {
+  for (const char* flag : {"gen-length", "steps", "block-length", "remasking", "sampler", "commit-rule", "cfg-scale",
+                           "threshold", "prefix-cache", "image", "image-processor"})
+    MEGADLM_CHECK(!f.given(flag), "--", flag, " does not apply to a t5 checkpoint (its flags: --max-new-tokens, ",
+                  "--temperature, --top-k, --top-p, --seed, --no-kv-cache, --batch-size)");
+  MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"),
+                ": a t5 checkpoint runs on the CPU (--device cpu)");
+  MEGADLM_CHECK(f.get_int("max-new-tokens") >= 1, "--max-new-tokens ", f.get_int("max-new-tokens"),
+                ": a t5 checkpoint generates one token at least");
+}
+
+// A t5 checkpoint: each prompt is the encoder's input, tokenized as T5Dataset's encoder text (no eos
+// appended), decoded in batches of --batch-size (infer/t5_generation.h).
+void generate_t5(const CliFlags& f) {
+  check_t5_flags(f);
+  Timer total;
+  const LoadedT5Model lm = load_t5_model(f.get_string("load"));
+  MEGADLM_CHECK(lm.state.meta.contains("tokenizer"), lm.dir, "/state.json: no tokenizer recorded");
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
+  std::vector<std::string> images;
+  const std::vector<std::string> prompts = all_prompts(f, images);
+  MEGADLM_CHECK(!prompts.empty(), "generate: a t5 checkpoint needs --prompt or --prompt-file (the encoder's input)");
+  std::vector<std::vector<int32_t>> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ids.push_back(tok->encode(prompts[i]));
+    MEGADLM_CHECK(!ids.back().empty(), "generate: prompt ", i, " encodes to no tokens (a t5 checkpoint's prompt is ",
+                  "the encoder's input)");
+  }
+  T5GenerateOptions o;
+  o.sampling.max_new_tokens = f.get_int("max-new-tokens");
+  o.sampling.temperature = static_cast<float>(f.get_double("temperature"));
+  o.sampling.top_k = f.get_int("top-k");
+  o.sampling.top_p = static_cast<float>(f.get_double("top-p"));
+  o.sampling.eod = lm.info.eos_token_id;
+  o.sampling.vocab_limit = tok->vocab_size();
+  o.sampling.kv_cache = !f.get_bool("no-kv-cache");
+  o.decoder_start = lm.info.decoder_start_token_id;
+  o.pad = lm.info.pad_token_id;
+  const auto seed = static_cast<uint64_t>(f.get_int("seed"));
+  const auto batch = static_cast<size_t>(f.get_int("batch-size"));
+  Generations g;
+  g.ids.resize(ids.size());
+  g.batch_seconds.resize(ids.size());
+  g.denoising_steps.assign(ids.size(), -1);
+  for (size_t s = 0; s < ids.size(); s += batch) {
+    Timer t;
+    const size_t e = std::min(ids.size(), s + batch);
+    const std::vector<std::vector<int32_t>> in(ids.begin() + static_cast<std::ptrdiff_t>(s),
+                                               ids.begin() + static_cast<std::ptrdiff_t>(e));
+    o.sampling.seeds.clear();
+    for (size_t i = s; i < e; ++i) o.sampling.seeds.push_back(seed + i);  // prompt i uses seed + i
+    const auto out = t5_generate_batch(*lm.model, in, o);
+    for (size_t i = s; i < e; ++i) {
+      g.ids[i] = out[i - s];
+      g.batch_seconds[i] = t.seconds();
+    }
+  }
+  write_generations(f, *tok, prompts, images, g, false, total.seconds());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,13 +294,15 @@ int main(int argc, char** argv) {
     f.add_double("threshold", 0.0, "diffusion: commit every token above this confidence per step (0 = off)", closed_open(0, 1));
     f.add_bool("prefix-cache", "diffusion: reuse the prefix keys/values within a block (approximate)");
     f.add_int("max-new-tokens", 64,
-              "gpt and bd3: tokens to generate (at most: generation stops at end-of-document)", at_least(0));
+              "gpt, t5 and bd3: tokens to generate (at most: generation stops at end-of-document; t5: at its eos, and "
+              "1 at least)",
+              at_least(0));
     f.add_bool("no-kv-cache",
-               "gpt: re-run the whole prefix for every token; bd3: re-run the committed blocks at every step "
+               "gpt and t5: re-run the whole prefix for every token; bd3: re-run the committed blocks at every step "
                "(the references)");
     f.add_double("temperature", 0.0, "sampling temperature (0 = greedy)", at_least(0));
-    f.add_int("top-k", 0, "gpt: keep the k most likely tokens (0 = all)", at_least(0));
-    f.add_double("top-p", 1.0, "gpt: nucleus sampling threshold", open_closed(0, 1));
+    f.add_int("top-k", 0, "gpt and t5: keep the k most likely tokens (0 = all)", at_least(0));
+    f.add_double("top-p", 1.0, "gpt and t5: nucleus sampling threshold", open_closed(0, 1));
     f.add_int("seed", 0, "sampling seed (prompt i uses seed + i)");
     f.add_string("image", "", "llava: the image of the --prompt prompts (PNG or JPEG)");
     f.add_string("image-processor", "",
@@ -199,7 +314,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!f.get_string("output").empty()) check_creatable("--output", f.get_string("output"));
-    LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
+    const Device device = device_from_name(f.get_string("device"), "--device");
+    check_device_available(device);  // before the checkpoint is read
+    if (checkpoint_model_type(f.get_string("load")) == "t5") {
+      generate_t5(f);
+      return 0;
+    }
+    LoadedModel lm = load_model(f.get_string("load"), device);
     // A block-diffusion checkpoint (trained with --block-diffusion) samples block by block unless told otherwise.
     const std::string sampler =
         !f.given("sampler") && lm.model->config().block_diffusion ? std::string("bd3") : f.get_string("sampler");
@@ -212,12 +333,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<Tokenizer> tok = make_tokenizer(TokenizerSpec::from_json(lm.state.meta["tokenizer"]));
     const BlockSampleOptions bd3_base = bd3 ? bd3_options(f, lm, tok->vocab_size()) : BlockSampleOptions{};
 
-    std::vector<std::string> prompts = f.get_list("prompt");
-    std::vector<std::string> prompt_images(prompts.size(), f.get_string("image"));
-    if (!f.get_string("prompt-file").empty()) {
-      const std::vector<std::string> more = read_prompts(f.get_string("prompt-file"), prompt_images);
-      prompts.insert(prompts.end(), more.begin(), more.end());
-    }
+    std::vector<std::string> prompt_images;
+    std::vector<std::string> prompts = all_prompts(f, prompt_images);
     if (prompts.empty()) {
       prompts.push_back("");
       prompt_images.push_back("");
@@ -266,9 +383,10 @@ int main(int argc, char** argv) {
       }
     }
 
-    std::vector<std::vector<int32_t>> gen(ids.size());
-    std::vector<double> secs(ids.size());
-    std::vector<int64_t> model_calls(ids.size(), 0);
+    Generations g;
+    g.ids.resize(ids.size());
+    g.batch_seconds.resize(ids.size());
+    g.denoising_steps.assign(ids.size(), -1);
     Timer total;
     for (const auto& idx : batches) {
       Timer t;
@@ -315,33 +433,12 @@ int main(int argc, char** argv) {
         out = ar_generate_batch(*lm.model, in, o);
       }
       for (size_t j = 0; j < idx.size(); ++j) {
-        gen[idx[j]] = out[j];
-        model_calls[idx[j]] = stats.steps;
+        g.ids[idx[j]] = out[j];
+        if (lm.diffusion) g.denoising_steps[idx[j]] = stats.steps;
       }
-      for (size_t i : idx) secs[i] = t.seconds();  // the batch's wall time
+      for (size_t i : idx) g.batch_seconds[i] = t.seconds();  // the batch's wall time
     }
-    // --output is written whole at the end (write_file_atomic): a failed write leaves no cut file and
-    // any previous output intact.
-    std::ostringstream out_file;
-    const bool to_file = !f.get_string("output").empty();
-    int64_t new_tokens = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      new_tokens += static_cast<int64_t>(gen[i].size());
-      // A byte-level BPE sample may end inside a character and a prompt may hold any bytes: both are
-      // decoded as HuggingFace's decode does, ill-formed UTF-8 becoming U+FFFD, so the JSON is valid.
-      const std::string text = unicode::replace_invalid_utf8(tok->decode(gen[i]));
-      const std::string prompt = unicode::replace_invalid_utf8(prompts[i]);
-      nlohmann::json j = {{"prompt", prompt}, {"generation", text}, {"tokens", gen[i].size()},
-                          {"batch_seconds", secs[i]}};
-      if (lm.diffusion) j["denoising_steps"] = model_calls[i];
-      if (!prompt_images[i].empty()) j["image"] = prompt_images[i];
-      if (to_file) out_file << j.dump() << "\n";
-      else std::cout << "=== prompt: " << prompt << "\n" << prompt << text << "\n";
-    }
-    if (to_file) write_file_atomic(f.get_string("output"), out_file.str());
-    const double s = total.seconds();
-    log_info("generated ", new_tokens, " tokens for ", prompts.size(), " prompt(s) in ", s, " s (",
-             static_cast<double>(new_tokens) / std::max(s, 1e-9), " tokens/s)");
+    write_generations(f, *tok, prompts, prompt_images, g, true, total.seconds());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "generate: error: %s\n", e.what());

@@ -1,5 +1,6 @@
 #include "checkpoint/model_loader.h"
 
+#include "checkpoint/family_info.h"
 #include "core/error.h"
 #include "kernels/backend.h"
 #include "models/config_json.h"
@@ -9,17 +10,46 @@
 
 namespace megadlm {
 
+namespace {
+
+std::string checkpoint_dir_of(const std::string& path) {
+  const std::string dir = resolve_checkpoint_dir(path);
+  MEGADLM_CHECK(!dir.empty(), path, ": no checkpoint there (no state.json and no latest_checkpointed_iteration.txt)");
+  return dir;
+}
+
+}  // namespace
+
+void check_device_available(Device device) {
+  if (device == Device::CPU) return;
+  try {
+    backend_for(device);
+  } catch (const Error& e) {
+    fail("--device ", device_name(device), ": ", e.what());
+  }
+}
+
+std::string checkpoint_model_type(const std::string& path) {
+  const std::string dir = checkpoint_dir_of(path);
+  const nlohmann::json& meta = read_checkpoint_state(dir).meta;
+  MEGADLM_CHECK(meta.contains("model_type") && meta["model_type"].is_string(), dir, "/state.json: lacks the model type");
+  return meta["model_type"].get<std::string>();
+}
+
+LoadedT5Model load_t5_model(const std::string& path) {
+  LoadedT5Model m;
+  m.dir = checkpoint_dir_of(path);
+  m.state = read_checkpoint_state(m.dir);
+  m.info = t5_info_of(m.state.meta, m.dir + "/state.json");
+  m.model = std::make_unique<T5Model>(m.info.config, m.info.options, ParallelContext::single());
+  load_checkpoint_tensors(m.dir, m.model->params(), nullptr);
+  return m;
+}
+
 LoadedModel load_model(const std::string& path, Device device) {
   LoadedModel m;
-  if (device != Device::CPU) {
-    try {
-      backend_for(device);  // a build without CUDA, or no GPU visible: say so before reading anything
-    } catch (const Error& e) {
-      fail("--device ", device_name(device), ": ", e.what());
-    }
-  }
-  m.dir = resolve_checkpoint_dir(path);
-  MEGADLM_CHECK(!m.dir.empty(), path, ": no checkpoint there (no state.json and no latest_checkpointed_iteration.txt)");
+  check_device_available(device);
+  m.dir = checkpoint_dir_of(path);
   m.state = read_checkpoint_state(m.dir);
   const nlohmann::json& meta = m.state.meta;
   const std::string where = m.dir + "/state.json";
@@ -34,9 +64,7 @@ LoadedModel load_model(const std::string& path, Device device) {
       llava ? meta.value("language_model_type", std::string("?")) : meta["model_type"].get<std::string>());
   MEGADLM_CHECK(type != ModelType::BERT, where, ": a bert model: generate runs gpt and difflm models (evaluate ",
                 "scores a bert checkpoint on --data-path: docs/bert.md); convert_checkpoint --to-hf exports it");
-  MEGADLM_CHECK(type != ModelType::T5, where, ": a t5 model: generate runs gpt and difflm models (T5's generation ",
-                "is not built; evaluate scores a t5 checkpoint on --data-path: docs/t5.md); convert_checkpoint --to-hf ",
-                "exports it");
+  MEGADLM_CHECK(type != ModelType::T5, where, ": a t5 model is an encoder-decoder: load_t5_model builds it");
   m.diffusion = type == ModelType::DiffLM;
   m.mask_token = meta.value("mask_token", -1);
   m.eod = meta.value("eod", -1);

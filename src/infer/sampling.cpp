@@ -29,6 +29,16 @@ std::vector<int64_t> tokens_per_step(int64_t masked, int64_t steps) {
   return k;
 }
 
+std::vector<CounterRng> sequence_rngs(uint64_t seed, const std::vector<uint64_t>& seeds, int64_t B) {
+  MEGADLM_CHECK(seeds.empty() || static_cast<int64_t>(seeds.size()) == B, "sampling: ", seeds.size(), " seeds for ", B,
+                " prompts");
+  std::vector<CounterRng> rngs;
+  for (int64_t b = 0; b < B; ++b)
+    rngs.emplace_back(seeds.empty() ? seed + static_cast<uint64_t>(b) : seeds[static_cast<size_t>(b)],
+                      RngPurpose::Sampling);
+  return rngs;
+}
+
 namespace {
 
 void check_length(const LanguageModel& model, int64_t T) {
@@ -91,12 +101,7 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
   const int32_t M = opt.mask_token;
   std::vector<int32_t> x(static_cast<size_t>(R * T), M);
   for (int64_t b = 0; b < B; ++b) std::copy(prompts[b].begin(), prompts[b].end(), x.begin() + b * T);
-  std::vector<CounterRng> rngs;
-  MEGADLM_CHECK(opt.seeds.empty() || static_cast<int64_t>(opt.seeds.size()) == B, "sampling: ", opt.seeds.size(),
-                " seeds for ", B, " prompts");
-  for (int64_t b = 0; b < B; ++b)
-    rngs.emplace_back(opt.seeds.empty() ? opt.seed + static_cast<uint64_t>(b) : opt.seeds[static_cast<size_t>(b)],
-                      RngPurpose::Sampling);
+  const std::vector<CounterRng> rngs = sequence_rngs(opt.seed, opt.seeds, B);
   std::vector<int32_t> positions, window;
   KVCache cache;
   if (opt.prefix_cache) model.allocate_cache(cache, R, T);
@@ -174,10 +179,7 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
   return out;
 }
 
-namespace {
-
-// The next token from one row of logits [V] (restricted to [0, Vlim)), for the n-th new token.
-int32_t pick_next(const float* row, int64_t Vlim, const ARSampleOptions& opt, const CounterRng& rng, int64_t n) {
+int32_t ar_next_token(const float* row, int64_t Vlim, const ARSampleOptions& opt, const CounterRng& rng, int64_t n) {
   if (opt.temperature <= 0) return static_cast<int32_t>(std::max_element(row, row + Vlim) - row);
   std::vector<std::pair<float, int32_t>> cand(static_cast<size_t>(Vlim));
   for (int64_t v = 0; v < Vlim; ++v) cand[static_cast<size_t>(v)] = {row[v] / opt.temperature, static_cast<int32_t>(v)};
@@ -210,8 +212,6 @@ int32_t pick_next(const float* row, int64_t Vlim, const ARSampleOptions& opt, co
   return cand[keep - 1].second;
 }
 
-}  // namespace
-
 std::vector<int32_t> ar_generate(LanguageModel& model, const std::vector<int32_t>& prompt, const ARSampleOptions& opt) {
   return ar_generate_batch(model, {prompt}, opt)[0];
 }
@@ -230,12 +230,7 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
     longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
   }
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
-  std::vector<CounterRng> rngs;
-  MEGADLM_CHECK(opt.seeds.empty() || static_cast<int64_t>(opt.seeds.size()) == B, "sampling: ", opt.seeds.size(),
-                " seeds for ", B, " prompts");
-  for (int64_t b = 0; b < B; ++b)
-    rngs.emplace_back(opt.seeds.empty() ? opt.seed + static_cast<uint64_t>(b) : opt.seeds[static_cast<size_t>(b)],
-                      RngPurpose::Sampling);
+  const std::vector<CounterRng> rngs = sequence_rngs(opt.seed, opt.seeds, B);
   // A sequence is done at eod, at max_new_tokens, or when the next token would not have a position.
   auto wants_more = [&](int64_t b, int32_t last) {
     const int64_t len = static_cast<int64_t>(prompts[b].size() + out[b].size());
@@ -248,7 +243,7 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
       std::vector<int32_t> x(prompts[b]);
       for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
         Tensor lg = logits_of(model, x, 1, positions);
-        const int32_t next = pick_next(lg.data<float>() + (static_cast<int64_t>(x.size()) - 1) * V, Vlim, opt,
+        const int32_t next = ar_next_token(lg.data<float>() + (static_cast<int64_t>(x.size()) - 1) * V, Vlim, opt,
                                        rngs[static_cast<size_t>(b)], n);
         model.arena().reset();
         if (next == opt.eod) break;
@@ -280,7 +275,7 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
     mb.positions = positions;
     const int64_t zero = 0;
     Tensor lg = model.forward_logits_cached(mb, cache, b, &zero, /*causal=*/true, /*last_only=*/true);
-    const int32_t next = pick_next(lg.data<float>(), Vlim, opt, rngs[static_cast<size_t>(b)], 0);
+    const int32_t next = ar_next_token(lg.data<float>(), Vlim, opt, rngs[static_cast<size_t>(b)], 0);
     model.arena().reset();
     len[b] = T;
     if (next == opt.eod) {
@@ -313,7 +308,7 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
     for (int64_t b = 0; b < B; ++b) {
       if (done[b]) continue;
       ++len[b];
-      const int32_t next = pick_next(lg.data<float>() + b * V, Vlim, opt, rngs[static_cast<size_t>(b)],
+      const int32_t next = ar_next_token(lg.data<float>() + b * V, Vlim, opt, rngs[static_cast<size_t>(b)],
                                      static_cast<int64_t>(out[b].size()));
       if (next == opt.eod) {
         done[b] = 1;

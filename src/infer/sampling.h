@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/philox.h"
 #include "models/language_model.h"
 
 namespace megadlm {
@@ -96,6 +97,16 @@ struct ARSampleOptions {
   std::vector<uint64_t> seeds;  // when set, one per sequence of a batch (instead of seed + b)
   bool kv_cache = true;
 };
+
+// The next token from one row of logits [V], restricted to ids [0, Vlim): the argmax at temperature 0,
+// else a draw from the softmax of logits / temperature cut to the top_k most likely and then to the
+// smallest set whose probability reaches top_p, with the uniform number n of `rng` (n: the index of the
+// new token in its sequence). Shared by every left-to-right sampler (GPT here, T5 in
+// infer/t5_generation.h).
+int32_t ar_next_token(const float* row, int64_t Vlim, const ARSampleOptions& opt, const CounterRng& rng, int64_t n);
+// Sequence b's generator of a batch of B: Philox(seeds[b], Sampling) when seeds are given, else
+// Philox(seed + b, Sampling).
+std::vector<CounterRng> sequence_rngs(uint64_t seed, const std::vector<uint64_t>& seeds, int64_t B);
 
 std::vector<int32_t> ar_generate(LanguageModel& model, const std::vector<int32_t>& prompt, const ARSampleOptions& opt);
 // Prompts of any lengths; sequence b uses seed opt.seed + b. With the KV cache the decode steps run

@@ -186,4 +186,37 @@ double T5Model::forward_backward(const T5Batch& b, float grad_scale) {
   return loss;
 }
 
+void T5Model::start_generation(const std::vector<int32_t>& encoder_tokens, const std::vector<int32_t>& encoder_mask,
+                               int64_t B, int64_t S, int64_t steps, T5DecoderCache& cache) {
+  // The encoder's half of a batch: no decoder rows, checked as one.
+  T5Batch b;
+  b.B = B;
+  b.S = S;
+  b.T = 1;
+  b.encoder_tokens = encoder_tokens;
+  b.encoder_mask = encoder_mask;
+  b.decoder_tokens.assign(static_cast<size_t>(B), 0);
+  check(b, false);
+  MEGADLM_CHECK(steps >= 1, "T5 generation: room for ", steps, " decoder rows");
+  arena_.reset();
+  enc_in_ = T5StackInputs{};
+  enc_in_.B = B;
+  enc_in_.T = S;
+  enc_in_.mask = encoder_mask.empty() ? nullptr : encoder_mask.data();
+  const Tensor memory = encoder_.forward(arena_, embed(encoder_tokens), enc_in_);
+  decoder_.start_decoding(arena_, memory, enc_in_.mask, B, S, steps, cache);
+  arena_.reset();
+}
+
+Tensor T5Model::decode_step_logits(const std::vector<int32_t>& tokens, T5DecoderCache& cache) {
+  MEGADLM_CHECK(static_cast<int64_t>(tokens.size()) == cache.B, "T5 generation: ", tokens.size(), " tokens for ",
+                cache.B, " sequences");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    MEGADLM_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "T5 generation: decoder token ", tokens[i], " at ", i,
+                  " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+  arena_.reset();
+  const Tensor h = decoder_.decode_step(arena_, embed(tokens), cache);
+  return gather_vocab_shards(arena_, ctx_, logits(h), cfg_.vocab_size);
+}
+
 }  // namespace megadlm

@@ -13,6 +13,8 @@
 // Padding: the masks give 1 for a token and 0 for padding; a padded key is seen by no query (the
 // encoder's padding also in the decoder's cross-attention). A padded row's own output is not T5's
 // concern: it carries no loss.
+// Generation (start_generation, decode_step_logits): the encoder once per batch of prompts, then the
+// decoder one row a step against a T5DecoderCache (nn/t5_stack.h); forward only.
 // Legend: B sequences, S encoder rows and T decoder rows a sequence, C hidden, V vocabulary, Vl this
 // rank's rows of it.
 #include <cstdint>
@@ -56,6 +58,14 @@ class T5Model {
   // The loss, and every parameter's gradient accumulated (dlogits scaled by grad_scale): the head, the
   // decoder, the memory's gradient into the encoder, the shared embedding from both stacks.
   double forward_backward(const T5Batch& batch, float grad_scale);
+
+  // Generation: encoder_tokens [B*S] and encoder_mask [B*S] (empty: no padding) through the encoder ->
+  // cache, with room for `steps` decoder rows a sequence.
+  void start_generation(const std::vector<int32_t>& encoder_tokens, const std::vector<int32_t>& encoder_mask,
+                        int64_t B, int64_t S, int64_t steps, T5DecoderCache& cache);
+  // tokens [B]: each sequence's decoder input at row cache.length -> the logits of that row [B, V]
+  // (arena, valid until the next call; gathered over tp); the cache grows by the row.
+  Tensor decode_step_logits(const std::vector<int32_t>& tokens, T5DecoderCache& cache);
 
  private:
   void check(const T5Batch& b, bool labels) const;

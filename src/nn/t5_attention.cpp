@@ -1,5 +1,6 @@
 #include "nn/t5_attention.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "kernels/backend.h"
@@ -19,40 +20,67 @@ T5Attention::T5Attention(ParamStore& store, const ParallelContext& ctx, const st
   o_proj_ = Linear(store, ctx, name + ".o_proj", HD, C, false, std, LinearParallel::Row);
 }
 
-Tensor T5Attention::forward(Arena& arena, const Tensor& x, const Tensor& kv, const T5AttentionGeometry& g) {
-  MEGADLM_CHECK(x.device() == Device::CPU, "T5's attention runs on the CPU only (docs/t5.md)");
-  MEGADLM_CHECK(x.size(0) == g.B * g.T && kv.size(0) == g.B * g.S && (!g.causal || g.T == g.S),
-                "T5Attention: ", x.size(0), " query rows and ", kv.size(0), " key rows for ", g.B, " sequences of ", g.T,
-                " and ", g.S);
-  geo_ = g;
-  const int64_t B = g.B, T = g.T, S = g.S, HD = H_ * D_;
-  const Backend& be = backend_of(x);
-  q_ = q_proj_.forward(arena, x);
-  k_ = k_proj_.forward(arena, kv);
-  v_ = v_proj_.forward(arena, kv);
-  probs_ = arena.tensor({B * H_ * T, S});
-  float* p = probs_.data<float>();
-  const float* q = q_.data<float>();
-  const float* k = k_.data<float>();
-  const float* v = v_.data<float>();
+void T5Attention::attend(const Backend& be, const T5AttentionGeometry& g, const float* q, const float* k,
+                         const float* v, float* p, float* o) const {
+  const int64_t B = g.B, T = g.T, S = g.S, R = g.rows(), HD = H_ * D_;
   constexpr float kHidden = std::numeric_limits<float>::lowest();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H_; ++h) {
       float* s = p + (b * H_ + h) * T * S;  // scores [T, S] = q_bh k_bh^T (+ bias_h), hidden keys lowest
-      be.gemm(false, true, T, S, D_, 1.0f, q + b * T * HD + h * D_, HD, k + b * S * HD + h * D_, HD, 0.0f, s, S);
+      be.gemm(false, true, T, S, D_, 1.0f, q + b * T * HD + h * D_, HD, k + b * R * HD + h * D_, HD, 0.0f, s, S);
       for (int64_t i = 0; i < T; ++i)
         for (int64_t j = 0; j < S; ++j) {
           float& e = s[i * S + j];
           if (g.bias) e += g.bias[(h * T + i) * S + j];
-          if (!visible(b, i, j)) e = kHidden;
+          if (!visible(g, b, i, j)) e = kHidden;
         }
     }
   be.softmax_forward(p, p, B * H_ * T, S);
-  Tensor o = arena.tensor({B * T, HD});
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H_; ++h)  // o_bh [T, D] = probs_bh v_bh
-      be.gemm(false, false, T, D_, S, 1.0f, p + (b * H_ + h) * T * S, S, v + b * S * HD + h * D_, HD, 0.0f,
-              o.data<float>() + b * T * HD + h * D_, HD);
+      be.gemm(false, false, T, D_, S, 1.0f, p + (b * H_ + h) * T * S, S, v + b * R * HD + h * D_, HD, 0.0f,
+              o + b * T * HD + h * D_, HD);
+}
+
+Tensor T5Attention::forward(Arena& arena, const Tensor& x, const Tensor& kv, const T5AttentionGeometry& g) {
+  MEGADLM_CHECK(x.device() == Device::CPU, "T5's attention runs on the CPU only (docs/t5.md)");
+  MEGADLM_CHECK(x.size(0) == g.B * g.T && kv.size(0) == g.B * g.S && (!g.causal || g.T == g.S) && g.rows() == g.S,
+                "T5Attention: ", x.size(0), " query rows and ", kv.size(0), " key rows for ", g.B, " sequences of ", g.T,
+                " and ", g.S);
+  geo_ = g;
+  q_ = q_proj_.forward(arena, x);
+  k_ = k_proj_.forward(arena, kv);
+  v_ = v_proj_.forward(arena, kv);
+  probs_ = arena.tensor({g.B * H_ * g.T, g.S});
+  Tensor o = arena.tensor({g.B * g.T, H_ * D_});
+  attend(backend_of(x), g, q_.data<float>(), k_.data<float>(), v_.data<float>(), probs_.data<float>(),
+         o.data<float>());
+  return o_proj_.forward(arena, o);
+}
+
+void T5Attention::keys_values(Arena& arena, const Tensor& kv, int64_t n, float* k, float* v, int64_t R, int64_t at) {
+  MEGADLM_CHECK(kv.device() == Device::CPU, "T5's attention runs on the CPU only (docs/t5.md)");
+  MEGADLM_CHECK(n >= 1 && kv.size(0) % n == 0 && at >= 0 && at + n <= R, "T5Attention::keys_values: ", kv.size(0),
+                " rows in sequences of ", n, " at row ", at, " of a cache of ", R);
+  const int64_t B = kv.size(0) / n, HD = H_ * D_;
+  const size_t mark = arena.mark();
+  const Tensor kp = k_proj_.forward(arena, kv), vp = v_proj_.forward(arena, kv);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy_n(kp.data<float>() + b * n * HD, n * HD, k + (b * R + at) * HD);
+    std::copy_n(vp.data<float>() + b * n * HD, n * HD, v + (b * R + at) * HD);
+  }
+  arena.release(mark);
+}
+
+Tensor T5Attention::forward_cached(Arena& arena, const Tensor& x, const float* k, const float* v,
+                                   const T5AttentionGeometry& g) {
+  MEGADLM_CHECK(x.device() == Device::CPU, "T5's attention runs on the CPU only (docs/t5.md)");
+  MEGADLM_CHECK(x.size(0) == g.B * g.T && g.S >= 1 && g.S <= g.rows() && (!g.causal || g.T == g.S),
+                "T5Attention::forward_cached: ", x.size(0), " query rows for ", g.B, " sequences of ", g.T,
+                " against ", g.S, " of ", g.rows(), " cached rows");
+  const Tensor q = q_proj_.forward(arena, x);
+  Tensor p = arena.tensor({g.B * H_ * g.T, g.S}), o = arena.tensor({g.B * g.T, H_ * D_});
+  attend(backend_of(x), g, q.data<float>(), k, v, p.data<float>(), o.data<float>());
   return o_proj_.forward(arena, o);
 }
 
@@ -82,7 +110,7 @@ void T5Attention::backward(Arena& arena, const Tensor& dy, Tensor& dx, Tensor& d
       float* d = ds + (b * H_ + h) * T * S;
       for (int64_t i = 0; i < T; ++i)
         for (int64_t j = 0; j < S; ++j) {
-          if (!visible(b, i, j)) d[i * S + j] = 0.0f;
+          if (!visible(geo_, b, i, j)) d[i * S + j] = 0.0f;
           else if (dbias) dbias[(h * T + i) * S + j] += d[i * S + j];
         }
     }

@@ -12,7 +12,10 @@
 // and v are column-parallel over the heads (their input gradients summed over tp by Linear), o is
 // row-parallel (its output summed over tp by Linear); the bias given is this rank's heads' [Hl, T, S].
 // Every other shape below with H reads Hl on a rank.
-// Legend: B sequences, T query rows and S key rows a sequence, C hidden, H heads, D head dim.
+// Generation (forward only) splits the forward in two: keys_values projects rows into a cache once, and
+// forward_cached attends over cached keys and values (nn/t5_decoder_cache.h; T5Stack::decode_step).
+// Legend: B sequences, T query rows and S key rows a sequence, C hidden, H heads, D head dim, R the rows a
+// sequence holds in a cache (S of them in use).
 #include <cstdint>
 #include <string>
 
@@ -22,12 +25,16 @@
 
 namespace megadlm {
 
+class Backend;
+
 // Which scores a forward computes and which keys each query sees.
 struct T5AttentionGeometry {
   int64_t B = 0, T = 0, S = 0;
   const float* bias = nullptr;        // [Hl, T, S] added to every sequence's scores, or null
   const int32_t* key_mask = nullptr;  // [B*S] 1 a key, 0 padding (seen by no query), or null
   bool causal = false;                // key j seen by query i only when j <= i (T == S)
+  int64_t key_rows = 0;               // R: rows a sequence holds in k, v and key_mask (0: S)
+  int64_t rows() const { return key_rows > 0 ? key_rows : S; }
 };
 
 class T5Attention {
@@ -43,10 +50,24 @@ class T5Attention {
   // forward had a bias, else null.
   void backward(Arena& arena, const Tensor& dy, Tensor& dx, Tensor& dkv, float* dbias);
 
+  int64_t inner_size() const { return H_ * D_; }  // this rank's H*D
+
+  // Generation, forward only (what the projections save for a backward is overwritten: no backward
+  // follows). kv [B*n, C] -> its keys and values, sequence b's row i written to row b*R + at + i of
+  // k and v [B*R, H*D].
+  void keys_values(Arena& arena, const Tensor& kv, int64_t n, float* k, float* v, int64_t R, int64_t at);
+  // x [B*T, C] against keys and values k, v [B*R, H*D] (g.key_rows R, of which sequence b's first g.S
+  // rows are read) -> y [B*T, C] (arena); forward only, as keys_values.
+  Tensor forward_cached(Arena& arena, const Tensor& x, const float* k, const float* v, const T5AttentionGeometry& g);
+
  private:
-  bool visible(int64_t b, int64_t i, int64_t j) const {
-    return (!geo_.key_mask || geo_.key_mask[b * geo_.S + j] != 0) && (!geo_.causal || j <= i);
+  static bool visible(const T5AttentionGeometry& g, int64_t b, int64_t i, int64_t j) {
+    return (!g.key_mask || g.key_mask[b * g.rows() + j] != 0) && (!g.causal || j <= i);
   }
+  // The attention proper: q [B*T, H*D], k and v [B*R, H*D] -> the probabilities p [B*H*T, S] and the
+  // heads' outputs o [B*T, H*D].
+  void attend(const Backend& be, const T5AttentionGeometry& g, const float* q, const float* k, const float* v,
+              float* p, float* o) const;
   int64_t H_ = 0, D_ = 0;  // H_: this rank's heads, Hl
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   // Saved by forward.

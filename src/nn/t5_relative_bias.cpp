@@ -38,20 +38,33 @@ T5RelativeBias::T5RelativeBias(ParamStore& store, const ParallelContext& ctx, co
                          /*weight_decay=*/false);
 }
 
-Tensor T5RelativeBias::forward(Arena& arena, int64_t T, int64_t S) {
+std::vector<int64_t> T5RelativeBias::buckets(int64_t i0, int64_t T, int64_t S) const {
   MEGADLM_CHECK(store_->device() == Device::CPU, "T5's relative position bias runs on the CPU only (docs/t5.md)");
-  T_ = T;
-  S_ = S;
-  bucket_.resize(static_cast<size_t>(T * S));
+  std::vector<int64_t> bucket(static_cast<size_t>(T * S));
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < S; ++j)
-      bucket_[i * S + j] = t5_relative_position_bucket(j - i, bidirectional_, buckets_, max_distance_);
+      bucket[i * S + j] = t5_relative_position_bucket(j - (i0 + i), bidirectional_, buckets_, max_distance_);
+  return bucket;
+}
+
+Tensor T5RelativeBias::lookup(Arena& arena, const std::vector<int64_t>& bucket, int64_t T, int64_t S) const {
   const float* table = store_->value(w_).data<float>();
   Tensor bias = arena.tensor({H_, T, S});
   float* out = bias.data<float>();
   for (int64_t h = 0; h < H_; ++h)
-    for (int64_t k = 0; k < T * S; ++k) out[h * T * S + k] = table[bucket_[k] * H_ + h];
+    for (int64_t k = 0; k < T * S; ++k) out[h * T * S + k] = table[bucket[k] * H_ + h];
   return bias;
+}
+
+Tensor T5RelativeBias::forward(Arena& arena, int64_t T, int64_t S) {
+  T_ = T;
+  S_ = S;
+  bucket_ = buckets(0, T, S);
+  return lookup(arena, bucket_, T, S);
+}
+
+Tensor T5RelativeBias::query_row(Arena& arena, int64_t i, int64_t S) const {
+  return lookup(arena, buckets(i, 1, S), 1, S);
 }
 
 void T5RelativeBias::backward(const Tensor& dbias) {

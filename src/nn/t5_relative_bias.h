@@ -41,8 +41,16 @@ class T5RelativeBias {
   Tensor forward(Arena& arena, int64_t T, int64_t S);
   // dbias [Hl, T, S] (the sum over the sequences and the layers) -> the table's gradient accumulated.
   void backward(const Tensor& dbias);
+  // Generation, forward only (nothing saved): the bias [Hl, 1, S] of query position i against key
+  // positions 0 .. S-1 (the decoder's new row against its cached keys).
+  Tensor query_row(Arena& arena, int64_t i, int64_t S) const;
 
  private:
+  // The buckets [T, S] of query positions i0 .. i0+T-1 against key positions 0 .. S-1.
+  std::vector<int64_t> buckets(int64_t i0, int64_t T, int64_t S) const;
+  // The table's entries at `bucket` [T, S] -> bias [Hl, T, S] (arena).
+  Tensor lookup(Arena& arena, const std::vector<int64_t>& bucket, int64_t T, int64_t S) const;
+
   ParamStore* store_ = nullptr;
   int64_t buckets_ = 0, H_ = 0, max_distance_ = 0;  // H_: this rank's heads, Hl
   bool bidirectional_ = true;

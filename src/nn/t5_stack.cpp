@@ -49,6 +49,62 @@ Tensor T5Stack::forward(Arena& arena, const Tensor& x, const T5StackInputs& in) 
   return final_norm_.forward(arena, h);
 }
 
+void T5Stack::start_decoding(Arena& arena, const Tensor& memory, const int32_t* memory_mask, int64_t B, int64_t S,
+                             int64_t R, T5DecoderCache& cache) {
+  MEGADLM_CHECK(decoder_, "T5Stack::start_decoding: the encoder does not decode");
+  MEGADLM_CHECK(B >= 1 && S >= 1 && R >= 1 && memory.size(0) == B * S, "T5Stack::start_decoding: ", memory.size(0),
+                " memory rows for ", B, " sequences of ", S, " (room for ", R, " decoder rows)");
+  cache = T5DecoderCache{};
+  cache.B = B;
+  cache.S = S;
+  cache.R = R;
+  cache.memory = Tensor::empty(memory.shape(), DType::F32);
+  cache.memory.copy_from(memory);
+  if (memory_mask) cache.memory_mask.assign(memory_mask, memory_mask + B * S);
+  const int64_t HD = layers_.empty() ? 0 : layers_[0].self_attn.inner_size();
+  for (Layer& y : layers_) {
+    auto rows = [&](int64_t n) { return Tensor::empty({n, HD}, DType::F32); };
+    cache.cross_k.push_back(rows(B * S));
+    cache.cross_v.push_back(rows(B * S));
+    cache.self_k.push_back(rows(B * R));
+    cache.self_v.push_back(rows(B * R));
+    y.cross_attn.keys_values(arena, cache.memory, S, cache.cross_k.back().data<float>(),
+                             cache.cross_v.back().data<float>(), S, 0);
+  }
+}
+
+Tensor T5Stack::decode_step(Arena& arena, const Tensor& x, T5DecoderCache& cache) {
+  MEGADLM_CHECK(decoder_ && cache.memory.defined(), "T5Stack::decode_step: no decoder cache (start_decoding)");
+  const int64_t B = cache.B, t = cache.length;
+  MEGADLM_CHECK(x.size(0) == B && t < cache.R, "T5Stack::decode_step: ", x.size(0), " rows for ", B,
+                " sequences, at row ", t, " of a cache of ", cache.R);
+  const Backend& be = backend_of(x);
+  // The new row (query position t) against the cached rows 0 .. t, itself included: no future key.
+  const Tensor bias = bias_.query_row(arena, t, t + 1);
+  T5AttentionGeometry self{B, 1, t + 1, bias.data<float>(), nullptr, false};
+  self.key_rows = cache.R;
+  const T5AttentionGeometry cross{B, 1, cache.S, nullptr,
+                                  cache.memory_mask.empty() ? nullptr : cache.memory_mask.data(), false};
+  auto residual = [&](Tensor y, const Tensor& h) {  // y := h + y
+    be.add_inplace(y.data<float>(), h.data<float>(), y.numel());
+    return y;
+  };
+  Tensor h = x;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& y = layers_[l];
+    const Tensor a = y.self_norm.forward(arena, h);
+    float *k = cache.self_k[l].data<float>(), *v = cache.self_v[l].data<float>();
+    y.self_attn.keys_values(arena, a, 1, k, v, cache.R, t);
+    h = residual(y.self_attn.forward_cached(arena, a, k, v, self), h);
+    h = residual(y.cross_attn.forward_cached(arena, y.cross_norm.forward(arena, h), cache.cross_k[l].data<float>(),
+                                             cache.cross_v[l].data<float>(), cross),
+                 h);
+    h = residual(y.mlp.forward(arena, y.ff_norm.forward(arena, h)), h);
+  }
+  ++cache.length;
+  return final_norm_.forward(arena, h);
+}
+
 void T5Stack::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   const Backend& be = backend_of(dy);
   const size_t mark = arena.mark();

@@ -13,14 +13,18 @@
 // its own (docs/t5.md). Under tensor parallelism the attention, its bias and the feed-forward hold this
 // rank's heads and columns (nn/t5_attention.h, nn/t5_feed_forward.h, nn/t5_relative_bias.h) and every
 // rank holds all rows of the residual stream; the norms are whole on every rank.
+// Generation runs the decoder one row a step (start_decoding, decode_step): the cross-attention's keys
+// and values of the encoder's output made once, the self-attention's kept in a cache that grows by a row
+// a step, the bias of the new row against the cached ones (nn/t5_decoder_cache.h).
 // Legend: B sequences, T rows a sequence, N = B*T, S the encoder's rows a sequence (cross-attention),
-// C hidden, Hl this rank's heads (H/tp).
+// C hidden, Hl this rank's heads (H/tp), R the decoder rows a generation cache has room for.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
 #include "nn/norm.h"
+#include "nn/t5_decoder_cache.h"
 #include "nn/t5_attention.h"
 #include "nn/t5_feed_forward.h"
 #include "nn/t5_relative_bias.h"
@@ -57,6 +61,15 @@ class T5Stack {
   // dy [N, C] -> dx [N, C] written; the cross-attention's gradient of the memory added to
   // in.memory_grad; every parameter's gradient accumulated.
   void backward(Arena& arena, const Tensor& dy, Tensor& dx);
+
+  // Generation, the decoder only, forward only (what the modules save for a backward is overwritten:
+  // no backward follows). memory [B*S, C] and its mask [B*S] (or null) -> cache: the memory, every
+  // layer's cross-attention keys and values, and room for R decoder rows a sequence (length 0).
+  void start_decoding(Arena& arena, const Tensor& memory, const int32_t* memory_mask, int64_t B, int64_t S,
+                      int64_t R, T5DecoderCache& cache);
+  // x [B, C]: each sequence's decoder row at position cache.length, embedded -> the final norm's output
+  // [B, C] (arena); the row's self-attention keys and values join the cache (length + 1).
+  Tensor decode_step(Arena& arena, const Tensor& x, T5DecoderCache& cache);
 
  private:
   struct Layer {
