@@ -4,15 +4,26 @@
 # the autoregressive (gpt) and the diffusion (difflm) backbone, then every held-out picture answered
 # (generate --image) and scored (score_shapes: colour, shape, count).
 #   scripts/llava_shapes.sh [WORK_DIR] [BUILD_DIR]      (ITERS=6000, BACKBONES="gpt difflm" by default)
+# IMAGE_SIZE (32) and PATCH (8) set the pictures and the tower's patches: P = (IMAGE_SIZE / PATCH)^2
+# positions an image; the sequence length is the 75 prompt tokens and P image positions before the answer,
+# plus 38 for the answer and its padding (128 at the defaults). PROJECTOR (linear) and FEATURE_LAYER (0)
+# choose the projector and the tower's output it reads.
 set -euo pipefail
 WORK=${1:-runs/llava_shapes}
 BIN=${2:-build}/bin
 ITERS=${ITERS:-6000}
+IMAGE_SIZE=${IMAGE_SIZE:-32}
+PATCH=${PATCH:-8}
+P=$(( (IMAGE_SIZE / PATCH) * (IMAGE_SIZE / PATCH) ))
+SEQ=$(( 75 + P + 38 ))
+GEN_LENGTH=38
+PROJECTOR=${PROJECTOR:-linear}
+FEATURE_LAYER=${FEATURE_LAYER:-0}
 BACKBONES=${BACKBONES:-gpt difflm}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 mkdir -p "$WORK/data"
 
-"$BIN/make_shapes" --output "$WORK/shapes" --num-train 4000 --num-test 200 --image-size 32 --seed 1234
+"$BIN/make_shapes" --output "$WORK/shapes" --num-train 4000 --num-test 200 --image-size "$IMAGE_SIZE" --seed 1234
 for split in train test; do
   "$BIN/preprocess_data" --input "$WORK/shapes/${split}_chat.jsonl" --output-prefix "$WORK/data/$split" \
     --tokenizer-type ByteTokenizer --chat-template chatml --image-key image --image-processor "$WORK/shapes" --workers 2
@@ -31,9 +42,9 @@ PY
 # map: a deeper tower or the -2 feature layer with mlp2x_gelu stayed at the answers' prior for 1500 to
 # 3000 steps (docs/llava.md).
 MODEL=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --position-embedding-type rope --normalization RMSNorm
-       --swiglu --disable-bias-linear --seq-length 128
-       --img-h 32 --img-w 32 --patch-dim 8 --vision-num-layers 1 --vision-hidden-size 64 --vision-num-attention-heads 4
-       --vision-ffn-hidden-size 128 --vision-feature-layer 0 --projector-type linear)
+       --swiglu --disable-bias-linear --seq-length "$SEQ"
+       --img-h "$IMAGE_SIZE" --img-w "$IMAGE_SIZE" --patch-dim "$PATCH" --vision-num-layers 1 --vision-hidden-size 64 --vision-num-attention-heads 4
+       --vision-ffn-hidden-size 128 --vision-feature-layer "$FEATURE_LAYER" --projector-type "$PROJECTOR")
 TRAIN=(--micro-batch-size 16 --global-batch-size 16 --train-iters "$ITERS" --lr 3e-3 --lr-warmup-iters 20
        --data-path "$WORK/data/train_conversation_document" --split 100,0,0 --sft --log-interval 500 --eval-iters 0)
 
@@ -44,7 +55,8 @@ for lm in $BACKBONES; do
   if [ "$lm" = gpt ]; then
     GEN=(--max-new-tokens 32)
   else
-    GEN=(--gen-length 38 --steps 38 --block-length 38 --batch-size 20)  # 90 prompt positions + 38 = 128
+    # The prompt's 75 + P positions and GEN_LENGTH answer positions: the training sequence length.
+    GEN=(--gen-length "$GEN_LENGTH" --steps "$GEN_LENGTH" --block-length "$GEN_LENGTH" --batch-size 20)
   fi
   /usr/bin/time -f "$lm answers: %e s" "$BIN/generate" --load "$WORK/$lm" --prompt-file "$WORK/questions.jsonl" \
     "${GEN[@]}" --output "$WORK/$lm.answers.jsonl" 2>&1 | tail -2
