@@ -388,9 +388,7 @@ int main(int argc, char** argv) {
     f.add_string("to-hf", "", "HuggingFace directory to write");
     f.add_string("layout", "",
                  "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe, bert, t5, clip_vision or llava (default: the "
-                 "source "
-                 "layout, else "
-                 "from the config)");
+                 "source layout, else from the config)");
     f.add_string("dtype", "", "float32, bfloat16 or float16 (default: the dtype the weights were imported from)");
     f.add_string("max-shard-size", "", "split the weights into shards of at most this size (e.g. 5GB)");
     f.parse(argc, argv);

@@ -33,6 +33,18 @@ const json& sub_config(const json& j, const char* key, const char* type, const c
   return c;
 }
 
+// text_config with LlamaConfig's defaults for the keys it lacks that the llama reader requires, as
+// transformers builds it: llava-hf's configs (llava-1.5-7b-hf) give only what differs from them.
+json with_llama_defaults(json text) {
+  const std::pair<const char*, int64_t> defaults[] = {
+      {"vocab_size", 32000},       {"hidden_size", 4096},  {"intermediate_size", 11008},
+      {"num_hidden_layers", 32},   {"num_attention_heads", 32}, {"max_position_embeddings", 2048},
+      {"bos_token_id", 1},         {"eos_token_id", 2}};
+  for (const auto& [key, value] : defaults)
+    if (!text.contains(key)) text[key] = value;
+  return text;
+}
+
 // The settings of LlavaConfig that must have the one value our LLaVA model holds.
 void refuse_unmapped_settings(const json& j, const std::string& where) {
   const std::string gelu = "gelu", dflt = "default";
@@ -127,7 +139,7 @@ HfLlavaInfo hf_llava_config_to_info(const json& j, const std::string& where) {
   const json& text = sub_config(j, "text_config", "llama", "LLaMA text model", where);
   refuse_unmapped_settings(j, where);
   HfLlavaInfo info;
-  info.text = hf_config_to_info(text, where + " (text_config)");
+  info.text = hf_config_to_info(with_llama_defaults(text), where + " (text_config)");
   MEGADLM_CHECK(!info.text.diffusion, where, ": text_config.is_causal is false; LlavaForConditionalGeneration's text ",
                 "model is causal");
   // transformers ties the output to the embedding when either config says so.

@@ -16,7 +16,7 @@
 // names (F32, and BF16 / F16 widened exactly).
 //
 // config.json: vision_config (a CLIP vision config, model_type clip_vision_model), text_config (model_type
-// llama), image_token_index (or image_token_id), projector_hidden_act (gelu), vision_feature_layer (one
+// llama; LlamaConfig's defaults where a size is absent, as transformers reads it), image_token_index (or image_token_id), projector_hidden_act (gelu), vision_feature_layer (one
 // index), vision_feature_select_strategy ("default": the class token dropped), multimodal_projector_bias
 // (true), tie_word_embeddings. What our model cannot hold is an Error naming the key: another tower or
 // text model family, another activation, a list of feature layers, the "full" strategy, a projector without

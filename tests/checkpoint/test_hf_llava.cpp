@@ -8,9 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -201,12 +202,40 @@ TEST(HfLlava, WhatOurModelCannotHoldIsAnErrorNamingTheKey) {
   refused([](nlohmann::json& j) { j["tie_word_embeddings"] = true; }, "differs from 'language_model.model.embed_tokens");
   // A size that disagrees with the tensors names the tensor.
   refused([](nlohmann::json& j) { j["vision_config"]["intermediate_size"] = 40; }, "vision_tower.encoder.layers.0.mlp.fc1");
+  // The text layouts' reader (--load-hf, convert_checkpoint's text path) sends a LLaVA config here.
+  expect_error_with([] { hf_config_to_info(test::read_json(fixture() + "/config.json"), "cfg"); },
+                    "a LLaVA model (LlavaForConditionalGeneration): convert_checkpoint converts it (layout llava)");
   // image_token_id, transformers' other name, is read too.
   const std::string d = edited_copy(tmp, kFixture, [](nlohmann::json& j) {
     j.erase("image_token_index");
     j["image_token_id"] = 40;
   });
   EXPECT_EQ(read_hf_llava_checkpoint(d).info.options.image_token, 40);
+}
+
+// llava-hf's config.json files (llava-1.5-7b-hf) give text_config and vision_config only where they differ
+// from LlamaConfig's and CLIPVisionConfig's defaults, which transformers then fills in.
+TEST(HfLlava, AbsentSettingsTakeTransformersDefaults) {
+  nlohmann::json j = test::read_json(fixture() + "/config.json");
+  j["text_config"] = {{"model_type", "llama"}, {"vocab_size", 48}, {"hidden_size", 16}, {"intermediate_size", 32},
+                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
+  j["vision_config"] = {{"model_type", "clip_vision_model"}, {"hidden_size", 16}, {"intermediate_size", 32},
+                        {"num_hidden_layers", 2}, {"num_attention_heads", 2}, {"image_size", 8}, {"patch_size", 4}};
+  for (const char* key : {"projector_hidden_act", "vision_feature_layer", "vision_feature_select_strategy",
+                          "multimodal_projector_bias", "tie_word_embeddings"})
+    j.erase(key);
+  const HfLlavaInfo info = hf_llava_config_to_info(j, "cfg");
+  const TransformerConfig& t = info.text.config;
+  EXPECT_EQ(t.max_position_embeddings, 2048);
+  EXPECT_EQ(t.num_query_groups, 4);
+  EXPECT_FLOAT_EQ(t.norm_epsilon, 1e-6f);
+  EXPECT_TRUE(t.untie_embeddings_and_output_weights);
+  EXPECT_EQ(info.text.bos_token_id, 1);
+  EXPECT_EQ(info.text.eos_token_id, 2);
+  EXPECT_EQ(info.options.clip.activation, HostActivation::QuickGelu);
+  EXPECT_EQ(info.options.clip.feature_layer, -2);
+  EXPECT_EQ(info.options.projector, ProjectorType::Mlp2xGelu);
+  EXPECT_EQ(info.options.image_token, 47);
 }
 
 TEST(HfLlava, TheExportRefusesWhatLlavaForConditionalGenerationCannotHold) {

@@ -12,7 +12,6 @@ Usage: python3 tools/reference/check_llava_export.py [--bin build/bin/convert_ch
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 
 import torch
@@ -20,14 +19,11 @@ import transformers as tf
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from hf_strict_load import load_strict
+
 
 def logits(model_dir, ref):
-    model, info = tf.LlavaForConditionalGeneration.from_pretrained(model_dir, attn_implementation="eager",
-                                                                   output_loading_info=True)
-    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    if bad:
-        sys.exit(f"{model_dir}: transformers reports {bad}")
-    model = model.double().eval()
+    model = load_strict(tf.LlavaForConditionalGeneration, model_dir)
     ids = ref["input_ids"].long()
     with torch.no_grad():
         return model(input_ids=ids, pixel_values=ref["pixel_values"].double(),
