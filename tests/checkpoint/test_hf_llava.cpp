@@ -179,6 +179,17 @@ TEST(HfLlava, ConvertCheckpointRoundTripsThroughTheNativeCheckpoint) {
                        tmp / "log.txt");
   EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
   EXPECT_NE(r.output.find("is not a LLaVA model"), std::string::npos) << r.output;
+  // The same checkpoint made a difflm LLaVA (bidirectional, a mask token): no HF class holds it.
+  nlohmann::json st = test::read_json(native + "/iter_0000000/state.json");
+  st["meta"]["language_model_type"] = "difflm";
+  st["meta"]["mask_token"] = 5;
+  st["meta"]["config"]["attention_mask_type"] = "no_mask";
+  test::write_json(native + "/iter_0000000/state.json", st);
+  ASSERT_TRUE(load_model(native).diffusion);
+  r = test::run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", tmp / "z"}, tmp / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find("layout llava: the language model is a difflm"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp / "z/model.safetensors"));
 }
 
 TEST(HfLlava, WhatOurModelCannotHoldIsAnErrorNamingTheKey) {
