@@ -37,8 +37,8 @@ const json& sub_config(const json& j, const char* key, const char* type, const c
 // transformers builds it: llava-hf's configs (llava-1.5-7b-hf) give only what differs from them.
 json with_llama_defaults(json text) {
   const std::pair<const char*, int64_t> defaults[] = {
-      {"vocab_size", 32000},       {"hidden_size", 4096},  {"intermediate_size", 11008},
-      {"num_hidden_layers", 32},   {"num_attention_heads", 32}, {"max_position_embeddings", 2048},
+      {"vocab_size", 32000},       {"hidden_size", 4096},         {"intermediate_size", 11008},
+      {"num_hidden_layers", 32},   {"num_attention_heads", 32},   {"max_position_embeddings", 2048},
       {"bos_token_id", 1},         {"eos_token_id", 2}};
   for (const auto& [key, value] : defaults)
     if (!text.contains(key)) text[key] = value;
@@ -62,6 +62,8 @@ void refuse_unmapped_settings(const json& j, const std::string& where) {
                 "); one layer only is built");
 }
 
+// The names the file holds: transformers 5's, else the legacy ones; the tower's with "vision_model." when the
+// file has it (transformers 4).
 HfLlavaNames names_of(const ShardedSafetensors& st) {
   HfLlavaNames n;
   if (!st.has(n.language + "embed_tokens.weight") && st.has(hf_llava_legacy_names().language + "embed_tokens.weight"))
