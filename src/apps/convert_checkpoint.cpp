@@ -1,9 +1,9 @@
 // convert_checkpoint: native checkpoints <-> HuggingFace directories.
 //
-//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm|bert|t5|clip_vision]
+//   convert_checkpoint --from-hf HF_DIR --to-native SAVE_DIR [--model-type gpt|difflm|bert|t5|clip_vision|llava]
 //                      [--mask-token ID]
 //   convert_checkpoint --from-native CKPT --to-hf HF_DIR
-//                      [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe|bert|t5|clip_vision]
+//                      [--layout llama|qwen2|qwen3|gpt2|llada|mixtral|qwen3_moe|bert|t5|clip_vision|llava]
 //                      [--dtype float32|bfloat16|float16] [--max-shard-size 5GB]
 //
 // HF -> native writes SAVE_DIR/iter_0000000 (loadable by generate and pretrain_difflm --load) and
@@ -14,7 +14,9 @@
 // BERT (BertForPreTraining, BertForMaskedLM: checkpoint/hf_bert.h) is recognised by its config.json and
 // converts to a native checkpoint of --model-type bert and back with --layout bert (the default for it);
 // T5 (T5ForConditionalGeneration, v1.0 and v1.1: checkpoint/hf_t5.h) likewise with t5, and CLIP's vision
-// tower (CLIPVisionModel, or a CLIPModel's vision half: checkpoint/hf_clip.h) with clip_vision.
+// tower (CLIPVisionModel, or a CLIPModel's vision half: checkpoint/hf_clip.h) with clip_vision, and LLaVA
+// (LlavaForConditionalGeneration with a LLaMA text model: checkpoint/hf_llava.h) with llava, to a native
+// model_type llava checkpoint with the gpt backbone.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -23,6 +25,7 @@
 #include "checkpoint/hf_bert.h"
 #include "checkpoint/hf_clip.h"
 #include "checkpoint/hf_config.h"
+#include "checkpoint/hf_llava.h"
 #include "checkpoint/hf_t5.h"
 #include "checkpoint/hf_convert.h"
 #include "checkpoint/hf_tokenizer.h"
@@ -37,6 +40,7 @@
 #include "models/config_json.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
+#include "models/llava_model.h"
 #include "models/t5_options_json.h"
 
 using namespace megadlm;
@@ -97,11 +101,12 @@ void check_family_import_flags(const CliFlags& f, const std::string& src, const 
   MEGADLM_CHECK(!f.given("mask-token"), "--mask-token is for difflm models; ", src, " holds a ", family, " model");
 }
 
-// The native checkpoint of a family converted from src (bert, t5): its config, its options under
-// meta[type], the tokenizer, the source's dtype. Returns the tokenizer line of the report.
+// The native checkpoint of a family converted from src (bert, t5, clip_vision, llava): its config, its
+// options under meta[type], the tokenizer, the source's dtype, and `extra` merged into the state's meta.
+// Returns the tokenizer line of the report.
 std::string save_family_native(const std::string& src, const std::string& dst, ParamStore& params, const char* name,
                                const TransformerConfig& cfg, const nlohmann::json& options, DType dtype,
-                               int64_t tokenizer_vocab) {
+                               int64_t tokenizer_vocab, const nlohmann::json& extra = nlohmann::json::object()) {
   const TokenizerSpec tok = import_hf_tokenizer(src, dst + "/tokenizer");
   CheckpointState st;
   st.meta["model_type"] = name;
@@ -109,6 +114,7 @@ std::string save_family_native(const std::string& src, const std::string& dst, P
   st.meta[name] = options;
   record_tokenizer(st, tok, tokenizer_vocab);
   st.meta["hf"] = {{"layout", name}, {"dtype", safetensors_dtype_name(dtype)}, {"source", fs::absolute(src).string()}};
+  st.meta.merge_patch(extra);
   const std::string dir = save_checkpoint(dst, params, nullptr, st);
   std::printf("wrote %s (%s model, ", dir.c_str(), name);
   return tok.type.empty() ? "; no tokenizer files found" : "; tokenizer " + tok.type;
@@ -238,13 +244,56 @@ void clip_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoi
   std::printf("wrote %s (CLIPVisionModel, %s)\n", dst.c_str(), dtype_name(opt.dtype));
 }
 
+void llava_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
+  check_family_import_flags(f, src, "LLaVA", "llava");
+  const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
+  const HfLlavaCheckpoint ck = read_hf_llava_checkpoint(src);
+  const TransformerConfig& cfg = ck.info.text.config;
+  const auto model = make_llava_model(cfg, gpt_model_spec(cfg), ck.info.options, ParallelContext::single());
+  load_params_into(ck.params, model->params(), src);
+  // What generate and pretrain_difflm --load read of a trained LLaVA checkpoint (Trainer::checkpoint_meta).
+  const nlohmann::json extra = {{"language_model_type", model_type_name(ModelType::GPT)},
+                                {"model_running_mode", "difflm-noshift"},
+                                {"mask_token", -1},
+                                {"eod", ck.info.text.eos_token_id},
+                                {"hf", {{"bos_token_id", ck.info.text.bos_token_id},
+                                        {"eos_token_id", ck.info.text.eos_token_id}}}};
+  const std::string tok = save_family_native(src, dst, model->params(), "llava", cfg, llava_to_json(ck.info.options),
+                                             ck.dtype, tokenizer_vocab, extra);
+  std::printf("LlavaForConditionalGeneration, gpt backbone, %s weights, %lld parameters)%s\n",
+              safetensors_dtype_name(ck.dtype), static_cast<long long>(model->params().numel()), tok.c_str());
+}
+
+void llava_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state,
+                        const std::string& dst) {
+  refuse_other_layout(f, dir, "llava");
+  const nlohmann::json hf = state.meta.value("hf", nlohmann::json::object());
+  LoadedModel lm = load_model(dir);
+  HfLlavaInfo info;
+  info.text.layout = HfLayout::Llama;
+  info.text.config = lm.model->config();
+  info.text.diffusion = lm.diffusion;
+  info.text.mask_token_id = lm.mask_token;
+  info.text.eos_token_id = hf.contains("eos_token_id") ? hf["eos_token_id"].get<int32_t>() : lm.eod;
+  info.text.bos_token_id = hf.value("bos_token_id", -1);
+  info.options = llava_vision(*lm.model).options();
+  const HfWriteOptions opt = hf_write_options(f, hf, dir);
+  write_hf_llava_checkpoint(dst, model_params(lm.model->params()), info, opt);
+  const std::vector<std::string> tok_files = export_tokenizer(state.meta, dst);
+  std::printf("wrote %s (LlavaForConditionalGeneration, %s)%s%s\n", dst.c_str(), dtype_name(opt.dtype),
+              tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:", joined(tok_files).c_str());
+}
+
 void hf_to_native(const CliFlags& f) {
   const std::string src = f.get_string("from-hf"), dst = f.get_string("to-native");
   const nlohmann::json cfg_json = hf_config_or_null(src);
   if (is_hf_bert_config(cfg_json)) return bert_hf_to_native(f, src, dst);
   if (is_hf_t5_config(cfg_json)) return t5_hf_to_native(f, src, dst);
   if (is_hf_clip_vision_config(cfg_json)) return clip_hf_to_native(f, src, dst);
+  if (is_hf_llava_config(cfg_json)) return llava_hf_to_native(f, src, dst);
   for (const char* flag : {"model-type", "layout"}) {
+    MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "llava", "--", flag, " llava: ", src,
+                  "/config.json is not a LLaVA model (LlavaForConditionalGeneration)");
     MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "clip_vision", "--", flag, " clip_vision: ", src,
                   "/config.json is not a CLIP vision model (CLIPVisionModel or CLIPModel)");
     MEGADLM_CHECK(!f.given(flag) || f.get_string(flag) != "bert", "--", flag, " bert: ", src,
@@ -295,7 +344,8 @@ void native_to_hf(const CliFlags& f) {
     if (type == "bert") return bert_native_to_hf(f, dir, state, dst);
     if (type == "t5") return t5_native_to_hf(f, dir, state, dst);
     if (type == "clip_vision") return clip_native_to_hf(f, dir, state, dst);
-    for (const char* family : {"bert", "t5", "clip_vision"})
+    if (type == "llava") return llava_native_to_hf(f, dir, state, dst);
+    for (const char* family : {"bert", "t5", "clip_vision", "llava"})
       MEGADLM_CHECK(!f.given("layout") || f.get_string("layout") != family, "--layout ", family, " is for ", family,
                     " models; ", dir, " holds a ", type.empty() ? "?" : type, " model");
   }
@@ -331,15 +381,14 @@ int main(int argc, char** argv) {
     f.add_string("from-hf", "", "HuggingFace directory to import (config.json, safetensors, tokenizer files)");
     f.add_string("to-native", "", "save directory for the native checkpoint");
     f.add_string("model-type", "",
-                 "gpt, difflm, bert, t5 or clip_vision (default: bert, t5 or clip_vision for a BERT, T5 or CLIP "
-                 "config.json, difflm when config.json records a diffusion model)");
+                 "gpt, difflm, bert, t5, clip_vision or llava (default: bert, t5, clip_vision or llava for a BERT, "
+                 "T5, CLIP or LLaVA config.json, difflm when config.json records a diffusion model)");
     f.add_int("mask-token", -1, "difflm: the mask token id (default: config.json's mask_token_id)", at_least(0));
     f.add_string("from-native", "", "native checkpoint (a directory or a --save directory)");
     f.add_string("to-hf", "", "HuggingFace directory to write");
     f.add_string("layout", "",
-                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe, bert, t5 or clip_vision (default: the source "
-                 "layout, else "
-                 "from the config)");
+                 "gpt2, llama, qwen2, qwen3, llada, mixtral, qwen3_moe, bert, t5, clip_vision or llava (default: the "
+                 "source layout, else from the config)");
     f.add_string("dtype", "", "float32, bfloat16 or float16 (default: the dtype the weights were imported from)");
     f.add_string("max-shard-size", "", "split the weights into shards of at most this size (e.g. 5GB)");
     f.parse(argc, argv);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "checkpoint/hf_json.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 
@@ -242,6 +243,9 @@ HfModelInfo hf_config_to_info(const json& j, const std::string& where) {
   else if (model_type == "t5" || arch.rfind("T5", 0) == 0)
     fail(where, ": a T5 model (", arch, "): convert_checkpoint converts it (layout t5) to a t5 checkpoint; the ",
          "gpt and difflm paths (--load-hf, generate) do not take it");
+  else if (model_type == "llava" || arch == "LlavaForConditionalGeneration")
+    fail(where, ": a LLaVA model (", arch, "): convert_checkpoint converts it (layout llava) to a llava checkpoint; ",
+         "the gpt and difflm paths (--load-hf) do not take it");
   else if (model_type == "clip_vision_model" || model_type == "clip" || arch.rfind("CLIP", 0) == 0)
     fail(where, ": a CLIP model (", arch, "): convert_checkpoint converts its vision tower (layout clip_vision); the ",
          "gpt and difflm paths (--load-hf, generate) do not take it");
@@ -386,7 +390,7 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
     j["n_positions"] = c.max_position_embeddings;
     j["n_ctx"] = c.max_position_embeddings;
     j["vocab_size"] = c.vocab_size;
-    j["layer_norm_epsilon"] = c.norm_epsilon;
+    j["layer_norm_epsilon"] = hf_decimal(c.norm_epsilon);
     j["activation_function"] = "gelu_new";
     j["attn_pdrop"] = 0.0;
     j["embd_pdrop"] = 0.0;
@@ -456,7 +460,7 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
       j["rope_theta"] = c.rotary_base;
       j["rope_full_precision"] = true;
       j["layer_norm_type"] = "rms";
-      j["rms_norm_eps"] = c.norm_epsilon;
+      j["rms_norm_eps"] = hf_decimal(c.norm_epsilon);
       j["activation_type"] = "silu";
       j["block_type"] = "llama";
       j["weight_tying"] = tied;
@@ -470,7 +474,7 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
       j["attention_dropout"] = 0.0;
       j["residual_dropout"] = 0.0;
       j["embedding_dropout"] = 0.0;
-      j["init_std"] = c.init_method_std;
+      j["init_std"] = hf_decimal(c.init_method_std);
       j["mask_token_id"] = id_or_null(info.mask_token_id);
       j["eos_token_id"] = id_or_null(info.eos_token_id);
       j["pad_token_id"] = id_or_null(info.eos_token_id);
@@ -485,7 +489,7 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
     j["intermediate_size"] = c.ffn_hidden_size;
     j["vocab_size"] = c.vocab_size;
     j["max_position_embeddings"] = c.max_position_embeddings;
-    j["rms_norm_eps"] = c.norm_epsilon;
+    j["rms_norm_eps"] = hf_decimal(c.norm_epsilon);
     j["hidden_act"] = "silu";
     j["rope_theta"] = c.rotary_base;
     j["rope_scaling"] = nullptr;
@@ -497,7 +501,7 @@ json hf_config_from_info(const HfModelInfo& info, DType dtype) {
       j["sliding_window"] = nullptr;
     }
   }
-  j["initializer_range"] = c.init_method_std;
+  j["initializer_range"] = hf_decimal(c.init_method_std);
   j["tie_word_embeddings"] = tied;
   j["bos_token_id"] = id_or_null(info.bos_token_id);
   j["eos_token_id"] = id_or_null(info.eos_token_id);

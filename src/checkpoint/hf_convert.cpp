@@ -46,36 +46,21 @@ struct HfShape {
 
 }  // namespace
 
-HfCheckpoint read_hf_checkpoint(const std::string& dir) {
-  HfCheckpoint ck;
-  const std::string cfg_path = dir + "/config.json";
-  MEGADLM_CHECK(fs::exists(cfg_path), dir, ": no config.json (not a HuggingFace checkpoint directory)");
-  try {
-    ck.raw_config = json::parse(read_file(cfg_path));
-  } catch (const json::exception& e) {
-    fail(cfg_path, ": not valid JSON (", e.what(), ")");
-  }
-  ck.info = hf_config_to_info(ck.raw_config, cfg_path);
-  validate_config(ck.info.config);
-  ShardedSafetensors st(dir);
-  ck.dtype = st.dominant_dtype();
+std::vector<SafetensorsEntry> read_hf_language_params(const ShardedSafetensors& st, const HfModelInfo& info,
+                                                     const std::function<std::string(const std::string&)>& hf_name,
+                                                     std::set<std::string>& used) {
+  const std::string& dir = st.dir();
+  std::vector<SafetensorsEntry> params;
   std::map<std::string, std::pair<int64_t, int64_t>> rows_taken;  // HF tensor -> (rows the pieces read, its rows)
-  // GPT-2 checkpoints saved from GPT2Model (openai-community/gpt2 itself) lack the "transformer."
-  // prefix of GPT2LMHeadModel's names.
-  auto resolve = [&](const std::string& hf) {
-    if (st.has(hf) || ck.info.layout != HfLayout::GPT2 || hf.rfind("transformer.", 0) != 0) return hf;
-    const std::string bare = hf.substr(12);
-    return st.has(bare) ? bare : hf;
-  };
-  for (const auto& [name, shape] : our_shapes(ck.info.config, ck.info.diffusion)) {
-    const std::vector<Piece> pieces = pieces_for(ck.info.layout, ck.info.config, name, shape[0]);
+  for (const auto& [name, shape] : our_shapes(info.config, info.diffusion)) {
+    const std::vector<Piece> pieces = pieces_for(info.layout, info.config, name, shape[0]);
     Tensor out = Tensor::empty(shape, DType::F32);
     const int64_t K = shape.n == 1 ? 1 : shape.numel() / shape[0];
     float* o = out.data<float>();
     int64_t row = 0;
     for (const Piece& p0 : pieces) {
       Piece p = p0;
-      p.hf = resolve(p0.hf);
+      p.hf = hf_name(p0.hf);
       MEGADLM_CHECK(st.has(p.hf), dir, ": tensor '", p.hf, "' (for our ", name, ") is missing");
       const Tensor t = st.get(p.hf);
       const int64_t t_rows = t.dim() == 1 ? t.numel() : (p.transpose ? t.size(1) : t.size(0));
@@ -90,15 +75,42 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
       total = t_rows;
     }
     MEGADLM_CHECK(row == shape[0], dir, ": the pieces of ", name, " give ", row, " rows, not ", shape[0]);
-    ck.params.push_back({name, out});
+    params.push_back({name, out});
   }
   // Every row of a tensor is read exactly once: a tensor larger than config.json implies (a larger
   // vocabulary, wider MLP, more heads) is an error, not a silent truncation.
-  for (const auto& [hf, rows] : rows_taken)
+  for (const auto& [hf, rows] : rows_taken) {
     MEGADLM_CHECK(rows.first == rows.second, dir, ": tensor '", hf, "' has ", rows.second, " rows but config.json implies ",
                   rows.first);
+    used.insert(hf);
+  }
+  return params;
+}
+
+HfCheckpoint read_hf_checkpoint(const std::string& dir) {
+  HfCheckpoint ck;
+  const std::string cfg_path = dir + "/config.json";
+  MEGADLM_CHECK(fs::exists(cfg_path), dir, ": no config.json (not a HuggingFace checkpoint directory)");
+  try {
+    ck.raw_config = json::parse(read_file(cfg_path));
+  } catch (const json::exception& e) {
+    fail(cfg_path, ": not valid JSON (", e.what(), ")");
+  }
+  ck.info = hf_config_to_info(ck.raw_config, cfg_path);
+  validate_config(ck.info.config);
+  ShardedSafetensors st(dir);
+  ck.dtype = st.dominant_dtype();
+  // GPT-2 checkpoints saved from GPT2Model (openai-community/gpt2 itself) lack the "transformer."
+  // prefix of GPT2LMHeadModel's names.
+  auto resolve = [&](const std::string& hf) {
+    if (st.has(hf) || ck.info.layout != HfLayout::GPT2 || hf.rfind("transformer.", 0) != 0) return hf;
+    const std::string bare = hf.substr(12);
+    return st.has(bare) ? bare : hf;
+  };
+  std::set<std::string> used;
+  ck.params = read_hf_language_params(st, ck.info, resolve, used);
   for (const std::string& n : st.names()) {
-    if (rows_taken.count(n) || ignorable(n)) continue;
+    if (used.count(n) || ignorable(n)) continue;
     // A tied model may still store the head; it must then equal the embedding, which we keep.
     if (!ck.info.config.untie_embeddings_and_output_weights &&
         (n == "lm_head.weight" || n == "model.transformer.ff_out.weight"))
@@ -210,15 +222,21 @@ static std::vector<SafetensorsEntry> without_vocab_padding(const std::vector<Saf
   return out;
 }
 
-void write_hf_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& all_params,
-                         const HfModelInfo& model_info, const HfWriteOptions& opt) {
+HfExport hf_export(const std::vector<SafetensorsEntry>& all_params, const HfModelInfo& model_info, DType dtype) {
   HfModelInfo info = model_info;
   const std::vector<SafetensorsEntry> params = without_vocab_padding(all_params, info);
-  const json cfg = hf_config_from_info(info, opt.dtype);  // first: refuses what the layout cannot hold
-  const std::vector<SafetensorsEntry> hf = params_to_hf(params, info, opt.dtype);
+  HfExport out;
+  out.config = hf_config_from_info(info, dtype);  // first: refuses what the layout cannot hold
+  out.tensors = params_to_hf(params, info, dtype);
+  return out;
+}
+
+void write_hf_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& all_params,
+                         const HfModelInfo& model_info, const HfWriteOptions& opt) {
+  const HfExport hf = hf_export(all_params, model_info, opt.dtype);
   fs::create_directories(dir);
-  write_sharded_safetensors(dir, hf, opt.max_shard_bytes, {{"format", "pt"}});
-  write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
+  write_sharded_safetensors(dir, hf.tensors, opt.max_shard_bytes, {{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", hf.config.dump(2) + "\n");
 }
 
 }  // namespace megadlm

@@ -6,6 +6,8 @@
 // round trip reproduces every HF tensor bit for bit in F32, and in BF16 / F16 too (those widen to F32
 // exactly).
 #include <cstdint>
+#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 
 #include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_sharded.h"
 #include "models/language_model.h"
 
 namespace megadlm {
@@ -28,6 +31,14 @@ struct HfCheckpoint {
 // the config implies must be present, and every tensor in the files must be used (or be a known
 // buffer), else an Error naming the tensor.
 HfCheckpoint read_hf_checkpoint(const std::string& dir);
+
+// The language model's parameters (our names, F32 owned tensors, in registration order) from the tensors
+// of `st` that info.layout maps them to, each HF name passed through hf_name first (a family that nests
+// the language model under a prefix: LLaVA's). Every row of a tensor read must be used; the HF names
+// read are added to `used`. Errors name st's directory and the tensor.
+std::vector<SafetensorsEntry> read_hf_language_params(const ShardedSafetensors& st, const HfModelInfo& info,
+                                                     const std::function<std::string(const std::string&)>& hf_name,
+                                                     std::set<std::string>& used);
 
 // Copies `params` into a model's parameters by name; every model parameter must be given with its
 // shape and no name may be left over (Error naming `where` and the tensor). Any family: LanguageModel,
@@ -45,8 +56,15 @@ struct HfWriteOptions {
   DType dtype = DType::F32;
   int64_t max_shard_bytes = 0;  // <= 0: one file
 };
-// Writes config.json and weights (atomic files) into dir. A model with a padded vocabulary
-// (info.config.real_vocab_size) is written without the padded rows, vocab_size = real_vocab_size.
+// What an export writes: config.json and the HF tensors (owned, in the export dtype). A model with a
+// padded vocabulary (info.config.real_vocab_size) is exported without the padded rows, vocab_size =
+// real_vocab_size.
+struct HfExport {
+  nlohmann::json config;
+  std::vector<SafetensorsEntry> tensors;
+};
+HfExport hf_export(const std::vector<SafetensorsEntry>& params, const HfModelInfo& info, DType dtype);
+// Writes hf_export's config.json and weights (atomic files) into dir.
 void write_hf_checkpoint(const std::string& dir, const std::vector<SafetensorsEntry>& params, const HfModelInfo& info,
                          const HfWriteOptions& opt);
 

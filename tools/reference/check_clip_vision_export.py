@@ -13,21 +13,17 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 import torch
 import transformers as tf
 from safetensors.torch import load_file
 
+from hf_strict_load import load_strict
+
 
 def outputs(model_dir, pixels):
-    model, info = tf.CLIPVisionModel.from_pretrained(model_dir, attn_implementation="eager",
-                                                     output_loading_info=True)
-    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    if bad:
-        sys.exit(f"{model_dir}: transformers reports {bad}")
-    model = model.double().eval()
+    model = load_strict(tf.CLIPVisionModel, model_dir)
     with torch.no_grad():
         o = model(pixel_values=pixels.double(), output_hidden_states=True)
     return {"last_hidden_state": o.last_hidden_state, "pooler_output": o.pooler_output,

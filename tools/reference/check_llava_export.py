@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Checks that transformers loads our LLaVA export with the fixture's logits.
+
+Runs convert_checkpoint on tests/checkpoint/fixtures/hf_llava: HF -> native -> HF (fp32, and bfloat16), loads
+each export with transformers' LlavaForConditionalGeneration (no missing, unexpected or mismatched tensors
+allowed; the export holds transformers 5's names: model.vision_tower., model.multi_modal_projector.,
+model.language_model., lm_head.), and prints the largest relative difference of its float64 logits on the
+fixture's batch (two sequences with one image each) from the fixture's.
+
+Usage: python3 tools/reference/check_llava_export.py [--bin build/bin/convert_checkpoint]
+"""
+import argparse
+import os
+import subprocess
+import tempfile
+
+import torch
+import transformers as tf
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from hf_strict_load import load_strict
+
+
+def logits(model_dir, ref):
+    model = load_strict(tf.LlavaForConditionalGeneration, model_dir)
+    ids = ref["input_ids"].long()
+    with torch.no_grad():
+        return model(input_ids=ids, pixel_values=ref["pixel_values"].double(),
+                     attention_mask=torch.ones_like(ids)).logits
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(root, "build", "bin", "convert_checkpoint"))
+    args = ap.parse_args()
+    fixture = os.path.join(root, "tests", "checkpoint", "fixtures", "hf_llava")
+    ref = load_file(os.path.join(fixture, "logits.safetensors"))
+    want = ref["logits"].double()
+    print(f"transformers {tf.__version__}, torch {torch.__version__}")
+    with tempfile.TemporaryDirectory() as tmp:
+        native = os.path.join(tmp, "native")
+        subprocess.run([args.bin, "--from-hf", fixture, "--to-native", native], check=True, stdout=subprocess.DEVNULL)
+        for what, extra in [("float32", []), ("bfloat16", ["--dtype", "bfloat16"])]:
+            out = os.path.join(tmp, "hf_" + what)
+            subprocess.run([args.bin, "--from-native", native, "--to-hf", out] + extra, check=True,
+                           stdout=subprocess.DEVNULL)
+            with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
+                prefixes = sorted({".".join(k.split(".")[:2]) if k.startswith("model.") else k.split(".")[0]
+                                   for k in f.keys()})
+            got = logits(out, ref)
+            err = ((got - want).abs().max() / want.abs().max()).item()
+            print(f"{what} export (tensors under {', '.join(prefixes)}): max relative logits difference from the "
+                  f"fixture's {err:.2e}")
+
+
+if __name__ == "__main__":
+    main()
