@@ -8,6 +8,8 @@
 //   inspect_data --bert-samples samples.jsonl -- <pretrain_difflm --model-type bert flags>
 //                                                                 the BertDataset samples that run
 //                                                                 consumes, in order, one a line
+//   inspect_data --t5-samples samples.jsonl -- <pretrain_difflm --model-type t5 flags>
+//                                                                 the same for T5Dataset's samples
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -51,41 +53,83 @@ std::unique_ptr<Tokenizer> sidecar_tokenizer(const std::string& prefix) {
   }
 }
 
-// The samples a single-process run of `train` (pretrain_difflm's argv) consumes, in order: sample i of
-// the run is sample i (modulo its size) of the train split's BertDataset, built as BertTrainer builds
-// it. One JSON object a line: index, tokens, token_types, labels (-1 = not masked), padding_mask (1 on
-// tokens), is_random (the sentence-order label).
-void write_bert_samples(const std::vector<std::string>& train, const std::string& path) {
+// A run's flags (after `--`, as pretrain_difflm reads them) and its tokenizer, checked against the data's.
+struct Run {
+  TrainArgs args;
+  std::unique_ptr<Tokenizer> tok;
+  int64_t samples() const { return args.train_iters * args.global_batch_size; }
+};
+
+// `flag` (--bert-samples, --t5-samples) needs a run of model type `type` (--model-type `type_name`).
+Run run_of(const std::vector<std::string>& train, const std::string& flag, ModelType type, const char* type_name) {
   std::vector<const char*> argv;
   for (const std::string& a : train) argv.push_back(a.c_str());
-  TrainArgs args;
-  MEGADLM_CHECK(parse_train_args(static_cast<int>(argv.size()), argv.data(), args),
-                "--bert-samples: --help among the pretrain_difflm flags");
-  MEGADLM_CHECK(args.model_type == ModelType::BERT, "--bert-samples needs the flags of a --model-type bert run after --");
-  const auto tok = make_tokenizer(resolve_tokenizer_spec(args));
-  check_data_tokenizers(args, *tok);
-  const auto data = bert_train_dataset(args, *tok);
+  Run r;
+  MEGADLM_CHECK(parse_train_args(static_cast<int>(argv.size()), argv.data(), r.args),
+                flag, ": --help among the pretrain_difflm flags");
+  MEGADLM_CHECK(r.args.model_type == type, flag, " needs the flags of a --model-type ", type_name, " run after --");
+  r.tok = make_tokenizer(resolve_tokenizer_spec(r.args));
+  check_data_tokenizers(r.args, *r.tok);
+  return r;
+}
+
+// The first n samples a single-process run consumes, one JSON object a line: sample i of the run is
+// sample i (modulo its size) of the train split's `data`, to_json(sample) with its "index" i. `flag`
+// names the write errors.
+template <class Sample, class Dataset, class ToJson>
+void write_samples(const std::string& path, const std::string& flag, int64_t n, const Dataset& data,
+                   const ToJson& to_json) {
   std::ofstream out(path);
-  MEGADLM_CHECK(out.good(), "--bert-samples: cannot write ", path);
-  const int64_t n = args.train_iters * args.global_batch_size;
-  BertSample s;
+  MEGADLM_CHECK(out.good(), flag, ": cannot write ", path);
+  Sample s;
   for (int64_t i = 0; i < n; ++i) {
-    data->sample(i % data->size(), s);
-    nlohmann::json j = {{"index", i}, {"tokens", s.tokens}, {"token_types", s.token_types}, {"labels", s.labels},
-                        {"padding_mask", s.padding_mask}, {"is_random", s.is_random}};
+    data.sample(i % data.size(), s);
+    nlohmann::json j = to_json(s);
+    j["index"] = i;
     out << j.dump() << "\n";
   }
   out.flush();
-  MEGADLM_CHECK(out.good(), "--bert-samples: writing ", path, " failed");
+  MEGADLM_CHECK(out.good(), flag, ": writing ", path, " failed");
+}
+
+// The samples of the train split's BertDataset, built as BertTrainer builds it: tokens, token_types,
+// labels (-1 = not masked), padding_mask (1 on tokens), is_random (the sentence-order label).
+void write_bert_samples(const std::vector<std::string>& train, const std::string& path) {
+  const Run run = run_of(train, "--bert-samples", ModelType::BERT, "bert");
+  const auto data = bert_train_dataset(run.args, *run.tok);
+  write_samples<BertSample>(path, "--bert-samples", run.samples(), *data, [](const BertSample& s) {
+    return nlohmann::json{{"tokens", s.tokens},         {"token_types", s.token_types}, {"labels", s.labels},
+                          {"padding_mask", s.padding_mask}, {"is_random", s.is_random}};
+  });
   std::printf("%s: %lld samples of seq_length %lld (%lld in the train split's dataset)\n", path.c_str(),
-              static_cast<long long>(n), static_cast<long long>(args.seq_length), static_cast<long long>(data->size()));
+              static_cast<long long>(run.samples()), static_cast<long long>(run.args.seq_length),
+              static_cast<long long>(data->size()));
+}
+
+// The samples of the train split's T5Dataset, built as T5Trainer builds it (the tokenizer with T5's
+// [BOS], [EOS] and sentinels added): encoder_tokens and encoder_padding_mask [S], decoder_input,
+// decoder_labels (-1 on padding), loss_mask and decoder_padding_mask [T] -- S --encoder-seq-length,
+// T --decoder-seq-length. The trainer's batch labels a decoder row where loss_mask is 1.
+void write_t5_samples(const std::vector<std::string>& train, const std::string& path) {
+  const Run run = run_of(train, "--t5-samples", ModelType::T5, "t5");
+  const auto data = t5_train_dataset(run.args, *run.tok);
+  write_samples<T5Sample>(path, "--t5-samples", run.samples(), *data, [](const T5Sample& s) {
+    return nlohmann::json{{"encoder_tokens", s.encoder_tokens}, {"encoder_padding_mask", s.encoder_padding_mask},
+                          {"decoder_input", s.decoder_input},   {"decoder_labels", s.decoder_labels},
+                          {"loss_mask", s.loss_mask},           {"decoder_padding_mask", s.decoder_padding_mask}};
+  });
+  std::printf("%s: %lld samples of encoder %lld + decoder %lld tokens, vocabulary %lld (%lld in the train "
+              "split's dataset)\n",
+              path.c_str(), static_cast<long long>(run.samples()), static_cast<long long>(run.args.t5.encoder_seq_length),
+              static_cast<long long>(run.args.t5.decoder_seq_length), static_cast<long long>(run.tok->vocab_size()),
+              static_cast<long long>(data->size()));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    // After `--`: the pretrain_difflm flags whose samples --bert-samples writes.
+    // After `--`: the pretrain_difflm flags whose samples --bert-samples or --t5-samples writes.
     std::vector<std::string> own, train = {"pretrain_difflm"};
     bool after_dashes = false;
     for (int i = 0; i < argc; ++i) {
@@ -95,6 +139,7 @@ int main(int argc, char** argv) {
     CliFlags flags("inspect_data", "Counts documents and tokens of Megatron .bin/.idx datasets; decodes samples.");
     flags.add_list("data-path", {}, "dataset prefixes (weights, as in --data-path W1 P1 ..., are skipped)");
     flags.add_string("bert-samples", "", "write the BertDataset samples of the pretrain_difflm flags after -- to this .jsonl");
+    flags.add_string("t5-samples", "", "write the T5Dataset samples of the pretrain_difflm flags after -- to this .jsonl");
     flags.add_int("sample", -1, "decode this GPTDataset sample of the first prefix", at_least(0));
     flags.add_int("seq-length", 0, "sequence length for --sample", at_least(0));
     flags.add_int("seed", 1234, "shuffle seed for --sample");
@@ -105,11 +150,17 @@ int main(int argc, char** argv) {
       std::fputs(flags.help().c_str(), stdout);
       return 0;
     }
-    if (!flags.get_string("bert-samples").empty()) {
-      write_bert_samples(train, flags.get_string("bert-samples"));
+    const std::string bert = flags.get_string("bert-samples"), t5 = flags.get_string("t5-samples");
+    MEGADLM_CHECK(bert.empty() || t5.empty(), "--bert-samples and --t5-samples: one at a time (one run's flags follow --)");
+    if (!bert.empty()) {
+      write_bert_samples(train, bert);
       return 0;
     }
-    MEGADLM_CHECK(after_dashes == false, "flags after -- need --bert-samples");
+    if (!t5.empty()) {
+      write_t5_samples(train, t5);
+      return 0;
+    }
+    MEGADLM_CHECK(after_dashes == false, "flags after -- need --bert-samples or --t5-samples");
     std::vector<std::string> prefixes;
     for (const std::string& t : flags.get_list("data-path"))
       if (!is_number(t)) prefixes.push_back(t);

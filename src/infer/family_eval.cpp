@@ -11,8 +11,8 @@
 #include "models/bert_model.h"
 #include "tokenizers/tokenizer.h"
 #include "train/bert_eval.h"
+#include "train/family_data.h"
 #include "train/t5_eval.h"
-#include "train/t5_trainer.h"
 
 namespace megadlm {
 

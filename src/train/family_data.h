@@ -1,13 +1,15 @@
 #pragma once
-// The datasets BertTrainer reads, as free functions: the trainer and inspect_data's --bert-samples
-// build them by the same code, so the samples written for a reference model are the ones a run of
-// the same flags consumes (tools/reference/bert_side_by_side.py, docs/bert.md).
+// The datasets BertTrainer and T5Trainer read, as free functions: the trainers and inspect_data's
+// --bert-samples / --t5-samples build them by the same code, so the samples written for a reference
+// model are the ones a run of the same flags consumes (tools/reference/bert_side_by_side.py,
+// docs/bert.md; tools/reference/t5_side_by_side.py, docs/t5.md).
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "data/bert_dataset.h"
 #include "data/indexed_dataset.h"
+#include "data/t5_dataset.h"
 #include "tokenizers/tokenizer.h"
 #include "train/arguments.h"
 
@@ -33,5 +35,21 @@ BertDatasetConfig bert_dataset_config(const TrainArgs& args, const BertTokens& t
 
 // The train split's BertDataset of a run with these flags (the trainer's construction).
 std::unique_ptr<BertDataset> bert_train_dataset(const TrainArgs& args, const Tokenizer& tok);
+
+// The special ids of T5's samples from `tok` (adding [BOS], [EOS] and the sentinels where absent);
+// a tokenizer without a padding token is an Error naming --tokenizer-type.
+struct T5Tokens {
+  int32_t pad = -1, bos = -1, eos = -1;
+  std::vector<int32_t> sentinels;
+};
+T5Tokens t5_tokens_for(Tokenizer& tok, int64_t extra_ids);
+
+// T5Dataset's settings from the flags (--encoder-seq-length, --decoder-seq-length, --seed, --mask-prob
+// as the noise density, --short-seq-prob) for num_samples samples.
+T5DatasetConfig t5_dataset_config(const TrainArgs& args, const T5Tokens& tokens, int64_t num_samples);
+
+// The train split's T5Dataset of a run with these flags (the trainer's construction); adds T5's
+// special ids to `tok` first, as the trainer does.
+std::unique_ptr<T5Dataset> t5_train_dataset(const TrainArgs& args, Tokenizer& tok);
 
 }  // namespace megadlm

@@ -11,22 +11,6 @@
 
 namespace megadlm {
 
-T5Tokens t5_tokens_for(Tokenizer& tok, int64_t extra_ids) {
-  T5Tokens t;
-  t.pad = tok.token_to_id("[PAD]");
-  if (t.pad < 0) t.pad = tok.token_to_id("<pad>");
-  MEGADLM_CHECK(t.pad >= 0, "--tokenizer-type ", tok.spec().type, ": --model-type t5 needs a padding token ([PAD] ",
-                "or <pad>; BertWordPieceLowerCase and BertWordPieceCase have one)");
-  auto existing_or_added = [&](const char* a, const char* b) {
-    const int32_t id = tok.token_to_id(b);
-    return id >= 0 ? id : tok.add_special_token(a);
-  };
-  t.bos = existing_or_added("[BOS]", "<s>");
-  t.eos = existing_or_added("[EOS]", "</s>");
-  for (int64_t i = 0; i < extra_ids; ++i) t.sentinels.push_back(tok.add_special_token("<extra_id_" + std::to_string(i) + ">"));
-  return t;
-}
-
 double t5_flops_per_sample(const TransformerConfig& cfg, const T5Options& opt, int64_t S, int64_t T) {
   const double C = static_cast<double>(cfg.hidden_size), HD = static_cast<double>(cfg.num_attention_heads * cfg.kv_channels);
   const double F = static_cast<double>(cfg.ffn_hidden_size) * (opt.feed_forward == T5FeedForward::Relu ? 2 : 3);
@@ -44,7 +28,7 @@ T5Trainer::T5Trainer(const TrainArgs& args) : FamilyTrainer(args, "t5") {
   args_.model.real_vocab_size = 0;
   build_splits([this](std::shared_ptr<const IndexedDataset> data, SequenceRange documents, Split split, int64_t n) {
     auto& d = split == Split::Train ? train_ : valid_;
-    d = std::make_unique<T5Dataset>(std::move(data), documents, split, dataset_config(n));
+    d = std::make_unique<T5Dataset>(std::move(data), documents, split, t5_dataset_config(args_, tokens_, n));
     return d->size();
   });
   make_groups();
@@ -56,21 +40,6 @@ T5Trainer::T5Trainer(const TrainArgs& args) : FamilyTrainer(args, "t5") {
 }
 
 T5Trainer::~T5Trainer() = default;
-
-T5DatasetConfig T5Trainer::dataset_config(int64_t num_samples) const {
-  T5DatasetConfig c;
-  c.encoder_seq_length = args_.t5.encoder_seq_length;
-  c.decoder_seq_length = args_.t5.decoder_seq_length;
-  c.num_samples = num_samples;
-  c.seed = args_.seed;
-  c.noise_density = args_.mask_prob;
-  c.short_seq_prob = args_.short_seq_prob;
-  c.pad = tokens_.pad;
-  c.bos = tokens_.bos;
-  c.eos = tokens_.eos;
-  c.sentinels = tokens_.sentinels;
-  return c;
-}
 
 // Megatron's T5 loss: each micro-batch's mean over its labelled decoder rows, so grad_scale is
 // 1 / (labelled M) and the step's gradient that of the micro-batches' mean.

@@ -19,18 +19,11 @@
 #include "data/t5_dataset.h"
 #include "models/t5_model.h"
 #include "train/arguments.h"
+#include "train/family_data.h"
 #include "train/family_trainer.h"
 #include "train/t5_eval.h"
 
 namespace megadlm {
-
-// The special ids of T5's samples from `tok` (adding [BOS], [EOS] and the sentinels where absent);
-// a tokenizer without a padding token is an Error naming --tokenizer-type.
-struct T5Tokens {
-  int32_t pad = -1, bos = -1, eos = -1;
-  std::vector<int32_t> sentinels;
-};
-T5Tokens t5_tokens_for(Tokenizer& tok, int64_t extra_ids);
 
 // FLOPs of one sample's forward and backward (3 x the forward's 2 x multiply-adds): the encoder's S
 // rows and the decoder's T rows through their layers' matrices, the cross-attention's keys and values
@@ -48,8 +41,6 @@ class T5Trainer : public FamilyTrainer {
   T5Model& model() { return *model_; }
 
  private:
-  T5DatasetConfig dataset_config(int64_t num_samples) const;
-
   std::vector<std::string> loss_names() const override { return {"lm"}; }
   void micro_batch(int64_t first, int64_t M, double* parts) override;
   bool has_validation() const override { return valid_ != nullptr; }

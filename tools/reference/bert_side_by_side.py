@@ -19,8 +19,6 @@ cosine decay to --min-lr). Our run's per-step losses come from its metrics.jsonl
 Legend: B micro-batch, T sequence length, C hidden, H heads, D head size, F ffn, V vocabulary,
 M micro-batches per step.
 """
-import argparse
-import csv
 import json
 import math
 import os
@@ -31,13 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-
-def checkpoint_dir(path):
-    """A run directory (its latest_checkpointed_iteration.txt) or an iter_* directory."""
-    latest = os.path.join(path, "latest_checkpointed_iteration.txt")
-    if os.path.exists(latest):
-        return os.path.join(path, "iter_%07d" % int(open(latest).read().strip()))
-    return path
+import side_by_side as sbs
 
 
 class Layer(nn.Module):
@@ -114,77 +106,24 @@ class Bert(nn.Module):
         return mlm, sop
 
 
-def lr_at(step, a):
-    """Megatron's schedule; step counts updates from 1."""
-    if a.lr_warmup_iters > 0 and step <= a.lr_warmup_iters:
-        return a.lr * step / a.lr_warmup_iters
-    if a.lr_decay_style == "constant":
-        return a.lr
-    decay = a.lr_decay_iters or a.train_iters
-    if step > decay:
-        return a.min_lr
-    ratio = min(max((step - a.lr_warmup_iters) / max(decay - a.lr_warmup_iters, 1), 0.0), 1.0)
-    coeff = 1.0 - ratio if a.lr_decay_style == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
-    return a.min_lr + coeff * (a.lr - a.min_lr)
-
-
-def read_samples(path, n):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            rows.append(json.loads(line))
-            if len(rows) == n:
-                break
-    if len(rows) < n:
-        sys.exit(f"{path}: {len(rows)} samples, the run needs {n}")
-    return rows
-
-
 def batch(rows):
     def t(key):
         return torch.tensor([r[key] for r in rows], dtype=torch.long)
     return t("tokens"), t("token_types"), t("padding_mask"), t("labels"), t("is_random")
 
 
-def our_losses(metrics):
-    out = {}
-    for line in open(metrics):
-        j = json.loads(line)
-        if "mlm_loss" in j:
-            out[j["iteration"]] = (j["mlm_loss"], j.get("sop_loss", 0.0))
-    return out
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
-
-
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sbs.parser(__doc__)
     p.add_argument("--init", required=True, help="our checkpoint holding the initial weights (run or iter_* dir)")
     p.add_argument("--samples", required=True, help="inspect_data --bert-samples output of the run's flags")
     p.add_argument("--ours", required=True, help="our run's --save directory (metrics.jsonl, --log-interval 1)")
-    p.add_argument("--train-iters", type=int, required=True)
-    p.add_argument("--micro-batch-size", type=int, required=True)
-    p.add_argument("--global-batch-size", type=int, required=True)
-    p.add_argument("--lr", type=float, required=True)
-    p.add_argument("--min-lr", type=float, default=0.0)
-    p.add_argument("--lr-warmup-iters", type=int, default=0)
-    p.add_argument("--lr-decay-iters", type=int, default=0)
-    p.add_argument("--lr-decay-style", default="linear", choices=["constant", "linear", "cosine"])
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--clip-grad", type=float, default=1.0)
-    p.add_argument("--adam-beta1", type=float, default=0.9)
-    p.add_argument("--adam-beta2", type=float, default=0.999)
-    p.add_argument("--adam-eps", type=float, default=1e-8)
     p.add_argument("--dtype", default="float64", choices=["float32", "float64"], help="the reference's precision")
-    p.add_argument("--csv", required=True)
-    p.add_argument("--png", default="")
+    sbs.add_run_flags(p)
     a = p.parse_args()
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     dtype = getattr(torch, a.dtype)
-    init = checkpoint_dir(a.init)
+    init = sbs.checkpoint_dir(a.init)
     meta = json.load(open(os.path.join(init, "state.json")))["meta"]
     if meta.get("model_type") != "bert" or not meta.get("bert_pre_norm", False):
         sys.exit(f"{init}: not a pre-norm bert checkpoint")
@@ -192,15 +131,11 @@ def main():
     model.load_ours(load_file(os.path.join(init, "model.safetensors")))
     model.to(dtype)
 
-    decay = [q for q in model.parameters() if q.dim() >= 2]
-    no_decay = [q for q in model.parameters() if q.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(a.adam_beta1, a.adam_beta2), eps=a.adam_eps)
+    opt = sbs.adamw(model, a, lambda name, q: q.dim() < 2)
     B, G = a.micro_batch_size, a.global_batch_size
     M = G // B
-    samples = read_samples(a.samples, a.train_iters * G)
-    ours = our_losses(os.path.join(a.ours, "metrics.jsonl"))
+    samples = sbs.read_samples(a.samples, a.train_iters * G)
+    ours = sbs.our_metrics(a.ours, "mlm_loss")
 
     rows = []
     for step in range(1, a.train_iters + 1):
@@ -212,54 +147,18 @@ def main():
             ((mlm + sop) / M).backward()
             mlm_sum += mlm.item() / M
             sop_sum += sop.item() / M
-        norm = torch.sqrt(sum((q.grad.double() ** 2).sum() for q in model.parameters())).item()
-        if a.clip_grad > 0 and norm > a.clip_grad:
-            for q in model.parameters():
-                q.grad.mul_(a.clip_grad / (norm + 1e-6))
-        lr = lr_at(step, a)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
-        o_mlm, o_sop = ours.get(step, (float("nan"), float("nan")))
+        norm, lr = sbs.update(model, opt, step, a)
+        o = ours.get(step, {})
+        o_mlm, o_sop = o.get("mlm_loss", float("nan")), o.get("sop_loss", 0.0 if o else float("nan"))
         rows.append({"step": step, "lr": lr, "ours_mlm": o_mlm, "torch_mlm": mlm_sum, "ours_sop": o_sop,
-                     "torch_sop": sop_sum, "rel_mlm": rel(o_mlm, mlm_sum), "rel_sop": rel(o_sop, sop_sum),
+                     "torch_sop": sop_sum, "rel_mlm": sbs.rel(o_mlm, mlm_sum), "rel_sop": sbs.rel(o_sop, sop_sum),
                      "torch_grad_norm": norm})
 
-    os.makedirs(os.path.dirname(os.path.abspath(a.csv)), exist_ok=True)
-    with open(a.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
-    for key in ("rel_mlm", "rel_sop"):
-        worst = max(rows, key=lambda r: r[key])
-        print(f"{key}: step 1 {rows[0][key]:.3g}, max {worst[key]:.3g} at step {worst['step']}, "
-              f"last {rows[-1][key]:.3g}")
     print(f"last step: ours mlm {rows[-1]['ours_mlm']:.6f} sop {rows[-1]['ours_sop']:.6f}; "
           f"torch mlm {rows[-1]['torch_mlm']:.6f} sop {rows[-1]['torch_sop']:.6f}")
-    if a.png:
-        plot(rows, a.png)
-
-
-def plot(rows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no PNG (the CSV has the curves)")
-        return
-    steps = [r["step"] for r in rows]
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
-    for i, (name, key) in enumerate((("MLM loss", "mlm"), ("SOP loss", "sop"))):
-        ax[i].plot(steps, [r["ours_" + key] for r in rows], label="MegaDLMs C++ (fp32)", lw=1.6)
-        ax[i].plot(steps, [r["torch_" + key] for r in rows], label="PyTorch reference", lw=1.0, ls="--")
-        ax[i].set_title(name)
-        ax[i].set_xlabel("step")
-        ax[i].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    sbs.report(rows, a, ("rel_mlm", "rel_sop"),
+               [(name, [("ours_" + key, sbs.OURS), ("torch_" + key, sbs.TORCH)], False)
+                for name, key in (("MLM loss", "mlm"), ("SOP loss", "sop"))])
 
 
 if __name__ == "__main__":
