@@ -28,6 +28,12 @@ std::vector<int64_t> recompute_group_starts(const RecomputeConfig& c, int64_t L)
   return start;
 }
 
+int64_t recompute_group_end(const std::vector<int64_t>& starts, int64_t first) {
+  int64_t last = first;
+  while (last + 1 < static_cast<int64_t>(starts.size()) && starts[static_cast<size_t>(last + 1)] == first) ++last;
+  return last;
+}
+
 std::string describe_recompute(const RecomputeConfig& c) {
   switch (c.granularity) {
     case RecomputeGranularity::None: return "none";

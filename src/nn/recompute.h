@@ -31,6 +31,8 @@ RecomputeMethod recompute_method_from_name(const std::string& name);            
 // For each of L layers: the index of the first layer of its recomputed group, or -1 when the layer
 // keeps its activations. Groups are runs of consecutive layers with the same first layer.
 std::vector<int64_t> recompute_group_starts(const RecomputeConfig& c, int64_t L);
+// The last layer of the group that starts at layer `first` (starts: recompute_group_starts' answer).
+int64_t recompute_group_end(const std::vector<int64_t>& starts, int64_t first);
 
 std::string describe_recompute(const RecomputeConfig& c);
 

@@ -39,13 +39,6 @@ Tensor TransformerBlock::forward_layers(Arena& arena, int64_t first, int64_t las
   return x;
 }
 
-// The last layer of the recomputed group that starts at `first`.
-static int64_t group_end(const std::vector<int64_t>& start, int64_t first) {
-  int64_t last = first;
-  while (last + 1 < static_cast<int64_t>(start.size()) && start[static_cast<size_t>(last + 1)] == first) ++last;
-  return last;
-}
-
 Tensor TransformerBlock::forward(Arena& arena, Tensor x, const BatchInfo& batch) {
   const int64_t L = size();
   if (recompute_start_.empty()) return L > 0 ? forward_layers(arena, 0, L - 1, x, batch) : x;
@@ -58,7 +51,7 @@ Tensor TransformerBlock::forward(Arena& arena, Tensor x, const BatchInfo& batch)
     }
     // A recomputed group: its output is copied below the mark and everything else it made is freed.
     // Layers read their input without changing it, so x is still the group's input in the backward.
-    const int64_t last = group_end(recompute_start_, l);
+    const int64_t last = recompute_group_end(recompute_start_, l);
     group_inputs_[static_cast<size_t>(l)] = x;
     Tensor out = arena.tensor(x.shape());
     const size_t mark = arena.mark();
