@@ -29,7 +29,7 @@ Tensor T5Attention::forward(Arena& arena, const Tensor& x, const Tensor& kv, con
   const Backend& be = backend_of(x);
   q_ = q_proj_.forward(arena, x);
   k_ = k_proj_.forward(arena, kv);
-  v_ = v_proj_.forward_shared_input(arena, kv, k_proj_);  // one narrow copy of kv for both
+  v_ = v_proj_.forward(arena, kv);
   probs_ = arena.tensor({B * H_ * T, S});
   float* p = probs_.data<float>();
   const float* q = q_.data<float>();

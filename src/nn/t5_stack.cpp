@@ -29,16 +29,15 @@ T5Stack::T5Stack(ParamStore& store, const ParallelContext& ctx, const std::strin
 }
 
 void T5Stack::set_precision(MixedPrecision* p) {
-  for (Layer& y : layers_)
-    for (T5Attention* a : {&y.self_attn, &y.cross_attn}) a->set_precision(p);
-  for (Layer& y : layers_) y.mlp.set_precision(p);
+  for (Layer& y : layers_) {
+    y.self_attn.set_precision(p);
+    y.cross_attn.set_precision(p);
+    y.mlp.set_precision(p);
+  }
 }
 
 void T5Stack::set_recompute(const RecomputeConfig& cfg) {
-  recompute_start_ = recompute_group_starts(cfg, static_cast<int64_t>(layers_.size()));
-  bool any = false;
-  for (int64_t s : recompute_start_) any = any || s >= 0;
-  if (!any) recompute_start_.clear();
+  recompute_start_ = recomputed_group_starts(cfg, static_cast<int64_t>(layers_.size()));
 }
 
 T5AttentionGeometry T5Stack::self_geometry() const {
@@ -70,30 +69,10 @@ Tensor T5Stack::forward(Arena& arena, const Tensor& x, const T5StackInputs& in) 
   MEGADLM_CHECK(!decoder_ || (in.memory.defined() && in.S > 0), "the T5 decoder needs the encoder's output");
   in_ = in;
   bias_values_ = bias_.forward(arena, in.T, in.T);
-  const auto L = static_cast<int64_t>(layers_.size());
-  Tensor h = x;
-  if (recompute_start_.empty()) {
-    if (L > 0) h = forward_layers(arena, 0, L - 1, h);
-    return final_norm_.forward(arena, h);
-  }
-  group_inputs_.assign(layers_.size(), Tensor());
-  for (int64_t l = 0; l < L;) {
-    if (recompute_start_[static_cast<size_t>(l)] < 0) {
-      h = forward_layers(arena, l, l, h);
-      ++l;
-      continue;
-    }
-    // A recomputed group: its output is copied below the mark and everything else it made is freed.
-    // The layers read their input without changing it, so h is still the group's input in the backward.
-    const int64_t last = recompute_group_end(recompute_start_, l);
-    group_inputs_[static_cast<size_t>(l)] = h;
-    Tensor out = arena.tensor(h.shape());
-    const size_t mark = arena.mark();
-    out.copy_from(forward_layers(arena, l, last, h));
-    arena.release(mark);
-    h = out;
-    l = last + 1;
-  }
+  const Tensor h = forward_with_recompute(arena, recompute_start_, static_cast<int64_t>(layers_.size()), x,
+                                          group_inputs_, [&](int64_t first, int64_t last, Tensor in_rows) {
+                                            return forward_layers(arena, first, last, in_rows);
+                                          });
   return final_norm_.forward(arena, h);
 }
 
@@ -120,21 +99,10 @@ void T5Stack::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   Tensor g = arena.tensor(dy.shape()), f = arena.tensor(dy.shape()), n = arena.tensor(dy.shape());
   final_norm_.backward(dy, g);
   Tensor dbias = arena.zeros(bias_values_.shape());
-  for (auto l = static_cast<int64_t>(layers_.size()) - 1; l >= 0;) {
-    const int64_t start = recompute_start_.empty() ? -1 : recompute_start_[static_cast<size_t>(l)];
-    if (start < 0) {
-      backward_layer(arena, static_cast<size_t>(l), g, f, n, dbias.data<float>());
-      --l;
-      continue;
-    }
-    // The group's forward again from its kept input (the same kernels on the same values give the same
-    // activations), then its backward; both freed after.
-    const size_t group_mark = arena.mark();
-    forward_layers(arena, start, l, group_inputs_[static_cast<size_t>(start)]);
-    for (int64_t j = l; j >= start; --j) backward_layer(arena, static_cast<size_t>(j), g, f, n, dbias.data<float>());
-    arena.release(group_mark);
-    l = start - 1;
-  }
+  backward_with_recompute(
+      arena, recompute_start_, static_cast<int64_t>(layers_.size()), group_inputs_,
+      [&](int64_t first, int64_t last, Tensor in_rows) { return forward_layers(arena, first, last, in_rows); },
+      [&](int64_t l) { backward_layer(arena, static_cast<size_t>(l), g, f, n, dbias.data<float>()); });
   bias_.backward(dbias);
   dx.copy_from(g);
   arena.release(mark);
