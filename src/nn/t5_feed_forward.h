@@ -5,8 +5,9 @@
 // wi, wi_0, wi_1 [C -> F], wo [F -> C]. The GELU is the tanh approximation (HF's "gelu_new"), the
 // Backend's gelu; the ReLU and the gate's product are host loops: the T5 family runs on the CPU
 // (docs/t5.md). Under a precision policy (set_precision) the three Linear layers' products follow it;
-// the activation and the gate stay fp32. Tensor parallelism (Megatron's MLP split): wi, wi_0 and wi_1 are column-parallel, wo
-// row-parallel; a rank's activation and gate are its F/tp columns, every shape with F below reads F/tp.
+// the activation and the gate stay fp32. Tensor parallelism (Megatron's MLP split): wi, wi_0 and wi_1
+// are column-parallel, wo row-parallel; a rank's activation and gate are its F/tp columns, every shape
+// with F below reads F/tp.
 // Legend: N rows, C hidden, F feed-forward hidden.
 #include <cstdint>
 #include <string>

@@ -16,6 +16,7 @@
 #include "grad_check.h"
 #include "models/bert_model.h"
 #include "models/t5_model.h"
+#include "precision/model_fixture.h"
 #include "t5_model_fixture.h"
 
 namespace megadlm {
@@ -23,18 +24,12 @@ namespace {
 
 using test::grad_check::randomize;
 
-RecomputeConfig plan(RecomputeGranularity g, RecomputeMethod m = RecomputeMethod::Uniform, int64_t n = 1) {
-  RecomputeConfig r;
-  r.granularity = g;
-  r.method = m;
-  r.num_layers = n;
-  return r;
-}
+using test::recompute;
 
-const RecomputeConfig kPlans[] = {plan(RecomputeGranularity::Full),
-                                  plan(RecomputeGranularity::Full, RecomputeMethod::Uniform, 2),
-                                  plan(RecomputeGranularity::Full, RecomputeMethod::Block, 3),
-                                  plan(RecomputeGranularity::Selective)};
+const RecomputeConfig kPlans[] = {recompute(RecomputeGranularity::Full),
+                                  recompute(RecomputeGranularity::Full, RecomputeMethod::Uniform, 2),
+                                  recompute(RecomputeGranularity::Full, RecomputeMethod::Block, 3),
+                                  recompute(RecomputeGranularity::Selective)};
 
 PrecisionConfig precision(PrecisionMode mode, bool bf16_products = true) {
   PrecisionConfig p;
@@ -131,7 +126,7 @@ std::pair<std::string, double> worst_parameter(const Pass& got, const Pass& want
 template <typename MakePass>
 void check_recompute(const std::string& model, const MakePass& make) {
   for (const PrecisionMode mode : {PrecisionMode::FP32, PrecisionMode::BF16}) {
-    const Pass ref = make(precision(mode), plan(RecomputeGranularity::None));
+    const Pass ref = make(precision(mode), recompute(RecomputeGranularity::None));
     for (const RecomputeConfig& r : kPlans) {
       const std::string what = model + (mode == PrecisionMode::BF16 ? " bf16, " : " fp32, ") + describe_recompute(r);
       const Pass got = make(precision(mode), r);
@@ -148,9 +143,9 @@ void check_recompute(const std::string& model, const MakePass& make) {
 // or AVX2's widened products).
 template <typename MakePass>
 void check_bf16(const std::string& model, const MakePass& make) {
-  const Pass fp32 = make(precision(PrecisionMode::FP32), plan(RecomputeGranularity::None));
+  const Pass fp32 = make(precision(PrecisionMode::FP32), recompute(RecomputeGranularity::None));
   for (const bool products : {true, false}) {
-    const Pass bf16 = make(precision(PrecisionMode::BF16, products), plan(RecomputeGranularity::None));
+    const Pass bf16 = make(precision(PrecisionMode::BF16, products), recompute(RecomputeGranularity::None));
     const std::string what = model + (products ? " bf16 products" : " bf16 storage only");
     const double dloss = std::fabs(bf16.loss - fp32.loss) / std::fabs(fp32.loss);
     const double dgrad = relative_l2(bf16.grads, fp32.grads, 0, fp32.grads.size());
