@@ -39,6 +39,13 @@ BertModel::BertModel(const TransformerConfig& cfg, const ModelSpec& spec, const 
   params_.finalize();
 }
 
+void BertModel::set_precision(const PrecisionConfig& cfg) {
+  precision_ = std::make_unique<MixedPrecision>(params_, cfg);
+  MixedPrecision* p = cfg.mode == PrecisionMode::FP32 ? nullptr : precision_.get();
+  encoder_.set_precision(p);
+  mlm_.set_precision(p);
+}
+
 BertModel::Inputs BertModel::inputs(const BertBatch& b) const {
   const size_t N = static_cast<size_t>(b.B * b.T);
   MEGADLM_CHECK(b.B >= 1 && b.T >= 1 && b.tokens.size() == N, "BERT batch: ", b.tokens.size(), " tokens for ", b.B,

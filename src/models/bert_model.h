@@ -2,8 +2,10 @@
 // The BERT family's model, built from a bert_model_spec (models/bert_spec.h): Embedding (words,
 // positions, token types, the LayerNorm under post-norm), one TransformerBlock of bidirectional
 // layers, the final norm under pre-norm, the MLM head and, when the spec has it, the pooler with the
-// binary head (nn/bert_heads.h). fp32 on the CPU; tensor parallel (with or without sequence
-// parallelism) through its building blocks, one pipeline stage (docs/bert.md says what is left).
+// binary head (nn/bert_heads.h). On the CPU, in fp32 or under a precision policy (set_precision: the
+// decoders' bf16, nn/precision.h) and with activation recomputation (set_recompute, nn/recompute.h);
+// tensor parallel (with or without sequence parallelism) through its building blocks, one pipeline
+// stage (docs/bert.md says what is left).
 //
 // Padding: BertBatch::attention_mask gives 1 for a token and 0 for padding (HuggingFace's
 // attention_mask). The padded keys are invisible to every token's query: the attention kernels' segment
@@ -11,6 +13,7 @@
 // outputs are not BERT's, carry no loss and are not compared with anything.
 // Legend: B sequences of T rows, N = B*T, C hidden, V vocabulary.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/arena.h"
@@ -19,6 +22,8 @@
 #include "nn/bert_heads.h"
 #include "nn/embedding.h"
 #include "nn/norm.h"
+#include "nn/precision.h"
+#include "nn/recompute.h"
 #include "nn/transformer_block.h"
 
 namespace megadlm {
@@ -69,6 +74,19 @@ class BertModel {
   // grad_scale).
   BertLosses forward_backward(const BertBatch& batch, float grad_scale);
 
+  // The precision policy of the encoder's Linear products and the MLM head's (fp32 until set), as
+  // LanguageModel's: the embedding, the norms, the attention's softmax, the losses and the pooler stay
+  // fp32. After any change of the weights call precision()->weights_updated() (the trainer does after
+  // each step and a checkpoint load). Under fp16 the caller scales the loss itself (grad_scale).
+  void set_precision(const PrecisionConfig& cfg);
+  MixedPrecision* precision() { return precision_.get(); }
+  // Activation recomputation of the encoder's layers in forward_backward (nn/recompute.h).
+  void set_recompute(const RecomputeConfig& cfg) { encoder_.set_recompute(cfg); }
+  // High-water bytes of the activations so far: the arena, plus the precision policy's transient arena.
+  double activation_high_water() const {
+    return static_cast<double>(arena_.high_water()) + (precision_ ? precision_->transient_bytes() : 0.0);
+  }
+
  private:
   // The arrays of a batch with their defaults filled in, and the segment ids of its padding.
   struct Inputs {
@@ -91,6 +109,7 @@ class BertModel {
   Norm final_norm_;  // pre-norm only
   MLMHead mlm_;
   PoolerBinaryHead pooler_;
+  std::unique_ptr<MixedPrecision> precision_;
 };
 
 }  // namespace megadlm

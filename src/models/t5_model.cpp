@@ -38,7 +38,21 @@ T5Model::T5Model(const TransformerConfig& cfg, const T5Options& opt, const Paral
   so.decoder = true;
   decoder_ = T5Stack(params_, ctx_, "decoder", cfg_, so);
   output_ = tied_ ? embed_ : vocab_rows("lm_head.weight");
+  head_ = OutputProducts(params_, output_);
   params_.finalize();
+}
+
+void T5Model::set_precision(const PrecisionConfig& cfg) {
+  precision_ = std::make_unique<MixedPrecision>(params_, cfg);
+  MixedPrecision* p = cfg.mode == PrecisionMode::FP32 ? nullptr : precision_.get();
+  encoder_.set_precision(p);
+  decoder_.set_precision(p);
+  head_.set_precision(p);
+}
+
+void T5Model::set_recompute(const RecomputeConfig& cfg) {
+  encoder_.set_recompute(cfg);
+  decoder_.set_recompute(cfg);
 }
 
 void T5Model::check(const T5Batch& b, bool labels) const {
@@ -114,7 +128,7 @@ float T5Model::output_scale() const {
 }
 
 Tensor T5Model::logits(const Tensor& h) {
-  const int64_t N = h.size(0), C = cfg_.hidden_size, Vl = V_local_;
+  const int64_t N = h.size(0), C = cfg_.hidden_size;
   const Backend& be = backend_of(h);
   head_in_ = h;
   if (opt_.scale_output) {
@@ -122,9 +136,8 @@ Tensor T5Model::logits(const Tensor& h) {
     head_in_.copy_from(h);
     be.scale_inplace(head_in_.data<float>(), output_scale(), N * C);
   }
-  Tensor out = arena_.tensor({N, Vl});  // x_s W^T, W this rank's rows of the output matrix
-  be.gemm(false, true, N, Vl, C, 1.0f, head_in_.data<float>(), C, params_.value(output_).data<float>(), C, 0.0f,
-          out.data<float>(), Vl);
+  Tensor out = arena_.tensor({N, V_local_});  // x_s W^T, W this rank's rows of the output matrix
+  head_.logits(arena_, head_in_, out);
   return out;
 }
 
@@ -145,11 +158,7 @@ double T5Model::head_loss(const T5Batch& b, Tensor& lg, float grad_scale, Tensor
   if (!dh) return loss;
   // dW [Vl, C] += dlogits^T x_s (tied: added to what the embedding's backward adds); dh = dlogits W,
   // this rank's columns' part, summed over tp.
-  params_.mark_grad_written(output_);
-  be.gemm(true, false, Vl, C, N, 1.0f, lg.data<float>(), Vl, head_in_.data<float>(), C, 1.0f,
-          params_.grad(output_).data<float>(), C);
-  be.gemm(false, false, N, C, Vl, 1.0f, lg.data<float>(), Vl, params_.value(output_).data<float>(), C, 0.0f,
-          dh->data<float>(), C);
+  head_.backward(arena_, head_in_, lg, *dh);
   tp_all_reduce_sum(ctx_, dh->data<float>(), N * C, dh->device());
   if (opt_.scale_output) be.scale_inplace(dh->data<float>(), output_scale(), N * C);
   return loss;

@@ -3,7 +3,9 @@
 // (models/t5_spec.h): one token embedding (embed_tokens [V, C]) read by both stacks, the encoder stack
 // and the decoder stack (nn/t5_stack.h), and the output: the decoder's output, times C^-0.5 where
 // T5Options::scale_output says, times the output matrix's transpose, embed_tokens (tied) or an lm_head
-// [V, C] of its own (untied). fp32, on the CPU (docs/t5.md says what is left).
+// [V, C] of its own (untied). On the CPU, in fp32 or under a precision policy (set_precision: every
+// Linear product and the output matrix's in bf16 as the decoders' are, nn/precision.h), with activation
+// recomputation per stack (set_recompute, nn/t5_stack.h); docs/t5.md says what is left.
 // Tensor parallelism: the stacks split heads and feed-forward columns (nn/t5_stack.h); the embedding
 // and the output matrix are vocab-parallel, rank r holding rows balanced_rows(V, tp, r) (Vl of them)
 // of each: the embedding's rows are summed over tp, the logits stay this rank's columns [B*T, Vl] for
@@ -18,11 +20,15 @@
 // Legend: B sequences, S encoder rows and T decoder rows a sequence, C hidden, V vocabulary, Vl this
 // rank's rows of it.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/parameters.h"
 #include "models/t5_spec.h"
+#include "nn/output_products.h"
+#include "nn/precision.h"
+#include "nn/recompute.h"
 #include "nn/t5_stack.h"
 
 namespace megadlm {
@@ -66,6 +72,15 @@ class T5Model {
   // tokens [B]: each sequence's decoder input at row cache.length -> the logits of that row [B, V]
   // (arena, valid until the next call; gathered over tp); the cache grows by the row.
   Tensor decode_step_logits(const std::vector<int32_t>& tokens, T5DecoderCache& cache);
+  // The precision policy of the stacks' Linear products and the output matrix's (fp32 until set); the
+  // embedding, the norms, the attention's scores and softmax and the loss stay fp32. After any change
+  // of the weights call precision()->weights_updated() (the trainer does after each step and a load).
+  void set_precision(const PrecisionConfig& cfg);
+  MixedPrecision* precision() { return precision_.get(); }
+  // Activation recomputation of both stacks' layers, each stack counting its own (nn/t5_stack.h).
+  void set_recompute(const RecomputeConfig& cfg);
+  // High-water bytes of the arena so far (the T5 modules make no use of the policy's transient arena).
+  double activation_high_water() const { return static_cast<double>(arena_.high_water()); }
 
  private:
   void check(const T5Batch& b, bool labels) const;
@@ -87,6 +102,8 @@ class T5Model {
   int output_ = -1;  // the output matrix [Vl, C]: embed_ (tied) or lm_head.weight (untied)
   int64_t vocab_start_ = 0, V_local_ = 0;  // this rank's rows [vocab_start_, vocab_start_ + Vl) of both
   T5Stack encoder_, decoder_;
+  OutputProducts head_;  // the output matrix's products
+  std::unique_ptr<MixedPrecision> precision_;
   // Saved by decode / logits.
   T5StackInputs enc_in_, dec_in_;
   Tensor memory_grad_, head_in_;  // head_in_: the decoder's output as the output matrix reads it (scaled)

@@ -68,6 +68,7 @@ MLMHead::MLMHead(ParamStore& store, const ParallelContext& ctx, const Transforme
   dense_ = Linear(store, replicated(), "mlm_head.dense", C_, C_, true, cfg.init_method_std);
   norm_ = Norm(store, "mlm_head.norm", NormKind::LayerNorm, C_, cfg.norm_epsilon, true);
   b_ = store.add_balanced_shard("mlm_head.bias", {V_}, 0, ctx.tp.size, ctx.tp.rank, Init::Zeros, 0.0f, false);
+  decoder_ = OutputProducts(store, w_);
 }
 
 Tensor MLMHead::transform(Arena& arena, const Tensor& x) {
@@ -84,8 +85,7 @@ Tensor MLMHead::shard_logits(Arena& arena, const Tensor& t) {
   const int64_t n = t.size(0);
   const Backend& be = backend_of(t);
   Tensor out = arena.tensor({n, V_local_});
-  be.gemm(false, true, n, V_local_, C_, 1.0f, t.data<float>(), C_, store_->value(w_).data<float>(), C_, 0.0f,
-          out.data<float>(), V_local_);
+  decoder_.logits(arena, t, out);
   be.bias_add_forward(out.data<float>(), store_->value(b_).data<float>(), n, V_local_);
   return out;
 }
@@ -133,15 +133,12 @@ double MLMHead::loss(Arena& arena, const Tensor& x_local, const int32_t* labels,
   const double loss = vocab_parallel_cross_entropy(be, arena, *ctx_, a);
   if (dx == nullptr) return loss;
   const Tensor& dl = lg;  // dlogits [n, Vl]
-  // The output bias and the tied matrix: dE [Vl, C] += dlogits^T t, added to what the embedding adds.
+  // The output bias and the tied matrix: dE [Vl, C] += dlogits^T t, added to what the embedding adds;
+  // dt = dlogits E: this rank's columns' part, summed over tp; the replicated layers below then agree
+  // on every rank.
   be.bias_backward(store_->grad(b_).data<float>(), dl.data<float>(), n, V_local_);
-  store_->mark_grad_written(w_);
-  be.gemm(true, false, V_local_, C_, n, 1.0f, dl.data<float>(), V_local_, t_.data<float>(), C_, 1.0f,
-          store_->grad(w_).data<float>(), C_);
-  // dt: this rank's columns' part, summed over tp; the replicated layers below then agree on every rank.
   Tensor dt = arena.tensor({n, C_});
-  be.gemm(false, false, n, C_, V_local_, 1.0f, dl.data<float>(), V_local_, store_->value(w_).data<float>(), C_, 0.0f,
-          dt.data<float>(), C_);
+  decoder_.backward(arena, t_, dl, dt);
   tp_all_reduce_sum(*ctx_, dt.data<float>(), n * C_, be.device());
   Tensor da = arena.tensor({n, C_});
   norm_.backward(dt, da);

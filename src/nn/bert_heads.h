@@ -7,8 +7,11 @@
 //                     [B, 2] = pooled Wb^T + bb (next-sentence / sentence-order prediction); the
 //                     loss is the 2-way cross-entropy (label -1: no loss).
 // Parameter names: mlm_head.dense, mlm_head.norm, mlm_head.bias; pooler.dense, binary_head.
-// fp32 on the CPU; the GELU is the exact (erf) one or the tanh approximation as the layers' (BERT
-// checkpoints say "gelu" or "gelu_new").
+// On the CPU; the GELU is the exact (erf) one or the tanh approximation as the layers' (BERT
+// checkpoints say "gelu" or "gelu_new"). Under --bf16 with bf16 products (MLMHead::set_precision) the
+// MLM head's dense layer and its decoder multiply in bf16 as the decoders' layers and output layer do
+// (nn/output_products.h); its GELU, LayerNorm and cross-entropy, the pooler and the binary head (a few
+// rows a batch) stay fp32.
 //
 // Tensor parallelism: the decoder is vocab-parallel like LMHead's. E is this rank's shard of the word
 // embeddings [Vl, C], the output bias is sharded the same way (mlm_head.bias [Vl] of [V]), each rank
@@ -25,6 +28,8 @@
 #include "core/parameters.h"
 #include "nn/linear.h"
 #include "nn/norm.h"
+#include "nn/output_products.h"
+#include "nn/precision.h"
 #include "nn/transformer_config.h"
 #include "parallel/parallel_context.h"
 
@@ -50,6 +55,11 @@ class MLMHead {
   // host (the CPU). Collective over tp.
   double loss(Arena& arena, const Tensor& x, const int32_t* labels, const float* weights, float grad_scale,
               Tensor* dx);
+  // The precision policy of the dense layer's and the decoder's products (null = fp32).
+  void set_precision(MixedPrecision* p) {
+    dense_.set_precision(p);
+    decoder_.set_precision(p);
+  }
 
  private:
   Tensor transform(Arena& arena, const Tensor& x);     // x -> t, saving what the backward needs
@@ -62,6 +72,7 @@ class MLMHead {
   Linear dense_;
   Norm norm_;
   int w_ = -1, b_ = -1;  // the tied decoder matrix, the output bias
+  OutputProducts decoder_;  // the products of w_
   Tensor h_, t_;         // saved: the dense output (GELU's input), the transform's output
 };
 

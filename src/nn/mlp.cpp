@@ -22,6 +22,8 @@ MLP::MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name,
   F_ = ffn_hidden / ctx.tp.size;
 }
 
+bool MLP::fused_bf16(const Backend& be) const { return host_ == HostActivation::None && be.fused_bf16_activations(); }
+
 void MLP::activation_forward(Tensor& a, const Tensor& h) const {
   const Backend& be = backend_of(h);
   const int64_t N = h.size(0);
@@ -55,7 +57,7 @@ Tensor MLP::forward_low_precision(Arena& arena, const Tensor& x) {
   const DType narrow = activation_dtype(*prec_);
   // The one-pass bf16 GELU adds fc1's bias itself (one pass over the fp32 [N, F] fewer).
   const bool one_pass_bf16 = recompute_activation() && !exact_forward() && narrow == DType::BF16 &&
-                             backend_of(h).fused_bf16_activations();
+                             fused_bf16(backend_of(h));
   const float* bias_in_activation = one_pass_bf16 && act_ == Activation::Gelu ? fc1_.bias_values() : nullptr;
   if (bias_in_activation) fc1_.forward_into_without_bias(arena, x, h);
   else fc1_.forward_into(arena, x, h);
@@ -115,7 +117,7 @@ void MLP::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
   // activation's gradient goes to fc1 already in bf16 (the bits of its fp32 form cast), without the fp32
   // [N, F] between: GELU's with fc1's bias gradient summed in the same pass; SwiGLU's when fc1 has no bias.
   const Backend& be = backend_of(h_);
-  const bool bf16_kernels = h_.dtype() == DType::BF16 && be.fused_bf16_activations();
+  const bool bf16_kernels = h_.dtype() == DType::BF16 && fused_bf16(be);
   const bool bf16_dh = bf16_kernels && fc1_.takes_bf16_dy() &&
                        (act_ == Activation::Gelu || fc1_.bias_grad() == nullptr);
   Tensor da = arena.tensor({N, F_});

@@ -19,8 +19,9 @@ class MLP : public Sublayer {
  public:
   MLP() = default;
   // Sizes and biases from cfg; the activation and the hidden size F as given. host: an activation of host
-  // loops in place of `activation` (nn/host_activation.h: the erf GELU, the quick GELU), fp32 on the CPU
-  // only (set_precision refuses a narrower policy).
+  // loops in place of `activation` (nn/host_activation.h: the erf GELU, the quick GELU), on the CPU only;
+  // under a precision policy it runs in fp32 on the widened narrow copies (the backend's fused bf16
+  // activation passes are for `activation`'s own kernels).
   MLP(ParamStore& store, const ParallelContext& ctx, const std::string& name, const TransformerConfig& cfg,
       Activation activation, int64_t ffn_hidden, float output_init_std, HostActivation host = HostActivation::None);
 
@@ -28,8 +29,6 @@ class MLP : public Sublayer {
   Tensor forward(Arena& arena, const Tensor& x, const BatchInfo&) override { return forward(arena, x); }
   void backward(Arena& arena, const Tensor& dy, Tensor& dx) override;  // dx [N, C] written
   void set_precision(MixedPrecision* p) override {                     // nn/precision.h
-    MEGADLM_CHECK(host_ == HostActivation::None || p == nullptr || p->mode() == PrecisionMode::FP32,
-                  "the exact (erf) GELU and the quick GELU run in fp32 only: no --bf16 / --fp16 / --fp8 for this model");
     prec_ = p;
     fc1_.set_precision(p);
     fc2_.set_precision(p);
@@ -53,6 +52,8 @@ class MLP : public Sublayer {
   // input copy carries its own scale).
   bool recompute_activation() const { return prec_ && remakes_mlp_activation(prec_->config()); }
   bool exact_forward() const { return prec_ && prec_->mode() == PrecisionMode::BF16 && !prec_->bf16_gemm(); }
+  // Whether the backend's fused bf16 activation passes apply: its own activation, not a host one.
+  bool fused_bf16(const Backend& be) const;
   Activation act_ = Activation::Gelu;
   int64_t F_ = 0;  // this rank's hidden features: ffn_hidden / tp
   HostActivation host_ = HostActivation::None;

@@ -28,6 +28,64 @@ std::vector<int64_t> recompute_group_starts(const RecomputeConfig& c, int64_t L)
   return start;
 }
 
+std::vector<int64_t> recomputed_group_starts(const RecomputeConfig& c, int64_t L) {
+  std::vector<int64_t> start = recompute_group_starts(c, L);
+  for (int64_t s : start)
+    if (s >= 0) return start;
+  return {};
+}
+
+namespace {
+
+// The last layer of the group that starts at layer `first`.
+int64_t recompute_group_end(const std::vector<int64_t>& starts, int64_t first) {
+  int64_t last = first;
+  while (last + 1 < static_cast<int64_t>(starts.size()) && starts[static_cast<size_t>(last + 1)] == first) ++last;
+  return last;
+}
+
+}  // namespace
+
+Tensor forward_with_recompute(Arena& arena, const std::vector<int64_t>& starts, int64_t L, Tensor x,
+                              std::vector<Tensor>& group_inputs, const RunLayers& run) {
+  if (starts.empty()) return L > 0 ? run(0, L - 1, x) : x;
+  group_inputs.assign(static_cast<size_t>(L), Tensor());
+  for (int64_t l = 0; l < L;) {
+    if (starts[static_cast<size_t>(l)] < 0) {
+      x = run(l, l, x);
+      ++l;
+      continue;
+    }
+    const int64_t last = recompute_group_end(starts, l);
+    group_inputs[static_cast<size_t>(l)] = x;
+    Tensor out = arena.tensor(x.shape());
+    const size_t mark = arena.mark();
+    out.copy_from(run(l, last, x));
+    arena.release(mark);
+    x = out;
+    l = last + 1;
+  }
+  return x;
+}
+
+void backward_with_recompute(Arena& arena, const std::vector<int64_t>& starts, int64_t L,
+                             const std::vector<Tensor>& group_inputs, const RunLayers& run,
+                             const std::function<void(int64_t)>& backward) {
+  for (int64_t l = L - 1; l >= 0;) {
+    const int64_t start = starts.empty() ? -1 : starts[static_cast<size_t>(l)];
+    if (start < 0) {
+      backward(l);
+      --l;
+      continue;
+    }
+    const size_t mark = arena.mark();
+    run(start, l, group_inputs[static_cast<size_t>(start)]);
+    for (int64_t j = l; j >= start; --j) backward(j);
+    arena.release(mark);
+    l = start - 1;
+  }
+}
+
 std::string describe_recompute(const RecomputeConfig& c) {
   switch (c.granularity) {
     case RecomputeGranularity::None: return "none";

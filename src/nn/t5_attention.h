@@ -7,7 +7,8 @@
 // under a causal mask) get the lowest float as their score, as HF's additive mask leaves them.
 // The slow, obvious form through the Backend: per (sequence, head) the scores as one product, the bias
 // and the masks, Backend::softmax_forward, the output as a second product; the probabilities
-// [B, H, T, S] are kept for the backward.
+// [B, H, T, S] are kept for the backward. Under a precision policy (set_precision) the four
+// projections' products follow it; the scores, the softmax and the probabilities' products stay fp32.
 // Tensor parallelism (Megatron's attention split): rank r holds heads [r*Hl, (r+1)*Hl), Hl = H/tp: q, k
 // and v are column-parallel over the heads (their input gradients summed over tp by Linear), o is
 // row-parallel (its output summed over tp by Linear); the bias given is this rank's heads' [Hl, T, S].
@@ -49,6 +50,9 @@ class T5Attention {
   // be dx itself: self-attention); dbias [H, T, S] added to (the sum over the sequences) when the
   // forward had a bias, else null.
   void backward(Arena& arena, const Tensor& dy, Tensor& dx, Tensor& dkv, float* dbias);
+  void set_precision(MixedPrecision* p) {  // nn/precision.h; null = fp32
+    for (Linear* l : {&q_proj_, &k_proj_, &v_proj_, &o_proj_}) l->set_precision(p);
+  }
 
   int64_t inner_size() const { return H_ * D_; }  // this rank's H*D
 

@@ -28,7 +28,7 @@ Tensor T5FeedForwardBlock::forward(Arena& arena, const Tensor& x) {
   if (kind_ == T5FeedForward::Relu) {
     for (int64_t i = 0; i < n; ++i) av[i] = h[i] > 0.0f ? h[i] : 0.0f;
   } else {
-    u_ = wi_1_.forward(arena, x);
+    u_ = wi_1_.forward_shared_input(arena, x, wi_);  // one narrow copy of x for both
     g_ = arena.tensor(h_.shape());
     backend_of(x).gelu_forward(g_.data<float>(), h, n);
     const float* u = u_.data<float>();

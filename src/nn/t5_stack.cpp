@@ -28,24 +28,51 @@ T5Stack::T5Stack(ParamStore& store, const ParallelContext& ctx, const std::strin
   final_norm_ = rmsnorm(prefix + ".norm");
 }
 
+void T5Stack::set_precision(MixedPrecision* p) {
+  for (Layer& y : layers_) {
+    y.self_attn.set_precision(p);
+    y.cross_attn.set_precision(p);
+    y.mlp.set_precision(p);
+  }
+}
+
+void T5Stack::set_recompute(const RecomputeConfig& cfg) {
+  recompute_start_ = recomputed_group_starts(cfg, static_cast<int64_t>(layers_.size()));
+}
+
+T5AttentionGeometry T5Stack::self_geometry() const {
+  return T5AttentionGeometry{in_.B, in_.T, in_.T, bias_values_.data<float>(), in_.mask, decoder_};
+}
+
+T5AttentionGeometry T5Stack::cross_geometry() const {
+  return T5AttentionGeometry{in_.B, in_.T, in_.S, nullptr, in_.memory_mask, false};
+}
+
+Tensor T5Stack::forward_layers(Arena& arena, int64_t first, int64_t last, Tensor h) {
+  const Backend& be = backend_of(h);
+  const T5AttentionGeometry self = self_geometry(), cross = cross_geometry();
+  auto residual = [&](Tensor y, const Tensor& x) {  // y := x + y
+    be.add_inplace(y.data<float>(), x.data<float>(), y.numel());
+    return y;
+  };
+  for (int64_t l = first; l <= last; ++l) {
+    Layer& y = layers_[static_cast<size_t>(l)];
+    const Tensor a = y.self_norm.forward(arena, h);
+    h = residual(y.self_attn.forward(arena, a, a, self), h);
+    if (decoder_) h = residual(y.cross_attn.forward(arena, y.cross_norm.forward(arena, h), in_.memory, cross), h);
+    h = residual(y.mlp.forward(arena, y.ff_norm.forward(arena, h)), h);
+  }
+  return h;
+}
+
 Tensor T5Stack::forward(Arena& arena, const Tensor& x, const T5StackInputs& in) {
   MEGADLM_CHECK(!decoder_ || (in.memory.defined() && in.S > 0), "the T5 decoder needs the encoder's output");
   in_ = in;
-  const Backend& be = backend_of(x);
   bias_values_ = bias_.forward(arena, in.T, in.T);
-  const T5AttentionGeometry self{in.B, in.T, in.T, bias_values_.data<float>(), in.mask, decoder_};
-  const T5AttentionGeometry cross{in.B, in.T, in.S, nullptr, in.memory_mask, false};
-  auto residual = [&](Tensor y, const Tensor& h) {  // y := h + y
-    be.add_inplace(y.data<float>(), h.data<float>(), y.numel());
-    return y;
-  };
-  Tensor h = x;
-  for (Layer& y : layers_) {
-    const Tensor a = y.self_norm.forward(arena, h);
-    h = residual(y.self_attn.forward(arena, a, a, self), h);
-    if (decoder_) h = residual(y.cross_attn.forward(arena, y.cross_norm.forward(arena, h), in.memory, cross), h);
-    h = residual(y.mlp.forward(arena, y.ff_norm.forward(arena, h)), h);
-  }
+  const Tensor h = forward_with_recompute(arena, recompute_start_, static_cast<int64_t>(layers_.size()), x,
+                                          group_inputs_, [&](int64_t first, int64_t last, Tensor in_rows) {
+                                            return forward_layers(arena, first, last, in_rows);
+                                          });
   return final_norm_.forward(arena, h);
 }
 
@@ -105,28 +132,33 @@ Tensor T5Stack::decode_step(Arena& arena, const Tensor& x, T5DecoderCache& cache
   return final_norm_.forward(arena, h);
 }
 
+void T5Stack::backward_layer(Arena& arena, size_t l, Tensor& g, Tensor& f, Tensor& n, float* dbias) {
+  const Backend& be = backend_of(g);
+  auto add_branch = [&](Norm& norm) {  // g += norm's backward of f (the branch module's input gradient)
+    norm.backward(f, n);
+    be.add_inplace(g.data<float>(), n.data<float>(), g.numel());
+  };
+  Layer& y = layers_[l];
+  y.mlp.backward(arena, g, f);
+  add_branch(y.ff_norm);
+  if (decoder_) {
+    y.cross_attn.backward(arena, g, f, *in_.memory_grad, nullptr);
+    add_branch(y.cross_norm);
+  }
+  y.self_attn.backward(arena, g, f, f, dbias);
+  add_branch(y.self_norm);
+}
+
 void T5Stack::backward(Arena& arena, const Tensor& dy, Tensor& dx) {
-  const Backend& be = backend_of(dy);
   const size_t mark = arena.mark();
   // g: the gradient of the residual stream, carried down the layers; each branch adds its share.
   Tensor g = arena.tensor(dy.shape()), f = arena.tensor(dy.shape()), n = arena.tensor(dy.shape());
   final_norm_.backward(dy, g);
   Tensor dbias = arena.zeros(bias_values_.shape());
-  auto add_branch = [&](Norm& norm) {  // g += norm's backward of f (the branch module's input gradient)
-    norm.backward(f, n);
-    be.add_inplace(g.data<float>(), n.data<float>(), g.numel());
-  };
-  for (size_t l = layers_.size(); l-- > 0;) {
-    Layer& y = layers_[l];
-    y.mlp.backward(arena, g, f);
-    add_branch(y.ff_norm);
-    if (decoder_) {
-      y.cross_attn.backward(arena, g, f, *in_.memory_grad, nullptr);
-      add_branch(y.cross_norm);
-    }
-    y.self_attn.backward(arena, g, f, f, dbias.data<float>());
-    add_branch(y.self_norm);
-  }
+  backward_with_recompute(
+      arena, recompute_start_, static_cast<int64_t>(layers_.size()), group_inputs_,
+      [&](int64_t first, int64_t last, Tensor in_rows) { return forward_layers(arena, first, last, in_rows); },
+      [&](int64_t l) { backward_layer(arena, static_cast<size_t>(l), g, f, n, dbias.data<float>()); });
   bias_.backward(dbias);
   dx.copy_from(g);
   arena.release(mark);

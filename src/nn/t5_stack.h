@@ -16,6 +16,12 @@
 // Generation runs the decoder one row a step (start_decoding, decode_step): the cross-attention's keys
 // and values of the encoder's output made once, the self-attention's kept in a cache that grows by a row
 // a step, the bias of the new row against the cached ones (nn/t5_decoder_cache.h).
+// Activation recomputation (set_recompute, nn/recompute.h) counts the layers of each stack apart, as
+// Megatron's T5 does (its encoder and decoder are two TransformerBlocks): uniform groups of n of this
+// stack's layers, or block: this stack's first n. A recomputed group keeps its input (and a copy of its
+// output) through the forward; the backward runs its forward again from that input, then its backward.
+// Under a precision policy (set_precision) every Linear product follows it; the norms, the bias and
+// the attention's scores and softmax stay fp32.
 // Legend: B sequences, T rows a sequence, N = B*T, S the encoder's rows a sequence (cross-attention),
 // C hidden, Hl this rank's heads (H/tp), R the decoder rows a generation cache has room for.
 #include <cstdint>
@@ -25,6 +31,8 @@
 #include "core/arena.h"
 #include "nn/norm.h"
 #include "nn/t5_decoder_cache.h"
+#include "nn/precision.h"
+#include "nn/recompute.h"
 #include "nn/t5_attention.h"
 #include "nn/t5_feed_forward.h"
 #include "nn/t5_relative_bias.h"
@@ -70,6 +78,8 @@ class T5Stack {
   // x [B, C]: each sequence's decoder row at position cache.length, embedded -> the final norm's output
   // [B, C] (arena); the row's self-attention keys and values join the cache (length + 1).
   Tensor decode_step(Arena& arena, const Tensor& x, T5DecoderCache& cache);
+  void set_recompute(const RecomputeConfig& cfg);
+  void set_precision(MixedPrecision* p);
 
  private:
   struct Layer {
@@ -77,6 +87,14 @@ class T5Stack {
     T5Attention self_attn, cross_attn;
     T5FeedForwardBlock mlp;
   };
+  // The stack's geometry of the self- and the cross-attention (after forward set in_, bias_values_).
+  T5AttentionGeometry self_geometry() const;
+  T5AttentionGeometry cross_geometry() const;
+  // Layers [first, last] forward from h [N, C] (not changed) -> the last one's output (arena).
+  Tensor forward_layers(Arena& arena, int64_t first, int64_t last, Tensor h);
+  // Layer l's backward: g [N, C], the residual stream's gradient, carried from above to below it; f, n
+  // [N, C] scratch; the bias table's gradient added to dbias.
+  void backward_layer(Arena& arena, size_t l, Tensor& g, Tensor& f, Tensor& n, float* dbias);
   bool decoder_ = false;
   int64_t H_ = 0;
   T5RelativeBias bias_;
@@ -85,6 +103,8 @@ class T5Stack {
   // Saved by forward.
   T5StackInputs in_;
   Tensor bias_values_;  // [Hl, T, T]: this rank's heads
+  std::vector<int64_t> recompute_start_;  // per layer: first layer of its recomputed group, or -1; empty: none
+  std::vector<Tensor> group_inputs_;      // per layer: the kept input of a recomputed group that starts there
 };
 
 }  // namespace megadlm

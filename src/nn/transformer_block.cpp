@@ -27,10 +27,7 @@ void TransformerBlock::set_precision(MixedPrecision* p) {
 }
 
 void TransformerBlock::set_recompute(const RecomputeConfig& cfg) {
-  recompute_start_ = recompute_group_starts(cfg, size());
-  bool any = false;
-  for (int64_t s : recompute_start_) any = any || s >= 0;
-  if (!any) recompute_start_.clear();
+  recompute_start_ = recomputed_group_starts(cfg, size());
 }
 
 Tensor TransformerBlock::forward_layers(Arena& arena, int64_t first, int64_t last, Tensor x,
@@ -39,60 +36,24 @@ Tensor TransformerBlock::forward_layers(Arena& arena, int64_t first, int64_t las
   return x;
 }
 
-// The last layer of the recomputed group that starts at `first`.
-static int64_t group_end(const std::vector<int64_t>& start, int64_t first) {
-  int64_t last = first;
-  while (last + 1 < static_cast<int64_t>(start.size()) && start[static_cast<size_t>(last + 1)] == first) ++last;
-  return last;
-}
-
+// Under full recomputation each recomputed group keeps only its input (nn/recompute.h).
 Tensor TransformerBlock::forward(Arena& arena, Tensor x, const BatchInfo& batch) {
-  const int64_t L = size();
-  if (recompute_start_.empty()) return L > 0 ? forward_layers(arena, 0, L - 1, x, batch) : x;
-  group_inputs_.assign(layers_.size(), Tensor());
-  for (int64_t l = 0; l < L;) {
-    if (recompute_start_[static_cast<size_t>(l)] < 0) {
-      x = layers_[static_cast<size_t>(l)]->forward(arena, x, batch);
-      ++l;
-      continue;
-    }
-    // A recomputed group: its output is copied below the mark and everything else it made is freed.
-    // Layers read their input without changing it, so x is still the group's input in the backward.
-    const int64_t last = group_end(recompute_start_, l);
-    group_inputs_[static_cast<size_t>(l)] = x;
-    Tensor out = arena.tensor(x.shape());
-    const size_t mark = arena.mark();
-    out.copy_from(forward_layers(arena, l, last, x, batch));
-    arena.release(mark);
-    x = out;
-    l = last + 1;
-  }
-  return x;
+  return forward_with_recompute(arena, recompute_start_, size(), x, group_inputs_,
+                                [&](int64_t first, int64_t last, Tensor in) {
+                                  return forward_layers(arena, first, last, in, batch);
+                                });
 }
 
 void TransformerBlock::backward(Arena& arena, const BatchInfo& batch, Tensor*& dy, Tensor*& dx,
                                 const std::function<void(int64_t)>& after_layer) {
-  for (int64_t l = size() - 1; l >= 0;) {
-    const int64_t start = recompute_start_.empty() ? -1 : recompute_start_[static_cast<size_t>(l)];
-    if (start < 0) {
-      layers_[static_cast<size_t>(l)]->backward(arena, *dy, *dx);
-      after_layer(l);
-      std::swap(dy, dx);
-      --l;
-      continue;
-    }
-    // Recompute the group's forward from its saved input (the same kernels on the same values give
-    // the same activations), then run its backward, then free both.
-    const size_t mark = arena.mark();
-    forward_layers(arena, start, l, group_inputs_[static_cast<size_t>(start)], batch);
-    for (int64_t j = l; j >= start; --j) {
-      layers_[static_cast<size_t>(j)]->backward(arena, *dy, *dx);
-      after_layer(j);
-      std::swap(dy, dx);
-    }
-    arena.release(mark);
-    l = start - 1;
-  }
+  backward_with_recompute(
+      arena, recompute_start_, size(), group_inputs_,
+      [&](int64_t first, int64_t last, Tensor in) { return forward_layers(arena, first, last, in, batch); },
+      [&](int64_t l) {
+        layers_[static_cast<size_t>(l)]->backward(arena, *dy, *dx);
+        after_layer(l);
+        std::swap(dy, dx);
+      });
 }
 
 Tensor TransformerBlock::forward_cached(Arena& arena, Tensor x, const BatchInfo& batch, KVCache& cache,

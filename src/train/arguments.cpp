@@ -220,7 +220,7 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
                 " must be in [0, --bd3-clip-max ", a.bd3_clip_max, ")");
 }
 
-// --model-type bert and t5 train on the CPU in fp32 (train/family_trainer.h), BERT under data and
+// --model-type bert and t5 train on the CPU in fp32 or bf16 (train/family_trainer.h), BERT under data and
 // tensor parallelism (T5 without sequence parallelism): what that does not build is an Error naming the flag,
 // MoE first (both are dense only).
 void read_family_flags(const CliFlags& f, TrainArgs& a) {
@@ -232,8 +232,8 @@ void read_family_flags(const CliFlags& f, TrainArgs& a) {
   const std::string type = model_type_name(a.model_type);
   MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type ", type, " is dense only: --num-experts ",
                 f.get_int("num-experts"), " is not available for it");
-  const std::string why = bert ? " (pretrain_difflm trains BERT on the CPU, in fp32, under data and tensor parallelism: docs/bert.md)"
-                               : " (pretrain_difflm trains T5 on the CPU, in fp32, under data and tensor parallelism: docs/t5.md)";
+  const std::string why = bert ? " (pretrain_difflm trains BERT on the CPU, in fp32 or bf16, under data and tensor parallelism: docs/bert.md)"
+                               : " (pretrain_difflm trains T5 on the CPU, in fp32 or bf16, under data and tensor parallelism: docs/t5.md)";
   for (const char* flag : {"pipeline-model-parallel-size", "context-parallel-size", "expert-model-parallel-size"})
     MEGADLM_CHECK(f.get_int(flag) == 1, "--", flag, " ", f.get_int(flag), " is not available with --model-type ", type, why);
   MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"),
@@ -246,11 +246,11 @@ void read_family_flags(const CliFlags& f, TrainArgs& a) {
                            "reset-position-ids", "reset-attention-mask", "eod-mask-loss", "load-hf",
                            "make-vocab-size-divisible-by", "data-cache-path"})
     MEGADLM_CHECK(!f.given(flag), "--", flag, " does not apply to --model-type ", type);
-  // Not built for these families: precision, recomputation, the overlapped gradient reduction, the
-  // other data sources, TensorBoard, the exit signal handler (and for T5 sequence parallelism).
-  for (const char* flag : {"bf16", "bf16-storage-only", "bf16-products", "fp16", "fp8-format", "recompute-granularity",
-                           "recompute-method", "recompute-num-layers", "overlap-grad-reduce", "train-data-path", "valid-data-path", "test-data-path",
-                           "tensorboard-dir", "exit-signal-handler"})
+  // Not built for these families: fp16 (its loss scaler is the decoders' trainer's) and fp8, the
+  // overlapped gradient reduction, the other data sources, TensorBoard, the exit signal handler (and for
+  // T5 sequence parallelism).
+  for (const char* flag : {"fp16", "fp8-format", "overlap-grad-reduce", "train-data-path", "valid-data-path",
+                           "test-data-path", "tensorboard-dir", "exit-signal-handler"})
     MEGADLM_CHECK(!f.given(flag), "--", flag, " is not available with --model-type ", type, why);
   MEGADLM_CHECK(bert || !f.given("sequence-parallel"), "--sequence-parallel is not available with --model-type t5", why);
   MEGADLM_CHECK(f.get_list("data-path").size() == 1, "--data-path: --model-type ", type, " takes one sentence-split ",

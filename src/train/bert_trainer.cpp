@@ -32,10 +32,11 @@ BertTrainer::BertTrainer(const TrainArgs& args) : FamilyTrainer(args, "bert") {
   const ModelSpec spec = bert_model_spec(args_.model, bert_options(args_));
   make_groups();
   model_ = std::make_unique<BertModel>(args_.model, spec, parallel_->context());
+  MixedPrecision* precision = apply_precision(*model_);
   start(model_->params(), [cfg = args_.model, spec](const ParallelContext& ctx) {
     auto m = std::make_shared<BertModel>(cfg, spec, ctx);
     return std::shared_ptr<ParamStore>(m, &m->params());
-  });
+  }, precision);
 }
 
 BertTrainer::~BertTrainer() = default;
@@ -103,7 +104,7 @@ void BertTrainer::log_header() const {
   log_info("MegaDLMs C++: bert model, ", human_count(static_cast<double>(model_->params().numel())), " parameters (",
            c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads, ffn ",
            c.ffn_hidden_size, ", vocab ", c.vocab_size, args_.bert_binary_head ? ", binary head" : ", no binary head",
-           "); CPU, fp32, ", omp_get_max_threads(), " OpenMP threads a rank");
+           "); CPU, ", precision_text(), ", ", omp_get_max_threads(), " OpenMP threads a rank");
   log_info("batch: micro ", args_.micro_batch_size, " x seq ", args_.seq_length, ", global ", args_.global_batch_size,
            " (", args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_description_);
   log_info("objective: MLM (--mask-prob ", args_.mask_prob, ")", args_.bert_binary_head ? " + sentence order" : "");

@@ -1,6 +1,6 @@
 #pragma once
 // pretrain_difflm --model-type bert: BERT pretraining (the MLM loss and, with the binary head, the
-// sentence-order loss) on the CPU in fp32 (docs/bert.md), under data and tensor parallelism (with or
+// sentence-order loss) on the CPU in fp32 or --bf16, with or without --recompute-* (docs/bert.md), under data and tensor parallelism (with or
 // without sequence parallelism and the distributed optimizer; one pipeline stage). Samples come from
 // BertDataset over the --data-path prefix (sentence-split, --split by documents); a global batch of
 // --global-batch-size / --micro-batch-size micro-batches, each data-parallel rank taking its share as

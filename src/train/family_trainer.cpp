@@ -30,18 +30,29 @@ void FamilyTrainer::make_groups() {
 }
 
 // The values do not depend on the layout (ParamStore::init draws by the full tensors' indices).
-void FamilyTrainer::start(ParamStore& params, ParallelTraining::ParamsFactory make_params) {
+void FamilyTrainer::start(ParamStore& params, ParallelTraining::ParamsFactory make_params, MixedPrecision* precision) {
   params_ = &params;
+  precision_ = precision;
   params.init(args_.seed);
   optimizer_ = std::make_unique<AdamW>(params, args_.adam);
   parallel_->adopt(*optimizer_);
   parallel_->attach(params, args_.adam, std::move(make_params));
   if (!args_.load.empty()) load();
+  if (precision_) precision_->weights_updated();  // the initialised or loaded weights
   if (!args_.save.empty() && parallel_->writes_files()) {
     check_save_dir(args_.save, resumed_from_, iteration_, args_.finetune);
     metrics_ = std::make_unique<JsonlWriter>(args_.save + "/metrics.jsonl");
   }
-  peak_flops_ = cpu_backend().peak_gemm_flops(false);
+  // The MFU against the peak of the products that run.
+  peak_flops_ = cpu_backend().peak_gemm_flops(precision_ && precision_->bf16_gemm());
+}
+
+std::string FamilyTrainer::precision_text() const {
+  std::string s = describe_precision(args_.precision.precision);
+  if (!args_.precision.bf16_path_note.empty()) s += "; " + args_.precision.bf16_path_note;
+  if (args_.precision.recompute.granularity != RecomputeGranularity::None)
+    s += "; recompute " + describe_recompute(args_.precision.recompute);
+  return s;
 }
 
 void FamilyTrainer::build_splits(const MakeSplit& make) {
@@ -133,7 +144,13 @@ FamilyTrainer::Step FamilyTrainer::train_step() {
   step.lr = args_.lr.at(iteration_ + 1);
   step.grad_norm = std::isfinite(loss) ? parallel_->grad_norm() : NAN;
   const StepSkip skip = classify_step(loss, step.grad_norm);
-  if (skip == StepSkip::None) parallel_->apply(*optimizer_, step.lr, step.grad_norm);
+  // Under bf16 products AdamW writes the weights' bf16 copies on its pass where it can; the others are
+  // remade at their next use.
+  bool copies_written = false;
+  if (skip == StepSkip::None)
+    copies_written = parallel_->apply(*optimizer_, step.lr, step.grad_norm,
+                                      precision_ ? precision_->bf16_copy_targets() : std::vector<uint16_t*>{});
+  if (precision_) precision_->weights_updated(copies_written);
   step_guard_.record(skip, iteration_ + 1, loss, step.grad_norm);
   consumed_samples_ += static_cast<uint64_t>(args_.global_batch_size);
   ++iteration_;

@@ -1,6 +1,7 @@
 #pragma once
 // What BertTrainer and T5Trainer share: the loop of a model that ParallelTraining attaches by its
-// parameters (train/parallel_training.h), on the CPU in fp32. Here: the --save / --load checks
+// parameters (train/parallel_training.h), on the CPU, in fp32 or --bf16 (the model's precision policy,
+// whose bf16 weight copies AdamW writes on its pass or are remade after each step and load). Here: the --save / --load checks
 // (train/run_directories.h), the tokenizer, the groups, AdamW and the schedule, the step (the local
 // micro-batches of Megatron's sampler, the gradient reduction, the norm, the update or the skip under
 // StepGuard), the native checkpoints (save, resume, --finetune, the flags' config against the
@@ -46,7 +47,20 @@ class FamilyTrainer {
   void make_groups();
   // Once the model exists on this rank: its initialisation, AdamW, the attachment (make_params builds
   // the model for a layout), the --load checkpoint, metrics.jsonl.
-  void start(ParamStore& params, ParallelTraining::ParamsFactory make_params);
+  // precision: the model's policy (null in fp32), its weight copies kept current from here on.
+  void start(ParamStore& params, ParallelTraining::ParamsFactory make_params, MixedPrecision* precision = nullptr);
+  // The flags' recomputation and precision policy on the family's model (BertModel, T5Model): its
+  // policy, for start(), or null in fp32.
+  template <typename Model>
+  MixedPrecision* apply_precision(Model& model) const {
+    model.set_recompute(args_.precision.recompute);
+    if (args_.precision.precision.mode == PrecisionMode::FP32) return nullptr;
+    model.set_precision(args_.precision.precision);
+    return model.precision();
+  }
+  // For the log header: the products' precision (and why, where --bf16 chose for the CPU) and the
+  // recomputation, e.g. "bf16 (bf16 products through oneDNN, ...); recompute full, uniform, 1 layer(s)".
+  std::string precision_text() const;
 
   // ---- what a family gives ----
   virtual std::vector<std::string> loss_names() const = 0;
@@ -104,6 +118,7 @@ class FamilyTrainer {
   nlohmann::json checkpoint_meta() const;
 
   ParamStore* params_ = nullptr;
+  MixedPrecision* precision_ = nullptr;
   std::string resumed_from_;
   StepGuard step_guard_;
   double peak_flops_ = 0;

@@ -33,10 +33,11 @@ T5Trainer::T5Trainer(const TrainArgs& args) : FamilyTrainer(args, "t5") {
   });
   make_groups();
   model_ = std::make_unique<T5Model>(args_.model, args_.t5.options, parallel_->context());
+  MixedPrecision* precision = apply_precision(*model_);
   start(model_->params(), [cfg = args_.model, opt = args_.t5.options](const ParallelContext& ctx) {
     auto m = std::make_shared<T5Model>(cfg, opt, ctx);
     return std::shared_ptr<ParamStore>(m, &m->params());
-  });
+  }, precision);
 }
 
 T5Trainer::~T5Trainer() = default;
@@ -68,7 +69,7 @@ void T5Trainer::log_header() const {
            c.num_layers, " + ", o.num_decoder_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads,
            " heads of ", c.kv_channels, ", ffn ", c.ffn_hidden_size, " ", t5_feed_forward_name(o.feed_forward), ", vocab ",
            c.vocab_size, model_->tied() ? ", tied" : ", untied", " output",
-           o.scale_output ? " scaled by d_model^-0.5" : "", "); CPU, fp32, ", omp_get_max_threads(), " OpenMP threads a rank");
+           o.scale_output ? " scaled by d_model^-0.5" : "", "); CPU, ", precision_text(), ", ", omp_get_max_threads(), " OpenMP threads a rank");
   log_info("batch: micro ", args_.micro_batch_size, " x (encoder ", args_.t5.encoder_seq_length, " + decoder ",
            args_.t5.decoder_seq_length, "), global ", args_.global_batch_size, " (",
            args_.global_batch_size / args_.micro_batch_size, " micro-batches per step); data: ", data_description_);

@@ -1,5 +1,6 @@
 #pragma once
-// pretrain_difflm --model-type t5: T5 pretraining by span corruption on the CPU in fp32 (docs/t5.md),
+// pretrain_difflm --model-type t5: T5 pretraining by span corruption on the CPU in fp32 or --bf16, with
+// or without --recompute-* (docs/t5.md),
 // under data and tensor parallelism (with or without the distributed optimizer; not sequence parallel).
 // Samples come from T5Dataset over the --data-path prefix (sentence-split, --split by documents):
 // encoder inputs of --encoder-seq-length rows with the noise spans replaced by sentinels, decoder

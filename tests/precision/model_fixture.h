@@ -1,5 +1,6 @@
 #pragma once
-// A tiny LanguageModel and a fixed batch for the precision and recomputation tests.
+// A tiny LanguageModel and a fixed batch for the precision and recomputation tests, and a
+// recomputation plan by its three flags' values (BERT's and T5's tests too).
 #include <cmath>
 #include <vector>
 
@@ -9,6 +10,14 @@
 #include "test_util.h"
 
 namespace megadlm::test {
+
+inline RecomputeConfig recompute(RecomputeGranularity g, RecomputeMethod m = RecomputeMethod::Uniform, int64_t n = 1) {
+  RecomputeConfig r;
+  r.granularity = g;
+  r.method = m;
+  r.num_layers = n;
+  return r;
+}
 
 // GPT-2 style (LayerNorm, GELU, biases, learned positions, tied) or LLaMA style (RMSNorm, SwiGLU,
 // RoPE, GQA, QK-norm, untied), small enough for a test, with awkward sizes.

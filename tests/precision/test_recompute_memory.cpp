@@ -13,17 +13,10 @@
 namespace megadlm {
 namespace {
 
+using test::recompute;
 using test::TinyBatch;
 
 const ParallelContext kSingle = ParallelContext::single();
-
-RecomputeConfig recompute(RecomputeGranularity g, RecomputeMethod m = RecomputeMethod::Uniform, int64_t n = 1) {
-  RecomputeConfig r;
-  r.granularity = g;
-  r.method = m;
-  r.num_layers = n;
-  return r;
-}
 
 struct Measured {
   double loss;

@@ -1,10 +1,13 @@
 #pragma once
 // What the BERT and T5 training tests share: a field of a run's training lines, the mean of a range of
 // them, the flags of a tiny T5 run on bert_corpus.h's data and vocabulary, the bitwise-resume check,
-// and the layout runs against the single process (tests/layout_runs.h).
+// bf16 against fp32, recomputation against none, and the layout runs against the single process
+// (tests/layout_runs.h).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -63,6 +66,50 @@ inline void expect_bitwise_resume(const RunFlags& run, const std::vector<std::st
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;  // bitwise
   for (const char* file : {"/model.safetensors", "/optimizer.safetensors"})
     EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + file), file_checksum(resolve_checkpoint_dir(part) + file)) << file;
+}
+
+// `flags` for `iters` steps in fp32 and under --bf16 --bf16-products (bf16 products on any CPU) into
+// dir/fp32 and dir/bf16: the bf16 run's first loss within `first_bound` relative of fp32's (the same
+// weights and batch), its mean loss over the last quarter of the steps within `late_bound` of fp32's,
+// and falling to below `fall` times its first quarter's mean. Prints the numbers.
+inline void expect_bf16_follows_fp32(const RunFlags& run, const std::vector<std::string>& flags, const std::string& dir,
+                                     int iters, double first_bound, double late_bound, double fall) {
+  const auto f = plus(flags, {"--train-iters", std::to_string(iters)});
+  run(f, {"--save", dir + "/fp32"});
+  run(plus(f, {"--bf16", "--bf16-products"}), {"--save", dir + "/bf16"});
+  const auto a = field(dir + "/fp32", "loss"), b = field(dir + "/bf16", "loss");
+  ASSERT_EQ(a.size(), static_cast<size_t>(iters));
+  ASSERT_EQ(b.size(), static_cast<size_t>(iters));
+  const size_t q = static_cast<size_t>(iters) / 4, n = a.size();
+  const double first = std::fabs(b[0] - a[0]) / a[0];
+  const double late = std::fabs(mean(b, n - q, n) - mean(a, n - q, n)) / mean(a, n - q, n);
+  std::printf("bf16 against fp32: step 1 %.6f / %.6f (%.2e relative); last %zu steps %.4f / %.4f (%.2e); bf16 first %zu "
+              "steps %.4f\n",
+              b[0], a[0], first, q, mean(b, n - q, n), mean(a, n - q, n), late, q, mean(b, 0, q));
+  EXPECT_NE(b[0], a[0]) << "the bf16 run multiplied in fp32";
+  EXPECT_LT(first, first_bound);
+  EXPECT_LT(late, late_bound);
+  EXPECT_LT(mean(b, n - q, n), fall * mean(b, 0, q));
+}
+
+// `flags` for `iters` steps with and without --recompute-granularity full: in fp32 with the uniform
+// method (one layer a group), under --bf16 with the block method (the first layer); the losses and the
+// final weights bitwise the same.
+inline void expect_recompute_bitwise(const RunFlags& run, const std::vector<std::string>& flags, const std::string& dir,
+                                     int iters) {
+  const auto f = plus(flags, {"--train-iters", std::to_string(iters)});
+  for (const bool bf16 : {false, true}) {
+    const auto g = bf16 ? plus(f, {"--bf16"}) : f;
+    const std::string ref = dir + (bf16 ? "/bf16" : "/fp32"), got = ref + "_recompute";
+    run(g, {"--save", ref});
+    run(plus(g, {"--recompute-granularity", "full", "--recompute-method", bf16 ? "block" : "uniform"}), {"--save", got});
+    const auto a = field(ref, "loss"), b = field(got, "loss");
+    ASSERT_EQ(b.size(), static_cast<size_t>(iters));
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << got << " iteration " << i + 1;  // bitwise
+    EXPECT_EQ(file_checksum(resolve_checkpoint_dir(ref) + "/model.safetensors"),
+              file_checksum(resolve_checkpoint_dir(got) + "/model.safetensors"))
+        << got;
+  }
 }
 
 struct LayoutRun {

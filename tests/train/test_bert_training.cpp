@@ -1,8 +1,9 @@
 // pretrain_difflm --model-type bert (train/bert_trainer.h): a tiny BERT (hidden 32, 2 layers) on a
 // small synthetic sentence-split corpus with a tiny WordPiece vocabulary. The MLM and sentence-order
 // losses fall, a resume from a mid-run checkpoint is bitwise the uninterrupted run, the checkpoint
-// records model_type bert with the optimizer state, evaluation reports the masked-token accuracy, and
-// every flag the slice does not build is an exit 1 naming it. The parallel layouts: test_bert_layout_runs.cpp.
+// records model_type bert with the optimizer state, evaluation reports the masked-token accuracy, bf16
+// follows fp32 and resumes bitwise, recomputation changes no bit, and every flag the slice does not
+// build is an exit 1 naming it. The parallel layouts: test_bert_layout_runs.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,6 +66,21 @@ TEST_F(BertRun, ResumeIsBitwiseIdentical) {
   test::expect_bitwise_resume(run_bert, bert_flags(data, vocab), tmp.str(), 8, 4);
 }
 
+// bf16 (bf16 products): the loss follows fp32's and falls; a resume under bf16 with full recomputation
+// is bitwise the uninterrupted run; recomputation changes no bit of the losses or the weights.
+TEST_F(BertRun, Bf16FollowsFp32AndFalls) {
+  test::expect_bf16_follows_fp32(run_bert, bert_flags(data, vocab), tmp.str(), 20, 1e-2, 5e-2, 0.95);
+}
+
+TEST_F(BertRun, Bf16ResumeWithRecomputationIsBitwiseIdentical) {
+  test::expect_bitwise_resume(run_bert, plus(bert_flags(data, vocab), {"--bf16", "--recompute-granularity", "full"}),
+                              tmp.str(), 4, 2);
+}
+
+TEST_F(BertRun, RecomputationChangesNoBit) {
+  test::expect_recompute_bitwise(run_bert, bert_flags(data, vocab), tmp.str(), 2);
+}
+
 TEST_F(BertRun, TheCheckpointRecordsBertAndTheOptimizer) {
   run_bert(bert_flags(data, vocab), {"--train-iters", "2", "--save", tmp / "run"});
   const std::string dir = resolve_checkpoint_dir(tmp / "run");
@@ -106,12 +122,10 @@ TEST_F(BertRun, UnbuiltFlagsAreRefusedByName) {
       {{"--pipeline-model-parallel-size", "2"}, "--pipeline-model-parallel-size 2 is not available with --model-type bert"},
       {{"--overlap-grad-reduce"}, "--overlap-grad-reduce is not available with --model-type bert"},
       {{"--context-parallel-size", "2"}, "--context-parallel-size 2 is not available"},
-      {{"--bf16"}, "--bf16 is not available with --model-type bert"},
       {{"--fp16"}, "--fp16 is not available"},
       {{"--fp8-format", "e4m3"}, "--fp8-format is not available"},
       {{"--device", "cuda"}, "--device cuda is not available with --model-type bert"},
       {{"--num-experts", "4"}, "--model-type bert is dense only: --num-experts 4"},
-      {{"--recompute-granularity", "full"}, "--recompute-granularity is not available"},
       {{"--sft"}, "--sft does not apply to --model-type bert"},
       {{"--block-diffusion"}, "--block-diffusion does not apply to --model-type bert"},
       {{"--tensorboard-dir", tmp / "tb"}, "--tensorboard-dir is not available"},

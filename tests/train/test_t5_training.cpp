@@ -2,8 +2,8 @@
 // bert_corpus.h's synthetic sentence-split corpus and WordPiece vocabulary. The span-corruption loss
 // falls, a resume from a mid-run checkpoint is bitwise the uninterrupted run, the checkpoint records
 // model_type t5 with its options (convert_checkpoint exports it) and the optimizer state, --finetune
-// takes the weights, evaluation reports val_loss and val_ppl, and every flag the trainer does not build
-// is an exit 1 naming it. The data-parallel layouts: test_t5_layout_runs.cpp.
+// takes the weights, evaluation reports val_loss and val_ppl, bf16 follows fp32 and resumes bitwise,
+// recomputation changes no bit, and every flag the trainer does not build is an exit 1 naming it. The data-parallel layouts: test_t5_layout_runs.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +55,21 @@ TEST_F(T5Run, SpanCorruptionLossFalls) {
 
 TEST_F(T5Run, ResumeIsBitwiseIdentical) {
   test::expect_bitwise_resume(run_t5, t5_flags(data, vocab), tmp.str(), 6, 3);
+}
+
+// bf16 (bf16 products): the loss follows fp32's and falls; a resume under bf16 with full recomputation
+// is bitwise the uninterrupted run; recomputation changes no bit of the losses or the weights.
+TEST_F(T5Run, Bf16FollowsFp32AndFalls) {
+  test::expect_bf16_follows_fp32(run_t5, t5_flags(data, vocab), tmp.str(), 20, 1e-2, 5e-2, 0.95);
+}
+
+TEST_F(T5Run, Bf16ResumeWithRecomputationIsBitwiseIdentical) {
+  test::expect_bitwise_resume(run_t5, plus(t5_flags(data, vocab), {"--bf16", "--recompute-granularity", "full"}),
+                              tmp.str(), 4, 2);
+}
+
+TEST_F(T5Run, RecomputationChangesNoBit) {
+  test::expect_recompute_bitwise(run_t5, t5_flags(data, vocab), tmp.str(), 2);
 }
 
 TEST_F(T5Run, TheCheckpointRecordsT5AndFinetuneTakesItsWeights) {
@@ -126,10 +141,8 @@ TEST_F(T5Run, UnbuiltFlagsAreRefusedByName) {
       {{"--expert-model-parallel-size", "2"}, "--expert-model-parallel-size 2 is not available with --model-type t5"},
       {{"--sequence-parallel"}, "--sequence-parallel is not available with --model-type t5"},
       {{"--device", "cuda"}, "--device cuda is not available with --model-type t5"},
-      {{"--bf16"}, "--bf16 is not available with --model-type t5"},
       {{"--fp16"}, "--fp16 is not available with --model-type t5"},
       {{"--fp8-format", "e4m3"}, "--fp8-format is not available with --model-type t5"},
-      {{"--recompute-granularity", "full"}, "--recompute-granularity is not available with --model-type t5"},
       {{"--num-experts", "4"}, "--model-type t5 is dense only: --num-experts 4"},
       {{"--swiglu"}, "--swiglu does not apply to --model-type t5"},
       {{"--t5-feed-forward", "gated-silu"}, "--t5-feed-forward: feed_forward_proj 'gated-silu' is not built for T5"},

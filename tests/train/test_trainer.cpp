@@ -102,9 +102,9 @@ TEST(Trainer, FlagErrorsNameTheFlag) {
   EXPECT_NE(error_of(with({"--hidden-size", "100", "--num-heads", "7"})).find("--num-attention-heads"), std::string::npos);
   EXPECT_NE(error_of(with({"--model-type", "vlm"})).find("--model-type: unknown value 'vlm'"), std::string::npos);
   EXPECT_NE(error_of(with({"--model-type", "llava"})).find("--model-type llava trains on --sft data"), std::string::npos);
-  EXPECT_NE(error_of(with({"--model-type", "t5", "--bf16"})).find("--bf16 is not available with --model-type t5"),
+  EXPECT_NE(error_of(with({"--model-type", "t5", "--fp16"})).find("--fp16 is not available with --model-type t5"),
             std::string::npos);
-  EXPECT_NE(error_of(with({"--model-type", "bert", "--bf16"})).find("--bf16 is not available with --model-type bert"),
+  EXPECT_NE(error_of(with({"--model-type", "bert", "--fp16"})).find("--fp16 is not available with --model-type bert"),
             std::string::npos);
   EXPECT_NE(error_of(with({"--global-batch-size", "10", "--batch-size", "4"})).find("--global-batch-size"),
             std::string::npos);
