@@ -20,9 +20,12 @@
 #include "objectives/next_token.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
+#include "pipeline_test_util.h"
 #include "train/pipeline_schedule.h"
 
 using namespace megadlm;
+using megadlm::test::fake_pipeline;
+using megadlm::test::rel_diff;
 
 namespace {
 
@@ -100,23 +103,6 @@ double reference_step(LanguageModel& full, Kind kind, int64_t M) {
     loss += full.forward_backward(pb, 1.0f);
   }
   return loss;
-}
-
-// max |a - b| / max |b| over one parameter.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  double err = 0, scale = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    scale = std::fmax(scale, std::fabs(b.data<float>()[i]));
-    const double e = std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]);
-    if (!(e <= err)) err = e;
-  }
-  return err / (scale > 0 ? scale : 1.0);
-}
-
-ParallelContext fake_pipeline(int pp, int rank) {
-  ParallelContext ctx;
-  ctx.pp = ParallelGroup{pp, rank, nullptr, nullptr};  // construction only: no communication
-  return ctx;
 }
 
 std::vector<std::string> names(const LanguageModel& m) {
@@ -285,19 +271,8 @@ class PipelineMpi : public ::testing::Test {
     EXPECT_EQ(prepared, M);
     EXPECT_LE(std::fabs(loss - ref) / std::fabs(ref), 1e-6) << loss << " vs " << ref;
     // Every parameter of this stage against the whole model's, by name.
-    double worst = 0;
     std::string worst_name;
-    for (int id = 0; id < stage.params().count(); ++id) {
-      const std::string& name = stage.params().info(id).name;
-      const int fid = full.params().find(name);
-      ASSERT_GE(fid, 0) << name;
-      const double e = rel_diff(stage.params().grad(id), full.params().grad(fid));
-      if (!(e <= worst)) {
-        worst = e;
-        worst_name = name;
-      }
-    }
-    EXPECT_LE(worst, 1e-5) << "worst gradient: " << worst_name;
+    EXPECT_LE(test::worst_gradient(stage.params(), full.params(), &worst_name), 1e-5) << "worst gradient: " << worst_name;
     double sq = 0;
     for (int64_t i = 0; i < stage.params().numel(); ++i) sq += stage.params().grads()[i] * stage.params().grads()[i];
     EXPECT_GT(sq, 0.0) << "this stage received no gradient";

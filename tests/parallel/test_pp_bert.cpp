@@ -16,10 +16,13 @@
 #include "models/bert_spec.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
+#include "pipeline_test_util.h"
 #include "test_util.h"
 #include "train/pipeline_schedule.h"
 
 using namespace megadlm;
+using megadlm::test::fake_pipeline;
+using megadlm::test::rel_diff;
 
 namespace {
 
@@ -59,23 +62,6 @@ double reference_step(BertModel& full, int64_t M) {
     loss += l.mlm + l.binary;
   }
   return loss;
-}
-
-// max |a - b| / max |b| over one parameter.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  double err = 0, scale = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    scale = std::fmax(scale, std::fabs(b.data<float>()[i]));
-    const double e = std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]);
-    if (!(e <= err)) err = e;
-  }
-  return err / (scale > 0 ? scale : 1.0);
-}
-
-ParallelContext fake_pipeline(int pp, int rank) {
-  ParallelContext ctx;
-  ctx.pp = ParallelGroup{pp, rank, nullptr, nullptr};  // construction only: no communication
-  return ctx;
 }
 
 bool has(const BertModel& m, const std::string& name) { return m.params().find(name) >= 0; }
@@ -206,19 +192,8 @@ TEST_F(PipelineMpiBert, StepMatchesTheWholeModel) {
     EXPECT_LE(std::fabs(loss - ref) / std::fabs(ref), 1e-6) << loss << " vs " << ref;
     const std::vector<BertLosses> parts = stage.take_stage_losses();
     EXPECT_EQ(parts.size(), stage.is_last_stage() ? static_cast<size_t>(M) : 0u);
-    double worst = 0;
     std::string worst_name;
-    for (int id = 0; id < stage.params().count(); ++id) {
-      const std::string& name = stage.params().info(id).name;
-      const int fid = full.params().find(name);
-      ASSERT_GE(fid, 0) << name;
-      const double e = rel_diff(stage.params().grad(id), full.params().grad(fid));
-      if (!(e <= worst)) {
-        worst = e;
-        worst_name = name;
-      }
-    }
-    EXPECT_LE(worst, 1e-5) << "worst gradient: " << worst_name;
+    EXPECT_LE(test::worst_gradient(stage.params(), full.params(), &worst_name), 1e-5) << "worst gradient: " << worst_name;
   }
 }
 
