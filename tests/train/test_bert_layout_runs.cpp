@@ -3,8 +3,8 @@
 // first step within 1e-6 relative, every step of 20 within 1e-4), and the native checkpoints cross
 // layouts: a resume of the single process from the dp2 and tp2 runs' checkpoints, and of tp2 x dp2
 // (distributed optimizer) from the single process's, continue its losses. The pipeline split (pp2,
-// pp2 x dp2) likewise, with resumes across it both ways, and its validation; and the layer count it
-// cannot split is refused by name. Skipped without mpirun.
+// pp2 x dp2, pp2 x tp2 with sequence parallelism) likewise, with resumes across it both ways, and its
+// validation; and the layer count it cannot split is refused by name. Skipped without mpirun.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -38,6 +38,15 @@ TEST(BertLayoutRuns, PipelineStagesGiveTheSingleProcessLosses) {
                           {{"pp2", {2, {"--pipeline-model-parallel-size", "2"}}},
                            {"pp2_dp2", {4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}}}},
                           {{"pp2", {1, {}}}, {"single", {2, {"--pipeline-model-parallel-size", "2"}}}});
+}
+
+// Each stage's layers and heads split over two tensor-parallel ranks with sequence parallelism: the
+// activations between the stages are each rank's N/tp rows.
+TEST(BertLayoutRuns, PipelineWithTensorParallelismGivesTheSingleProcessLosses) {
+  test::check_layout_runs(
+      "bert", test::bert_flags,
+      {{"pp2_tp2_sp", {4, {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"}}}},
+      {});
 }
 
 TEST(BertLayoutRuns, LayersThatTheStagesCannotShareAreRefused) {
