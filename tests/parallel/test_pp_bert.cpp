@@ -14,8 +14,6 @@
 #include "models/bert_model.h"
 #include "models/bert_model_fixture.h"
 #include "models/bert_spec.h"
-#include "parallel/layout.h"
-#include "parallel/mpi_communicator.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 #include "train/pipeline_schedule.h"
@@ -121,58 +119,18 @@ TEST(BertPipelineStages, ChainedStagesEqualTheWholeModel) {
     MicroBatch mb;
     for (int64_t m = 0; m < M; ++m) {
       BertModel::micro_batch_of(batch(m, c), mb);
-      const int64_t n = st[0]->activation_floats(mb);
-      std::vector<std::vector<float>> inputs(pp);
-      for (int r = 0; r + 1 < pp; ++r) {  // forwards, outputs handed down, activations released
-        Tensor out = st[r]->forward_stage(mb, r == 0 ? nullptr : inputs[r].data());
-        inputs[r + 1].assign(out.data<float>(), out.data<float>() + n);
-        st[r]->release_activations();
-      }
-      std::vector<float> grad(n, NAN), next(n, NAN);
-      loss += st[pp - 1]->backward_stage(mb, st[pp - 1]->forward_stage(mb, inputs[pp - 1].data()), nullptr, 1.0f,
-                                         grad.data());
-      for (int r = pp - 2; r >= 0; --r) {
-        Tensor out = st[r]->forward_stage(mb, r == 0 ? nullptr : inputs[r].data());
-        EXPECT_EQ(st[r]->backward_stage(mb, out, grad.data(), 1.0f, r == 0 ? nullptr : next.data()), 0.0);
-        std::swap(grad, next);
-      }
+      loss += test::chain_stages(st, mb);
     }
     EXPECT_EQ(loss, ref);
     EXPECT_EQ(st[pp - 1]->take_stage_losses().size(), static_cast<size_t>(M));
     EXPECT_TRUE(st[0]->take_stage_losses().empty());
-    // The tied copies' gradients summed, as the embedding group does.
-    Tensor g0 = st[0]->shared_gradient(), g3 = st[pp - 1]->shared_gradient();
-    for (int64_t i = 0; i < g0.numel(); ++i) g0.data<float>()[i] += g3.data<float>()[i];
-    int64_t seen = 0;
-    for (int r = 0; r < pp; ++r) {
-      const ParamStore& ps = st[r]->params();
-      for (int id = 0; id < ps.count(); ++id) {
-        const int fid = full.params().find(ps.info(id).name);
-        ASSERT_GE(fid, 0) << ps.info(id).name;
-        EXPECT_EQ(rel_diff(ps.value(id), full.params().value(fid)), 0.0) << ps.info(id).name << ": init differs";
-        if (r == pp - 1 && id == st[r]->shared_embedding_id()) continue;  // checked on stage 0
-        EXPECT_LE(rel_diff(ps.grad(id), full.params().grad(fid)), 1e-5) << ps.info(id).name;
-        ++seen;
-      }
-    }
-    EXPECT_EQ(seen, full.params().count());
+    test::expect_stages_match(st, full.params());
   }
 }
 
 // ---- several ranks (mpirun -np 2 / -np 4: ctest mpi_pp_np2, mpi_pp_np4) ----------------------
 
-class PipelineMpiBert : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!launched_by_mpi()) GTEST_SKIP() << "needs mpirun -np 2 or -np 4 (ctest: mpi_pp_np2, mpi_pp_np4)";
-    init_distributed(nullptr, nullptr);
-    if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks, got " << world_size();
-    ParallelLayout l;
-    l.pp = world_size();
-    ctx = make_parallel_context(l);
-  }
-  ParallelContext ctx;
-};
+class PipelineMpiBert : public test::PipelineWorld {};
 
 // The 1F1B step on every rank for its own stage: the loss (on every stage), the last stage's two
 // losses per micro-batch, and every parameter's gradient (the tied copies after the embedding group's
