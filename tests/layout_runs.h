@@ -18,21 +18,23 @@
 namespace megadlm::test {
 
 // pretrain_difflm with `flags` on `np` ranks, one OpenMP thread each under mpirun; the output into
-// `log`. Fails the test when the run fails.
-inline void train_on_ranks(const std::string& mpirun, int np, const std::vector<std::string>& flags,
-                           const std::string& log) {
+// `log`. Returns how it ended.
+inline ChildResult run_on_ranks(const std::string& mpirun, int np, const std::vector<std::string>& flags,
+                                const std::string& log) {
   ChildOptions opt;
   opt.timeout_s = 300;
-  ChildResult r;
-  if (np == 1) {
-    r = run_binary("pretrain_difflm", flags, log, opt);
-  } else {
-    const std::string asan_options = "ASAN_OPTIONS=" + asan_options_for_mpi();
-    const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
-                                             "btl", "self,vader", "-x", "OMP_NUM_THREADS=1", "-x", asan_options,
-                                             "-np", std::to_string(np), binary_path("pretrain_difflm")};
-    r = run_program(mpirun, plus(launch, flags), log, opt);
-  }
+  if (np == 1) return run_binary("pretrain_difflm", flags, log, opt);
+  const std::string asan_options = "ASAN_OPTIONS=" + asan_options_for_mpi();
+  const std::vector<std::string> launch = {"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
+                                           "btl", "self,vader", "-x", "OMP_NUM_THREADS=1", "-x", asan_options,
+                                           "-np", std::to_string(np), binary_path("pretrain_difflm")};
+  return run_program(mpirun, plus(launch, flags), log, opt);
+}
+
+// The same, failing the test when the run fails.
+inline void train_on_ranks(const std::string& mpirun, int np, const std::vector<std::string>& flags,
+                           const std::string& log) {
+  const ChildResult r = run_on_ranks(mpirun, np, flags, log);
   ASSERT_TRUE(r.exited && r.exit_code == 0) << np << " ranks: run failed:\n" << r.output;
 }
 

@@ -86,11 +86,7 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec
     if (tied && pre_process_) {
       head_weight = embedding_.word_embeddings_id();
     } else if (tied) {
-      // The last stage's own copy of the tied matrix (Megatron's word_embeddings_for_head): the same
-      // name, hence the same name-keyed init as the first stage's, kept equal by summing the two
-      // gradients over the embedding group. Sharded over the vocabulary like the embedding.
-      head_weight = params_.add_balanced_shard("embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size}, 0,
-                                               ctx.tp.size, ctx.tp.rank, Init::Normal, cfg.init_method_std, true);
+      head_weight = add_word_embeddings(params_, ctx_, cfg);  // the last stage's copy of the tied matrix
     }
     head_ = LMHead(params_, cfg_, head_weight, &ctx_);
   }

@@ -15,6 +15,10 @@ struct MicroBatch {
   std::vector<int32_t> segment_ids;  // document ids for per-document attention, or empty
   std::vector<int32_t> targets;      // label ids, kIgnoreIndex where no loss (empty: forward only)
   std::vector<float> weights;        // per-token loss weights, or empty for 1
+  // BERT (models/bert_model.h): the sentence (A/B) ids of the token-type embedding, and the [B] labels
+  // of the binary head (kMlmIgnore: no loss). Empty for the other families.
+  std::vector<int32_t> token_types;
+  std::vector<int32_t> sequence_labels;
   // Context parallelism (models/context_parallel.h): the arrays above hold this rank's chunks of each
   // sequence, and this the whole sequences' document ids [B, T*cp] (empty without documents).
   std::vector<int32_t> sequence_segment_ids;
@@ -36,6 +40,8 @@ struct MicroBatch {
     for (auto* v : {&tokens, &positions, &segment_ids, &targets}) v->resize(N);
     weights.resize(N);
     sequence_segment_ids.clear();
+    token_types.clear();
+    sequence_labels.clear();
     block_diffusion = 0;
   }
 

@@ -5,6 +5,11 @@
 
 namespace megadlm {
 
+int add_word_embeddings(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg) {
+  return store.add_balanced_shard("embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size}, 0, ctx.tp.size,
+                                  ctx.tp.rank, Init::Normal, cfg.init_method_std, true);
+}
+
 Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg,
                      const EmbeddingSpec& spec)
     : store_(&store), ctx_(&ctx), V_(cfg.vocab_size), C_(cfg.hidden_size), P_(cfg.max_position_embeddings),
@@ -15,8 +20,7 @@ Embedding::Embedding(ParamStore& store, const ParallelContext& ctx, const Transf
   // divide by tp: the first V % tp ranks hold one row more).
   MEGADLM_CHECK(V_ >= ctx.tp.size, "the vocabulary size ", V_, " is smaller than --tensor-model-parallel-size ",
                 ctx.tp.size, ": every rank needs a row");
-  wte_ = store.add_balanced_shard("embed_tokens.weight", {V_, C_}, 0, ctx.tp.size, ctx.tp.rank, Init::Normal,
-                                  cfg.init_method_std, true);
+  wte_ = add_word_embeddings(store, ctx, cfg);
   vocab_start_ = store.info(wte_).shard_begin;
   V_local_ = store.info(wte_).shape[0];
   if (spec.learned_positions)

@@ -16,6 +16,12 @@
 
 namespace megadlm {
 
+// Registers this tp rank's shard [V/tp, C] of the word embeddings, embed_tokens.weight, and gives its
+// id. Embedding's own table, and the last pipeline stage's copy for a tied output layer (Megatron's
+// word_embeddings_for_head): the same name, hence the same name-keyed init, kept equal by summing the
+// two copies' gradients over the embedding group.
+int add_word_embeddings(ParamStore& store, const ParallelContext& ctx, const TransformerConfig& cfg);
+
 class Embedding {
  public:
   Embedding() = default;

@@ -220,9 +220,9 @@ void read_block_diffusion_flags(const CliFlags& f, TrainArgs& a) {
                 " must be in [0, --bd3-clip-max ", a.bd3_clip_max, ")");
 }
 
-// --model-type bert and t5 train on the CPU in fp32 or bf16 (train/family_trainer.h), BERT under data and
-// tensor parallelism (T5 without sequence parallelism): what that does not build is an Error naming the flag,
-// MoE first (both are dense only).
+// --model-type bert and t5 train on the CPU in fp32 or bf16 (train/family_trainer.h), BERT under data,
+// tensor and pipeline parallelism (T5 under data and tensor parallelism without sequence parallelism):
+// what that does not build is an Error naming the flag, MoE first (both are dense only).
 void read_family_flags(const CliFlags& f, TrainArgs& a) {
   const bool bert = a.model_type == ModelType::BERT, t5 = a.model_type == ModelType::T5;
   refuse_flags_for_other_models(f, bert, std::initializer_list<const char*>{"bert-no-binary-head"}, "--model-type bert");
@@ -232,10 +232,11 @@ void read_family_flags(const CliFlags& f, TrainArgs& a) {
   const std::string type = model_type_name(a.model_type);
   MEGADLM_CHECK(f.get_int("num-experts") == 0, "--model-type ", type, " is dense only: --num-experts ",
                 f.get_int("num-experts"), " is not available for it");
-  const std::string why = bert ? " (pretrain_difflm trains BERT on the CPU, in fp32 or bf16, under data and tensor parallelism: docs/bert.md)"
+  const std::string why = bert ? " (pretrain_difflm trains BERT on the CPU, in fp32 or bf16, under data, tensor and pipeline parallelism: docs/bert.md)"
                                : " (pretrain_difflm trains T5 on the CPU, in fp32 or bf16, under data and tensor parallelism: docs/t5.md)";
   for (const char* flag : {"pipeline-model-parallel-size", "context-parallel-size", "expert-model-parallel-size"})
-    MEGADLM_CHECK(f.get_int(flag) == 1, "--", flag, " ", f.get_int(flag), " is not available with --model-type ", type, why);
+    MEGADLM_CHECK(f.get_int(flag) == 1 || (bert && std::string(flag) == "pipeline-model-parallel-size"), "--", flag, " ",
+                  f.get_int(flag), " is not available with --model-type ", type, why);
   MEGADLM_CHECK(f.get_string("device") == "cpu", "--device ", f.get_string("device"),
                 " is not available with --model-type ", type, why);
   // The other model types' objectives and inputs; --load-hf imports decoders (convert_checkpoint

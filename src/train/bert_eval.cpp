@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "train/pipeline_schedule.h"
+
 namespace megadlm {
 
 BertBatch bert_batch_of(const BertDataset& data, int64_t first, int64_t B, bool binary_head, BertSample& scratch) {
@@ -43,22 +45,35 @@ double count_order_correct(const BertBatch& batch, const float* binary_logits) {
 
 }  // namespace
 
+// Through the pipeline (one stage at pp = 1): the last stage scores each batch, and its sums go to
+// every stage at the end.
 BertEvalResult evaluate_bert(BertModel& model, const BertDataset& data, int64_t B, int64_t batches, bool binary_head) {
   BertEvalResult r;
   batches = std::min(batches, data.size() / B);
   BertSample scratch;
+  MicroBatch mb;
   double masked = 0, correct = 0, order_correct = 0;
   for (int64_t i = 0; i < batches; ++i) {
     const BertBatch batch = bert_batch_of(data, i * B, B, binary_head, scratch);
-    BertModel::Logits logits;
-    const BertLosses l = model.forward_loss(batch, &logits);
-    r.sop_loss += l.binary / static_cast<double>(B);
-    double batch_masked = 0;
-    count_masked(batch, logits.mlm.data<float>(), logits.mlm.size(1), &batch_masked, &correct);
-    if (binary_head) order_correct += count_order_correct(batch, logits.binary.data<float>());
-    masked += batch_masked;
-    r.mlm_loss += l.mlm / std::max(batch_masked, 1.0);
+    BertModel::micro_batch_of(batch, mb);
+    pipeline_forward(model, model.context(), mb, [&](const Tensor& out) {
+      BertModel::Logits logits;
+      const BertLosses l = model.stage_losses(mb, out, &logits);
+      r.sop_loss += l.binary / static_cast<double>(B);
+      double batch_masked = 0;
+      count_masked(batch, logits.mlm.data<float>(), logits.mlm.size(1), &batch_masked, &correct);
+      if (binary_head) order_correct += count_order_correct(batch, logits.binary.data<float>());
+      masked += batch_masked;
+      r.mlm_loss += l.mlm / std::max(batch_masked, 1.0);
+    });
   }
+  double sums[5] = {r.mlm_loss, r.sop_loss, masked, correct, order_correct};
+  broadcast_from_last_stage(model.context(), sums, 5);
+  r.mlm_loss = sums[0];
+  r.sop_loss = sums[1];
+  masked = sums[2];
+  correct = sums[3];
+  order_correct = sums[4];
   r.batches = batches;
   r.masked_tokens = static_cast<int64_t>(masked);
   if (batches > 0) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "train/data_setup.h"
 #include "train/family_data.h"
+#include "train/pipeline_schedule.h"
 
 namespace megadlm {
 
@@ -74,15 +75,42 @@ double BertTrainer::flops_per_sample() const {
 // over its sequences (Megatron's BERT loss); the step's loss is their mean over the global batch's
 // micro-batches. One grad_scale 1 / (B M) scales both heads, so each masked row weighs B / masked to
 // give the mean.
-void BertTrainer::micro_batch(int64_t first, int64_t M, double* parts) {
+BertBatch BertTrainer::training_batch(int64_t first) {
   const int64_t B = args_.micro_batch_size;
   BertBatch batch = bert_batch_of(*train_, first, B, args_.bert_binary_head, sample_);
   const auto masked = std::count_if(batch.mlm_labels.begin(), batch.mlm_labels.end(),
                                     [](int32_t l) { return l != kMlmIgnore; });
   batch.mlm_weights.assign(batch.mlm_labels.size(), static_cast<float>(B) / static_cast<float>(std::max<int64_t>(masked, 1)));
-  const BertLosses l = model_->forward_backward(batch, 1.0f / static_cast<float>(B * M));
-  parts[0] += l.mlm / static_cast<double>(B * M);
-  if (args_.bert_binary_head) parts[1] += l.binary / static_cast<double>(B * M);
+  return batch;
+}
+
+void BertTrainer::add_parts(const BertLosses& l, int64_t M, double* parts) const {
+  const double BM = static_cast<double>(args_.micro_batch_size * M);
+  parts[0] += l.mlm / BM;
+  if (args_.bert_binary_head) parts[1] += l.binary / BM;
+}
+
+void BertTrainer::micro_batch(int64_t first, int64_t M, double* parts) {
+  const BertLosses l = model_->forward_backward(training_batch(first), 1.0f / static_cast<float>(args_.micro_batch_size * M));
+  add_parts(l, M, parts);
+}
+
+// Every stage reads every micro-batch (the tokens for the first stage, the padding for the attention
+// of all, the labels for the last); the losses come from the last stage.
+void BertTrainer::pipeline_micro_batches(const std::function<int64_t(int64_t)>& first, int64_t M, double* parts) {
+  const ParallelContext& ctx = parallel_->context();
+  pipeline_1f1b_step(*model_, ctx, M,
+                     [&](int64_t m, MicroBatch& mb) { BertModel::micro_batch_of(training_batch(first(m)), mb); },
+                     1.0f / static_cast<float>(args_.micro_batch_size * M));
+  const int n = static_cast<int>(loss_names().size());
+  std::vector<double> step(static_cast<size_t>(n), 0.0);
+  for (const BertLosses& l : model_->take_stage_losses()) add_parts(l, M, step.data());
+  broadcast_from_last_stage(ctx, step.data(), n);
+  for (int i = 0; i < n; ++i) parts[i] += step[static_cast<size_t>(i)];
+}
+
+int BertTrainer::tied_embedding_copy() const {
+  return model_->is_first_stage() ? -1 : model_->shared_embedding_id();
 }
 
 BertEvalResult BertTrainer::evaluate(const BertDataset& data, int64_t batches) {

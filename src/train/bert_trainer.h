@@ -1,7 +1,9 @@
 #pragma once
 // pretrain_difflm --model-type bert: BERT pretraining (the MLM loss and, with the binary head, the
-// sentence-order loss) on the CPU in fp32 or --bf16, with or without --recompute-* (docs/bert.md), under data and tensor parallelism (with or
-// without sequence parallelism and the distributed optimizer; one pipeline stage). Samples come from
+// sentence-order loss) on the CPU in fp32 or --bf16, with or without --recompute-* (docs/bert.md), under
+// data, tensor and pipeline parallelism (with or without sequence parallelism and the distributed
+// optimizer; with pp > 1 the micro-batches go through the 1F1B schedule, train/pipeline_schedule.h, every
+// stage reading each of them). Samples come from
 // BertDataset over the --data-path prefix (sentence-split, --split by documents); a global batch of
 // --global-batch-size / --micro-batch-size micro-batches, each data-parallel rank taking its share as
 // Megatron's sampler deals them, accumulates into one AdamW update under the LR schedule. The
@@ -37,6 +39,12 @@ class BertTrainer : public FamilyTrainer {
 
   std::vector<std::string> loss_names() const override;
   void micro_batch(int64_t first, int64_t M, double* parts) override;
+  void pipeline_micro_batches(const std::function<int64_t(int64_t)>& first, int64_t M, double* parts) override;
+  int tied_embedding_copy() const override;
+  // Samples [first, first + B) of the training data, the MLM rows weighted for the micro-batch's mean.
+  BertBatch training_batch(int64_t first);
+  // A micro-batch's losses into the step's parts (its share of M micro-batches).
+  void add_parts(const BertLosses& l, int64_t M, double* parts) const;
   bool has_validation() const override { return valid_ != nullptr; }
   void evaluate_and_log(int64_t iteration) override;
   void log_header() const override;

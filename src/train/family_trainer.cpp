@@ -36,7 +36,7 @@ void FamilyTrainer::start(ParamStore& params, ParallelTraining::ParamsFactory ma
   params.init(args_.seed);
   optimizer_ = std::make_unique<AdamW>(params, args_.adam);
   parallel_->adopt(*optimizer_);
-  parallel_->attach(params, args_.adam, std::move(make_params));
+  parallel_->attach(params, args_.adam, std::move(make_params), tied_embedding_copy());
   if (!args_.load.empty()) load();
   if (precision_) precision_->weights_updated();  // the initialised or loaded weights
   if (!args_.save.empty() && parallel_->writes_files()) {
@@ -121,6 +121,11 @@ void FamilyTrainer::save(int64_t iteration) {
   log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
 }
 
+void FamilyTrainer::pipeline_micro_batches(const std::function<int64_t(int64_t)>&, int64_t, double*) {
+  fail("--pipeline-model-parallel-size ", parallel_->context().pp.size,
+       " is not available with --model-type ", family_);
+}
+
 // Data-parallel rank r takes micro-batches r, r + dp, r + 2 dp, ... of the global batch (rows
 // [r B, (r+1) B) of each block of B dp samples, Megatron's sampler), M of them; the gradients' and
 // the losses' data-parallel mean is then the global batch's.
@@ -129,10 +134,15 @@ FamilyTrainer::Step FamilyTrainer::train_step() {
   params_->zero_grads();
   Step step;
   step.parts.assign(loss_names().size(), 0.0);
-  for (int64_t m = 0; m < M; ++m) {
-    const int64_t first = static_cast<int64_t>(consumed_samples_) + (m * dp + parallel_->dp_rank()) * B;
-    parallel_->before_micro_batch(m, M);
-    micro_batch(first, M, step.parts.data());
+  auto first = [&](int64_t m) { return static_cast<int64_t>(consumed_samples_) + (m * dp + parallel_->dp_rank()) * B; };
+  if (parallel_->context().pp.size > 1) {
+    pipeline_micro_batches(first, M, step.parts.data());
+    parallel_->before_micro_batch(M - 1, M);  // after every backward: the reduction is not overlapped
+  } else {
+    for (int64_t m = 0; m < M; ++m) {
+      parallel_->before_micro_batch(m, M);
+      micro_batch(first(m), M, step.parts.data());
+    }
   }
   parallel_->reduce_gradients();
   parallel_->sum_over_dp(step.parts.data(), static_cast<int>(step.parts.size()));
@@ -210,7 +220,7 @@ bool FamilyTrainer::save_or_exit(const Timer& run_timer) {
 int64_t FamilyTrainer::run() {
   log_header();
   const ParallelContext& ctx = parallel_->context();
-  log_info("layout: ", ctx.world_size, " ranks = tp ", ctx.tp.size, " x dp ", ctx.dp.size,
+  log_info("layout: ", ctx.world_size, " ranks = tp ", ctx.tp.size, " x pp ", ctx.pp.size, " x dp ", ctx.dp.size,
            sequence_parallel(ctx) ? ", sequence parallel" : "",
            parallel_->distributed_optimizer() ? ", distributed optimizer" : "");
   Timer run_timer;

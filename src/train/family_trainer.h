@@ -6,8 +6,8 @@
 // micro-batches of Megatron's sampler, the gradient reduction, the norm, the update or the skip under
 // StepGuard), the native checkpoints (save, resume, --finetune, the flags' config against the
 // checkpoint's), the log line and metrics.jsonl, the evaluation cadence and the exits. A family gives
-// its model's parameters, one micro-batch's forward and backward, its evaluation, its log header and
-// its checkpoint fields.
+// its model's parameters, one micro-batch's forward and backward (under pp > 1 the step's micro-batches
+// through the pipeline schedule), its evaluation, its log header and its checkpoint fields.
 //
 // A step's losses are `parts` (loss_names() names them: "mlm", "sop"; "lm"); the loss is their sum.
 // micro_batch adds each part's share of the step on this rank (its micro-batch's loss / M for M local
@@ -68,6 +68,13 @@ class FamilyTrainer {
   // gradients scaled so that the step's is the mean of the micro-batches' mean losses; adds each
   // part's loss / M to parts.
   virtual void micro_batch(int64_t first, int64_t M, double* parts) = 0;
+  // Under pipeline parallelism (pp > 1) the step's M local micro-batches through the 1F1B schedule
+  // (train/pipeline_schedule.h), micro-batch m of samples [first(m), first(m) + B); adds to parts as M
+  // micro_batch calls would, the same on every stage. A family without a pipeline split refuses.
+  virtual void pipeline_micro_batches(const std::function<int64_t(int64_t m)>& first, int64_t M, double* parts);
+  // Under pp > 1, the id of this rank's copy of the tied word embeddings when it is the last stage's
+  // (the gradient norm counts it once), else -1.
+  virtual int tied_embedding_copy() const { return -1; }
   virtual bool has_validation() const = 0;
   virtual void evaluate_and_log(int64_t iteration) = 0;
   virtual void log_header() const = 0;           // the model, batch, data and objective lines

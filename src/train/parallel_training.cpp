@@ -49,7 +49,7 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
 ParallelTraining::~ParallelTraining() = default;
 
 void ParallelTraining::attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_model) {
-  model_ = &model;
+  if (!model.is_first_stage()) tied_copy_ = model.shared_embedding_id();
   auto make_params = [make_model = std::move(make_model)](const ParallelContext& ctx) {
     std::shared_ptr<LanguageModel> m = make_model(ctx);
     return std::shared_ptr<ParamStore>(m, &m->params());
@@ -59,7 +59,9 @@ void ParallelTraining::attach(LanguageModel& model, const AdamWConfig& adam, Mod
     model.set_grads_ready_hook([this](int first) { buckets_->grads_ready(first); });
 }
 
-void ParallelTraining::attach(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params) {
+void ParallelTraining::attach(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params,
+                              int tied_copy) {
+  tied_copy_ = tied_copy;
   attach_params(params, adam, std::move(make_params), params.device(), false);
 }
 
@@ -105,10 +107,8 @@ void ParallelTraining::sum_over_cp(double* v, int n) {
 std::function<bool(const ParamInfo&)> ParallelTraining::duplicate_filter() const {
   // Tied embeddings with pp > 1: the last stage's copy of embed_tokens.weight equals the first
   // stage's after the embedding-group sum; count it once, on the first stage.
-  if (model_ == nullptr) return nullptr;
-  const int shared = model_->shared_embedding_id();
-  if (ctx_.pp.size <= 1 || shared < 0 || model_->is_first_stage()) return nullptr;
-  const int64_t offset = params_->info(shared).offset;
+  if (ctx_.pp.size <= 1 || tied_copy_ < 0) return nullptr;
+  const int64_t offset = params_->info(tied_copy_).offset;
   return [offset](const ParamInfo& p) { return p.offset == offset; };
 }
 

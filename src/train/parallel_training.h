@@ -45,11 +45,13 @@ class ParallelTraining {
   // a host twin of this rank's part (checkpoints of a model on a device).
   using ModelFactory = std::function<std::unique_ptr<LanguageModel>(const ParallelContext&)>;
   void attach(LanguageModel& model, const AdamWConfig& adam, ModelFactory make_model);
-  // The same for another model's parameters (BertModel's): on the CPU, one pipeline stage, the
-  // gradients reduced after the last backward (no overlap). make_params builds that model for a layout
-  // and gives its parameters (an aliasing shared_ptr keeps the model alive).
+  // The same for another model's parameters (BertModel's, T5Model's): on the CPU, the gradients
+  // reduced after the last backward (no overlap). make_params builds that model for a layout and gives
+  // its parameters (an aliasing shared_ptr keeps the model alive). tied_copy: under pp > 1, the id of
+  // the last stage's copy of the tied word embeddings, which the gradient norm counts once (on the
+  // first stage), or -1.
   using ParamsFactory = std::function<std::shared_ptr<ParamStore>(const ParallelContext&)>;
-  void attach(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params);
+  void attach(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params, int tied_copy = -1);
   // Before the forward/backward of local micro-batch m of M: the last one arms the bucket launches.
   void before_micro_batch(int64_t m, int64_t M);
   // After the last backward: gradients become the data-parallel mean (or the optimizer's shards),
@@ -90,7 +92,7 @@ class ParallelTraining {
   ParallelContext ctx_;
   ParamStore* params_ = nullptr;
   Device device_ = Device::CPU;
-  LanguageModel* model_ = nullptr;  // null for a model attached by its parameters
+  int tied_copy_ = -1;  // this rank's duplicate of another stage's parameter (duplicate_filter), or -1
   ParamsFactory make_params_;
   void attach_params(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params, Device device,
                      bool overlap);

@@ -128,11 +128,11 @@ class OneFOneB {
   double loss_ = 0;
 };
 
-void broadcast_from_last_stage(const ParallelContext& ctx, double& value) {
-  if (ctx.pp.size > 1) ctx.pp.communicator().broadcast(&value, sizeof value, ctx.pp.size - 1);
-}
-
 }  // namespace
+
+void broadcast_from_last_stage(const ParallelContext& ctx, double* v, int n) {
+  if (ctx.pp.size > 1) ctx.pp.communicator().broadcast(v, sizeof(double) * static_cast<size_t>(n), ctx.pp.size - 1);
+}
 
 void reduce_shared_gradient(PipelineStage& stage, const ParallelContext& ctx) {
   Tensor g = stage.shared_gradient();
@@ -145,25 +145,27 @@ double pipeline_1f1b_step(PipelineStage& stage, const ParallelContext& ctx, int6
   MEGADLM_CHECK(num_micro_batches >= 1, "a pipeline step needs at least one micro-batch, got ", num_micro_batches);
   double loss = OneFOneB(stage, ctx, prepare, grad_scale).run(num_micro_batches);
   reduce_shared_gradient(stage, ctx);
-  broadcast_from_last_stage(ctx, loss);
+  broadcast_from_last_stage(ctx, &loss, 1);
   return loss;
 }
 
-double pipeline_forward_loss(PipelineStage& stage, const ParallelContext& ctx, const MicroBatch& mb) {
+void pipeline_forward(PipelineStage& stage, const ParallelContext& ctx, const MicroBatch& mb,
+                      const std::function<void(const Tensor& out)>& last) {
   const int64_t n = stage.activation_floats(mb);
   const Device dev = stage.device();
   StageBuffer input;
   input.resize(dev, stage.is_first_stage() ? 0 : n);
   p2p::recv_forward(ctx, dev, input.data(), n, 0);
   Tensor out = stage.forward_stage(mb, input.data());
+  if (stage.is_last_stage()) last(out);
+  else p2p::send_forward(ctx, dev, out.data<float>(), n, 0);
+  stage.release_activations();
+}
+
+double pipeline_forward_loss(PipelineStage& stage, const ParallelContext& ctx, const MicroBatch& mb) {
   double loss = 0;
-  if (stage.is_last_stage()) {
-    loss = stage.loss_stage(mb, out);
-  } else {
-    p2p::send_forward(ctx, dev, out.data<float>(), n, 0);
-    stage.release_activations();
-  }
-  broadcast_from_last_stage(ctx, loss);
+  pipeline_forward(stage, ctx, mb, [&](const Tensor& out) { loss = stage.loss_stage(mb, out); });
+  broadcast_from_last_stage(ctx, &loss, 1);
   return loss;
 }
 

@@ -38,6 +38,16 @@ double pipeline_1f1b_step(PipelineStage& stage, const ParallelContext& ctx, int6
 // Forward only (evaluation) of one micro-batch through the pipeline; the loss on every stage.
 double pipeline_forward_loss(PipelineStage& stage, const ParallelContext& ctx, const MicroBatch& mb);
 
+// Forward only of one micro-batch through the pipeline: on the last stage `last` is called with the
+// stage's output (forward_stage's, in the model's arena, freed after it returns); nothing is
+// broadcast (broadcast_from_last_stage does).
+void pipeline_forward(PipelineStage& stage, const ParallelContext& ctx, const MicroBatch& mb,
+                      const std::function<void(const Tensor& out)>& last);
+
+// v[n] of the last stage on every stage of the pipeline (the losses that only it computes); nothing
+// with one stage.
+void broadcast_from_last_stage(const ParallelContext& ctx, double* v, int n);
+
 // Sums the gradient that the first and the last stage share (tied embeddings, pp > 1) over ctx.embd;
 // nothing otherwise. pipeline_1f1b_step calls it.
 void reduce_shared_gradient(PipelineStage& stage, const ParallelContext& ctx);

@@ -20,9 +20,11 @@
 #include "objectives/next_token.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
+#include "pipeline_test_util.h"
 #include "train/pipeline_schedule.h"
 
 using namespace megadlm;
+using megadlm::test::fake_pipeline;
 
 namespace {
 
@@ -102,23 +104,6 @@ double reference_step(LanguageModel& full, Kind kind, int64_t M) {
   return loss;
 }
 
-// max |a - b| / max |b| over one parameter.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  double err = 0, scale = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    scale = std::fmax(scale, std::fabs(b.data<float>()[i]));
-    const double e = std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]);
-    if (!(e <= err)) err = e;
-  }
-  return err / (scale > 0 ? scale : 1.0);
-}
-
-ParallelContext fake_pipeline(int pp, int rank) {
-  ParallelContext ctx;
-  ctx.pp = ParallelGroup{pp, rank, nullptr, nullptr};  // construction only: no communication
-  return ctx;
-}
-
 std::vector<std::string> names(const LanguageModel& m) {
   std::vector<std::string> out;
   for (const ParamInfo& p : m.params().infos()) out.push_back(p.name);
@@ -190,47 +175,14 @@ TEST(PipelineStages, ChainedStagesEqualTheWholeModel) {
         st.push_back(std::make_unique<LanguageModel>(c, spec_of(kind, c), fake_pipeline(pp, r)));
         st.back()->params().init(kSeed);
       }
-      const int64_t n = kB * kT * c.hidden_size;
       double loss = 0;
       MicroBatch pb;
       for (int64_t m = 0; m < M; ++m) {
         prepare(kind, c, m, M, pb);
-        const MicroBatch& mb = pb;
-        std::vector<std::vector<float>> inputs(pp);
-        for (int r = 0; r + 1 < pp; ++r) {  // forwards, outputs handed down, arenas reset
-          Tensor out = st[r]->forward_stage(mb, r == 0 ? nullptr : inputs[r].data());
-          inputs[r + 1].assign(out.data<float>(), out.data<float>() + n);
-          st[r]->arena().reset();
-        }
-        std::vector<float> grad(n, NAN), next(n, NAN);
-        loss += st[pp - 1]->backward_stage(mb, st[pp - 1]->forward_stage(mb, inputs[pp - 1].data()), nullptr, 1.0f,
-                                           grad.data());
-        for (int r = pp - 2; r >= 0; --r) {  // recompute, then backward
-          Tensor out = st[r]->forward_stage(mb, r == 0 ? nullptr : inputs[r].data());
-          st[r]->backward_stage(mb, out, grad.data(), 1.0f, r == 0 ? nullptr : next.data());
-          std::swap(grad, next);
-        }
+        loss += test::chain_stages(st, pb);
       }
       EXPECT_EQ(loss, ref) << "kind " << static_cast<int>(kind) << " tied " << tied;
-      // The tied copies' gradients summed, as the embedding group does.
-      if (tied) {
-        Tensor g0 = st[0]->params().grad(st[0]->shared_embedding_id());
-        Tensor g3 = st[pp - 1]->params().grad(st[pp - 1]->shared_embedding_id());
-        for (int64_t i = 0; i < g0.numel(); ++i) g0.data<float>()[i] += g3.data<float>()[i];
-      }
-      int64_t seen = 0;
-      for (int r = 0; r < pp; ++r) {
-        const ParamStore& ps = st[r]->params();
-        for (int id = 0; id < ps.count(); ++id) {
-          const int fid = full.params().find(ps.info(id).name);
-          ASSERT_GE(fid, 0) << ps.info(id).name;
-          EXPECT_EQ(rel_diff(ps.value(id), full.params().value(fid)), 0.0) << ps.info(id).name << ": init differs";
-          if (r == pp - 1 && id == st[r]->shared_embedding_id()) continue;  // checked on stage 0
-          EXPECT_LE(rel_diff(ps.grad(id), full.params().grad(fid)), 1e-5) << ps.info(id).name;
-          ++seen;
-        }
-      }
-      EXPECT_EQ(seen, full.params().count());
+      test::expect_stages_match(st, full.params());
     }
   }
 }
@@ -251,17 +203,8 @@ TEST(PipelineStages, OneStageScheduleIsThePlainLoop) {
 
 // ---- several ranks (mpirun -np 2 / -np 4: ctest mpi_pp_np2, mpi_pp_np4) ----------------------
 
-class PipelineMpi : public ::testing::Test {
+class PipelineMpi : public test::PipelineWorld {
  protected:
-  void SetUp() override {
-    if (!launched_by_mpi()) GTEST_SKIP() << "needs mpirun -np 2 or -np 4 (ctest: mpi_pp_np2, mpi_pp_np4)";
-    init_distributed(nullptr, nullptr);
-    if (world_size() != 2 && world_size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks, got " << world_size();
-    ParallelLayout l;
-    l.pp = world_size();
-    ctx = make_parallel_context(l);
-  }
-
   // The pipeline step against the single-process reference, on every rank for its own stage.
   void check(Kind kind, bool tied, int64_t M) {
     SCOPED_TRACE(std::string(kind == Kind::Gpt ? "gpt" : "dlm") + (tied ? " tied" : " untied") + " M " +
@@ -285,19 +228,8 @@ class PipelineMpi : public ::testing::Test {
     EXPECT_EQ(prepared, M);
     EXPECT_LE(std::fabs(loss - ref) / std::fabs(ref), 1e-6) << loss << " vs " << ref;
     // Every parameter of this stage against the whole model's, by name.
-    double worst = 0;
     std::string worst_name;
-    for (int id = 0; id < stage.params().count(); ++id) {
-      const std::string& name = stage.params().info(id).name;
-      const int fid = full.params().find(name);
-      ASSERT_GE(fid, 0) << name;
-      const double e = rel_diff(stage.params().grad(id), full.params().grad(fid));
-      if (!(e <= worst)) {
-        worst = e;
-        worst_name = name;
-      }
-    }
-    EXPECT_LE(worst, 1e-5) << "worst gradient: " << worst_name;
+    EXPECT_LE(test::worst_gradient(stage.params(), full.params(), &worst_name), 1e-5) << "worst gradient: " << worst_name;
     double sq = 0;
     for (int64_t i = 0; i < stage.params().numel(); ++i) sq += stage.params().grads()[i] * stage.params().grads()[i];
     EXPECT_GT(sq, 0.0) << "this stage received no gradient";
@@ -306,7 +238,6 @@ class PipelineMpi : public ::testing::Test {
     ctx.pp.communicator().all_reduce_sum(&owned, 1);
     EXPECT_EQ(owned, full.params().count());
   }
-  ParallelContext ctx;
 };
 
 TEST_F(PipelineMpi, GptTiedFewerMicroBatchesThanStages) { check(Kind::Gpt, true, ctx.pp.size - 1); }

@@ -119,7 +119,6 @@ TEST_F(BertRun, UnbuiltFlagsAreRefusedByName) {
   MEGADLM_REQUIRE_BINARY("pretrain_difflm");
   const auto base = plus(bert_flags(data, vocab), {"--train-iters", "2"});
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--pipeline-model-parallel-size", "2"}, "--pipeline-model-parallel-size 2 is not available with --model-type bert"},
       {{"--overlap-grad-reduce"}, "--overlap-grad-reduce is not available with --model-type bert"},
       {{"--context-parallel-size", "2"}, "--context-parallel-size 2 is not available"},
       {{"--fp16"}, "--fp16 is not available"},
