@@ -4,8 +4,10 @@
 //   the single process resumed from the dp2 run's iteration-10 checkpoint continues its losses.
 // - pp2 (2 layers, 4 micro-batches a step, so the first stage's 1F1B has two in flight and recomputes
 //   each forward after a later micro-batch's): the tower and projector on the first stage, each
-//   micro-batch's forwards with its own images; the single process resumed from the pp2 run's
-//   iteration-10 checkpoint, and pp2 resumed from the single process's, continue the losses.
+//   micro-batch's forwards with its own images; the parameters after 20 steps agree too (within 1e-5
+//   of their scale: the tower's would not with another micro-batch's images in a backward); the single
+//   process resumed from the pp2 run's iteration-10 checkpoint, and pp2 resumed from the single
+//   process's, continue the losses. And gpt with the tower and the language model frozen.
 // Skipped without mpirun.
 #include <gtest/gtest.h>
 
@@ -97,42 +99,53 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
   if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
   test::TempDir tmp;
   const std::string data = test::make_llava_data(tmp, 24);
+  // `flags` in one process (into tmp/<name>_single) and on two stages (tmp/<name>_pp2): the same 20 losses,
+  // and parameters after 20 steps within 1e-5 of the single process's scale. The losses see the tower's
+  // gradients only through later steps; its parameters show them directly (a backward through another
+  // micro-batch's images moves them by about the learning rate).
+  const auto single_and_pp2 = [&](const std::string& name, const std::vector<std::string>& flags) {
+    const std::string ref = tmp / (name + "_single"), save = tmp / (name + "_pp2");
+    test::train_on_ranks(mpirun, 1, test::plus(flags, {"--save", ref}), ref + ".log");
+    if (::testing::Test::HasFatalFailure()) return;
+    test::train_on_ranks(mpirun, 2, test::plus(flags, {"--pipeline-model-parallel-size", "2", "--save", save}),
+                         save + ".log");
+    if (::testing::Test::HasFatalFailure()) return;
+    const auto want = test::losses_of(ref);
+    ASSERT_EQ(want.size(), 20u);
+    test::expect_same_losses(want, test::losses_of(save), 20, 1e-6, name + " pp2");
+    test::report_losses(want, test::losses_of(save), "llava " + name + " pp2");
+    for (const std::string part : {"vision_tower.", "multi_modal_projector.", ""}) {
+      const double diff = max_param_difference(ref, save, part);
+      EXPECT_LT(diff, 1e-5) << part;
+      std::printf("llava %s pp2: parameters %s* after 20 steps within %.3e of the single process's\n", name.c_str(),
+                  part.c_str(), diff);
+    }
+  };
   for (const std::string lm : {"gpt", "difflm"}) {
     SCOPED_TRACE(lm);
     // One layer a stage; 4 micro-batches of 2 a step.
     const std::vector<std::string> flags =
         test::set_flag(test::set_flag(run_flags(data, lm), "--num-layers", "2"), "--global-batch-size", "8");
-    const std::vector<std::string> pp2 = test::plus(flags, {"--pipeline-model-parallel-size", "2"});
-    const std::string ref = tmp / (lm + "_single");
-    test::train_on_ranks(mpirun, 1, test::plus(flags, {"--save", ref}), ref + ".log");
+    single_and_pp2(lm, flags);
     if (HasFatalFailure()) return;
-    const auto want = test::losses_of(ref);
-    ASSERT_EQ(want.size(), 20u);
-    const std::string save = tmp / (lm + "_pp2");
-    test::train_on_ranks(mpirun, 2, test::plus(pp2, {"--save", save}), save + ".log");
-    if (HasFatalFailure()) return;
-    test::expect_same_losses(want, test::losses_of(save), 20, 1e-6, lm + " pp2");
-    test::report_losses(want, test::losses_of(save), "llava " + lm + " pp2");
-    // The losses see the tower's gradients only through later steps; its parameters show them directly
-    // (a backward through another micro-batch's images moves them by about the learning rate).
-    for (const std::string part : {"vision_tower.", "multi_modal_projector.", ""}) {
-      const double diff = max_param_difference(ref, save, part);
-      EXPECT_LT(diff, 1e-5) << part;
-      std::printf("llava %s pp2: parameters %s* after 20 steps within %.3e of the single process's\n", lm.c_str(),
-                  part.c_str(), diff);
-    }
     // The checkpoints hold the full tensors: each layout resumes from the other's.
-    const std::string single_from_pp2 = tmp / (lm + "_single_from_pp2");
-    test::train_on_ranks(mpirun, 1, test::plus(flags, {"--load", save + "/iter_0000010", "--save", single_from_pp2}),
-                         single_from_pp2 + ".log");
-    if (HasFatalFailure()) return;
-    test::expect_same_losses(want, test::losses_of(single_from_pp2), 10, 1e-6, lm + " single resumed from pp2");
-    test::report_losses(want, test::losses_of(single_from_pp2), "llava " + lm + " single from pp2");
-    const std::string pp2_from_single = tmp / (lm + "_pp2_from_single");
-    test::train_on_ranks(mpirun, 2, test::plus(pp2, {"--load", ref + "/iter_0000010", "--save", pp2_from_single}),
-                         pp2_from_single + ".log");
-    if (HasFatalFailure()) return;
-    test::expect_same_losses(want, test::losses_of(pp2_from_single), 10, 1e-6, lm + " pp2 resumed from single");
-    test::report_losses(want, test::losses_of(pp2_from_single), "llava " + lm + " pp2 from single");
+    const auto want = test::losses_of(tmp / (lm + "_single"));
+    for (const auto& [from, np] : {std::pair<std::string, int>{"pp2", 1}, {"single", 2}}) {
+      const std::string resumed = tmp / (lm + "_resumed_from_" + from);
+      const std::vector<std::string> layout =
+          np == 2 ? std::vector<std::string>{"--pipeline-model-parallel-size", "2"} : std::vector<std::string>{};
+      test::train_on_ranks(mpirun, np,
+                           test::plus(test::plus(flags, layout),
+                                      {"--load", tmp / (lm + "_" + from + "/iter_0000010"), "--save", resumed}),
+                           resumed + ".log");
+      if (HasFatalFailure()) return;
+      test::expect_same_losses(want, test::losses_of(resumed), 10, 1e-6, lm + " resumed from " + from);
+      test::report_losses(want, test::losses_of(resumed), "llava " + lm + " resumed from " + from);
+    }
   }
+  // Both parts frozen (only the projector trains): the first stage freezes the tower and its share of the
+  // language model, the last stage all of its parameters.
+  single_and_pp2("gpt_frozen", test::plus(test::set_flag(test::set_flag(run_flags(data, "gpt"), "--num-layers", "2"),
+                                                         "--global-batch-size", "8"),
+                                          {"--freeze-vision-model", "--freeze-language-model"}));
 }
