@@ -25,7 +25,7 @@ const std::string kTower = "vision_tower.", kProjector = "multi_modal_projector.
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
 // config.json's sub-config `key` (vision_config, text_config), which must be an object of one of the
-// model_types `types` (the first is named in the Error when it is another).
+// model_types `types` (`family` names them in the Error otherwise).
 const json& sub_config(const json& j, const char* key, const std::vector<std::string>& types, const char* family,
                        const std::string& where) {
   MEGADLM_CHECK(j.contains(key) && j[key].is_object(), where, ": config.json lacks the object '", key, "'");

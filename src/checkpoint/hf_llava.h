@@ -4,8 +4,9 @@
 // convert_checkpoint. Our parameters and theirs, by part:
 //   vision_tower.<CLIP name>               <vision><hf_clip.h's name of the tower's parameter>
 //   multi_modal_projector.linear_{1,2}.*    <projector>linear_{1,2}.*
-//   the language model's (embed_tokens, layers.N, norm, lm_head)   the llama or qwen2 layout's (hf_tensor_map.h) with
-//                                           its "model." replaced by <language> and "lm_head." by <head>
+//   the language model's (embed_tokens, layers.N, norm, lm_head)   the llama or qwen2 layout's
+//                                           (hf_tensor_map.h) with its "model." replaced by <language>
+//                                           and "lm_head." by <head>
 // where the parts' prefixes are transformers 5's module names (what the export writes)
 //   <vision> model.vision_tower.   <projector> model.multi_modal_projector.
 //   <language> model.language_model.   <head> lm_head.
@@ -17,8 +18,8 @@
 //
 // config.json: vision_config (a CLIP vision config, model_type clip_vision_model), text_config (model_type
 // llama, or qwen2: q/k/v biases; LlamaConfig's or Qwen2Config's defaults where a size is absent, as
-// transformers reads it), image_token_index (or image_token_id), projector_hidden_act (gelu), vision_feature_layer (one
-// index), vision_feature_select_strategy ("default": the class token dropped), multimodal_projector_bias
+// transformers reads it), image_token_index (or image_token_id), projector_hidden_act (gelu),
+// vision_feature_layer (one index), vision_feature_select_strategy ("default": the class token dropped), multimodal_projector_bias
 // (true), tie_word_embeddings. What our model cannot hold is an Error naming the key: another tower or
 // text model family, another activation, a list of feature layers, the "full" strategy, a projector without
 // biases. The export refuses by name what LlavaForConditionalGeneration cannot hold: the linear projector,

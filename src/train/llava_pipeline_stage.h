@@ -27,8 +27,6 @@ class LlavaPipelineStage : public PipelineStage {
   LlavaPipelineStage(const LlavaPipelineStage&) = delete;
   LlavaPipelineStage& operator=(const LlavaPipelineStage&) = delete;
 
-  // Whether this stage feeds images (the first stage of a LLaVA model).
-  bool has_vision() const { return vision_ != nullptr; }
   // pixels [n, 3, H, W] (copied): the images of micro-batch `mb`, the schedule's object, in the order
   // of its placeholder runs; kept until mb's backward_stage or loss_stage. Nothing without a vision.
   void keep_images(const MicroBatch& mb, const float* pixels, int64_t n);
