@@ -4,8 +4,9 @@
 //   the single process resumed from the dp2 run's iteration-10 checkpoint continues its losses.
 // - pp2 (2 layers, 4 micro-batches a step, so the first stage's 1F1B has two in flight and recomputes
 //   each forward after a later micro-batch's): the tower and projector on the first stage, each
-//   micro-batch's forwards with its own images; the parameters after 20 steps agree too (within 1e-5
-//   of their scale: the tower's would not with another micro-batch's images in a backward); the single
+//   micro-batch's forwards with its own images; the validation losses (within 1e-6) and the parameters
+//   after 20 steps agree too (within 1e-5 of their scale: the tower's would not with another
+//   micro-batch's images in the recomputed forward before a backward, where the losses would); the single
 //   process resumed from the pp2 run's iteration-10 checkpoint, and pp2 resumed from the single
 //   process's, continue the losses. And gpt with the tower and the language model frozen.
 // Skipped without mpirun.
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +61,17 @@ double max_param_difference(const std::string& ref, const std::string& got, cons
   return diff / std::max(scale, 1e-30);
 }
 
+// The validation losses of a run's metrics.jsonl (in its --save directory), in order.
+std::vector<double> validation_losses(const std::string& save_dir) {
+  std::vector<double> out;
+  std::ifstream in(save_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) out.push_back(j["val_loss"].get<double>());
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(LlavaLayoutRuns, DataParallelGivesTheSingleProcessLosses) {
@@ -99,6 +112,12 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
   if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
   test::TempDir tmp;
   const std::string data = test::make_llava_data(tmp, 24);
+  // One layer a stage; 4 micro-batches of 2 a step; 4 of the 24 conversations held out for validation.
+  const auto pp_flags = [&](const std::string& lm) {
+    std::vector<std::string> f = test::set_flag(run_flags(data, lm), "--num-layers", "2");
+    f = test::set_flag(test::set_flag(f, "--global-batch-size", "8"), "--split", "80,20,0");
+    return test::plus(test::set_flag(f, "--eval-iters", "2"), {"--eval-interval", "10"});
+  };
   // `flags` in one process (into tmp/<name>_single) and on two stages (tmp/<name>_pp2): the same 20 losses,
   // and parameters after 20 steps within 1e-5 of the single process's scale. The losses see the tower's
   // gradients only through later steps; its parameters show them directly (a backward through another
@@ -114,6 +133,16 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
     ASSERT_EQ(want.size(), 20u);
     test::expect_same_losses(want, test::losses_of(save), 20, 1e-6, name + " pp2");
     test::report_losses(want, test::losses_of(save), "llava " + name + " pp2");
+    // Validation (a forward of each micro-batch through the stages, with its images) at 0, 10 and 20.
+    const std::vector<double> val = validation_losses(ref), val_pp2 = validation_losses(save);
+    ASSERT_EQ(val.size(), 3u);
+    ASSERT_EQ(val_pp2.size(), 3u);
+    double val_diff = 0;
+    for (size_t i = 0; i < val.size(); ++i) {
+      EXPECT_LE(std::fabs(val_pp2[i] - val[i]), 1e-6 * std::fabs(val[i])) << "validation " << i;
+      val_diff = std::max(val_diff, std::fabs(val_pp2[i] - val[i]) / std::fabs(val[i]));
+    }
+    std::printf("llava %s pp2: validation losses within %.3e\n", name.c_str(), val_diff);
     for (const std::string part : {"vision_tower.", "multi_modal_projector.", ""}) {
       const double diff = max_param_difference(ref, save, part);
       EXPECT_LT(diff, 1e-5) << part;
@@ -123,9 +152,7 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
   };
   for (const std::string lm : {"gpt", "difflm"}) {
     SCOPED_TRACE(lm);
-    // One layer a stage; 4 micro-batches of 2 a step.
-    const std::vector<std::string> flags =
-        test::set_flag(test::set_flag(run_flags(data, lm), "--num-layers", "2"), "--global-batch-size", "8");
+    const std::vector<std::string> flags = pp_flags(lm);
     single_and_pp2(lm, flags);
     if (HasFatalFailure()) return;
     // The checkpoints hold the full tensors: each layout resumes from the other's.
@@ -145,7 +172,5 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
   }
   // Both parts frozen (only the projector trains): the first stage freezes the tower and its share of the
   // language model, the last stage all of its parameters.
-  single_and_pp2("gpt_frozen", test::plus(test::set_flag(test::set_flag(run_flags(data, "gpt"), "--num-layers", "2"),
-                                                         "--global-batch-size", "8"),
-                                          {"--freeze-vision-model", "--freeze-language-model"}));
+  single_and_pp2("gpt_frozen", test::plus(pp_flags("gpt"), {"--freeze-vision-model", "--freeze-language-model"}));
 }
