@@ -270,8 +270,8 @@ void llava_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpo
   const nlohmann::json hf = state.meta.value("hf", nlohmann::json::object());
   LoadedModel lm = load_model(dir);
   HfLlavaInfo info;
-  info.text.layout = HfLayout::Llama;
   info.text.config = lm.model->config();
+  info.text.layout = default_hf_layout(info.text.config);  // llama, or qwen2 with q/k/v biases
   info.text.diffusion = lm.diffusion;
   info.text.mask_token_id = lm.mask_token;
   info.text.eos_token_id = hf.contains("eos_token_id") ? hf["eos_token_id"].get<int32_t>() : lm.eod;

@@ -1,5 +1,6 @@
 #include "checkpoint/hf_llava.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -23,24 +24,29 @@ const std::string kTower = "vision_tower.", kProjector = "multi_modal_projector.
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
-// config.json's sub-config `key` (vision_config, text_config), which must be an object of model_type `type`.
-const json& sub_config(const json& j, const char* key, const char* type, const char* family, const std::string& where) {
+// config.json's sub-config `key` (vision_config, text_config), which must be an object of one of the
+// model_types `types` (`family` names them in the Error otherwise).
+const json& sub_config(const json& j, const char* key, const std::vector<std::string>& types, const char* family,
+                       const std::string& where) {
   MEGADLM_CHECK(j.contains(key) && j[key].is_object(), where, ": config.json lacks the object '", key, "'");
   const json& c = j[key];
   const std::string t = hf_field<std::string>(c, "model_type", where + " (" + key + ")", nullptr);
-  MEGADLM_CHECK(t == type, where, ": ", key, ".model_type '", t, "' is not mapped (the llava layout holds a ", family,
-                ": ", type, ")");
+  MEGADLM_CHECK(std::find(types.begin(), types.end(), t) != types.end(), where, ": ", key, ".model_type '", t,
+                "' is not mapped (the llava layout holds a ", family, ")");
   return c;
 }
 
-// text_config with LlamaConfig's defaults for the keys it lacks that the llama reader requires, as
-// transformers builds it: llava-hf's configs (llava-1.5-7b-hf) give only what differs from them.
-json with_llama_defaults(json text) {
-  const std::pair<const char*, int64_t> defaults[] = {
-      {"vocab_size", 32000},       {"hidden_size", 4096},         {"intermediate_size", 11008},
-      {"num_hidden_layers", 32},   {"num_attention_heads", 32},   {"max_position_embeddings", 2048},
-      {"bos_token_id", 1},         {"eos_token_id", 2}};
-  for (const auto& [key, value] : defaults)
+// text_config (model_type llama or qwen2) with its config class's defaults for the keys it lacks that the
+// text reader requires, as transformers builds it: llava-hf's configs (llava-1.5-7b-hf) give only what
+// differs from LlamaConfig's. Qwen2Config has no default bos / eos.
+json with_text_defaults(json text) {
+  using Defaults = std::vector<std::pair<const char*, int64_t>>;
+  const Defaults llama = {{"vocab_size", 32000},      {"hidden_size", 4096},         {"intermediate_size", 11008},
+                          {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048},
+                          {"bos_token_id", 1},       {"eos_token_id", 2}};
+  const Defaults qwen2 = {{"vocab_size", 151936},     {"hidden_size", 4096},         {"intermediate_size", 22016},
+                          {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"max_position_embeddings", 32768}};
+  for (const auto& [key, value] : text["model_type"] == "qwen2" ? qwen2 : llama)
     if (!text.contains(key)) text[key] = value;
   return text;
 }
@@ -93,8 +99,8 @@ void check_exportable(const HfLlavaInfo& info) {
                 "layout llava: the language model is a difflm (diffusion, bidirectional) backbone; "
                 "LlavaForConditionalGeneration runs its text model causally (a gpt backbone exports)");
   const HfLayout l = default_hf_layout(c);
-  MEGADLM_CHECK(l == HfLayout::Llama, "layout llava: the language model exports as ", hf_layout_name(l),
-                ", which the llava layout does not map (its text model is llama)");
+  MEGADLM_CHECK(l == HfLayout::Llama || l == HfLayout::Qwen2, "layout llava: the language model exports as ",
+                hf_layout_name(l), ", which the llava layout does not map (its text model is llama or qwen2)");
 }
 
 json llava_config(const HfLlavaInfo& info, json text, DType dtype) {
@@ -137,11 +143,12 @@ bool is_hf_llava_config(const json& j) {
 
 HfLlavaInfo hf_llava_config_to_info(const json& j, const std::string& where) {
   MEGADLM_CHECK(j.is_object(), where, ": config.json is not a JSON object");
-  const json& vision = sub_config(j, "vision_config", "clip_vision_model", "CLIP vision tower", where);
-  const json& text = sub_config(j, "text_config", "llama", "LLaMA text model", where);
+  const json& vision =
+      sub_config(j, "vision_config", {"clip_vision_model"}, "CLIP vision tower: clip_vision_model", where);
+  const json& text = sub_config(j, "text_config", {"llama", "qwen2"}, "LLaMA or Qwen2 text model: llama, qwen2", where);
   refuse_unmapped_settings(j, where);
   HfLlavaInfo info;
-  info.text = hf_config_to_info(with_llama_defaults(text), where + " (text_config)");
+  info.text = hf_config_to_info(with_text_defaults(text), where + " (text_config)");
   MEGADLM_CHECK(!info.text.diffusion, where, ": text_config.is_causal is false; LlavaForConditionalGeneration's text ",
                 "model is causal");
   // transformers ties the output to the embedding when either config says so.
@@ -170,10 +177,10 @@ std::string hf_llava_vision_name(const HfLlavaNames& names, const std::string& o
   fail("layout llava: parameter '", ours, "' is not the vision tower's or the projector's");
 }
 
-std::string hf_llava_text_name(const HfLlavaNames& names, const std::string& llama_name) {
-  if (starts_with(llama_name, "model.")) return names.language + llama_name.substr(6);
-  if (starts_with(llama_name, "lm_head.")) return names.head + llama_name.substr(8);
-  fail("layout llava: the llama tensor '", llama_name, "' has no place in LLaVA's names");
+std::string hf_llava_text_name(const HfLlavaNames& names, const std::string& text_name) {
+  if (starts_with(text_name, "model.")) return names.language + text_name.substr(6);
+  if (starts_with(text_name, "lm_head.")) return names.head + text_name.substr(8);
+  fail("layout llava: the text model's tensor '", text_name, "' has no place in LLaVA's names");
 }
 
 HfLlavaCheckpoint read_hf_llava_checkpoint(const std::string& dir) {

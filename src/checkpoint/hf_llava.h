@@ -1,11 +1,12 @@
 #pragma once
 // HuggingFace's LlavaForConditionalGeneration (a CLIP vision tower, LlavaMultiModalProjector and a LLaMA
-// text model) <-> our LLaVA model with the gpt backbone (models/llava_model.h), the layout "llava" of
+// or Qwen2 text model) <-> our LLaVA model with the gpt backbone (models/llava_model.h), the layout "llava" of
 // convert_checkpoint. Our parameters and theirs, by part:
 //   vision_tower.<CLIP name>               <vision><hf_clip.h's name of the tower's parameter>
 //   multi_modal_projector.linear_{1,2}.*    <projector>linear_{1,2}.*
-//   the language model's (embed_tokens, layers.N, norm, lm_head)   the llama layout's (hf_tensor_map.h) with
-//                                           its "model." replaced by <language> and "lm_head." by <head>
+//   the language model's (embed_tokens, layers.N, norm, lm_head)   the llama or qwen2 layout's
+//                                           (hf_tensor_map.h) with its "model." replaced by <language>
+//                                           and "lm_head." by <head>
 // where the parts' prefixes are transformers 5's module names (what the export writes)
 //   <vision> model.vision_tower.   <projector> model.multi_modal_projector.
 //   <language> model.language_model.   <head> lm_head.
@@ -16,12 +17,13 @@
 // names (F32, and BF16 / F16 widened exactly).
 //
 // config.json: vision_config (a CLIP vision config, model_type clip_vision_model), text_config (model_type
-// llama; LlamaConfig's defaults where a size is absent, as transformers reads it), image_token_index (or image_token_id), projector_hidden_act (gelu), vision_feature_layer (one
-// index), vision_feature_select_strategy ("default": the class token dropped), multimodal_projector_bias
+// llama, or qwen2: q/k/v biases; LlamaConfig's or Qwen2Config's defaults where a size is absent, as
+// transformers reads it), image_token_index (or image_token_id), projector_hidden_act (gelu),
+// vision_feature_layer (one index), vision_feature_select_strategy ("default": the class token dropped), multimodal_projector_bias
 // (true), tie_word_embeddings. What our model cannot hold is an Error naming the key: another tower or
 // text model family, another activation, a list of feature layers, the "full" strategy, a projector without
 // biases. The export refuses by name what LlavaForConditionalGeneration cannot hold: the linear projector,
-// a difflm (bidirectional) backbone, a language model that is not LLaMA-shaped.
+// a difflm (bidirectional) backbone, a language model that is neither LLaMA- nor Qwen2-shaped.
 #include <string>
 #include <vector>
 
@@ -35,7 +37,7 @@
 namespace megadlm {
 
 struct HfLlavaInfo {
-  HfModelInfo text;      // the language model (layout llama)
+  HfModelInfo text;      // the language model (layout llama or qwen2)
   LlavaOptions options;  // the tower's config and options, the projector, the image token
 };
 
@@ -56,8 +58,9 @@ HfLlavaInfo hf_llava_config_to_info(const nlohmann::json& cfg, const std::string
 // The HuggingFace name under `names` of our tower's or projector's parameter (vision_tower.*,
 // multi_modal_projector.*); an Error for another name.
 std::string hf_llava_vision_name(const HfLlavaNames& names, const std::string& ours);
-// The name under `names` of a language-model tensor as the llama layout names it (model.*, lm_head.*).
-std::string hf_llava_text_name(const HfLlavaNames& names, const std::string& llama_name);
+// The name under `names` of a language-model tensor as the llama and qwen2 layouts name it (model.*,
+// lm_head.*).
+std::string hf_llava_text_name(const HfLlavaNames& names, const std::string& text_name);
 
 struct HfLlavaCheckpoint {
   HfLlavaInfo info;

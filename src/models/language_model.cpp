@@ -72,10 +72,9 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec
     arena_.set_device(device);
   }
   layer_range_ = pipeline_stage_layers(cfg, ctx.pp.size, ctx.pp.rank);
-  if (inserts) {
-    MEGADLM_CHECK(pre_process_, "LanguageModel: rows inserted into the input embeddings need the first stage");
-    inserts_ = inserts(params_, ctx_);
-  }
+  // The inserted rows replace rows of the token embedding's output, so their module (and its
+  // parameters) lives where the embedding does: the first stage only.
+  if (inserts && pre_process_) inserts_ = inserts(params_, ctx_);
   if (pre_process_) embedding_ = Embedding(params_, ctx_, cfg_, spec.embedding);
   decoder_ = TransformerBlock(params_, ctx_, cfg_, stack, layer_range_);
   const bool tied = spec.heads[0].tied;

@@ -5,12 +5,23 @@
 
 namespace megadlm {
 
+namespace {
+
+// The tower and the projector run whole on the first pipeline stage: to them the pipeline is one stage.
+ParallelContext one_stage(const ParallelContext& ctx) {
+  ParallelContext c = ctx;
+  c.pp = ParallelGroup{};
+  return c;
+}
+
+}  // namespace
+
 LlavaVision::LlavaVision(ParamStore& store, const ParallelContext& ctx, const LlavaOptions& opt, int64_t text_hidden,
                          float init_std)
     : opt_(opt),
-      ctx_(ctx),
+      ctx_(one_stage(ctx)),
       first_id_(store.count()),
-      tower_(opt.vision, opt.clip, ctx, &store, "vision_tower."),
+      tower_(opt.vision, opt.clip, ctx_, &store, "vision_tower."),
       tower_ids_{first_id_, store.count()} {
   projector_ = VisionProjector(store, ctx_, "multi_modal_projector", opt.projector, opt.vision.hidden_size,
                                text_hidden, init_std);

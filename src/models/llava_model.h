@@ -8,9 +8,13 @@
 // A micro-batch's images come in with set_images before its forward, in the order of their placeholder
 // runs (row-major over the B x T positions): image k fills the k-th P placeholder positions. The
 // backward takes the gradient of those rows through the projector into the tower (nothing reaches the
-// placeholder's token-embedding row from them). Freezing: freeze_vision makes the tower compute no
-// gradient; the optimizer leaves frozen ranges untouched (AdamW::freeze over tower_params() /
-// language_params()).
+// placeholder's token-embedding row from them). It keeps one micro-batch's rows and activations: a
+// backward needs the forward of the same micro-batch just before it, as the pipeline schedule's
+// recomputation gives it (train/pipeline_schedule.h; train/llava_pipeline_stage.h hands each in-flight
+// micro-batch's images back for it). Under pipeline parallelism LlavaVision and the tower's and
+// projector's parameters exist on the first stage only, with the token embedding. Freezing:
+// freeze_vision makes the tower compute no gradient; the optimizer leaves frozen ranges untouched
+// (AdamW::freeze over tower_params() / language_params()).
 // Legend: n images, P patches an image, C_v the tower's hidden size, C_t the language model's,
 // N = B*T rows.
 #include <cstdint>

@@ -32,11 +32,9 @@ void validate_llava(const TransformerConfig& language, const LlavaOptions& opt, 
                     Device device) {
   MEGADLM_CHECK(device == Device::CPU, "--model-type llava runs on the CPU (--device cpu): the vision tower's ",
                 "host activations and patch embedding are CPU loops");
-  MEGADLM_CHECK(ctx.tp.size == 1, "--model-type llava is built for one rank per model replica: ",
+  MEGADLM_CHECK(ctx.tp.size == 1, "--model-type llava is not built for tensor parallelism: ",
                 "--tensor-model-parallel-size must be 1");
-  MEGADLM_CHECK(ctx.pp.size == 1, "--model-type llava is built for one rank per model replica: ",
-                "--pipeline-model-parallel-size must be 1");
-  MEGADLM_CHECK(ctx.cp.size == 1, "--model-type llava is built for one rank per model replica: ",
+  MEGADLM_CHECK(ctx.cp.size == 1, "--model-type llava is not built for context parallelism: ",
                 "--context-parallel-size must be 1");
   MEGADLM_CHECK(language.position_embedding != PositionEmbedding::LearnedAbsolute,
                 "--model-type llava: --position-embedding-type learned_absolute is not built (an image row takes the "

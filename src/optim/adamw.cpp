@@ -55,9 +55,14 @@ void adamw_update_range(ParamStore& params, const AdamWConfig& cfg, double lr, d
   const std::vector<ParamInfo>& infos = params.infos();
   for (size_t id = 0; id < infos.size(); ++id) {
     const ParamInfo& p = infos[id];
-    if (frozen && id < frozen->size() && (*frozen)[id]) continue;
     const int64_t a = std::max(p.offset, begin), b = std::min(p.offset + p.shape.numel(), end);
     if (a >= b) continue;
+    if (frozen && id < frozen->size() && (*frozen)[id]) {
+      // Not updated, but its gradient is cleared with the others' (the caller notes every gradient
+      // zero: left, it would add into the next step's, which claims it unwritten no more).
+      if (zero_grads) be.zero(grads + (a - begin), sizeof(float) * static_cast<size_t>(b - a));
+      continue;
+    }
     h.weight_decay = p.weight_decay ? cfg.weight_decay : 0.0f;
     uint16_t* copy = bf16_copies && id < bf16_copies->size() ? (*bf16_copies)[id] : nullptr;
     MEGADLM_CHECK(copy == nullptr || (a == p.offset && b == p.offset + p.shape.numel()), "AdamW: the bf16 copy of '",

@@ -18,6 +18,7 @@
 #include "data/llava_dataset.h"
 #include "parallel/mpi_communicator.h"
 #include "train/hf_init.h"
+#include "train/llava_pipeline_stage.h"
 #include "train/moe_arguments.h"
 #include "train/moe_metrics.h"
 #include "train/pipeline_schedule.h"
@@ -29,6 +30,9 @@ namespace {
 
 // The decoder families, whose checkpoints hold the same parameters whatever the objective.
 bool is_decoder_type(const std::string& name) { return name == "gpt" || name == "difflm"; }
+
+// The model's LLaVA tower and projector: null for a text model, and on a pipeline stage after the first.
+LlavaVision* vision_of(LanguageModel& model) { return dynamic_cast<LlavaVision*>(model.inserts()); }
 
 }  // namespace
 
@@ -127,24 +131,30 @@ Trainer::Trainer(const TrainArgs& args)
 Trainer::~Trainer() = default;
 
 void Trainer::freeze_llava_parts() {
-  LlavaVision& vision = llava_vision(*model_);
+  LlavaVision* vision = vision_of(*model_);  // on the first pipeline stage only
   MEGADLM_CHECK(!(args_.llava.freeze_vision || args_.llava.freeze_language) ||
                     !args_.parallel.use_distributed_optimizer,
                 "--freeze-vision-model / --freeze-language-model do not run with --use-distributed-optimizer yet ",
                 "(its shards take no frozen ranges)");
-  if (args_.llava.freeze_vision) {
-    vision.freeze_vision(true);
-    optimizer_->freeze(vision.tower_params().first, vision.tower_params().second);
+  if (args_.llava.freeze_vision && vision) {
+    vision->freeze_vision(true);
+    optimizer_->freeze(vision->tower_params().first, vision->tower_params().second);
   }
-  if (args_.llava.freeze_language) optimizer_->freeze(vision.projector_params().second, model_->params().count());
+  // The language model's parameters follow the tower's and the projector's (a later stage holds only them).
+  if (args_.llava.freeze_language)
+    optimizer_->freeze(vision ? vision->projector_params().second : 0, model_->params().count());
+}
+
+int64_t Trainer::load_images(const TokenDataset& data, const SampleBatch& batch) {
+  if (vision_of(*model_) == nullptr) return 0;
+  const auto* llava = dynamic_cast<const LlavaDataset*>(&data);
+  MEGADLM_CHECK(llava != nullptr, "--model-type llava: the dataset carries no images");
+  return llava->batch_pixels(static_cast<int64_t>(batch.first_sample), batch.B, pixels_);
 }
 
 void Trainer::feed_images(const TokenDataset& data, const SampleBatch& batch) {
-  if (!args_.llava.enabled) return;
-  const auto* llava = dynamic_cast<const LlavaDataset*>(&data);
-  MEGADLM_CHECK(llava != nullptr, "--model-type llava: the dataset carries no images");
-  const int64_t n = llava->batch_pixels(static_cast<int64_t>(batch.first_sample), batch.B, pixels_);
-  llava_vision(*model_).set_images(pixels_.data(), n);
+  const int64_t n = load_images(data, batch);
+  if (LlavaVision* vision = vision_of(*model_)) vision->set_images(pixels_.data(), n);
 }
 
 nlohmann::json Trainer::checkpoint_meta() const {
@@ -258,8 +268,8 @@ void Trainer::print_header() const {
            " parameters (", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_attention_heads, " heads / ",
            c.num_query_groups, " kv groups, head dim ", c.kv_channels, ", ffn ", c.ffn_hidden_size, ", vocab ",
            c.vocab_size, " padded from ", tokenizer_->vocab_size(), ")");
-  if (args_.llava.enabled) {
-    LlavaVision& v = llava_vision(*model_);
+  if (LlavaVision* vision = vision_of(*model_)) {
+    const LlavaVision& v = *vision;
     const auto count = [&](std::pair<int, int> ids) {
       int64_t n = 0;
       for (int id = ids.first; id < ids.second; ++id) n += model_->params().info(id).shape.numel();
@@ -336,26 +346,36 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
   const float micro_weight = 1.0f / static_cast<float>(M);  // each micro-batch's share of the step
   model_->params().zero_grads();
   Step step;
-  // The next micro-batch from the loader, its objective statistics counted.
+  // The next micro-batch from the loader, its objective statistics counted; returns the number of its
+  // images, left in pixels_ (--model-type llava, on the stage with the tower; 0 elsewhere).
   // Under context parallelism the whole micro-batch is prepared, then this rank keeps its chunks
   // (models/context_parallel.h); the statistics are the whole micro-batch's on every cp rank.
   const ParallelContext& ctx = parallel_->context();
   auto next_micro_batch = [&](MicroBatch& mb) {
     const SampleBatch batch = loader.next();
-    feed_images(*data_.train, batch);
+    const int64_t images = load_images(*data_.train, batch);
     step.stats += objective_->prepare(batch, micro_weight, mb);
     keep_context_parallel_rows(mb, ctx.cp.size, ctx.cp.rank);
+    return images;
   };
   if (parallel_->context().pp.size > 1) {
     // 1F1B over the pipeline stages, each preparing every micro-batch itself; the loss comes from
     // the last stage (train/pipeline_schedule.h). The dp reduction is not overlapped here: the
-    // tied embedding's gradient is summed over the stages first.
-    step.loss = pipeline_1f1b_step(*model_, parallel_->context(), M,
-                                   [&](int64_t, MicroBatch& mb) { next_micro_batch(mb); }, precision_->grad_scale());
+    // tied embedding's gradient is summed over the stages first. LLaVA's first stage keeps each
+    // in-flight micro-batch's images for its forwards (train/llava_pipeline_stage.h).
+    LlavaPipelineStage stage(*model_);
+    step.loss = pipeline_1f1b_step(
+        stage, parallel_->context(), M,
+        [&](int64_t, MicroBatch& mb) {
+          const int64_t images = next_micro_batch(mb);
+          stage.keep_images(mb, pixels_.data(), images);
+        },
+        precision_->grad_scale());
     parallel_->before_micro_batch(M - 1, M);  // arms the buckets after every backward: no overlap
   } else {
     for (int64_t m = 0; m < M; ++m) {
-      next_micro_batch(micro_batch_);
+      const int64_t images = next_micro_batch(micro_batch_);
+      if (LlavaVision* vision = vision_of(*model_)) vision->set_images(pixels_.data(), images);
       parallel_->before_micro_batch(m, M);
       step.loss += model_->forward_backward(micro_batch_, precision_->grad_scale());
     }

@@ -89,9 +89,11 @@ class Trainer {
   // Refuses a --save directory whose checkpoints this run would replace without resuming from them.
   void check_save_dir() const;
   nlohmann::json checkpoint_meta() const;
-  // --model-type llava: --freeze-vision-model / --freeze-language-model on the optimizer and the tower;
-  // the images of a batch's samples handed to the model before its forward.
+  // --model-type llava: --freeze-vision-model / --freeze-language-model on the optimizer and the tower
+  // (the tower and projector live on the first pipeline stage); the images of a batch's samples into
+  // pixels_ (their number; 0 on a stage without the tower), or handed to the model before its forward.
   void freeze_llava_parts();
+  int64_t load_images(const TokenDataset& data, const SampleBatch& batch);
   void feed_images(const TokenDataset& data, const SampleBatch& batch);
 
   TrainArgs args_;

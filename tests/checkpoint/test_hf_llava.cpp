@@ -1,6 +1,7 @@
 // HuggingFace LlavaForConditionalGeneration <-> our LLaVA model (checkpoint/hf_llava.h). The fixture
 // (tools/reference/make_llava_fixture.py: a tiny random LLaVA, a 2-layer CLIP tower on 8 x 8 images and a
-// 2-layer LLaMA text model, as transformers 5's save_pretrained writes it: the legacy names) is imported and
+// 2-layer LLaMA text model, as transformers 5's save_pretrained writes it: the legacy names; and its Qwen2
+// twin, tied, with q/k/v biases) is imported and
 // must give transformers' float64 logits within 1e-5 relative for a batch of two sequences with one image
 // each; HF -> ours -> HF reproduces every tensor bit for bit (the export under transformers 5's names),
 // directly and through convert_checkpoint's native checkpoint, which generate's loader rebuilds; transformers
@@ -36,8 +37,8 @@ using test::edited_copy;
 using test::expect_error_with;
 using test::TempDir;
 
-const std::string kFixture = "hf_llava";
-std::string fixture() { return test::hf_fixture(kFixture); }
+const std::string kFixture = "hf_llava", kQwen2 = "hf_llava_qwen2";  // the LLaMA and the Qwen2 text model
+std::string fixture(const std::string& name = kFixture) { return test::hf_fixture(name); }
 
 std::unique_ptr<LanguageModel> import(const std::string& dir) {
   const HfLlavaCheckpoint ck = read_hf_llava_checkpoint(dir);
@@ -47,10 +48,10 @@ std::unique_ptr<LanguageModel> import(const std::string& dir) {
   return m;
 }
 
-// The largest relative error of the model's logits on the fixture's batch (input_ids [B, T], one image a
+// The largest relative error of the model's logits on fixture `name`'s batch (input_ids [B, T], one image a
 // sequence) against transformers' float64 logits.
-double logits_error(LanguageModel& model) {
-  SafetensorsFile ref(fixture() + "/logits.safetensors");
+double logits_error(LanguageModel& model, const std::string& name = kFixture) {
+  SafetensorsFile ref(fixture(name) + "/logits.safetensors");
   const Tensor ids = ref.get("input_ids"), want = ref.get("logits");
   const int64_t B = ids.size(0), T = ids.size(1), V = want.size(2);
   MicroBatch mb;
@@ -79,9 +80,9 @@ std::string v5_name(const std::string& legacy) {
   return "?" + legacy;
 }
 
-// Every tensor of the fixture is in `out` under transformers 5's name, bit for bit, and `out` holds no other.
-void expect_fixture_tensors_under_v5_names(const std::string& out) {
-  ShardedSafetensors a(fixture()), b(out);
+// Every tensor of fixture `name` is in `out` under transformers 5's name, bit for bit, and `out` holds no other.
+void expect_fixture_tensors_under_v5_names(const std::string& out, const std::string& name = kFixture) {
+  ShardedSafetensors a(fixture(name)), b(out);
   EXPECT_EQ(a.names().size(), b.names().size());
   for (const std::string& n : a.names()) {
     const std::string m = v5_name(n);
@@ -130,6 +131,32 @@ TEST(HfLlava, RoundTripReproducesEveryTensorBitForBit) {
   EXPECT_EQ(back.names.language, "model.language_model.");
   EXPECT_EQ(back.names.head, "lm_head.");
   test::expect_same_params(import(tmp / "out")->params(), m->params());
+}
+
+// The Qwen2 text model (q/k/v biases; tied, so the file holds no lm_head): transformers' logits, and HF ->
+// ours -> HF bit for bit, directly and through convert_checkpoint's native checkpoint.
+TEST(HfLlava, TheQwen2FixtureGivesTransformersLogitsAndRoundTripsBitForBit) {
+  const HfLlavaCheckpoint ck = read_hf_llava_checkpoint(fixture(kQwen2));
+  EXPECT_EQ(ck.info.text.layout, HfLayout::Qwen2);
+  EXPECT_TRUE(ck.info.text.config.add_qkv_bias);
+  EXPECT_FALSE(ck.info.text.config.untie_embeddings_and_output_weights);
+  auto m = import(fixture(kQwen2));
+  const double err = logits_error(*m, kQwen2);
+  EXPECT_LT(err, 1e-5);
+  std::printf("  qwen2 text model: max relative logits error vs transformers (float64): %.2e\n", err);
+  TempDir tmp;
+  write_hf_llava_checkpoint(tmp / "out", model_params(m->params()), ck.info, HfWriteOptions{});
+  expect_fixture_tensors_under_v5_names(tmp / "out", kQwen2);
+  const nlohmann::json a = test::read_json(fixture(kQwen2) + "/config.json"), b = test::read_json(tmp / "out/config.json");
+  for (const char* k : {"model_type", "vocab_size", "hidden_size", "num_key_value_heads", "tie_word_embeddings"})
+    EXPECT_EQ(a["text_config"][k], b["text_config"][k]) << k;
+  EXPECT_EQ(a["tie_word_embeddings"], b["tie_word_embeddings"]);
+  test::expect_same_params(import(tmp / "out")->params(), m->params());
+  MEGADLM_REQUIRE_BINARY("convert_checkpoint");
+  const auto [native, out] = test::convert_through_native(tmp, kQwen2, {"--layout", "llava"});
+  if (HasFailure()) return;
+  expect_fixture_tensors_under_v5_names(out, kQwen2);
+  EXPECT_LT(logits_error(*load_model(native).model, kQwen2), 1e-5);
 }
 
 TEST(HfLlava, TransformersFourNamesImportToTheSameModel) {
@@ -247,6 +274,17 @@ TEST(HfLlava, AbsentSettingsTakeTransformersDefaults) {
   EXPECT_EQ(info.options.clip.feature_layer, -2);
   EXPECT_EQ(info.options.projector, ProjectorType::Mlp2xGelu);
   EXPECT_EQ(info.options.image_token, 47);
+  // Qwen2Config's: its own maximum length, no bos / eos.
+  j["text_config"]["model_type"] = "qwen2";
+  const HfLlavaInfo qwen2 = hf_llava_config_to_info(j, "cfg");
+  EXPECT_EQ(qwen2.text.layout, HfLayout::Qwen2);
+  EXPECT_EQ(qwen2.text.config.max_position_embeddings, 32768);
+  EXPECT_TRUE(qwen2.text.config.add_qkv_bias);
+  EXPECT_EQ(qwen2.text.bos_token_id, -1);
+  EXPECT_EQ(qwen2.text.eos_token_id, -1);
+  j["text_config"].erase("vocab_size");
+  j["image_token_index"] = 151935;
+  EXPECT_EQ(hf_llava_config_to_info(j, "cfg").text.config.vocab_size, 151936);
 }
 
 TEST(HfLlava, TheExportRefusesWhatLlavaForConditionalGenerationCannotHold) {

@@ -2,10 +2,13 @@
 // model's loss back through the projector into the vision tower, with the causal (gpt) and the
 // bidirectional (difflm) backbone and both projectors; the image rows are the projected features (the
 // placeholder's embedding row gets no gradient from them); frozen parts stay bit for bit over an AdamW
-// step; the refusals name their flag.
+// step; under pipeline parallelism the tower and the projector are the first stage's; the refusals name
+// their flag.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "grad_check.h"
@@ -188,15 +191,48 @@ TEST(Llava, FrozenPartsStayBitForBitOverAnAdamWStep) {
   }
 }
 
+// Under pipeline parallelism the tower and the projector sit with the token embedding on the first
+// stage (their rows replace the embedding's); the last stage holds none of them, and the two stages'
+// parameters together are the single-process model's, by name and shape.
+TEST(Llava, TheTowerAndProjectorLiveOnTheFirstPipelineStage) {
+  const TransformerConfig cfg = language_config(true);
+  const auto whole = tiny_llava(true, ProjectorType::Mlp2xGelu);
+  std::map<std::string, Shape> want;
+  for (int id = 0; id < whole->params().count(); ++id) want[whole->params().info(id).name] = whole->params().info(id).shape;
+  std::map<std::string, Shape> got;
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(rank);
+    ParallelContext pp2 = ParallelContext::single();
+    pp2.pp.size = 2;
+    pp2.pp.rank = rank;
+    const auto stage = make_llava_model(cfg, gpt_model_spec(cfg), llava_options(ProjectorType::Mlp2xGelu), pp2);
+    const ParamStore& p = stage->params();
+    int vision_params = 0;
+    for (int id = 0; id < p.count(); ++id) {
+      const std::string& name = p.info(id).name;
+      vision_params += name.rfind("vision_tower.", 0) == 0 || name.rfind("multi_modal_projector.", 0) == 0;
+      EXPECT_TRUE(got.emplace(name, p.info(id).shape).second) << name << " on both stages";
+    }
+    if (rank == 0) {
+      EXPECT_EQ(vision_params, llava_vision(*stage).projector_params().second);  // the store's first ids
+      EXPECT_GT(vision_params, 0);
+    } else {
+      EXPECT_EQ(vision_params, 0);
+      EXPECT_EQ(stage->inserts(), nullptr);
+    }
+  }
+  EXPECT_EQ(got, want);
+}
+
 TEST(Llava, RefusalsNameTheFlag) {
   const TransformerConfig cfg = language_config(true);
   const LlavaOptions opt = llava_options(ProjectorType::Linear);
   ParallelContext tp2 = ParallelContext::single();
   tp2.tp.size = 2;
   expect_error([&] { validate_llava(cfg, opt, tp2, Device::CPU); }, "--tensor-model-parallel-size");
-  ParallelContext pp2 = ParallelContext::single();
-  pp2.pp.size = 2;
-  expect_error([&] { validate_llava(cfg, opt, pp2, Device::CPU); }, "--pipeline-model-parallel-size");
+  ParallelContext cp2 = ParallelContext::single();
+  cp2.cp.size = 2;
+  expect_error([&] { validate_llava(cfg, opt, cp2, Device::CPU); }, "--context-parallel-size");
   expect_error([&] { validate_llava(cfg, opt, ParallelContext::single(), Device::CUDA); }, "--device");
   TransformerConfig learned = cfg;
   learned.position_embedding = PositionEmbedding::LearnedAbsolute;

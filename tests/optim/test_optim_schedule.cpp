@@ -269,6 +269,25 @@ TEST(AdamW, ApplyAndZeroGradsLeavesTheGradientsZero) {
   EXPECT_EQ(all_grads(s2.ps), zeros);
 }
 
+// A frozen parameter (AdamW::freeze) keeps its value, and apply_and_zero_grads clears its gradient with
+// the others' (the store is told every gradient is zero: one left would add into the next step's).
+TEST(AdamW, ApplyAndZeroGradsClearsTheFrozenParametersGradientsToo) {
+  TinyStore s;
+  AdamW opt(s.ps, AdamWConfig{});
+  opt.freeze(s.w, s.w + 1);
+  const auto values = [&](int id) {
+    const Tensor t = s.ps.value(id);
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  const std::vector<float> w0 = values(s.w), b0 = values(s.b);
+  s.ps.zero_grads();
+  s.set_grads(test::random_vector(22, 400, 0.5f, 1.0f));
+  opt.apply_and_zero_grads(0.01, opt.grad_norm(), {});
+  EXPECT_EQ(values(s.w), w0);
+  EXPECT_NE(values(s.b), b0);
+  EXPECT_EQ(std::vector<float>(s.ps.grads(), s.ps.grads() + s.ps.numel()), std::vector<float>(s.ps.numel(), 0.0f));
+}
+
 TEST(AdamW, WeightDecaySkipsParametersThatOptOut) {
   // Zero gradients: the only change is the decay, p *= 1 - lr * wd, and only on the matrix.
   TinyStore s;

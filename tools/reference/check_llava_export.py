@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks that transformers loads our LLaVA export with the fixture's logits.
 
-Runs convert_checkpoint on tests/checkpoint/fixtures/hf_llava: HF -> native -> HF (fp32, and bfloat16), loads
+Runs convert_checkpoint on tests/checkpoint/fixtures/hf_llava (LLaMA text model) and hf_llava_qwen2 (Qwen2,
+tied): HF -> native -> HF (fp32, and bfloat16), loads
 each export with transformers' LlavaForConditionalGeneration (no missing, unexpected or mismatched tensors
 allowed; the export holds transformers 5's names: model.vision_tower., model.multi_modal_projector.,
 model.language_model., lm_head.), and prints the largest relative difference of its float64 logits on the
@@ -35,23 +36,27 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(root, "build", "bin", "convert_checkpoint"))
     args = ap.parse_args()
-    fixture = os.path.join(root, "tests", "checkpoint", "fixtures", "hf_llava")
+    print(f"transformers {tf.__version__}, torch {torch.__version__}")
+    for name in ["hf_llava", "hf_llava_qwen2"]:
+        check(args.bin, os.path.join(root, "tests", "checkpoint", "fixtures", name))
+
+
+def check(binary, fixture):
     ref = load_file(os.path.join(fixture, "logits.safetensors"))
     want = ref["logits"].double()
-    print(f"transformers {tf.__version__}, torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         native = os.path.join(tmp, "native")
-        subprocess.run([args.bin, "--from-hf", fixture, "--to-native", native], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([binary, "--from-hf", fixture, "--to-native", native], check=True, stdout=subprocess.DEVNULL)
         for what, extra in [("float32", []), ("bfloat16", ["--dtype", "bfloat16"])]:
             out = os.path.join(tmp, "hf_" + what)
-            subprocess.run([args.bin, "--from-native", native, "--to-hf", out] + extra, check=True,
+            subprocess.run([binary, "--from-native", native, "--to-hf", out] + extra, check=True,
                            stdout=subprocess.DEVNULL)
             with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
                 prefixes = sorted({".".join(k.split(".")[:2]) if k.startswith("model.") else k.split(".")[0]
                                    for k in f.keys()})
             got = logits(out, ref)
             err = ((got - want).abs().max() / want.abs().max()).item()
-            print(f"{what} export (tensors under {', '.join(prefixes)}): max relative logits difference from the "
+            print(f"{os.path.basename(fixture)} {what} export (tensors under {', '.join(prefixes)}): max relative logits difference from the "
                   f"fixture's {err:.2e}")
 
 

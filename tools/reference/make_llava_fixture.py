@@ -13,11 +13,13 @@ tests/checkpoint/test_hf_llava.cpp:
     logits.safetensors   input_ids I32 [2, 12] (one image, P = 4 image tokens, per sequence, at different
                          places), pixel_values F32 [2, 3, 8, 8] (normal(0, 1)), and transformers' logits from
                          the stored weights in float64 (eager attention), stored F32 [2, 12, 48]
+  tests/checkpoint/fixtures/hf_llava_qwen2/   the same with a Qwen2 text model of the same sizes (q/k/v biases)
+                                        and tie_word_embeddings (the lm_head is the embedding), and its logits
 
 Every parameter (norm weights and biases, class and position embeddings included) is redrawn from
 normal(0, 0.2) so that a mapping error anywhere shows in the logits. The metadata records the versions.
 
-Usage: python3 tools/reference/make_llava_fixture.py [--out tests/checkpoint/fixtures]
+Usage: python3 tools/reference/make_llava_fixture.py [--out tests/checkpoint/fixtures] [--text llama qwen2]
 """
 import argparse
 import os
@@ -31,13 +33,20 @@ INPUT_IDS = [[1, 5, IMAGE, IMAGE, IMAGE, IMAGE, 9, 10, 11, 12, 13, 14],
              [1, 3, 4, 5, 6, IMAGE, IMAGE, IMAGE, IMAGE, 20, 21, 22]]
 
 
-def build():
+def text_config(family):
+    sizes = dict(vocab_size=48, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, bos_token_id=1,
+                 eos_token_id=2)
+    if family == "llama":
+        return tf.LlamaConfig(tie_word_embeddings=False, **sizes)
+    return tf.Qwen2Config(tie_word_embeddings=True, **sizes)
+
+
+def build(family):
     vision = tf.CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
                                  image_size=8, patch_size=4, num_channels=3, hidden_act="quick_gelu",
                                  layer_norm_eps=1e-5, projection_dim=16)
-    text = tf.LlamaConfig(vocab_size=48, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                          rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    text = text_config(family)
     cfg = tf.LlavaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE, image_seq_length=4,
                          projector_hidden_act="gelu", vision_feature_layer=-2,
                          vision_feature_select_strategy="default", multimodal_projector_bias=True)
@@ -49,15 +58,9 @@ def build():
     return model
 
 
-def main():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(root, "tests", "checkpoint", "fixtures"))
-    args = ap.parse_args()
+def write_fixture(out_dir, family):
     meta = {"transformers": tf.__version__, "torch": torch.__version__}
-    print(f"transformers {tf.__version__}, torch {torch.__version__}")
-    out_dir = os.path.join(args.out, "hf_llava")
-    build().save_pretrained(out_dir, safe_serialization=True)
+    build(family).save_pretrained(out_dir, safe_serialization=True)
     ref = tf.LlavaForConditionalGeneration.from_pretrained(out_dir, attn_implementation="eager").double().eval()
     torch.manual_seed(3)
     pixels = torch.randn(2, 3, 8, 8)
@@ -67,6 +70,18 @@ def main():
     tensors = {"input_ids": ids.to(torch.int32), "pixel_values": pixels, "logits": logits.float().contiguous()}
     save_file(tensors, os.path.join(out_dir, "logits.safetensors"), metadata=meta)
     print(f"wrote {out_dir}: {sorted(os.listdir(out_dir))}")
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(root, "tests", "checkpoint", "fixtures"))
+    ap.add_argument("--text", nargs="+", choices=["llama", "qwen2"], default=["llama", "qwen2"],
+                    help="the text models whose fixtures to write")
+    args = ap.parse_args()
+    print(f"transformers {tf.__version__}, torch {torch.__version__}")
+    for family in args.text:
+        write_fixture(os.path.join(args.out, "hf_llava" if family == "llama" else "hf_llava_" + family), family)
 
 
 if __name__ == "__main__":
