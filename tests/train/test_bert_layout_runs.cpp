@@ -40,6 +40,16 @@ TEST(BertLayoutRuns, PipelineStagesGiveTheSingleProcessLosses) {
                           {{"pp2", {1, {}}}, {"single", {2, {"--pipeline-model-parallel-size", "2"}}}});
 }
 
+// The same two stages under bf16 with full recomputation, against the single process under the same
+// flags: each stage keeps its own bf16 copies of its weights and recomputes its own layers.
+TEST(BertLayoutRuns, PipelineStagesUnderBf16WithRecomputationGiveTheSingleProcessLosses) {
+  const auto bf16_flags = [](const std::string& data, const std::string& vocab) {
+    return test::plus(test::bert_flags(data, vocab), {"--bf16", "--recompute-granularity", "full"});
+  };
+  test::check_layout_runs("bert bf16 recompute", bf16_flags, {{"pp2", {2, {"--pipeline-model-parallel-size", "2"}}}},
+                          {});
+}
+
 // Each stage's layers and heads split over two tensor-parallel ranks with sequence parallelism: the
 // activations between the stages are each rank's N/tp rows.
 TEST(BertLayoutRuns, PipelineWithTensorParallelismGivesTheSingleProcessLosses) {
