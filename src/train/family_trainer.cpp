@@ -98,27 +98,19 @@ void FamilyTrainer::load() {
   got.update(model_options_of(st.meta));
   const std::string diff = config_mismatch(want, got);
   MEGADLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
-  // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).
-  parallel_->load_checkpoint(dir, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
-  if (!args_.finetune) {
+  if (parallel_->load_run_checkpoint(dir, st, *optimizer_, args_.finetune, args_.no_load_optim)) {
     iteration_ = st.iteration;
     consumed_samples_ = st.consumed_samples;
     resumed_from_ = dir;
   }
-  log_loaded(dir, st, args_.finetune);
 }
 
 void FamilyTrainer::save(int64_t iteration) {
-  check_finite_before_save(*params_, optimizer_.get(), iteration, args_.save);
   CheckpointState st;
   st.iteration = iteration;
   st.consumed_samples = consumed_samples_;
   st.meta = checkpoint_meta();
-  Timer t;
-  // Collective: every rank takes part, rank 0 writes the full tensors whatever the layout.
-  const std::string dir = parallel_->save_checkpoint(args_.save, *optimizer_, st);
-  if (dir.empty()) return;
-  log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
+  parallel_->save_run_checkpoint(args_.save, *params_, *optimizer_, st);
 }
 
 void FamilyTrainer::pipeline_micro_batches(const std::function<int64_t(int64_t)>&, int64_t, double*) {

@@ -10,6 +10,8 @@
 #include "parallel/grad_norm.h"
 #include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
+#include "core/log.h"
+#include "train/run_directories.h"
 
 namespace megadlm {
 
@@ -151,6 +153,24 @@ void ParallelTraining::after_load(AdamW& opt) {
   if (!dist_) return;
   dist_->scatter_state(opt);
   opt.release_state();
+}
+
+void ParallelTraining::save_run_checkpoint(const std::string& save_dir, const ParamStore& params, AdamW& opt,
+                                           const CheckpointState& st) {
+  check_finite_before_save(params, &opt, st.iteration, save_dir);
+  Timer t;
+  // Collective: every rank takes part, rank 0 writes the full tensors whatever the layout.
+  const std::string dir = save_checkpoint(save_dir, opt, st);
+  if (dir.empty()) return;
+  log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
+}
+
+bool ParallelTraining::load_run_checkpoint(const std::string& dir, const CheckpointState& st, AdamW& opt, bool finetune,
+                                           bool no_load_optim) {
+  // Any layout: each rank takes its piece of the full tensors.
+  load_checkpoint(dir, finetune || no_load_optim ? nullptr : &opt);
+  log_loaded(dir, st, finetune);
+  return !finetune;
 }
 
 std::string ParallelTraining::save_checkpoint(const std::string& save_dir, AdamW& opt, const CheckpointState& st) {

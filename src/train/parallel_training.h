@@ -82,6 +82,16 @@ class ParallelTraining {
   std::string save_checkpoint(const std::string& save_dir, AdamW& opt, const CheckpointState& st);
   // Loads this rank's piece of every parameter (and the optimizer state when opt is not null).
   void load_checkpoint(const std::string& dir, AdamW* opt);
+  // A trainer's checkpoint of iteration st.iteration: `params` and the moments checked finite first (the
+  // last good checkpoint is never replaced by a poisoned state), then save_checkpoint, logged with its
+  // time. Collective.
+  void save_run_checkpoint(const std::string& save_dir, const ParamStore& params, AdamW& opt,
+                           const CheckpointState& st);
+  // A trainer's --load of `dir` (its state `st`): the weights, and the moments unless finetune or
+  // no_load_optim; logged. Returns whether the run continues from the checkpoint's iteration and
+  // samples (not under finetune, which starts at 0 from the weights).
+  bool load_run_checkpoint(const std::string& dir, const CheckpointState& st, AdamW& opt, bool finetune,
+                           bool no_load_optim);
 
   // Communication since the last call, per group with traffic: " | comm dp 1.2 MB 3.4 ms" for the log
   // line (per step: divided by steps) and {"comm": {"dp": {"bytes": .., "seconds": ..}}} in metrics.

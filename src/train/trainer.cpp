@@ -211,29 +211,21 @@ void Trainer::load() {
                                               st.meta.value("llava", nlohmann::json::object()), {});
     MEGADLM_CHECK(vdiff.empty(), dir, ": the checkpoint's vision tower and projector do not match the flags:", vdiff);
   }
-  // Any layout: each rank takes its piece of the full tensors (train/parallel_training.h).
-  parallel_->load_checkpoint(dir, args_.finetune || args_.no_load_optim ? nullptr : optimizer_.get());
-  if (!args_.finetune) {
+  if (parallel_->load_run_checkpoint(dir, st, *optimizer_, args_.finetune, args_.no_load_optim)) {
     iteration_ = st.iteration;
     consumed_samples_ = st.consumed_samples;
     resumed_from_ = dir;
   }
-  log_loaded(dir, st, args_.finetune);
 }
 
 void Trainer::check_save_dir() const { megadlm::check_save_dir(args_.save, resumed_from_, iteration_, args_.finetune); }
 
 void Trainer::save(int64_t iteration) {
-  check_finite_before_save(model_->params(), optimizer_.get(), iteration, args_.save);
   CheckpointState st;
   st.iteration = iteration;
   st.consumed_samples = consumed_samples_;
   st.meta = checkpoint_meta();
-  Timer t;
-  // Collective: every rank takes part, rank 0 writes the full tensors whatever the layout.
-  const std::string dir = parallel_->save_checkpoint(args_.save, *optimizer_, st);
-  if (dir.empty()) return;
-  log_info("saved checkpoint ", dir, " in ", t.seconds(), " s");
+  parallel_->save_run_checkpoint(args_.save, model_->params(), *optimizer_, st);
 }
 
 EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
