@@ -6,13 +6,29 @@
 
 namespace megadlm {
 
+namespace {
+
+// The tower's rows are whole images, not the language model's token rows: its activations are never split
+// along the rows (no sequence parallelism), whatever the language model does.
+ParallelContext tower_context(const ParallelContext& ctx) {
+  ParallelContext c = ctx;
+  c.sequence_parallel = false;
+  return c;
+}
+
+}  // namespace
+
 ClipVisionModel::ClipVisionModel(const TransformerConfig& cfg, const ClipVisionOptions& opt,
                                  const ParallelContext& ctx, ParamStore* store, const std::string& prefix)
-    : cfg_(cfg), opt_(opt), ctx_(ctx), params_(store ? *store : own_params_) {
+    : cfg_(cfg), opt_(opt), ctx_(tower_context(ctx)), params_(store ? *store : own_params_) {
   validate_config(cfg);
-  MEGADLM_CHECK(ctx.tp.size == 1 && ctx.pp.size == 1 && ctx.cp.size == 1,
-                "CLIP's vision tower is built for one rank per model replica (no tensor, pipeline or context ",
-                "parallelism yet)");
+  MEGADLM_CHECK(ctx.pp.size == 1 && ctx.cp.size == 1,
+                "CLIP's vision tower runs whole on one pipeline stage, over whole images (no pipeline or context ",
+                "parallelism)");
+  MEGADLM_CHECK(cfg.num_attention_heads % ctx.tp.size == 0 && cfg.ffn_hidden_size % ctx.tp.size == 0,
+                "CLIP's vision tower under --tensor-model-parallel-size ", ctx.tp.size,
+                ": --vision-num-attention-heads ", cfg.num_attention_heads, " and --vision-ffn-hidden-size ",
+                cfg.ffn_hidden_size, " must divide by it");
   const ModelSpec spec = clip_vision_model_spec(cfg, opt);
   StackSpec stack = spec.stacks[0];
   stack.prefix = prefix + stack.prefix;

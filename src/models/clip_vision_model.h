@@ -1,7 +1,10 @@
 #pragma once
 // CLIP's vision tower, built from a clip_vision_model_spec (models/clip_vision_spec.h): PatchEmbedding,
 // pre_layrnorm, the encoder's layers as two TransformerBlocks (the layers up to the selected feature
-// layer, then the rest), post_layernorm over the class token. One rank, fp32, on the CPU.
+// layer, then the rest), post_layernorm over the class token. fp32, on the CPU. Under tensor parallelism
+// the layers split their heads and MLP columns over the tp ranks as the language model's do (the patch
+// embedding, positions and norms replicated); every tp rank gets the same images and gives the same
+// features. The tower's rows are never split by --sequence-parallel; it runs whole on one pipeline stage.
 //
 // The outputs, as HuggingFace's CLIPVisionModel and LLaVA name them:
 //   features      [B*P, C]  hidden_states[vision_feature_layer] without the class token (LLaVA's

@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <cstring>
 
+#include "parallel/tp_mappings.h"
+
 namespace megadlm {
 
 namespace {
 
-// The tower and the projector run whole on the first pipeline stage: to them the pipeline is one stage.
-ParallelContext one_stage(const ParallelContext& ctx) {
+// The tower and the projector run whole on the first pipeline stage: to them the pipeline is one stage. Their
+// rows are the images' patches, never split by --sequence-parallel.
+ParallelContext vision_context(const ParallelContext& ctx) {
   ParallelContext c = ctx;
   c.pp = ParallelGroup{};
+  c.sequence_parallel = false;
   return c;
 }
 
@@ -19,7 +23,8 @@ ParallelContext one_stage(const ParallelContext& ctx) {
 LlavaVision::LlavaVision(ParamStore& store, const ParallelContext& ctx, const LlavaOptions& opt, int64_t text_hidden,
                          float init_std)
     : opt_(opt),
-      ctx_(one_stage(ctx)),
+      ctx_(vision_context(ctx)),
+      rows_split_(sequence_parallel(ctx)),
       first_id_(store.count()),
       tower_(opt.vision, opt.clip, ctx_, &store, "vision_tower."),
       tower_ids_{first_id_, store.count()} {
@@ -57,21 +62,33 @@ void LlavaVision::forward(const int32_t* tokens, const BatchInfo& info, Tensor& 
   if (rows_.empty()) return;
   const Tensor features = tower_.forward(pixels_, false).features;  // [n*P, C_v]
   const Tensor y = projector_.forward(arena_, features);           // [n*P, C_t]
+  const int64_t first = first_local_row(N);
   for (size_t k = 0; k < rows_.size(); ++k)
-    std::memcpy(x.data<float>() + rows_[k] * C, y.data<float>() + static_cast<int64_t>(k) * C, sizeof(float) * C);
+    if (rows_[k] >= first && rows_[k] < first + x.size(0))
+      std::memcpy(x.data<float>() + (rows_[k] - first) * C, y.data<float>() + static_cast<int64_t>(k) * C,
+                  sizeof(float) * C);
+}
+
+int64_t LlavaVision::first_local_row(int64_t N) const {
+  return rows_split_ ? ctx_.tp.rank * (N / ctx_.tp.size) : 0;
 }
 
 void LlavaVision::backward(const int32_t* tokens, const BatchInfo& info, Tensor& dx) {
   (void)tokens;
-  (void)info;
   if (rows_.empty()) return;
   const int64_t R = static_cast<int64_t>(rows_.size()), C = dx.size(1);
+  const int64_t first = first_local_row(info.B * info.T);
   Tensor dy = arena_.tensor({R, C});
+  dy.zero_();
   for (int64_t k = 0; k < R; ++k) {
-    float* row = dx.data<float>() + rows_[k] * C;
+    if (rows_[k] < first || rows_[k] >= first + dx.size(0)) continue;
+    float* row = dx.data<float>() + (rows_[k] - first) * C;
     std::memcpy(dy.data<float>() + k * C, row, sizeof(float) * C);
     std::fill(row, row + C, 0.0f);
   }
+  // Under sequence parallelism each tp rank holds its own rows' gradients: their sum is every image row's,
+  // which the replicated projector and tower need whole on every rank.
+  if (rows_split_) tp_all_reduce_sum(ctx_, dy.data<float>(), R * C);
   Tensor dfeatures = arena_.tensor({R, opt_.vision.hidden_size});
   projector_.backward(arena_, dy, dfeatures);
   tower_.backward(dfeatures);

@@ -12,7 +12,11 @@
 // backward needs the forward of the same micro-batch just before it, as the pipeline schedule's
 // recomputation gives it (train/pipeline_schedule.h; train/llava_pipeline_stage.h hands each in-flight
 // micro-batch's images back for it). Under pipeline parallelism LlavaVision and the tower's and
-// projector's parameters exist on the first stage only, with the token embedding. Freezing:
+// projector's parameters exist on the first stage only, with the token embedding. Under tensor
+// parallelism every tp rank runs the tower and the projector over all of the micro-batch's images (each
+// splitting its heads and MLP columns, nn/vision_projector.h, models/clip_vision_model.h) and writes the
+// rows it holds: all of them, or under --sequence-parallel its N/tp, whose gradients are summed over tp
+// before the backward. Freezing:
 // freeze_vision makes the tower compute no gradient; the optimizer leaves frozen ranges untouched
 // (AdamW::freeze over tower_params() / language_params()).
 // Legend: n images, P patches an image, C_v the tower's hidden size, C_t the language model's,
@@ -54,7 +58,8 @@ class LlavaVision : public EmbeddingInserts {
 
  private:
   LlavaOptions opt_;
-  ParallelContext ctx_;
+  ParallelContext ctx_;  // the tower's and the projector's: one pipeline stage, rows not split
+  bool rows_split_;      // the language model's rows are split by --sequence-parallel: x holds N/tp of them
   int first_id_;  // the store's first id of the tower
   ClipVisionModel tower_;
   VisionProjector projector_;
@@ -63,6 +68,9 @@ class LlavaVision : public EmbeddingInserts {
   int64_t images_ = 0;
   std::vector<int64_t> rows_;  // the last forward's image rows, in order
   std::pair<int, int> tower_ids_, projector_ids_;
+
+  // The first of the N = B*T rows that this rank's x holds (rank r's N/tp under sequence parallelism).
+  int64_t first_local_row(int64_t N) const;
 };
 
 // The whole model: validate_llava, then a LanguageModel of `spec` with LlavaVision's rows inserted.

@@ -32,8 +32,14 @@ void validate_llava(const TransformerConfig& language, const LlavaOptions& opt, 
                     Device device) {
   MEGADLM_CHECK(device == Device::CPU, "--model-type llava runs on the CPU (--device cpu): the vision tower's ",
                 "host activations and patch embedding are CPU loops");
-  MEGADLM_CHECK(ctx.tp.size == 1, "--model-type llava is not built for tensor parallelism: ",
-                "--tensor-model-parallel-size must be 1");
+  MEGADLM_CHECK(opt.vision.num_attention_heads % ctx.tp.size == 0 && opt.vision.ffn_hidden_size % ctx.tp.size == 0,
+                "--model-type llava under --tensor-model-parallel-size ", ctx.tp.size,
+                ": the vision tower splits its heads and MLP over the tp ranks, so --vision-num-attention-heads (",
+                opt.vision.num_attention_heads, ") and --vision-ffn-hidden-size (", opt.vision.ffn_hidden_size,
+                ") must divide by it");
+  MEGADLM_CHECK(opt.projector != ProjectorType::Mlp2xGelu || language.hidden_size % ctx.tp.size == 0,
+                "--model-type llava: --projector-type mlp2x_gelu under --tensor-model-parallel-size ", ctx.tp.size,
+                " splits --hidden-size ", language.hidden_size, ", which does not divide by it");
   MEGADLM_CHECK(ctx.cp.size == 1, "--model-type llava is not built for context parallelism: ",
                 "--context-parallel-size must be 1");
   MEGADLM_CHECK(language.position_embedding != PositionEmbedding::LearnedAbsolute,

@@ -31,8 +31,8 @@ struct LlavaOptions {
 TransformerConfig clip_vision_config(int64_t layers, int64_t hidden, int64_t heads, int64_t ffn,
                                      const ClipVisionOptions& clip, float init_std);
 
-// Errors naming the flag for what the LLaVA model is not built with: tensor, pipeline or context
-// parallelism, a device other than the CPU, learned absolute positions in the language model (the image
+// Errors naming the flag for what the LLaVA model is not built with: context parallelism, a tensor-parallel
+// size that the tower's heads or MLP (or mlp2x_gelu's hidden size) do not divide by, a device other than the CPU, learned absolute positions in the language model (the image
 // rows replace the whole input row, so a position table added before them would be lost: use RoPE), an
 // image token outside the vocabulary, and whatever the tower's spec refuses.
 void validate_llava(const TransformerConfig& language, const LlavaOptions& opt, const ParallelContext& ctx,

@@ -5,7 +5,9 @@
 //                                                 bias; the erf GELU (HF "gelu", nn/gelu_exact.h)
 //   linear      y = linear_1(x)                   C_v -> C_t with bias
 // The names of the types and their parsing are the model spec's (models/clip_vision_spec.h).
-// fp32 on the CPU (the GELU is a host loop); one rank.
+// fp32 on the CPU (the GELU is a host loop). Under tensor parallelism (Megatron's MultimodalProjector)
+// mlp2x_gelu's linear_1 is column-parallel (this rank's C_t/tp GELU columns) and linear_2 row-parallel (its
+// output all-reduced); linear is replicated on every tp rank. x and y are whole on every rank.
 // Legend: N feature rows (B images x P patches), C_v the tower's hidden size, C_t the language model's.
 #include <string>
 
@@ -19,7 +21,8 @@ enum class ProjectorType : uint8_t { Mlp2xGelu, Linear };
 class VisionProjector {
  public:
   VisionProjector() = default;
-  // Registers `name`.linear_1 (and `name`.linear_2 for mlp2x_gelu), weights [out, in] and biases.
+  // Registers `name`.linear_1 (and `name`.linear_2 for mlp2x_gelu), weights [out, in] and biases. ctx
+  // (kept by pointer: it outlives the projector) has no sequence parallelism: the tower's.
   VisionProjector(ParamStore& store, const ParallelContext& ctx, const std::string& name, ProjectorType type,
                   int64_t vision_hidden, int64_t text_hidden, float init_std);
 
@@ -34,7 +37,7 @@ class VisionProjector {
  private:
   ProjectorType type_ = ProjectorType::Mlp2xGelu;
   Linear linear_1_, linear_2_;
-  Tensor h_;  // linear_1's output [N, C_t] (mlp2x_gelu)
+  Tensor h_;  // linear_1's output [N, C_t/tp] (mlp2x_gelu)
 };
 
 }  // namespace megadlm

@@ -227,9 +227,13 @@ TEST(Llava, TheTowerAndProjectorLiveOnTheFirstPipelineStage) {
 TEST(Llava, RefusalsNameTheFlag) {
   const TransformerConfig cfg = language_config(true);
   const LlavaOptions opt = llava_options(ProjectorType::Linear);
-  ParallelContext tp2 = ParallelContext::single();
-  tp2.tp.size = 2;
-  expect_error([&] { validate_llava(cfg, opt, tp2, Device::CPU); }, "--tensor-model-parallel-size");
+  // The tower's 2 heads and MLP of 10 split over 2 tp ranks, not over 3.
+  ParallelContext tp = ParallelContext::single();
+  tp.tp.size = 2;
+  EXPECT_EQ(test::error_of([&] { validate_llava(cfg, opt, tp, Device::CPU); }), "");
+  tp.tp.size = 3;
+  expect_error([&] { validate_llava(cfg, opt, tp, Device::CPU); }, "--tensor-model-parallel-size 3");
+  expect_error([&] { validate_llava(cfg, opt, tp, Device::CPU); }, "--vision-num-attention-heads");
   ParallelContext cp2 = ParallelContext::single();
   cp2.cp.size = 2;
   expect_error([&] { validate_llava(cfg, opt, cp2, Device::CPU); }, "--context-parallel-size");

@@ -9,6 +9,10 @@
 //   micro-batch's images in the recomputed forward before a backward, where the losses would); the single
 //   process resumed from the pp2 run's iteration-10 checkpoint, and pp2 resumed from the single
 //   process's, continue the losses. And gpt with the tower and the language model frozen.
+// - tp2, tp2 with --sequence-parallel, and tp2 x dp2: the tower's heads and MLP split over the tp ranks,
+//   the mlp2x_gelu projector column- then row-parallel (gpt) or the linear one replicated (difflm); the
+//   parameters after 20 steps agree too; the single process resumed from the tp2 run's checkpoint, and
+//   tp2 from the single process's, continue the losses.
 // Skipped without mpirun.
 #include <gtest/gtest.h>
 
@@ -17,6 +21,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -45,6 +50,7 @@ double max_param_difference(const std::string& ref, const std::string& got, cons
   SafetensorsFile a(ref + "/iter_0000020/model.safetensors"), b(got + "/iter_0000020/model.safetensors");
   double diff = 0, scale = 0;
   int tensors = 0;
+  std::string worst;
   for (const std::string& name : a.names()) {
     if (name.rfind(prefix, 0) != 0) continue;
     EXPECT_TRUE(b.has(name)) << name;
@@ -52,12 +58,18 @@ double max_param_difference(const std::string& ref, const std::string& got, cons
     const Tensor x = a.get(name), y = b.get(name);
     EXPECT_EQ(x.numel(), y.numel()) << name;
     for (int64_t i = 0; i < std::min(x.numel(), y.numel()); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(x.data<float>()[i]) - y.data<float>()[i]));
+      const double d = std::fabs(static_cast<double>(x.data<float>()[i]) - y.data<float>()[i]);
+      if (d > diff) {
+        diff = d;
+        worst = name + "[" + std::to_string(i) + "] " + std::to_string(x.data<float>()[i]) + " vs " +
+                std::to_string(y.data<float>()[i]);
+      }
       scale = std::max(scale, std::fabs(static_cast<double>(x.data<float>()[i])));
     }
     ++tensors;
   }
   EXPECT_GT(tensors, 0) << "no tensor named " << prefix << "*";
+  if (diff > 0) std::printf("  largest difference in %s*: %s\n", prefix.c_str(), worst.c_str());
   return diff / std::max(scale, 1e-30);
 }
 
@@ -173,4 +185,52 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
   // Both parts frozen (only the projector trains): the first stage freezes the tower and its share of the
   // language model, the last stage all of its parameters.
   single_and_pp2("gpt_frozen", test::plus(pp_flags("gpt"), {"--freeze-vision-model", "--freeze-language-model"}));
+}
+
+TEST(LlavaLayoutRuns, TensorParallelGivesTheSingleProcessLosses) {
+  if (!std::filesystem::exists(test::binary_path("pretrain_difflm"))) GTEST_SKIP() << "pretrain_difflm not built";
+  const std::string mpirun = test::find_mpirun();
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
+  test::TempDir tmp;
+  const std::string data = test::make_llava_data(tmp, 24);
+  const std::vector<std::string> tp2 = {"--tensor-model-parallel-size", "2"};
+  for (const auto& [lm, projector] : {std::pair<std::string, std::string>{"gpt", "mlp2x_gelu"}, {"difflm", "linear"}}) {
+    SCOPED_TRACE(lm);
+    const std::vector<std::string> flags = test::plus(run_flags(data, lm), {"--projector-type", projector});
+    const std::string ref = tmp / (lm + "_single");
+    test::train_on_ranks(mpirun, 1, test::plus(flags, {"--save", ref}), ref + ".log");
+    if (HasFatalFailure()) return;
+    const auto want = test::losses_of(ref);
+    ASSERT_EQ(want.size(), 20u);
+    for (const auto& [name, np, layout] :
+         {std::tuple<std::string, int, std::vector<std::string>>{"tp2", 2, tp2},
+          {"tp2_sp", 2, test::plus(tp2, {"--sequence-parallel"})},
+          {"tp2_dp2", 4, test::plus(tp2, {"--use-distributed-optimizer"})}}) {
+      const std::string save = tmp / (lm + "_" + name);
+      test::train_on_ranks(mpirun, np, test::plus(test::plus(flags, layout), {"--save", save}), save + ".log");
+      if (HasFatalFailure()) return;
+      test::expect_same_losses(want, test::losses_of(save), 20, 1e-6, lm + " " + name);
+      test::report_losses(want, test::losses_of(save), "llava " + lm + " " + name);
+      // Within 1e-4 of their scale: the tp ranks' partial sums round differently, and AdamW's division by
+      // sqrt(v) carries a small gradient's relative rounding into its step; a wrong or missing gradient
+      // moves a parameter by about the learning rate (3e-3, some 5e-2 of the scale) within a few steps.
+      for (const std::string part : {"vision_tower.", "multi_modal_projector.", ""}) {
+        const double diff = max_param_difference(ref, save, part);
+        EXPECT_LT(diff, 1e-4) << name << " " << part;
+        std::printf("llava %s %s: parameters %s* after 20 steps within %.3e of the single process's\n", lm.c_str(),
+                    name.c_str(), part.c_str(), diff);
+      }
+    }
+    // The checkpoints hold the full tensors: each layout resumes from the other's.
+    for (const auto& [from, np] : {std::pair<std::string, int>{"tp2", 1}, {"single", 2}}) {
+      const std::string resumed = tmp / (lm + "_resumed_from_" + from);
+      test::train_on_ranks(mpirun, np,
+                           test::plus(test::plus(flags, np == 2 ? tp2 : std::vector<std::string>{}),
+                                      {"--load", tmp / (lm + "_" + from + "/iter_0000010"), "--save", resumed}),
+                           resumed + ".log");
+      if (HasFatalFailure()) return;
+      test::expect_same_losses(want, test::losses_of(resumed), 10, 1e-6, lm + " resumed from " + from);
+      test::report_losses(want, test::losses_of(resumed), "llava " + lm + " resumed from " + from);
+    }
+  }
 }
