@@ -8,6 +8,9 @@
 //     by its log-likelihood given the context (diffusion: LLaDA's estimator, prompt never masked,
 //     --cfg-scale for guidance), accuracy of the argmax (and of the per-token argmax);
 //   - one conditional log-likelihood (--prompt, --answer);
+//   - a LLaVA checkpoint (docs/llava.md) scores --answer given an image (--image, the prompt's "<image>"
+//     marker expanding into the model's P image positions) and --choices-file items given theirs (an
+//     "image" path per line), with either backbone; its --data-path windows are text only;
 //   - a BERT or T5 checkpoint (docs/bert.md, docs/t5.md "Inference"): the validation samples of
 //     --data-path (sentence-split, --split by documents) as training draws them, scored as the
 //     trainer's validation: BERT's masked-LM loss, perplexity and masked-token accuracy (with the
@@ -17,6 +20,8 @@
 //   evaluate --load runs/dlm --data-path data/wiki_text_document --mc-samples 32 --output eval.json
 //   evaluate --load runs/dlm --choices-file tasks/mc.jsonl --mc-samples 16 --cfg-scale 0.5
 //   evaluate --load runs/bert --data-path data/wiki_text_sentence --split 95,5,0 --eval-samples 64
+//   evaluate --load runs/llava --image pic.png --prompt $'...<image>\nWhat is in the picture?...' --answer "Two red circles."
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -34,6 +39,7 @@
 #include "tokenizers/tokenizer.h"
 #include "infer/family_eval.h"
 #include "infer/likelihood.h"
+#include "infer/llava_prompts.h"
 
 using namespace megadlm;
 
@@ -111,6 +117,19 @@ nlohmann::json evaluate_family(const CliFlags& f, const std::string& family) {
   return {{"checkpoint", dir}, {"model_type", family}, {"dataset", d}};
 }
 
+// A LLaVA model's --data-path windows are scored as text: a window holding the image token (data
+// preprocessed with --image-key) would need images that windows do not carry.
+void check_text_only(const std::vector<std::vector<int32_t>>& windows, const LlavaVision* vision,
+                     const std::string& path) {
+  if (!vision) return;
+  const int32_t image_token = vision->options().image_token;
+  for (size_t k = 0; k < windows.size(); ++k)
+    MEGADLM_CHECK(std::find(windows[k].begin(), windows[k].end(), image_token) == windows[k].end(), "--data-path ", path,
+                  ": window ", k, " holds the image token ", image_token, "; evaluate scores a llava model's images "
+                  "through --answer with --image or --choices-file lines with an \"image\", and --data-path as "
+                  "text only");
+}
+
 void print_report(const CliFlags& f, const nlohmann::json& res) {
   // Paths and --prompt / --answer may hold any bytes: ill-formed UTF-8 is written as U+FFFD.
   const std::string text = res.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -132,9 +151,14 @@ int main(int argc, char** argv) {
     f.add_int("micro-batch-size", 8, "windows (GPT) or masked copies (diffusion) per model call", at_least(1));
     f.add_int("mc-samples", 32, "diffusion: Monte Carlo draws of the mask per sequence", at_least(1));
     f.add_double("cfg-scale", 0.0, "diffusion: classifier-free guidance for conditional likelihoods", at_least(0));
-    f.add_string("choices-file", "", ".jsonl of {\"context\", \"choices\": [..], \"label\"} for accuracy");
+    f.add_string("choices-file", "", ".jsonl of {\"context\", \"choices\": [..], \"label\"} for accuracy (llava: and "
+                 "an \"image\" path for the context's <image>)");
     f.add_string("prompt", "", "conditional log-likelihood: the given text");
     f.add_string("answer", "", "conditional log-likelihood: the scored continuation");
+    f.add_string("image", "", "llava: the image of the --prompt's <image> (PNG or JPEG)");
+    f.add_string("image-processor", "",
+                 "llava: a preprocessor_config.json for the images (default: CLIP's, resized and cropped to the "
+                 "model's image size)");
     f.add_int("seed", 1234, "Monte Carlo seed (bert, t5: the samples' seed; default: the checkpoint's)");
     f.add_string("split", "969,30,1", "bert, t5: train,valid,test proportions of --data-path documents; the valid ones are scored");
     f.add_double("mask-prob", 0.15, "bert: mask probability; t5: noise density (default: the checkpoint's)", at_least(0));
@@ -151,6 +175,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
+    LlavaVision* vision = dynamic_cast<LlavaVision*>(lm.model->inserts());
+    for (const char* flag : {"image", "image-processor"})
+      MEGADLM_CHECK(vision != nullptr || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
+                    " holds a language model without a vision tower");
+    MEGADLM_CHECK(!f.given("image") || !f.get_string("answer").empty(), "--image is the image of --prompt, "
+                  "scored with --answer (--choices-file lines carry their own \"image\")");
+    LlavaPrompts llava(vision, f.get_string("image-processor"));
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
     LanguageModel& model = *lm.model;
@@ -186,6 +217,7 @@ int main(int argc, char** argv) {
       if (!lm.diffusion) {
         // Windows of T + 1 tokens: inputs [0, T), targets [1, T + 1); exact NLL.
         const auto w = windows(f.get_string("data-path"), T + 1, n);
+        check_text_only(w, vision, f.get_string("data-path"));
         const int64_t mb_size = dopt.batch;
         for (size_t s = 0; s < w.size(); s += static_cast<size_t>(mb_size)) {
           const int64_t B = std::min<int64_t>(mb_size, static_cast<int64_t>(w.size() - s));
@@ -223,6 +255,7 @@ int main(int argc, char** argv) {
         MEGADLM_CHECK(!block_diffusion || T % model.config().attention_block_size == 0, "--seq-length ", T,
                       " is not a multiple of the checkpoint's block length ", model.config().attention_block_size);
         const auto w = windows(f.get_string("data-path"), T, n);
+        check_text_only(w, vision, f.get_string("data-path"));
         double mc_se = 0;
         for (size_t s = 0; s < w.size(); ++s) {
           const MCEstimate e = block_diffusion ? block_diffusion_nll(model, w[s], dopt, bd3_eps, s)
@@ -258,31 +291,41 @@ int main(int argc, char** argv) {
       }
       return *tok;
     };
-    // AR needs at least one context token: an empty context starts from end-of-document.
-    auto context_ids = [&](const std::string& text) {
-      std::vector<int32_t> ids = tokenizer().encode(text);
+    // A context's ids, its <image> expanded for a LLaVA model (the context's images then go to the model
+    // with llava.feed_copies(k) for the k-th context encoded). AR needs at least one context token: an
+    // empty context starts from end-of-document.
+    size_t contexts = 0;
+    auto context_ids = [&](const std::string& text, const std::string& image) {
+      std::vector<int32_t> ids = llava.encode(tokenizer(), text, image, "evaluate");
+      ++contexts;
       if (!lm.diffusion && ids.empty()) ids.push_back(lm.eod);
       return ids;
+    };
+    auto inputs_of = [&](size_t k) -> SequenceInputs {
+      if (!llava.active()) return nullptr;
+      return [&llava, k](int64_t copies) { llava.feed_copies(k, copies); };
     };
 
     if (!f.get_string("answer").empty()) {
       did = true;
       Timer t;
-      std::vector<int32_t> seq = context_ids(f.get_string("prompt"));
+      std::vector<int32_t> seq = context_ids(f.get_string("prompt"), f.get_string("image"));
+      const SequenceInputs inputs = inputs_of(contexts - 1);
       const int64_t begin = static_cast<int64_t>(seq.size());
       const std::vector<int32_t> ans = tokenizer().encode(f.get_string("answer"));
       MEGADLM_CHECK(!ans.empty(), "--answer encodes to no tokens");
       seq.insert(seq.end(), ans.begin(), ans.end());
       nlohmann::json c = {{"prompt", f.get_string("prompt")}, {"answer", f.get_string("answer")},
                           {"answer_tokens", ans.size()}};
+      if (f.given("image")) c["image"] = f.get_string("image");
       if (lm.diffusion) {
-        const MCEstimate e = diffusion_nll(model, seq, begin, dopt, 0);
+        const MCEstimate e = diffusion_nll(model, seq, begin, dopt, 0, inputs);
         c["log_likelihood_bound"] = -e.mean;
         c["se"] = e.se;
         c["mc_samples"] = e.samples;
         c["cfg_scale"] = dopt.cfg_scale;
       } else {
-        c["log_likelihood"] = ar_log_likelihood(model, seq, begin);
+        c["log_likelihood"] = ar_log_likelihood(model, seq, begin, inputs);
       }
       c["seconds"] = t.seconds();
       res["conditional"] = c;
@@ -308,8 +351,10 @@ int main(int argc, char** argv) {
         MEGADLM_CHECK(j.contains("context") && j["context"].is_string() && j.contains("choices") &&
                        j["choices"].is_array() && j.contains("label") && j["label"].is_number_integer(),
                       path, ":", ln, ": needs a string \"context\", an array \"choices\" and an integer \"label\"");
+        MEGADLM_CHECK(!j.contains("image") || j["image"].is_string(), path, ":", ln, ": \"image\" is not a path");
         ChoiceItem it;
-        it.context = context_ids(j["context"].get<std::string>());
+        it.context = context_ids(j["context"].get<std::string>(), j.value("image", std::string()));
+        it.inputs = inputs_of(contexts - 1);
         for (const auto& c : j["choices"]) {
           MEGADLM_CHECK(c.is_string(), path, ":", ln, ": choices must be strings");
           it.choices.push_back(tokenizer().encode(c.get<std::string>()));

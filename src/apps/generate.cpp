@@ -33,12 +33,11 @@
 #include "core/file_io.h"
 #include "core/log.h"
 #include "core/cli_flags.h"
-#include "data/clip_image_processor.h"
-#include "data/image.h"
 #include "models/llava_model.h"
 #include "tokenizers/tokenizer.h"
 #include "tokenizers/unicode.h"
 #include "infer/block_sampling.h"
+#include "infer/llava_prompts.h"
 #include "infer/sampling.h"
 #include "infer/t5_generation.h"
 
@@ -69,49 +68,6 @@ std::vector<std::string> read_prompts(const std::string& path, std::vector<std::
   }
   return prompts;
 }
-
-// LLaVA's prompts: the text's "<image>" markers become P copies of the image token (the text between
-// them encoded as usual), and its image's pixel values (CLIP's processor `cfg`) go beside it.
-struct LlavaPrompts {
-  LlavaVision* vision = nullptr;  // null: not a LLaVA model
-  ClipImageConfig processor;
-  std::vector<std::vector<float>> pixels;  // per prompt: [n, 3, H, W]
-  std::vector<int64_t> images;             // per prompt: n
-
-  std::vector<int32_t> encode(const Tokenizer& tok, const std::string& prompt, const std::string& image_path) {
-    const std::string marker = "<image>";
-    std::vector<int32_t> ids;
-    int64_t n = 0;
-    size_t at = 0;
-    for (size_t next; (next = prompt.find(marker, at)) != std::string::npos; at = next + marker.size(), ++n) {
-      const std::vector<int32_t> piece = tok.encode(prompt.substr(at, next - at));
-      ids.insert(ids.end(), piece.begin(), piece.end());
-      ids.insert(ids.end(), static_cast<size_t>(vision->patches()), vision->options().image_token);
-    }
-    const std::vector<int32_t> rest = tok.encode(prompt.substr(at));
-    ids.insert(ids.end(), rest.begin(), rest.end());
-    MEGADLM_CHECK(n <= 1, "generate: a prompt with ", n, " <image> markers; one image a prompt is built");
-    MEGADLM_CHECK(n == 0 || !image_path.empty(), "generate: a prompt with <image> needs --image (or an \"image\" key)");
-    std::vector<float> px;
-    if (n == 1) px = clip_preprocess(processor, decode_image(read_file(image_path, "--image"), image_path));
-    const int64_t S = vision->options().clip.image_size;
-    MEGADLM_CHECK(px.empty() || static_cast<int64_t>(px.size()) == 3 * S * S, image_path, ": the image processor gives ",
-                  px.size() / 3, " pixels, not the model's ", S, " x ", S, " (--image-processor)");
-    pixels.push_back(std::move(px));
-    images.push_back(n);
-    return ids;
-  }
-  // The images of prompts idx, in order, handed to the model for the next forwards.
-  void feed(const std::vector<size_t>& idx) {
-    std::vector<float> all;
-    int64_t n = 0;
-    for (size_t i : idx) {
-      all.insert(all.end(), pixels[i].begin(), pixels[i].end());
-      n += images[i];
-    }
-    vision->set_images(all.data(), n);
-  }
-};
 
 // The sampler `name` (--sampler, or bd3 for a block-diffusion checkpoint when --sampler is not given):
 // llada and mdlm (diffusion_sampler_from_name), or bd3; --commit-rule belongs to bd3.
@@ -339,33 +295,24 @@ int main(int argc, char** argv) {
       prompts.push_back("");
       prompt_images.push_back("");
     }
-    LlavaPrompts llava;
-    llava.vision = dynamic_cast<LlavaVision*>(lm.model->inserts());
+    LlavaVision* vision = dynamic_cast<LlavaVision*>(lm.model->inserts());
     for (const char* flag : {"image", "image-processor"})
-      MEGADLM_CHECK(llava.vision != nullptr || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
+      MEGADLM_CHECK(vision != nullptr || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
                     " holds a language model without a vision tower");
-    if (llava.vision) {
-      const int64_t S = llava.vision->options().clip.image_size;
-      if (f.given("image-processor")) {
-        llava.processor = read_clip_image_config(f.get_string("image-processor"));
-      } else {
-        llava.processor.shortest_edge = S;
-        llava.processor.crop_height = llava.processor.crop_width = S;
-      }
-      MEGADLM_CHECK(!bd3, "--sampler bd3 does not take llava checkpoints");
-    }
+    MEGADLM_CHECK(!(vision && bd3), "--sampler bd3 does not take llava checkpoints");
+    LlavaPrompts llava(vision, f.get_string("image-processor"));
     // Sampled ids stay in the tokenizer's vocabulary; a LLaVA model's image token, when it is the last id
     // there, is left out (it is an input only).
     int64_t vocab_limit = tok->vocab_size();
-    if (llava.vision && llava.vision->options().image_token == vocab_limit - 1) vocab_limit -= 1;
+    if (vision && vision->options().image_token == vocab_limit - 1) vocab_limit -= 1;
     // Autoregressive LLaVA prompts decode one at a time (each prefill holds its own image rows).
-    const int64_t batch = llava.vision && !lm.diffusion ? 1 : f.get_int("batch-size");
+    const int64_t batch = vision && !lm.diffusion ? 1 : f.get_int("batch-size");
     const uint64_t seed = static_cast<uint64_t>(f.get_int("seed"));
 
     std::vector<std::vector<int32_t>> ids;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const std::string& p = prompts[i];
-      ids.push_back(llava.vision ? llava.encode(*tok, p, prompt_images[i]) : tok->encode(p));
+      ids.push_back(llava.encode(*tok, p, prompt_images[i], "generate"));
       if (!lm.diffusion && ids.back().empty()) ids.back().push_back(lm.eod);  // AR needs a first token
     }
     // Batches: lists of prompt indices. Diffusion canvases share one length, so group by it.
@@ -398,7 +345,7 @@ int main(int argc, char** argv) {
       }
       std::vector<std::vector<int32_t>> out;
       DiffusionStats stats;
-      if (llava.vision) llava.feed(idx);
+      llava.feed(idx);
       if (bd3) {
         BlockSampleOptions o = bd3_base;
         o.seeds = seeds;

@@ -28,7 +28,8 @@ void check_tokens(const LanguageModel& model, const std::vector<int32_t>& tokens
 
 }  // namespace
 
-double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin) {
+double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin,
+                         const SequenceInputs& inputs) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   MEGADLM_CHECK(begin >= 1 && begin <= T, "autoregressive log-likelihood needs a non-empty context: begin ", begin,
                 " of ", T, " tokens");
@@ -41,6 +42,7 @@ double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& token
   mb.tokens = tokens;
   mb.positions = pos;
   const int64_t V = model.config().vocab_size;
+  if (inputs) inputs(1);
   Tensor lg = model.forward_logits(mb);
   double ll = 0;
   for (int64_t i = begin; i < T; ++i) ll += log_prob(lg.data<float>() + (i - 1) * V, V, tokens[static_cast<size_t>(i)]);
@@ -49,7 +51,7 @@ double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& token
 }
 
 MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin,
-                         const DiffusionLikelihoodOptions& opt, uint64_t sample_id) {
+                         const DiffusionLikelihoodOptions& opt, uint64_t sample_id, const SequenceInputs& inputs) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t L = T - begin;
   MEGADLM_CHECK(opt.mask_token >= 0, "diffusion likelihood needs the model's mask token");
@@ -100,6 +102,7 @@ MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& token
     mb.T = T;
     mb.tokens = seq;
     mb.positions = pos;
+    if (inputs) inputs(n);
     Tensor lg = model.forward_logits(mb);
     std::vector<float> comb(static_cast<size_t>(V));
     for (int64_t r = 0; r < n; ++r) {
@@ -222,7 +225,8 @@ ChoiceResults score_multiple_choice(LanguageModel& model, bool diffusion, const 
       std::vector<int32_t> seq(it.context);
       seq.insert(seq.end(), it.choices[c].begin(), it.choices[c].end());
       const int64_t begin = static_cast<int64_t>(it.context.size());
-      const double ll = diffusion ? -diffusion_nll(model, seq, begin, opt, q).mean : ar_log_likelihood(model, seq, begin);
+      const double ll = diffusion ? -diffusion_nll(model, seq, begin, opt, q, it.inputs).mean
+                                  : ar_log_likelihood(model, seq, begin, it.inputs);
       sc.push_back(ll);
       if (ll > sc[static_cast<size_t>(best)]) best = static_cast<int64_t>(c);
       const double norm = ll / static_cast<double>(it.choices[c].size());

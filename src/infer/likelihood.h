@@ -13,13 +13,20 @@
 // With cfg_scale > 0 the logits are LLaDA's guided ones: un + (s + 1)(cond - un), the unconditional
 // pass having the prefix masked too.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "models/language_model.h"
 
 namespace megadlm {
 
-double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin);
+// What a forward needs beside the tokens of the scored sequence, handed to the model before each
+// forward: `copies` is how many of the forward's rows hold the sequence with its prompt unmasked (LLaVA:
+// the sequence's images, that many times; infer/llava_prompts.h). Empty for a text model.
+using SequenceInputs = std::function<void(int64_t copies)>;
+
+double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin,
+                         const SequenceInputs& inputs = nullptr);
 
 // Classifier-free guidance of one logit: un + (scale + 1) (cond - un). Equal logits give that logit
 // (what the formula gives for finite ones), so the -inf logit of a padded vocabulary row
@@ -42,9 +49,11 @@ struct MCEstimate {
   int64_t samples = 0;
 };
 
-// sample_id keys the randomness (e.g. the sequence's index in a dataset).
+// sample_id keys the randomness (e.g. the sequence's index in a dataset). Under guidance the unconditional
+// rows have the whole prefix masked (an image in it too): `inputs` counts the conditional rows only.
 MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin,
-                         const DiffusionLikelihoodOptions& opt, uint64_t sample_id);
+                         const DiffusionLikelihoodOptions& opt, uint64_t sample_id,
+                         const SequenceInputs& inputs = nullptr);
 
 // Block diffusion (BD3-LM, objectives/block_diffusion.h): the negative ELBO of tokens [T] (T a multiple of
 // the model's block length L') under the training layout [x_t ; x_0]:
@@ -59,6 +68,7 @@ struct ChoiceItem {
   std::vector<int32_t> context;
   std::vector<std::vector<int32_t>> choices;
   int64_t label = 0;
+  SequenceInputs inputs;  // the context's images, for every choice's forwards (empty: none)
 };
 
 struct ChoiceResults {

@@ -1,8 +1,8 @@
 // LLaVA training (pretrain_difflm --model-type llava, docs/llava.md) on a few shapes pictures
 // (data/shape_scenes.h, 16 x 16, patches of 8: P = 4) preprocessed as LLaVA conversations: the samples
 // expand each placeholder into P positions with loss mask 0 and carry their document's images; gpt and
-// difflm backbones train and resume bitwise; --freeze-vision-model keeps the tower as initialised; the
-// refusals name their flag or file.
+// difflm backbones train and resume bitwise; --freeze-vision-model keeps the tower as initialised;
+// evaluate scores answers and choices given their images; the refusals name their flag or file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,18 +11,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/model_loader.h"
 #include "checkpoint/native_checkpoint.h"
 #include "core/file_io.h"
 #include "data/clip_image_processor.h"
+#include "data/image.h"
 #include "data/image_write.h"
 #include "data/llava_dataset.h"
 #include "data/loss_mask.h"
 #include "data/preprocess.h"
 #include "data/shape_scenes.h"
 #include "models/gpt_spec.h"
+#include "infer/likelihood.h"
 #include "models/llava_model.h"
 #include "robustness/child_process.h"
 #include "test_util.h"
+#include "tokenizers/tokenizer.h"
 #include "train/data_setup.h"
 #include "llava_data.h"
 #include "train_fixture.h"
@@ -191,6 +195,105 @@ TEST(LlavaTraining, AFrozenTowerStaysAsInitialised) {
       EXPECT_FALSE(same) << info.name;
     }
   }
+}
+
+// evaluate with images, both backbones: --answer given --image, and --choices-file lines with their
+// "image", against the same likelihoods computed here (the prompt's ids with the P image positions
+// spelled out, the picture decoded and preprocessed, handed to the model's LlavaVision); another picture
+// gives another likelihood. And the refusals.
+TEST(LlavaTraining, EvaluateScoresAnswersAndChoicesGivenTheirImages) {
+  MEGADLM_REQUIRE_BINARY("evaluate");
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 8);
+  const std::string before = "<|im_start|>user\n", after = "\nWhat?<|im_end|>\n<|im_start|>assistant\n";
+  const std::string prompt = before + "<image>" + after;
+  const std::vector<std::string> answers = {"one red circle", "three blue squares"};
+  // Two choices items: picture 0 and picture 1, the same two answers.
+  std::string lines;
+  for (int k = 0; k < 2; ++k)
+    lines += nlohmann::json{{"context", prompt}, {"choices", answers}, {"label", k},
+                            {"image", dir / ("pic" + std::to_string(k) + ".png")}}.dump() + "\n";
+  write_file_atomic(dir / "choices.jsonl", lines);
+  for (const std::string lm : {"gpt", "difflm"}) {
+    SCOPED_TRACE(lm);
+    const std::string save = dir / lm;
+    test::run_training(plus(llava_flags(data, lm), {"--train-iters", "3"}), {"--save", save});
+    const std::vector<std::string> mc = {"--mc-samples", "4", "--micro-batch-size", "2", "--seed", "9"};
+    auto evaluate = [&](const std::vector<std::string>& flags) {
+      const auto r = test::run_binary("evaluate", plus(plus({"--load", save}, mc), flags), dir / "log.txt");
+      EXPECT_TRUE(r.exited && r.exit_code == 0) << r.output;
+      return nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    };
+    // The likelihoods here.
+    LoadedModel m = load_model(save);
+    LlavaVision& vision = llava_vision(*m.model);
+    const auto tok = make_tokenizer(TokenizerSpec::from_json(m.state.meta["tokenizer"]));
+    std::vector<int32_t> context = tok->encode(before);
+    context.insert(context.end(), static_cast<size_t>(kP), vision.options().image_token);
+    const std::vector<int32_t> rest = tok->encode(after);
+    context.insert(context.end(), rest.begin(), rest.end());
+    ClipImageConfig processor;
+    processor.shortest_edge = kImage;
+    processor.crop_height = processor.crop_width = kImage;
+    DiffusionLikelihoodOptions opt;
+    opt.mask_token = m.mask_token;
+    opt.mc_samples = 4;
+    opt.batch = 2;
+    opt.seed = 9;
+    auto likelihood = [&](int picture, const std::string& answer, uint64_t sample_id) {
+      const std::vector<float> px =
+          clip_preprocess(processor, decode_image(read_file(dir / ("pic" + std::to_string(picture) + ".png")), "pic"));
+      const SequenceInputs inputs = [&](int64_t copies) {
+        std::vector<float> all;
+        for (int64_t c = 0; c < copies; ++c) all.insert(all.end(), px.begin(), px.end());
+        vision.set_images(all.data(), copies);
+      };
+      std::vector<int32_t> seq = context;
+      const std::vector<int32_t> ans = tok->encode(answer);
+      seq.insert(seq.end(), ans.begin(), ans.end());
+      const int64_t begin = static_cast<int64_t>(context.size());
+      return m.diffusion ? -diffusion_nll(*m.model, seq, begin, opt, sample_id, inputs).mean
+                         : ar_log_likelihood(*m.model, seq, begin, inputs);
+    };
+    const std::string key = lm == "gpt" ? "log_likelihood" : "log_likelihood_bound";
+    for (int picture = 0; picture < 2; ++picture) {
+      const nlohmann::json j = evaluate({"--image", dir / ("pic" + std::to_string(picture) + ".png"), "--prompt", prompt,
+                                         "--answer", answers[0]});
+      EXPECT_EQ(j["conditional"]["image"], dir / ("pic" + std::to_string(picture) + ".png"));
+      EXPECT_NEAR(j["conditional"][key].get<double>(), likelihood(picture, answers[0], 0), 1e-9) << picture;
+    }
+    EXPECT_NE(likelihood(0, answers[0], 0), likelihood(1, answers[0], 0));
+    // The choices: each item's prediction is the argmax of the likelihoods given its picture.
+    const nlohmann::json j = evaluate({"--choices-file", dir / "choices.jsonl"});
+    ASSERT_EQ(j["multiple_choice"]["items"], 2);
+    for (int k = 0; k < 2; ++k) {
+      const double a = likelihood(k, answers[0], static_cast<uint64_t>(k)), b = likelihood(k, answers[1], static_cast<uint64_t>(k));
+      EXPECT_EQ(j["multiple_choice"]["predictions"][static_cast<size_t>(k)], a >= b ? 0 : 1) << k;
+    }
+  }
+  // The refusals: a prompt's <image> without --image, --image without <image> or without --answer, a
+  // choices line whose "image" is not a path, --image for a model without a tower.
+  const std::string gpt = dir / "gpt";
+  auto refused = [&](const std::vector<std::string>& flags, const std::string& part) {
+    const auto r = test::run_binary("evaluate", plus({"--load", gpt}, flags), dir / "log.txt");
+    EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+    EXPECT_NE(r.output.find(part), std::string::npos) << r.output;
+  };
+  refused({"--prompt", prompt, "--answer", "x"}, "needs --image");
+  refused({"--image", dir / "pic0.png", "--prompt", "x", "--answer", "y"}, "no <image> marker");
+  refused({"--image", dir / "pic0.png", "--prompt", prompt}, "--answer");
+  refused({"--image", dir / "missing.png", "--prompt", prompt, "--answer", "y"}, "missing.png");
+  write_file_atomic(dir / "bad.jsonl", nlohmann::json{{"context", prompt}, {"choices", answers}, {"label", 0},
+                                                      {"image", 3}}.dump() + "\n");
+  refused({"--choices-file", dir / "bad.jsonl"}, "bad.jsonl:1");
+  const std::string text = test::make_sft_dataset(dir.str(), 8);
+  const std::string text_gpt = dir / "text_gpt";
+  test::run_training(plus({"pretrain_difflm"}, plus(test::tiny_sft_flags(text, "gpt"), {"--train-iters", "1"})),
+                     {"--save", text_gpt});
+  const auto r = test::run_binary("evaluate", {"--load", text_gpt, "--image", dir / "pic0.png", "--prompt", "x",
+                                               "--answer", "y"}, dir / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find("--image needs a llava checkpoint"), std::string::npos) << r.output;
 }
 
 TEST(LlavaTraining, RefusalsNameTheFlagOrFile) {

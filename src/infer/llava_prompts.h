@@ -1,0 +1,41 @@
+#pragma once
+// LLaVA's prompts for generate and evaluate: each "<image>" marker in a prompt's text becomes P copies of
+// the image token (the text between markers encoded as usual), and the prompt's image (PNG or JPEG, read
+// and preprocessed by CLIP's image processor) is kept beside it, to be handed to the model's LlavaVision
+// before the forwards that hold those positions. One image a prompt.
+// Legend: P the tower's patches an image, S the model's image side, n images.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/clip_image_processor.h"
+#include "models/llava_model.h"
+#include "tokenizers/tokenizer.h"
+
+namespace megadlm {
+
+class LlavaPrompts {
+ public:
+  // vision: the model's (null for a model without a tower: then encode is the tokenizer's and images are
+  // refused). processor_path: a preprocessor_config.json, or "" for CLIP's processor at the model's S.
+  LlavaPrompts(LlavaVision* vision, const std::string& processor_path);
+
+  bool active() const { return vision_ != nullptr; }
+  // Prompt k (k = the number of earlier calls): its ids, the marker expanded; image_path "" when it has none.
+  // Errors name `tool` (the program) and --image: a marker without an image, more than one marker, an image
+  // of another size than the model's.
+  std::vector<int32_t> encode(const Tokenizer& tok, const std::string& prompt, const std::string& image_path,
+                              const std::string& tool);
+  // Hands the model the images of prompts `idx`, in order: those of the next forward.
+  void feed(const std::vector<size_t>& idx);
+  // Hands the model prompt k's images `copies` times: a forward over `copies` rows that each hold prompt k.
+  void feed_copies(size_t k, int64_t copies);
+
+ private:
+  LlavaVision* vision_;
+  ClipImageConfig processor_;
+  std::vector<std::vector<float>> pixels_;  // per prompt: [n, 3, S, S]
+  std::vector<int64_t> images_;             // per prompt: n
+};
+
+}  // namespace megadlm
