@@ -165,7 +165,7 @@ Tensor LanguageModel::forward_stage(const MicroBatch& mb_host, const float* inpu
   Tensor x;
   if (pre_process_) {
     x = embedding_.forward(arena_, mb.tokens, info);
-    if (inserts_) inserts_->forward(mb_host.tokens.data(), info, x);
+    if (inserts_) inserts_->forward(mb_host, info, x);
   } else {
     MEGADLM_CHECK(input != nullptr, "pipeline stage ", ctx_.pp.rank, " needs the previous stage's activation");
     // Copied: the layers keep pointers to their inputs until backward.
@@ -201,7 +201,7 @@ double LanguageModel::backward_stage(const MicroBatch& host_mb, const Tensor& ou
     if (grads_ready_) grads_ready_(decoder_.first_param(l));
   });
   if (pre_process_) {
-    if (inserts_) inserts_->backward(host_mb.tokens.data(), mb.info, *dy);
+    if (inserts_) inserts_->backward(host_mb, mb.info, *dy);
     embedding_.backward(*dy);
   } else {
     MEGADLM_CHECK(input_grad != nullptr, "pipeline stage ", ctx_.pp.rank, ": no buffer for the input gradient");
@@ -267,7 +267,7 @@ Tensor LanguageModel::forward_logits_cached(const MicroBatch& mb, KVCache& cache
   const Staged dmb = stage(mb);  // on a device: the tokens and positions uploaded
   const BatchInfo& info = dmb.info;
   Tensor x = embedding_.forward(arena_, dmb.tokens, info);
-  if (inserts_) inserts_->forward(mb.tokens.data(), info, x);
+  if (inserts_) inserts_->forward(mb, info, x);
   x = decoder_.forward_cached(arena_, x, info, cache, first_seq, offsets, causal);
   if (last_only && mb.T > 1) {
     // Only the last row of each sequence feeds the head: the [T, V] logits are not needed.

@@ -49,18 +49,25 @@ void LlavaVision::set_images(const float* pixels, int64_t n) {
   if (n > 0) std::memcpy(pixels_.data<float>(), pixels, pixels_.nbytes());
 }
 
-void LlavaVision::forward(const int32_t* tokens, const BatchInfo& info, Tensor& x) {
-  const int64_t N = info.B * info.T, C = x.size(1), P = patches();
+void LlavaVision::forward(const MicroBatch& mb, const BatchInfo& info, Tensor& x) {
+  const int64_t N = info.B * info.T, C = x.size(1), P = patches(), S = opt_.clip.image_size;
   rows_.clear();
   for (int64_t i = 0; i < N; ++i)
-    if (tokens[i] == opt_.image_token) rows_.push_back(i);
+    if (mb.tokens[static_cast<size_t>(i)] == opt_.image_token) rows_.push_back(i);
+  const bool own = mb.images > 0;
+  const int64_t images = own ? mb.images : images_;
+  MEGADLM_CHECK(!own || static_cast<int64_t>(mb.pixels.size()) == mb.images * 3 * S * S, "LLaVA: the micro-batch's ",
+                mb.images, " images of ", S, " x ", S, " come with ", mb.pixels.size(), " pixel values");
   // No image rows: nothing to insert (a KV-cached decode step after the prompt).
-  MEGADLM_CHECK(rows_.empty() || static_cast<int64_t>(rows_.size()) == images_ * P, "LLaVA: the micro-batch has ", rows_.size(),
-                " image positions (token ", opt_.image_token, ") but ", images_, " images of ", P,
+  MEGADLM_CHECK(rows_.empty() || static_cast<int64_t>(rows_.size()) == images * P, "LLaVA: the micro-batch has ",
+                rows_.size(), " image positions (token ", opt_.image_token, ") but ", images, " images of ", P,
                 " patches were given for it");
   arena_.reset();
   if (rows_.empty()) return;
-  const Tensor features = tower_.forward(pixels_, false).features;  // [n*P, C_v]
+  // The tower reads the micro-batch's pixels in place (it does not write them).
+  const Tensor pixels =
+      own ? Tensor::borrow(const_cast<float*>(mb.pixels.data()), {images, 3, S, S}, DType::F32) : pixels_;
+  const Tensor features = tower_.forward(pixels, false).features;  // [n*P, C_v]
   const Tensor y = projector_.forward(arena_, features);           // [n*P, C_t]
   const int64_t first = first_local_row(N);
   for (size_t k = 0; k < rows_.size(); ++k)
@@ -73,8 +80,8 @@ int64_t LlavaVision::first_local_row(int64_t N) const {
   return rows_split_ ? ctx_.tp.rank * (N / ctx_.tp.size) : 0;
 }
 
-void LlavaVision::backward(const int32_t* tokens, const BatchInfo& info, Tensor& dx) {
-  (void)tokens;
+void LlavaVision::backward(const MicroBatch& mb, const BatchInfo& info, Tensor& dx) {
+  (void)mb;
   if (rows_.empty()) return;
   const int64_t R = static_cast<int64_t>(rows_.size()), C = dx.size(1);
   const int64_t first = first_local_row(info.B * info.T);

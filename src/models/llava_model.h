@@ -5,13 +5,14 @@
 // parameter: vision_tower.* (the tower, HuggingFace's CLIPVisionModel names under that prefix), then
 // multi_modal_projector.linear_{1,2}, then the language model's own (embed_tokens, layers.N, norm, ...).
 //
-// A micro-batch's images come in with set_images before its forward, in the order of their placeholder
-// runs (row-major over the B x T positions): image k fills the k-th P placeholder positions. The
-// backward takes the gradient of those rows through the projector into the tower (nothing reaches the
-// placeholder's token-embedding row from them). It keeps one micro-batch's rows and activations: a
-// backward needs the forward of the same micro-batch just before it, as the pipeline schedule's
-// recomputation gives it (train/pipeline_schedule.h; train/llava_pipeline_stage.h hands each in-flight
-// micro-batch's images back for it). Under pipeline parallelism LlavaVision and the tower's and
+// A micro-batch's images come in the micro-batch (MicroBatch::pixels, as the trainer prepares them), or,
+// for one that carries none, with set_images before its forward (the samplers and scorers, which build
+// their micro-batches themselves), in the order of their placeholder runs (row-major over the B x T
+// positions): image k fills the k-th P placeholder positions. The backward takes the gradient of those
+// rows through the projector into the tower (nothing reaches the placeholder's token-embedding row from
+// them). It keeps one micro-batch's rows and activations: a backward needs the forward of the same
+// micro-batch just before it, as the pipeline schedule's recomputation gives it
+// (train/pipeline_schedule.h). Under pipeline parallelism LlavaVision and the tower's and
 // projector's parameters exist on the first stage only, with the token embedding. Under tensor
 // parallelism every tp rank runs the tower and the projector over all of the micro-batch's images (each
 // splitting its heads and MLP columns, nn/vision_projector.h, models/clip_vision_model.h) and writes the
@@ -41,7 +42,8 @@ class LlavaVision : public EmbeddingInserts {
   LlavaVision(const LlavaVision&) = delete;
   LlavaVision& operator=(const LlavaVision&) = delete;
 
-  // pixels [n, 3, H, W] fp32 (copied): the images of the next forward's placeholders, in order.
+  // pixels [n, 3, H, W] fp32 (copied): the images of the next forwards' placeholders, in order, for
+  // micro-batches that carry none of their own.
   void set_images(const Tensor& pixels);
   void set_images(const float* pixels, int64_t n);
   int64_t patches() const { return tower_.patches(); }  // P
@@ -51,10 +53,11 @@ class LlavaVision : public EmbeddingInserts {
   std::pair<int, int> projector_params() const { return projector_ids_; }
   void freeze_vision(bool frozen) { tower_.set_frozen(frozen); }
 
-  // tokens [N], x [N, C_t]: the image rows (tokens == image_token) overwritten with projector(tower(pixels)).
-  void forward(const int32_t* tokens, const BatchInfo& info, Tensor& x) override;
+  // mb.tokens [N], x [N, C_t]: the image rows (tokens == image_token) overwritten with
+  // projector(tower(pixels)), the pixels mb's own or else set_images's.
+  void forward(const MicroBatch& mb, const BatchInfo& info, Tensor& x) override;
   // dx [N, C_t]: the image rows' gradient into the projector and the tower, then zeroed in dx.
-  void backward(const int32_t* tokens, const BatchInfo& info, Tensor& dx) override;
+  void backward(const MicroBatch& mb, const BatchInfo& info, Tensor& dx) override;
 
  private:
   LlavaOptions opt_;
@@ -64,7 +67,7 @@ class LlavaVision : public EmbeddingInserts {
   ClipVisionModel tower_;
   VisionProjector projector_;
   Arena arena_;  // the projector's activations and the image rows' gradients
-  Tensor pixels_;
+  Tensor pixels_;       // set_images's
   int64_t images_ = 0;
   std::vector<int64_t> rows_;  // the last forward's image rows, in order
   std::pair<int, int> tower_ids_, projector_ids_;

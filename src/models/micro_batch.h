@@ -19,6 +19,11 @@ struct MicroBatch {
   // of the binary head (kMlmIgnore: no loss). Empty for the other families.
   std::vector<int32_t> token_types;
   std::vector<int32_t> sequence_labels;
+  // LLaVA (models/llava_model.h): the images of the micro-batch's placeholder runs, in their order (row-major
+  // over the B x T positions), [images, 3, H, W] fp32. None (0): the model takes the images given to it
+  // beforehand (LlavaVision::set_images, as the samplers do), or the micro-batch holds no image positions.
+  std::vector<float> pixels;
+  int64_t images = 0;
   // Context parallelism (models/context_parallel.h): the arrays above hold this rank's chunks of each
   // sequence, and this the whole sequences' document ids [B, T*cp] (empty without documents).
   std::vector<int32_t> sequence_segment_ids;
@@ -42,6 +47,8 @@ struct MicroBatch {
     sequence_segment_ids.clear();
     token_types.clear();
     sequence_labels.clear();
+    pixels.clear();
+    images = 0;
     block_diffusion = 0;
   }
 

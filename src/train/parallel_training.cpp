@@ -1,5 +1,6 @@
 #include "train/parallel_training.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -118,10 +119,27 @@ void ParallelTraining::max_over_world(float* v, int n) {
   if (ctx_.world_size > 1) ctx_.world.communicator().all_reduce_max(v, n);
 }
 
+std::function<bool(const ParamInfo&)> ParallelTraining::norm_filter() const {
+  auto duplicate = duplicate_filter();
+  if (frozen_offsets_.empty()) return duplicate;
+  return [duplicate, frozen = frozen_offsets_](const ParamInfo& p) {
+    return (duplicate && duplicate(p)) || std::binary_search(frozen.begin(), frozen.end(), p.offset);
+  };
+}
+
+void ParallelTraining::freeze(AdamW& opt, int first_id, int end_id) {
+  MEGADLM_CHECK(params_ != nullptr, "ParallelTraining::freeze before attach");
+  MEGADLM_CHECK(!dist_, "frozen parameters do not run with --use-distributed-optimizer yet (its shards take no "
+                "frozen ranges)");
+  opt.freeze(first_id, end_id);
+  for (int id = first_id; id < end_id; ++id) frozen_offsets_.push_back(params_->info(id).offset);
+  std::sort(frozen_offsets_.begin(), frozen_offsets_.end());
+}
+
 double ParallelTraining::grad_norm() {
   if (dist_) return dist_->grad_norm(duplicate_filter());
   GradNormOptions o;
-  o.skip_param = duplicate_filter();
+  o.skip_param = norm_filter();
   return std::sqrt(global_grad_norm_sq(*params_, ctx_, o));
 }
 

@@ -63,7 +63,11 @@ class ParallelTraining {
   void sum_over_cp(double* v, int n);
   // v[n] <- max over every rank (exit decisions); nothing with one rank.
   void max_over_world(float* v, int n);
-  // The global gradient norm (parallel/grad_norm.h), identical on every rank.
+  // Parameters [first_id, end_id) of the attached store are frozen (Megatron's requires_grad=False):
+  // `opt` leaves them as they are (AdamW::freeze) and the gradient norm leaves them out, so that the
+  // gradients their module still computes on the way to earlier parameters do not scale the others' clip.
+  void freeze(AdamW& opt, int first_id, int end_id);
+  // The global gradient norm (parallel/grad_norm.h), identical on every rank; frozen parameters are not in it.
   double grad_norm();
   // Clips by norm and updates (AdamW, or the sharded update then the all-gather). bf16_copies: per
   // parameter id, a bf16 copy AdamW writes on its pass (MixedPrecision::bf16_copy_targets); returns
@@ -103,10 +107,13 @@ class ParallelTraining {
   ParamStore* params_ = nullptr;
   Device device_ = Device::CPU;
   int tied_copy_ = -1;  // this rank's duplicate of another stage's parameter (duplicate_filter), or -1
+  std::vector<int64_t> frozen_offsets_;  // sorted: the flat offsets of frozen parameters (freeze)
   ParamsFactory make_params_;
   void attach_params(ParamStore& params, const AdamWConfig& adam, ParamsFactory make_params, Device device,
                      bool overlap);
   std::function<bool(const ParamInfo&)> duplicate_filter() const;
+  // Parameters the gradient norm leaves out on this rank: the duplicate and the frozen ones (null: none).
+  std::function<bool(const ParamInfo&)> norm_filter() const;
   bool split() const;  // tp, pp or ep: each rank holds a part of the model
   // Checkpoints of `local`, this rank's part on the host (the model itself on the CPU).
   std::string save_from_host(const std::string& save_dir, ParamStore& local, AdamW& opt, const CheckpointState& st);

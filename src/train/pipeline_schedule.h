@@ -27,8 +27,8 @@ namespace megadlm {
 
 // Fills micro-batch m (0 <= m < M) of the current global batch; called once per micro-batch, in order.
 // `out` is the schedule's object for m, at one address until m's backward, and the very object the
-// stage's forward_stage / backward_stage of m receive (a stage may key per-micro-batch state by it:
-// train/llava_pipeline_stage.h).
+// stage's forward_stage / backward_stage of m receive: what m's forwards need (LLaVA's images) travels
+// in it.
 using PrepareMicroBatch = std::function<void(int64_t m, MicroBatch& out)>;
 
 // One global batch through this stage: gradients accumulated into the stage's parameters (dlogits

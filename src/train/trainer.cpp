@@ -18,7 +18,6 @@
 #include "data/llava_dataset.h"
 #include "parallel/mpi_communicator.h"
 #include "train/hf_init.h"
-#include "train/llava_pipeline_stage.h"
 #include "train/moe_arguments.h"
 #include "train/moe_metrics.h"
 #include "train/pipeline_schedule.h"
@@ -111,9 +110,9 @@ Trainer::Trainer(const TrainArgs& args)
   if (!args_.load_hf.empty()) load_hf_into_model(args_.load_hf, *model_);
   precision_ = std::make_unique<PrecisionRuntime>(args_.precision, *model_);
   optimizer_ = std::make_unique<AdamW>(model_->params(), args_.adam);
-  if (args_.llava.enabled) freeze_llava_parts();
   parallel_->adopt(*optimizer_);
   parallel_->attach(*model_, args_.adam, [make_model](const ParallelContext& ctx) { return make_model(ctx, Device::CPU); });
+  if (args_.llava.enabled) freeze_llava_parts();
   if (!args_.load.empty()) load();
   if (!args_.save.empty() && parallel_->writes_files()) {
     check_save_dir();
@@ -138,23 +137,18 @@ void Trainer::freeze_llava_parts() {
                 "(its shards take no frozen ranges)");
   if (args_.llava.freeze_vision && vision) {
     vision->freeze_vision(true);
-    optimizer_->freeze(vision->tower_params().first, vision->tower_params().second);
+    parallel_->freeze(*optimizer_, vision->tower_params().first, vision->tower_params().second);
   }
   // The language model's parameters follow the tower's and the projector's (a later stage holds only them).
   if (args_.llava.freeze_language)
-    optimizer_->freeze(vision ? vision->projector_params().second : 0, model_->params().count());
+    parallel_->freeze(*optimizer_, vision ? vision->projector_params().second : 0, model_->params().count());
 }
 
-int64_t Trainer::load_images(const TokenDataset& data, const SampleBatch& batch) {
-  if (vision_of(*model_) == nullptr) return 0;
+void Trainer::load_images(const TokenDataset& data, const SampleBatch& batch, MicroBatch& mb) {
+  if (vision_of(*model_) == nullptr) return;
   const auto* llava = dynamic_cast<const LlavaDataset*>(&data);
   MEGADLM_CHECK(llava != nullptr, "--model-type llava: the dataset carries no images");
-  return llava->batch_pixels(static_cast<int64_t>(batch.first_sample), batch.B, pixels_);
-}
-
-void Trainer::feed_images(const TokenDataset& data, const SampleBatch& batch) {
-  const int64_t n = load_images(data, batch);
-  if (LlavaVision* vision = vision_of(*model_)) vision->set_images(pixels_.data(), n);
+  mb.images = llava->batch_pixels(static_cast<int64_t>(batch.first_sample), batch.B, mb.pixels);
 }
 
 nlohmann::json Trainer::checkpoint_meta() const {
@@ -240,8 +234,8 @@ EvalResult Trainer::evaluate(const TokenDataset& data, int64_t batches) {
   BatchLoader loader(std::shared_ptr<const TokenDataset>(&data, [](const TokenDataset*) {}), lc);
   for (int64_t i = 0; i < batches; ++i) {
     const SampleBatch batch = loader.next();
-    feed_images(data, batch);
     eval_objective_->prepare(batch, 1.0f, mb);
+    load_images(data, batch, mb);
     keep_context_parallel_rows(mb, parallel_->context().cp.size, parallel_->context().cp.rank);
     r.loss += pipeline_forward_loss(*model_, parallel_->context(), mb);  // forward_loss at pp = 1
   }
@@ -338,36 +332,28 @@ Trainer::Step Trainer::train_step(BatchLoader& loader, int64_t M) {
   const float micro_weight = 1.0f / static_cast<float>(M);  // each micro-batch's share of the step
   model_->params().zero_grads();
   Step step;
-  // The next micro-batch from the loader, its objective statistics counted; returns the number of its
-  // images, left in pixels_ (--model-type llava, on the stage with the tower; 0 elsewhere).
-  // Under context parallelism the whole micro-batch is prepared, then this rank keeps its chunks
+  // The next micro-batch from the loader, its objective statistics counted, with its images
+  // (--model-type llava, on the stage with the tower). Under context parallelism the whole micro-batch is prepared, then this rank keeps its chunks
   // (models/context_parallel.h); the statistics are the whole micro-batch's on every cp rank.
   const ParallelContext& ctx = parallel_->context();
   auto next_micro_batch = [&](MicroBatch& mb) {
     const SampleBatch batch = loader.next();
-    const int64_t images = load_images(*data_.train, batch);
     step.stats += objective_->prepare(batch, micro_weight, mb);
+    load_images(*data_.train, batch, mb);
     keep_context_parallel_rows(mb, ctx.cp.size, ctx.cp.rank);
-    return images;
   };
   if (parallel_->context().pp.size > 1) {
     // 1F1B over the pipeline stages, each preparing every micro-batch itself; the loss comes from
     // the last stage (train/pipeline_schedule.h). The dp reduction is not overlapped here: the
-    // tied embedding's gradient is summed over the stages first. LLaVA's first stage keeps each
-    // in-flight micro-batch's images for its forwards (train/llava_pipeline_stage.h).
-    LlavaPipelineStage stage(*model_);
+    // tied embedding's gradient is summed over the stages first. LLaVA's micro-batches carry their
+    // images to each of their forwards.
     step.loss = pipeline_1f1b_step(
-        stage, parallel_->context(), M,
-        [&](int64_t, MicroBatch& mb) {
-          const int64_t images = next_micro_batch(mb);
-          stage.keep_images(mb, pixels_.data(), images);
-        },
+        *model_, parallel_->context(), M, [&](int64_t, MicroBatch& mb) { next_micro_batch(mb); },
         precision_->grad_scale());
     parallel_->before_micro_batch(M - 1, M);  // arms the buckets after every backward: no overlap
   } else {
     for (int64_t m = 0; m < M; ++m) {
-      const int64_t images = next_micro_batch(micro_batch_);
-      if (LlavaVision* vision = vision_of(*model_)) vision->set_images(pixels_.data(), images);
+      next_micro_batch(micro_batch_);
       parallel_->before_micro_batch(m, M);
       step.loss += model_->forward_backward(micro_batch_, precision_->grad_scale());
     }

@@ -91,10 +91,9 @@ class Trainer {
   nlohmann::json checkpoint_meta() const;
   // --model-type llava: --freeze-vision-model / --freeze-language-model on the optimizer and the tower
   // (the tower and projector live on the first pipeline stage); the images of a batch's samples into
-  // pixels_ (their number; 0 on a stage without the tower), or handed to the model before its forward.
+  // the micro-batch prepared from it (none on a stage without the tower).
   void freeze_llava_parts();
-  int64_t load_images(const TokenDataset& data, const SampleBatch& batch);
-  void feed_images(const TokenDataset& data, const SampleBatch& batch);
+  void load_images(const TokenDataset& data, const SampleBatch& batch, MicroBatch& mb);
 
   TrainArgs args_;
   // --exit-signal-handler: installed first, so that every thread the trainer starts (OpenMP workers,
@@ -119,7 +118,6 @@ class Trainer {
   int gpu_index_ = 0;  // the node's GPU this rank drives (select_device), on a device
   std::unique_ptr<JsonlWriter> metrics_;
   std::unique_ptr<TensorBoardLog> tensorboard_;  // --tensorboard-dir, on the rank that writes files
-  std::vector<float> pixels_;  // --model-type llava: the current micro-batch's images
   MicroBatch micro_batch_;  // the storage every training micro-batch is prepared into
 };
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,35 @@ TEST(LlavaTraining, AFrozenTowerStaysAsInitialised) {
       EXPECT_FALSE(same) << info.name;
     }
   }
+}
+
+// Frozen parameters are out of the gradient norm (Megatron's requires_grad=False parameters): with the
+// language model frozen its parameters still get gradients on the way to the projector, and the step's
+// logged norm is that of the tower's and the projector's alone.
+TEST(LlavaTraining, FrozenParametersStayOutOfTheGradientNorm) {
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 8);
+  const std::string save = dir / "run";
+  Trainer t(test::parse_flags(
+      plus(llava_flags(data, "gpt"), {"--train-iters", "1", "--freeze-language-model", "--save", save})));
+  double trained = 0, frozen = 0;
+  t.set_after_backward_hook([&](int64_t, Trainer& tr) {
+    const ParamStore& p = tr.model().params();
+    const int end = llava_vision(tr.model()).projector_params().second;
+    for (int id = 0; id < p.count(); ++id) {
+      const ParamInfo& info = p.info(id);
+      for (int64_t i = 0; i < info.shape.numel(); ++i) {
+        const double g = p.grads()[info.offset + i];
+        (id < end ? trained : frozen) += g * g;
+      }
+    }
+  });
+  t.run();
+  const auto lines = test::training_lines(save + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  const double logged = lines[0]["grad_norm"].get<double>();
+  EXPECT_GT(frozen, 0.01 * trained);  // the frozen gradients are there, and would change the norm
+  EXPECT_NEAR(logged, std::sqrt(trained), 1e-6 * std::sqrt(trained));
 }
 
 // evaluate with images, both backbones: --answer given --image, and --choices-file lines with their
