@@ -291,26 +291,24 @@ int main(int argc, char** argv) {
       }
       return *tok;
     };
-    // A context's ids, its <image> expanded for a LLaVA model (the context's images then go to the model
-    // with llava.feed_copies(k) for the k-th context encoded). AR needs at least one context token: an
+    // A context's ids, its <image> expanded for a LLaVA model. AR needs at least one context token: an
     // empty context starts from end-of-document.
-    size_t contexts = 0;
     auto context_ids = [&](const std::string& text, const std::string& image) {
       std::vector<int32_t> ids = llava.encode(tokenizer(), text, image, "evaluate");
-      ++contexts;
       if (!lm.diffusion && ids.empty()) ids.push_back(lm.eod);
       return ids;
     };
-    auto inputs_of = [&](size_t k) -> SequenceInputs {
+    // The images of the context encoded last, for its likelihood's micro-batches.
+    auto last_context_inputs = [&]() -> SequenceInputs {
       if (!llava.active()) return nullptr;
-      return [&llava, k](int64_t copies) { llava.feed_copies(k, copies); };
+      return [&llava, k = llava.count() - 1](int64_t copies, MicroBatch& mb) { llava.put_copies(k, copies, mb); };
     };
 
     if (!f.get_string("answer").empty()) {
       did = true;
       Timer t;
       std::vector<int32_t> seq = context_ids(f.get_string("prompt"), f.get_string("image"));
-      const SequenceInputs inputs = inputs_of(contexts - 1);
+      const SequenceInputs inputs = last_context_inputs();
       const int64_t begin = static_cast<int64_t>(seq.size());
       const std::vector<int32_t> ans = tokenizer().encode(f.get_string("answer"));
       MEGADLM_CHECK(!ans.empty(), "--answer encodes to no tokens");
@@ -354,7 +352,7 @@ int main(int argc, char** argv) {
         MEGADLM_CHECK(!j.contains("image") || j["image"].is_string(), path, ":", ln, ": \"image\" is not a path");
         ChoiceItem it;
         it.context = context_ids(j["context"].get<std::string>(), j.value("image", std::string()));
-        it.inputs = inputs_of(contexts - 1);
+        it.inputs = last_context_inputs();
         for (const auto& c : j["choices"]) {
           MEGADLM_CHECK(c.is_string(), path, ":", ln, ": choices must be strings");
           it.choices.push_back(tokenizer().encode(c.get<std::string>()));

@@ -42,7 +42,7 @@ double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& token
   mb.tokens = tokens;
   mb.positions = pos;
   const int64_t V = model.config().vocab_size;
-  if (inputs) inputs(1);
+  if (inputs) inputs(1, mb);
   Tensor lg = model.forward_logits(mb);
   double ll = 0;
   for (int64_t i = begin; i < T; ++i) ll += log_prob(lg.data<float>() + (i - 1) * V, V, tokens[static_cast<size_t>(i)]);
@@ -102,7 +102,7 @@ MCEstimate diffusion_nll(LanguageModel& model, const std::vector<int32_t>& token
     mb.T = T;
     mb.tokens = seq;
     mb.positions = pos;
-    if (inputs) inputs(n);
+    if (inputs) inputs(n, mb);
     Tensor lg = model.forward_logits(mb);
     std::vector<float> comb(static_cast<size_t>(V));
     for (int64_t r = 0; r < n; ++r) {

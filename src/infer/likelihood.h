@@ -20,10 +20,10 @@
 
 namespace megadlm {
 
-// What a forward needs beside the tokens of the scored sequence, handed to the model before each
-// forward: `copies` is how many of the forward's rows hold the sequence with its prompt unmasked (LLaVA:
-// the sequence's images, that many times; infer/llava_prompts.h). Empty for a text model.
-using SequenceInputs = std::function<void(int64_t copies)>;
+// What a forward needs beside the tokens of the scored sequence, put into each forward's micro-batch:
+// `copies` is how many of its rows hold the sequence with its prompt unmasked (LLaVA: the sequence's
+// images, that many times, into MicroBatch::pixels; infer/llava_prompts.h). Empty for a text model.
+using SequenceInputs = std::function<void(int64_t copies, MicroBatch& mb)>;
 
 double ar_log_likelihood(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t begin,
                          const SequenceInputs& inputs = nullptr);

@@ -61,8 +61,11 @@ void LlavaPrompts::feed(const std::vector<size_t>& idx) {
   vision_->set_images(all.data(), n);
 }
 
-void LlavaPrompts::feed_copies(size_t k, int64_t copies) {
-  feed(std::vector<size_t>(static_cast<size_t>(copies), k));
+void LlavaPrompts::put_copies(size_t k, int64_t copies, MicroBatch& mb) const {
+  const std::vector<float>& px = pixels_.at(k);
+  mb.pixels.clear();
+  for (int64_t c = 0; c < copies; ++c) mb.pixels.insert(mb.pixels.end(), px.begin(), px.end());
+  mb.images = copies * images_.at(k);
 }
 
 }  // namespace megadlm

@@ -2,7 +2,8 @@
 // LLaVA's prompts for generate and evaluate: each "<image>" marker in a prompt's text becomes P copies of
 // the image token (the text between markers encoded as usual), and the prompt's image (PNG or JPEG, read
 // and preprocessed by CLIP's image processor) is kept beside it, to be handed to the model's LlavaVision
-// before the forwards that hold those positions. One image a prompt.
+// before the forwards that hold those positions (the samplers), or put into their micro-batches (the
+// scorers). One image a prompt.
 // Legend: P the tower's patches an image, S the model's image side, n images.
 #include <cstdint>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "data/clip_image_processor.h"
 #include "models/llava_model.h"
+#include "models/micro_batch.h"
 #include "tokenizers/tokenizer.h"
 
 namespace megadlm {
@@ -28,8 +30,11 @@ class LlavaPrompts {
                               const std::string& tool);
   // Hands the model the images of prompts `idx`, in order: those of the next forward.
   void feed(const std::vector<size_t>& idx);
-  // Hands the model prompt k's images `copies` times: a forward over `copies` rows that each hold prompt k.
-  void feed_copies(size_t k, int64_t copies);
+  // Prompt k's images `copies` times into mb (MicroBatch::pixels): a forward over `copies` rows that each
+  // hold prompt k.
+  void put_copies(size_t k, int64_t copies, MicroBatch& mb) const;
+  // The prompts encoded so far.
+  size_t count() const { return images_.size(); }
 
  private:
   LlavaVision* vision_;

@@ -5,8 +5,8 @@
 // parameter: vision_tower.* (the tower, HuggingFace's CLIPVisionModel names under that prefix), then
 // multi_modal_projector.linear_{1,2}, then the language model's own (embed_tokens, layers.N, norm, ...).
 //
-// A micro-batch's images come in the micro-batch (MicroBatch::pixels, as the trainer prepares them), or,
-// for one that carries none, with set_images before its forward (the samplers and scorers, which build
+// A micro-batch's images come in the micro-batch (MicroBatch::pixels: the trainer and the scorers), or,
+// for one that carries none, with set_images before its forward (the samplers, which build
 // their micro-batches themselves), in the order of their placeholder runs (row-major over the B x T
 // positions): image k fills the k-th P placeholder positions. The backward takes the gradient of those
 // rows through the projector into the tower (nothing reaches the placeholder's token-embedding row from

@@ -84,6 +84,25 @@ std::vector<double> validation_losses(const std::string& save_dir) {
   return out;
 }
 
+// The checkpoints hold the full tensors: each layout resumes from the other's. The single process
+// resumed from tmp/<lm>_<name>'s iteration-10 checkpoint, and `name`'s layout (np 2, `layout` flags)
+// resumed from tmp/<lm>_single's, continue tmp/<lm>_single's losses (10 steps, the first within 1e-6).
+void resume_across_layouts(const std::string& mpirun, const test::TempDir& tmp, const std::string& lm,
+                           const std::string& name, const std::vector<std::string>& flags,
+                           const std::vector<std::string>& layout) {
+  const auto want = test::losses_of(tmp / (lm + "_single"));
+  for (const auto& [from, np] : {std::pair<std::string, int>{name, 1}, {"single", 2}}) {
+    const std::string resumed = tmp / (lm + "_resumed_from_" + from);
+    test::train_on_ranks(mpirun, np,
+                         test::plus(test::plus(flags, np == 2 ? layout : std::vector<std::string>{}),
+                                    {"--load", tmp / (lm + "_" + from + "/iter_0000010"), "--save", resumed}),
+                         resumed + ".log");
+    if (::testing::Test::HasFatalFailure()) return;
+    test::expect_same_losses(want, test::losses_of(resumed), 10, 1e-6, lm + " resumed from " + from);
+    test::report_losses(want, test::losses_of(resumed), "llava " + lm + " resumed from " + from);
+  }
+}
+
 }  // namespace
 
 TEST(LlavaLayoutRuns, DataParallelGivesTheSingleProcessLosses) {
@@ -167,20 +186,8 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
     const std::vector<std::string> flags = pp_flags(lm);
     single_and_pp2(lm, flags);
     if (HasFatalFailure()) return;
-    // The checkpoints hold the full tensors: each layout resumes from the other's.
-    const auto want = test::losses_of(tmp / (lm + "_single"));
-    for (const auto& [from, np] : {std::pair<std::string, int>{"pp2", 1}, {"single", 2}}) {
-      const std::string resumed = tmp / (lm + "_resumed_from_" + from);
-      const std::vector<std::string> layout =
-          np == 2 ? std::vector<std::string>{"--pipeline-model-parallel-size", "2"} : std::vector<std::string>{};
-      test::train_on_ranks(mpirun, np,
-                           test::plus(test::plus(flags, layout),
-                                      {"--load", tmp / (lm + "_" + from + "/iter_0000010"), "--save", resumed}),
-                           resumed + ".log");
-      if (HasFatalFailure()) return;
-      test::expect_same_losses(want, test::losses_of(resumed), 10, 1e-6, lm + " resumed from " + from);
-      test::report_losses(want, test::losses_of(resumed), "llava " + lm + " resumed from " + from);
-    }
+    resume_across_layouts(mpirun, tmp, lm, "pp2", flags, {"--pipeline-model-parallel-size", "2"});
+    if (HasFatalFailure()) return;
   }
   // Both parts frozen (only the projector trains): the first stage freezes the tower and its share of the
   // language model, the last stage all of its parameters.
@@ -221,16 +228,7 @@ TEST(LlavaLayoutRuns, TensorParallelGivesTheSingleProcessLosses) {
                     name.c_str(), part.c_str(), diff);
       }
     }
-    // The checkpoints hold the full tensors: each layout resumes from the other's.
-    for (const auto& [from, np] : {std::pair<std::string, int>{"tp2", 1}, {"single", 2}}) {
-      const std::string resumed = tmp / (lm + "_resumed_from_" + from);
-      test::train_on_ranks(mpirun, np,
-                           test::plus(test::plus(flags, np == 2 ? tp2 : std::vector<std::string>{}),
-                                      {"--load", tmp / (lm + "_" + from + "/iter_0000010"), "--save", resumed}),
-                           resumed + ".log");
-      if (HasFatalFailure()) return;
-      test::expect_same_losses(want, test::losses_of(resumed), 10, 1e-6, lm + " resumed from " + from);
-      test::report_losses(want, test::losses_of(resumed), "llava " + lm + " resumed from " + from);
-    }
+    resume_across_layouts(mpirun, tmp, lm, "tp2", flags, tp2);
+    if (HasFatalFailure()) return;
   }
 }

@@ -229,7 +229,7 @@ TEST(LlavaTraining, FrozenParametersStayOutOfTheGradientNorm) {
 
 // evaluate with images, both backbones: --answer given --image, and --choices-file lines with their
 // "image", against the same likelihoods computed here (the prompt's ids with the P image positions
-// spelled out, the picture decoded and preprocessed, handed to the model's LlavaVision); another picture
+// spelled out, the picture decoded and preprocessed, put into the micro-batches); another picture
 // gives another likelihood. And the refusals.
 TEST(LlavaTraining, EvaluateScoresAnswersAndChoicesGivenTheirImages) {
   MEGADLM_REQUIRE_BINARY("evaluate");
@@ -273,10 +273,10 @@ TEST(LlavaTraining, EvaluateScoresAnswersAndChoicesGivenTheirImages) {
     auto likelihood = [&](int picture, const std::string& answer, uint64_t sample_id) {
       const std::vector<float> px =
           clip_preprocess(processor, decode_image(read_file(dir / ("pic" + std::to_string(picture) + ".png")), "pic"));
-      const SequenceInputs inputs = [&](int64_t copies) {
-        std::vector<float> all;
-        for (int64_t c = 0; c < copies; ++c) all.insert(all.end(), px.begin(), px.end());
-        vision.set_images(all.data(), copies);
+      const SequenceInputs inputs = [&](int64_t copies, MicroBatch& mb) {
+        mb.pixels.clear();
+        for (int64_t c = 0; c < copies; ++c) mb.pixels.insert(mb.pixels.end(), px.begin(), px.end());
+        mb.images = copies;
       };
       std::vector<int32_t> seq = context;
       const std::vector<int32_t> ans = tok->encode(answer);
