@@ -31,10 +31,15 @@ WORK="$(mktemp -d /tmp/hostfile_launch.XXXXXX)"
 [[ $KEEP == 1 ]] || trap 'rm -rf "$WORK"' EXIT
 
 # OpenMPI starts a remote daemon as `<agent> <host> orted ...`: the stand-in drops its options and the
-# host and runs the rest on this machine.
+# host and runs the rest on this machine. Each "node" gets its own session directory base: the daemons
+# of one job otherwise both create /tmp/ompi.<host>.<uid>/jf.<job>, and the loser of that race fails
+# with "File exists".
 cat > "$WORK/fake_ssh" <<'SH'
 #!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) shift; break ;; esac; done
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) host="$1"; shift; break ;; esac; done
+OMPI_MCA_orte_tmpdir_base="$(dirname "$0")/tmp.$host"
+mkdir -p "$OMPI_MCA_orte_tmpdir_base"
+export OMPI_MCA_orte_tmpdir_base
 exec /bin/sh -c "$*"
 SH
 chmod +x "$WORK/fake_ssh"
