@@ -5,7 +5,10 @@
 # (generate --image) and scored (score_shapes: colour, shape, count), and a grid of the first 16 pictures
 # with the answers drawn (tools/shapes_grid.py, WORK_DIR/grid.png).
 #   scripts/llava_shapes.sh [WORK_DIR] [BUILD_DIR]      (BACKBONES="gpt difflm" by default)
-# GPT_ITERS (10000) and DIFFLM_ITERS (20000) steps of 16 conversations, or ITERS for both.
+# GPT_ITERS (10000) steps of 16 conversations for gpt. The difflm backbone is trained as Dimple trains
+# its diffusion MLLM, autoregressive then diffusion: it starts from the gpt run's weights (--finetune, the
+# tower and projector included) and trains DIFFLM_ITERS (6000) diffusion steps at lr 5e-4. DIFFLM_FROM=scratch
+# trains it from scratch instead (DIFFLM_ITERS 20000 at lr 1e-3). ITERS sets both backbones' steps.
 # The text goes through a byte-level BPE trained here on the conversations (train_tokenizer), so that
 # each answer word (count, colour, shape) is one token. IMAGE_SIZE (64) and PATCH (8) set the pictures and
 # the tower's patches: P = (IMAGE_SIZE / PATCH)^2 positions an image; the sequence length is the longest
@@ -15,7 +18,12 @@ set -euo pipefail
 WORK=${1:-runs/llava_shapes}
 BIN=${2:-build}/bin
 GPT_ITERS=${ITERS:-${GPT_ITERS:-10000}}
-DIFFLM_ITERS=${ITERS:-${DIFFLM_ITERS:-20000}}
+DIFFLM_FROM=${DIFFLM_FROM:-gpt}
+case "$DIFFLM_FROM" in
+  gpt) DIFFLM_ITERS=${ITERS:-${DIFFLM_ITERS:-6000}}; DIFFLM_START=(--load "$WORK/gpt" --finetune --lr 5e-4) ;;
+  scratch) DIFFLM_ITERS=${ITERS:-${DIFFLM_ITERS:-20000}}; DIFFLM_START=(--lr 1e-3) ;;
+  *) echo "llava_shapes.sh: DIFFLM_FROM is gpt or scratch, not '$DIFFLM_FROM'" >&2; exit 2 ;;
+esac
 IMAGE_SIZE=${IMAGE_SIZE:-64}
 PATCH=${PATCH:-8}
 NUM_TRAIN=${NUM_TRAIN:-20000}
@@ -79,14 +87,20 @@ MODEL=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --position-embed
        --swiglu --disable-bias-linear --seq-length "$SEQ"
        --img-h "$IMAGE_SIZE" --img-w "$IMAGE_SIZE" --patch-dim "$PATCH" --vision-num-layers 1 --vision-hidden-size 64 --vision-num-attention-heads 4
        --vision-ffn-hidden-size 128 --vision-feature-layer "$FEATURE_LAYER" --projector-type "$PROJECTOR")
-TRAIN=(--micro-batch-size 16 --global-batch-size 16 --lr 1e-3 --lr-warmup-iters 20
+TRAIN=(--micro-batch-size 16 --global-batch-size 16 --lr-warmup-iters 20
        --data-path "$WORK/data/train_conversation_document" --split 100,0,0 --sft --log-interval 500 --eval-iters 0)
 
 for lm in $BACKBONES; do
   rm -rf "$WORK/$lm"
-  if [ "$lm" = gpt ]; then iters=$GPT_ITERS; else iters=$DIFFLM_ITERS; fi
+  if [ "$lm" = gpt ]; then
+    iters=$GPT_ITERS; START=(--lr 1e-3)
+  else
+    iters=$DIFFLM_ITERS; START=("${DIFFLM_START[@]}")
+    [ "$DIFFLM_FROM" = scratch ] || [ -d "$WORK/gpt" ] ||
+      { echo "llava_shapes.sh: difflm starts from $WORK/gpt: train gpt first (BACKBONES=\"gpt difflm\") or set DIFFLM_FROM=scratch" >&2; exit 2; }
+  fi
   /usr/bin/time -f "$lm training: %e s" "$BIN/pretrain_difflm" --model-type llava --language-model-type "$lm" \
-    "${MODEL[@]}" "${TRAIN[@]}" --train-iters "$iters" --save "$WORK/$lm" 2>&1 | tee "$WORK/$lm.log" | grep -E "iteration .*00/|training:|error"
+    "${MODEL[@]}" "${TRAIN[@]}" "${START[@]}" --train-iters "$iters" --save "$WORK/$lm" 2>&1 | tee "$WORK/$lm.log" | grep -E "iteration .*00/|training:|error"
   if [ "$lm" = gpt ]; then
     GEN=(--max-new-tokens "$GEN_LENGTH")
   else

@@ -180,16 +180,25 @@ void Trainer::load() {
   const nlohmann::json got = st.meta.value("config", nlohmann::json::object());
   // The model type first: it implies config differences (the attention mask) that would hide it.
   // --finetune may carry gpt weights into difflm or back (AR-to-diffusion adaptation, as DiffuGPT and
-  // Dream start): the same parameters, only the attention mask and the token rows in use differ.
+  // Dream start; for LLaVA the language model's, as Dimple's autoregressive-then-diffusion training):
+  // the same parameters, only the attention mask and the token rows in use differ.
   const std::string ckpt_type = st.meta.value("model_type", "?");
   const std::string our_type = args_.llava.enabled ? "llava" : model_type_name(args_.model_type);
-  const bool adapts = args_.finetune && ckpt_type != our_type && is_decoder_type(ckpt_type) && is_decoder_type(our_type);
-  MEGADLM_CHECK(ckpt_type == our_type || adapts, dir, ": the checkpoint is a ", ckpt_type, " model but --model-type is ",
-                our_type, is_decoder_type(ckpt_type) && is_decoder_type(our_type)
-                              ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)"
-                              : "");
+  MEGADLM_CHECK(ckpt_type == our_type || (args_.finetune && is_decoder_type(ckpt_type) && is_decoder_type(our_type)),
+                dir, ": the checkpoint is a ", ckpt_type, " model but --model-type is ", our_type,
+                is_decoder_type(ckpt_type) && is_decoder_type(our_type)
+                    ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)"
+                    : "");
+  const std::string ckpt_lm = args_.llava.enabled ? st.meta.value("language_model_type", "?") : ckpt_type;
+  const std::string our_lm = model_type_name(args_.model_type);
+  const bool adapts = args_.finetune && ckpt_lm != our_lm && is_decoder_type(ckpt_lm) && is_decoder_type(our_lm);
+  MEGADLM_CHECK(ckpt_lm == our_lm || adapts, dir, ": the checkpoint's language model is ", ckpt_lm,
+                " but --language-model-type is ", our_lm,
+                is_decoder_type(ckpt_lm) && is_decoder_type(our_lm)
+                    ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)"
+                    : "");
   if (adapts)
-    log_info("--finetune: adapting the ", ckpt_type, " checkpoint into a ", our_type, " model (same weights, ",
+    log_info("--finetune: adapting the ", ckpt_lm, " checkpoint into a ", our_lm, " model (same weights, ",
              want.value("attention_mask_type", "?"), " attention)");
   const std::string diff =
       config_mismatch(want, got,
@@ -198,9 +207,6 @@ void Trainer::load() {
                              : std::vector<std::string>{});
   MEGADLM_CHECK(diff.empty(), dir, ": the checkpoint does not match the model flags:", diff);
   if (args_.llava.enabled) {
-    const std::string lang = st.meta.value("language_model_type", "?");
-    MEGADLM_CHECK(lang == model_type_name(args_.model_type), dir, ": the checkpoint's language model is ", lang,
-                  " but --language-model-type is ", model_type_name(args_.model_type));
     const std::string vdiff = config_mismatch(llava_to_json(args_.llava.options),
                                               st.meta.value("llava", nlohmann::json::object()), {});
     MEGADLM_CHECK(vdiff.empty(), dir, ": the checkpoint's vision tower and projector do not match the flags:", vdiff);

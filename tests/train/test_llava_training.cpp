@@ -141,6 +141,33 @@ TEST(LlavaTraining, BothBackbonesResumeBitwise) {
   }
 }
 
+// Autoregressive-then-diffusion training (Dimple): --finetune loads a gpt LLaVA checkpoint into a difflm
+// LLaVA run, tower and projector included, bit for bit; without --finetune the other language model is
+// an error that says what to add.
+TEST(LlavaTraining, FinetuneAdaptsAGptLlavaIntoADiffusionBackbone) {
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 8);
+  test::run_training(plus(llava_flags(data, "gpt"), {"--train-iters", "3"}), {"--save", dir / "gpt"});
+  Trainer gpt(test::parse_flags(plus(llava_flags(data, "gpt"), {"--train-iters", "4", "--load", dir / "gpt"})));
+  const auto dlm_flags = plus(llava_flags(data, "difflm"), {"--train-iters", "2"});
+  Trainer dlm(test::parse_flags(plus(dlm_flags, {"--load", dir / "gpt", "--finetune", "--save", dir / "dlm"})));
+  const ParamStore &a = gpt.model().params(), &b = dlm.model().params();
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_TRUE(std::equal(a.values(), a.values() + a.numel(), b.values()));
+  const auto [first, end] = llava_vision(dlm.model()).tower_params();
+  EXPECT_LT(first, end);
+  dlm.run();
+  const auto l = losses(dir / "dlm");
+  ASSERT_EQ(l.size(), 2u);
+  for (double x : l) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+  EXPECT_EQ(read_checkpoint_state(resolve_checkpoint_dir(dir / "dlm")).meta["language_model_type"], "difflm");
+
+  const std::string e = error_of_run(plus(dlm_flags, {"--load", dir / "gpt", "--save", dir / "dlm2"}));
+  EXPECT_NE(e.find("the checkpoint's language model is gpt but --language-model-type is difflm (add --finetune"),
+            std::string::npos)
+      << e;
+}
+
 // generate answers a picture with both backbones' checkpoints (the image expanded into P positions of
 // the prompt) and refuses --image for a checkpoint without a tower.
 TEST(LlavaTraining, GenerateAnswersAPictureAndRefusesImagesWithoutATower) {
