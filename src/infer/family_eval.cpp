@@ -31,12 +31,16 @@ SequenceRange valid_documents(const IndexedDataset& data, const FamilyEvalOption
   return *ranges[1];
 }
 
-uint64_t seed_of(const FamilyEvalOptions& opt, const nlohmann::json& meta) {
-  return opt.seed ? *opt.seed : meta.value("seed", uint64_t{1234});
-}
-
-double mask_prob_of(const FamilyEvalOptions& opt, const nlohmann::json& meta, double fallback) {
-  return opt.mask_prob ? *opt.mask_prob : meta.value("mask_prob", fallback);
+// The samples' settings as the run recorded them, --seed and --mask-prob taking precedence.
+FamilySampling sampling_of(const FamilyEvalOptions& opt, const nlohmann::json& meta, int64_t seq_length,
+                           int64_t decoder_seq_length) {
+  FamilySampling s;
+  s.seq_length = seq_length;
+  s.decoder_seq_length = decoder_seq_length;
+  s.seed = opt.seed ? *opt.seed : meta.value("seed", s.seed);
+  s.mask_prob = opt.mask_prob ? *opt.mask_prob : meta.value("mask_prob", s.mask_prob);
+  s.short_seq_prob = meta.value("short_seq_prob", s.short_seq_prob);
+  return s;
 }
 
 }  // namespace
@@ -51,14 +55,9 @@ nlohmann::json evaluate_bert_checkpoint(const std::string& dir, const Checkpoint
   load_checkpoint_tensors(dir, model.params(), nullptr);
 
   auto data = std::make_shared<const IndexedDataset>(opt.data_path, tok->vocab_size());
-  BertDatasetConfig c;
-  c.seq_length = meta["seq_length"].get<int64_t>();
-  c.num_samples = opt.samples;
-  c.seed = seed_of(opt, meta);
-  c.mask_prob = mask_prob_of(opt, meta, 0.15);
-  c.short_seq_prob = meta.value("short_seq_prob", 0.1);
-  c.binary_head = info.options.binary_head;
-  c.tokens = bert_tokens_of(*tok);
+  const BertDatasetConfig c =
+      bert_dataset_config(sampling_of(opt, meta, meta["seq_length"].get<int64_t>(), 0), info.options.binary_head,
+                          bert_tokens_of(*tok), opt.samples);
   const BertDataset valid(data, valid_documents(*data, opt), Split::Valid, c);
   MEGADLM_CHECK(valid.size() >= opt.micro_batch_size, opt.data_path, ": ", valid.size(),
                 " validation samples, fewer than --micro-batch-size ", opt.micro_batch_size);
@@ -90,17 +89,9 @@ nlohmann::json evaluate_t5_checkpoint(const std::string& dir, const CheckpointSt
   load_checkpoint_tensors(dir, model.params(), nullptr);
 
   auto data = std::make_shared<const IndexedDataset>(opt.data_path, tok->vocab_size());
-  T5DatasetConfig c;
-  c.encoder_seq_length = meta["encoder_seq_length"].get<int64_t>();
-  c.decoder_seq_length = meta["decoder_seq_length"].get<int64_t>();
-  c.num_samples = opt.samples;
-  c.seed = seed_of(opt, meta);
-  c.noise_density = mask_prob_of(opt, meta, 0.15);
-  c.short_seq_prob = meta.value("short_seq_prob", 0.1);
-  c.pad = tokens.pad;
-  c.bos = tokens.bos;
-  c.eos = tokens.eos;
-  c.sentinels = tokens.sentinels;
+  const T5DatasetConfig c = t5_dataset_config(
+      sampling_of(opt, meta, meta["encoder_seq_length"].get<int64_t>(), meta["decoder_seq_length"].get<int64_t>()),
+      tokens, opt.samples);
   const T5Dataset valid(data, valid_documents(*data, opt), Split::Valid, c);
   MEGADLM_CHECK(valid.size() >= opt.micro_batch_size, opt.data_path, ": ", valid.size(),
                 " validation samples, fewer than --micro-batch-size ", opt.micro_batch_size);

@@ -14,6 +14,7 @@
 // the dp group's device communicator (NCCL) and the copies through the backend.
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/backend.h"
@@ -34,6 +35,9 @@ class DistributedOptimizer {
   double grad_norm(std::function<bool(const ParamInfo&)> skip_param = nullptr) const;
   // Clips the shard by grad_norm, one AdamW update of the shard, all-gathers the parameters.
   void apply(double lr, double grad_norm);
+  // Parameters [first_id, end_id) are frozen: the shard's update leaves their values and moments as
+  // they are (AdamW::freeze's rule, on this rank's part of them).
+  void freeze(int first_id, int end_id);
 
   int64_t shard_begin() const { return begin_; }
   int64_t shard_end() const { return end_; }
@@ -58,6 +62,7 @@ class DistributedOptimizer {
   Tensor send_;                // [S] this rank's updated values, the all-gather's input
   bool padded_ = false;
   int64_t step_ = 0;
+  std::vector<uint8_t> frozen_;  // per parameter id, or empty: none frozen
 };
 
 }  // namespace megadlm

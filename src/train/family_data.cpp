@@ -26,16 +26,22 @@ BertTokens bert_tokens_for(const Tokenizer& tok) {
   }
 }
 
-BertDatasetConfig bert_dataset_config(const TrainArgs& args, const BertTokens& tokens, int64_t num_samples) {
+BertDatasetConfig bert_dataset_config(const FamilySampling& s, bool binary_head, const BertTokens& tokens,
+                                      int64_t num_samples) {
   BertDatasetConfig c;
-  c.seq_length = args.seq_length;
+  c.seq_length = s.seq_length;
   c.num_samples = num_samples;
-  c.seed = args.seed;
-  c.mask_prob = args.mask_prob;
-  c.short_seq_prob = args.short_seq_prob;
-  c.binary_head = args.bert_binary_head;
+  c.seed = s.seed;
+  c.mask_prob = s.mask_prob;
+  c.short_seq_prob = s.short_seq_prob;
+  c.binary_head = binary_head;
   c.tokens = tokens;
   return c;
+}
+
+BertDatasetConfig bert_dataset_config(const TrainArgs& args, const BertTokens& tokens, int64_t num_samples) {
+  const FamilySampling s{args.seq_length, 0, args.seed, args.mask_prob, args.short_seq_prob};
+  return bert_dataset_config(s, args.bert_binary_head, tokens, num_samples);
 }
 
 namespace {
@@ -71,19 +77,25 @@ T5Tokens t5_tokens_for(Tokenizer& tok, int64_t extra_ids) {
   return t;
 }
 
-T5DatasetConfig t5_dataset_config(const TrainArgs& args, const T5Tokens& tokens, int64_t num_samples) {
+T5DatasetConfig t5_dataset_config(const FamilySampling& s, const T5Tokens& tokens, int64_t num_samples) {
   T5DatasetConfig c;
-  c.encoder_seq_length = args.t5.encoder_seq_length;
-  c.decoder_seq_length = args.t5.decoder_seq_length;
+  c.encoder_seq_length = s.seq_length;
+  c.decoder_seq_length = s.decoder_seq_length;
   c.num_samples = num_samples;
-  c.seed = args.seed;
-  c.noise_density = args.mask_prob;
-  c.short_seq_prob = args.short_seq_prob;
+  c.seed = s.seed;
+  c.noise_density = s.mask_prob;
+  c.short_seq_prob = s.short_seq_prob;
   c.pad = tokens.pad;
   c.bos = tokens.bos;
   c.eos = tokens.eos;
   c.sentinels = tokens.sentinels;
   return c;
+}
+
+T5DatasetConfig t5_dataset_config(const TrainArgs& args, const T5Tokens& tokens, int64_t num_samples) {
+  const FamilySampling s{args.t5.encoder_seq_length, args.t5.decoder_seq_length, args.seed, args.mask_prob,
+                         args.short_seq_prob};
+  return t5_dataset_config(s, tokens, num_samples);
 }
 
 // The special ids go into the tokenizer before the data's ids are checked against its vocabulary, as

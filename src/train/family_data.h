@@ -29,8 +29,20 @@ std::vector<FamilySplit> family_splits(const TrainArgs& args, int64_t num_docume
 // The WordPiece ids BERT's samples need; another tokenizer is an Error naming --tokenizer-type.
 BertTokens bert_tokens_for(const Tokenizer& tok);
 
-// BertDataset's settings from the flags (--seq-length, --seed, --mask-prob, --short-seq-prob, the
-// binary head) for num_samples samples.
+// What BERT's and T5's samples are drawn with besides the special ids: from the flags when a run trains,
+// from the checkpoint's state.json when evaluate scores it (infer/family_eval.h).
+struct FamilySampling {
+  int64_t seq_length = 0;          // BERT: --seq-length; T5: --encoder-seq-length
+  int64_t decoder_seq_length = 0;  // T5: --decoder-seq-length
+  uint64_t seed = 1234;
+  double mask_prob = 0.15;  // T5: the noise density
+  double short_seq_prob = 0.1;
+};
+
+// BertDataset's settings for num_samples samples.
+BertDatasetConfig bert_dataset_config(const FamilySampling& s, bool binary_head, const BertTokens& tokens,
+                                      int64_t num_samples);
+// The same from the flags (--seq-length, --seed, --mask-prob, --short-seq-prob, the binary head).
 BertDatasetConfig bert_dataset_config(const TrainArgs& args, const BertTokens& tokens, int64_t num_samples);
 
 // The train split's BertDataset of a run with these flags (the trainer's construction).
@@ -44,8 +56,10 @@ struct T5Tokens {
 };
 T5Tokens t5_tokens_for(Tokenizer& tok, int64_t extra_ids);
 
-// T5Dataset's settings from the flags (--encoder-seq-length, --decoder-seq-length, --seed, --mask-prob
-// as the noise density, --short-seq-prob) for num_samples samples.
+// T5Dataset's settings for num_samples samples (mask_prob is the noise density).
+T5DatasetConfig t5_dataset_config(const FamilySampling& s, const T5Tokens& tokens, int64_t num_samples);
+// The same from the flags (--encoder-seq-length, --decoder-seq-length, --seed, --mask-prob,
+// --short-seq-prob).
 T5DatasetConfig t5_dataset_config(const TrainArgs& args, const T5Tokens& tokens, int64_t num_samples);
 
 // The train split's T5Dataset of a run with these flags (the trainer's construction); adds T5's

@@ -129,15 +129,14 @@ std::function<bool(const ParamInfo&)> ParallelTraining::norm_filter() const {
 
 void ParallelTraining::freeze(AdamW& opt, int first_id, int end_id) {
   MEGADLM_CHECK(params_ != nullptr, "ParallelTraining::freeze before attach");
-  MEGADLM_CHECK(!dist_, "frozen parameters do not run with --use-distributed-optimizer yet (its shards take no "
-                "frozen ranges)");
   opt.freeze(first_id, end_id);
+  if (dist_) dist_->freeze(first_id, end_id);
   for (int id = first_id; id < end_id; ++id) frozen_offsets_.push_back(params_->info(id).offset);
   std::sort(frozen_offsets_.begin(), frozen_offsets_.end());
 }
 
 double ParallelTraining::grad_norm() {
-  if (dist_) return dist_->grad_norm(duplicate_filter());
+  if (dist_) return dist_->grad_norm(norm_filter());
   GradNormOptions o;
   o.skip_param = norm_filter();
   return std::sqrt(global_grad_norm_sq(*params_, ctx_, o));

@@ -131,10 +131,6 @@ Trainer::~Trainer() = default;
 
 void Trainer::freeze_llava_parts() {
   LlavaVision* vision = vision_of(*model_);  // on the first pipeline stage only
-  MEGADLM_CHECK(!(args_.llava.freeze_vision || args_.llava.freeze_language) ||
-                    !args_.parallel.use_distributed_optimizer,
-                "--freeze-vision-model / --freeze-language-model do not run with --use-distributed-optimizer yet ",
-                "(its shards take no frozen ranges)");
   if (args_.llava.freeze_vision && vision) {
     vision->freeze_vision(true);
     parallel_->freeze(*optimizer_, vision->tower_params().first, vision->tower_params().second);

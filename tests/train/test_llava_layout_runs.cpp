@@ -1,7 +1,9 @@
 // pretrain_difflm --model-type llava under mpirun against the single process (tests/layout_runs.h), both
 // backbones, 20 losses each (the first within 1e-6 relative, every one within 1e-4):
 // - dp2, and dp2 with the distributed optimizer: each rank feeds the images of its own micro-batches;
-//   the single process resumed from the dp2 run's iteration-10 checkpoint continues its losses.
+//   the single process resumed from the dp2 run's iteration-10 checkpoint continues its losses; with a
+//   part frozen (gpt: the tower, difflm: the language model) the distributed optimizer's run follows the
+//   single process's and leaves the frozen parameters bit for bit.
 // - pp2 (2 layers, 4 micro-batches a step, so the first stage's 1F1B has two in flight and recomputes
 //   each forward after a later micro-batch's): the tower and projector on the first stage, each
 //   micro-batch's forwards with its own images; the validation losses (within 1e-6) and the parameters
@@ -134,6 +136,22 @@ TEST(LlavaLayoutRuns, DataParallelGivesTheSingleProcessLosses) {
     if (HasFatalFailure()) return;
     test::expect_same_losses(want, test::losses_of(resumed), 10, 1e-6, lm + " resumed from dp2");
     test::report_losses(want, test::losses_of(resumed), "llava " + lm + " resumed from dp2");
+
+    // The distributed optimizer's shards leave frozen parameters as AdamW does (gpt: the tower frozen;
+    // difflm: the language model): the losses and the parameters follow the single process's, and the
+    // frozen ones stay as initialised in both, bit for bit.
+    const auto frozen = test::plus(flags, {lm == "gpt" ? "--freeze-vision-model" : "--freeze-language-model"});
+    const std::string frozen_ref = tmp / (lm + "_single_frozen"), frozen_dist = tmp / (lm + "_dp2_distopt_frozen");
+    test::train_on_ranks(mpirun, 1, test::plus(frozen, {"--save", frozen_ref}), frozen_ref + ".log");
+    if (HasFatalFailure()) return;
+    test::train_on_ranks(mpirun, 2, test::plus(frozen, {"--use-distributed-optimizer", "--save", frozen_dist}),
+                         frozen_dist + ".log");
+    if (HasFatalFailure()) return;
+    test::expect_same_losses(test::losses_of(frozen_ref), test::losses_of(frozen_dist), 20, 1e-6,
+                             lm + " frozen dp2_distopt");
+    test::report_losses(test::losses_of(frozen_ref), test::losses_of(frozen_dist), "llava " + lm + " frozen dp2_distopt");
+    EXPECT_LT(max_param_difference(frozen_ref, frozen_dist, ""), 1e-5);
+    EXPECT_EQ(max_param_difference(frozen_ref, frozen_dist, lm == "gpt" ? "vision_tower." : "layers."), 0.0);
   }
 }
 
