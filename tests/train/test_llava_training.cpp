@@ -14,6 +14,7 @@
 
 #include "checkpoint/model_loader.h"
 #include "checkpoint/native_checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "core/file_io.h"
 #include "data/clip_image_processor.h"
 #include "data/image.h"
@@ -138,6 +139,37 @@ TEST(LlavaTraining, BothBackbonesResumeBitwise) {
     // A resume with another tower is refused, naming what differs.
     const std::string e = error_of_run(plus(flags, {"--save", part, "--load", part, "--vision-feature-layer", "-1"}));
     EXPECT_NE(e.find("vision tower"), std::string::npos) << e;
+  }
+}
+
+// MoE backbones by the decoders' flags: the language model's MLPs become routed experts (their
+// tensors in the checkpoint), both backbones train and resume bitwise.
+TEST(LlavaTraining, MoeBackbonesTrainAndResumeBitwise) {
+  test::TempDir dir;
+  const std::string data = make_llava_data(dir, 12);
+  for (const std::string lm : {"gpt", "difflm"}) {
+    SCOPED_TRACE(lm);
+    const auto flags = plus(llava_flags(data, lm), {"--train-iters", "4", "--num-experts", "4", "--moe-router-topk",
+                                                    "2", "--moe-aux-loss-coeff", "0.01"});
+    const std::string full = dir / (lm + "_moe_full"), part = dir / (lm + "_moe_part");
+    test::run_training(flags, {"--save", full});
+    test::run_training(flags, {"--save", part, "--exit-interval", "2"});
+    test::run_training(flags, {"--save", part, "--load", part});
+    const auto a = losses(full), b = losses(part);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(a[i]) && a[i] > 0) << a[i];
+      EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;  // bitwise
+    }
+    const SafetensorsFile ckpt(resolve_checkpoint_dir(full) + "/model.safetensors");
+    int experts = 0, tower = 0;
+    for (const std::string& name : ckpt.names()) {
+      experts += name.find("experts") != std::string::npos;
+      tower += name.rfind("vision_tower.", 0) == 0;
+    }
+    EXPECT_GT(experts, 0);
+    EXPECT_GT(tower, 0);
   }
 }
 
