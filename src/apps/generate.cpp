@@ -305,8 +305,7 @@ int main(int argc, char** argv) {
     // there, is left out (it is an input only).
     int64_t vocab_limit = tok->vocab_size();
     if (vision && vision->options().image_token == vocab_limit - 1) vocab_limit -= 1;
-    // Autoregressive LLaVA prompts decode one at a time (each prefill holds its own image rows).
-    const int64_t batch = vision && !lm.diffusion ? 1 : f.get_int("batch-size");
+    const int64_t batch = f.get_int("batch-size");
     const uint64_t seed = static_cast<uint64_t>(f.get_int("seed"));
 
     std::vector<std::vector<int32_t>> ids;
@@ -345,7 +344,6 @@ int main(int argc, char** argv) {
       }
       std::vector<std::vector<int32_t>> out;
       DiffusionStats stats;
-      llava.feed(idx);
       if (bd3) {
         BlockSampleOptions o = bd3_base;
         o.seeds = seeds;
@@ -366,6 +364,7 @@ int main(int argc, char** argv) {
         o.vocab_limit = vocab_limit;
         o.seeds = seeds;
         o.stats = &stats;
+        o.inputs = llava.inputs_for(idx);
         out = diffusion_generate_batch(*lm.model, in, o);
       } else {
         ARSampleOptions o;
@@ -377,6 +376,7 @@ int main(int argc, char** argv) {
         o.vocab_limit = vocab_limit;
         o.seeds = seeds;
         o.kv_cache = !f.get_bool("no-kv-cache");
+        o.inputs = llava.inputs_for(idx);
         out = ar_generate_batch(*lm.model, in, o);
       }
       for (size_t j = 0; j < idx.size(); ++j) {

@@ -50,15 +50,17 @@ std::vector<int32_t> LlavaPrompts::encode(const Tokenizer& tok, const std::strin
   return ids;
 }
 
-void LlavaPrompts::feed(const std::vector<size_t>& idx) {
-  if (!vision_) return;
-  std::vector<float> all;
-  int64_t n = 0;
-  for (size_t i : idx) {
-    all.insert(all.end(), pixels_.at(i).begin(), pixels_.at(i).end());
-    n += images_.at(i);
-  }
-  vision_->set_images(all.data(), n);
+PromptInputs LlavaPrompts::inputs_for(const std::vector<size_t>& idx) const {
+  if (!vision_) return nullptr;
+  return [this, idx](int64_t first, int64_t count, MicroBatch& mb) {
+    mb.pixels.clear();
+    mb.images = 0;
+    for (int64_t j = first; j < first + count; ++j) {
+      const size_t i = idx.at(static_cast<size_t>(j));
+      mb.pixels.insert(mb.pixels.end(), pixels_.at(i).begin(), pixels_.at(i).end());
+      mb.images += images_.at(i);
+    }
+  };
 }
 
 void LlavaPrompts::put_copies(size_t k, int64_t copies, MicroBatch& mb) const {

@@ -1,15 +1,16 @@
 #pragma once
 // LLaVA's prompts for generate and evaluate: each "<image>" marker in a prompt's text becomes P copies of
 // the image token (the text between markers encoded as usual), and the prompt's image (PNG or JPEG, read
-// and preprocessed by CLIP's image processor) is kept beside it, to be handed to the model's LlavaVision
-// before the forwards that hold those positions (the samplers), or put into their micro-batches (the
-// scorers). One image a prompt.
+// and preprocessed by CLIP's image processor) is kept beside it, to be put into the micro-batches whose
+// rows hold those positions (MicroBatch::pixels: the samplers' PromptInputs, the scorers' SequenceInputs).
+// One image a prompt.
 // Legend: P the tower's patches an image, S the model's image side, n images.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "data/clip_image_processor.h"
+#include "infer/sampling.h"
 #include "models/llava_model.h"
 #include "models/micro_batch.h"
 #include "tokenizers/tokenizer.h"
@@ -28,8 +29,9 @@ class LlavaPrompts {
   // of another size than the model's.
   std::vector<int32_t> encode(const Tokenizer& tok, const std::string& prompt, const std::string& image_path,
                               const std::string& tool);
-  // Hands the model the images of prompts `idx`, in order: those of the next forward.
-  void feed(const std::vector<size_t>& idx);
+  // The samplers' inputs for a batch of prompts `idx` (its prompt j is prompt idx[j] here): their images
+  // into each micro-batch that holds them. Empty for a model without a tower. Valid while this object is.
+  PromptInputs inputs_for(const std::vector<size_t>& idx) const;
   // Prompt k's images `copies` times into mb (MicroBatch::pixels): a forward over `copies` rows that each
   // hold prompt k.
   void put_copies(size_t k, int64_t copies, MicroBatch& mb) const;

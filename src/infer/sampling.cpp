@@ -47,8 +47,9 @@ void check_length(const LanguageModel& model, int64_t T) {
 }
 
 // Runs the model on R sequences of T tokens each, seq [R*T], and returns logits [R*T, V] (valid until
-// the arena is reset).
-Tensor logits_of(LanguageModel& model, const std::vector<int32_t>& seq, int64_t R, std::vector<int32_t>& positions) {
+// the arena is reset). inputs (or empty): the rows hold prompts [first, first + count) of the batch.
+Tensor logits_of(LanguageModel& model, const std::vector<int32_t>& seq, int64_t R, std::vector<int32_t>& positions,
+                 const PromptInputs& inputs, int64_t first, int64_t count) {
   const int64_t T = static_cast<int64_t>(seq.size()) / R;
   check_length(model, T);
   positions.resize(seq.size());
@@ -59,6 +60,7 @@ Tensor logits_of(LanguageModel& model, const std::vector<int32_t>& seq, int64_t 
   mb.T = T;
   mb.tokens = seq;
   mb.positions = positions;
+  if (inputs) inputs(first, count, mb);
   return model.forward_logits(mb);
 }
 
@@ -131,7 +133,7 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
       const int64_t w0 = (opt.prefix_cache && s > 0) ? begin : 0, Tw = T - w0;
       Tensor lg;
       if (!opt.prefix_cache) {
-        lg = logits_of(model, x, R, positions);
+        lg = logits_of(model, x, R, positions, opt.inputs, 0, B);
       } else {
         window.resize(static_cast<size_t>(R * Tw));
         positions.resize(static_cast<size_t>(R * Tw));
@@ -145,6 +147,7 @@ std::vector<std::vector<int32_t>> diffusion_generate_batch(LanguageModel& model,
         mb.T = Tw;
         mb.tokens = window;
         mb.positions = positions;
+        if (w0 == 0 && opt.inputs) opt.inputs(0, B, mb);
         lg = model.forward_logits_cached(mb, cache, 0, offsets.data(), /*causal=*/false, /*last_only=*/false);
       }
       if (opt.stats) {
@@ -242,7 +245,7 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
     for (int64_t b = 0; b < B; ++b) {
       std::vector<int32_t> x(prompts[b]);
       for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
-        Tensor lg = logits_of(model, x, 1, positions);
+        Tensor lg = logits_of(model, x, 1, positions, opt.inputs, b, 1);
         const int32_t next = ar_next_token(lg.data<float>() + (static_cast<int64_t>(x.size()) - 1) * V, Vlim, opt,
                                        rngs[static_cast<size_t>(b)], n);
         model.arena().reset();
@@ -273,6 +276,7 @@ std::vector<std::vector<int32_t>> ar_generate_batch(LanguageModel& model,
     mb.T = T;
     mb.tokens = p;
     mb.positions = positions;
+    if (opt.inputs) opt.inputs(b, 1, mb);
     const int64_t zero = 0;
     Tensor lg = model.forward_logits_cached(mb, cache, b, &zero, /*causal=*/true, /*last_only=*/true);
     const int32_t next = ar_next_token(lg.data<float>(), Vlim, opt, rngs[static_cast<size_t>(b)], 0);

@@ -29,7 +29,14 @@
 //
 // Randomness comes from Philox(seed + b, Sampling) for the b-th sequence of a batch, so a seed gives
 // the same text on any thread count and batch composition.
+//
+// A model that reads more than tokens (LLaVA's images, MicroBatch::pixels) gets them through the
+// options' `inputs`, called before every forward whose rows hold prompts: the diffusion canvases' forwards
+// from position 0 (prompts 0..B-1; the unconditional canvases of cfg hold masks only), the autoregressive
+// prefill of prompt b (or its whole-prefix forwards without the KV cache). The decode steps after them
+// hold no prompt rows.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +44,10 @@
 #include "models/language_model.h"
 
 namespace megadlm {
+
+// Puts into mb what the model reads beside the tokens for prompts [first, first + count) of the batch, the
+// rows of mb holding those prompts in order.
+using PromptInputs = std::function<void(int64_t first, int64_t count, MicroBatch& mb)>;
 
 enum class Remasking : uint8_t { LowConfidence, Random };
 Remasking remasking_from_name(const std::string& name);  // low_confidence | random
@@ -73,6 +84,7 @@ struct DiffusionSampleOptions {
   std::vector<uint64_t> seeds;  // when set, one per sequence of a batch (instead of seed + b)
   std::vector<DiffusionStepTrace>* trace = nullptr;
   DiffusionStats* stats = nullptr;
+  PromptInputs inputs;  // empty: the tokens are all the model reads
 };
 
 // Returns the gen_length generated ids (the prompt is not repeated).
@@ -96,6 +108,7 @@ struct ARSampleOptions {
   uint64_t seed = 0;
   std::vector<uint64_t> seeds;  // when set, one per sequence of a batch (instead of seed + b)
   bool kv_cache = true;
+  PromptInputs inputs;  // empty: the tokens are all the model reads
 };
 
 // The next token from one row of logits [V], restricted to ids [0, Vlim): the argmax at temperature 0,

@@ -33,31 +33,14 @@ LlavaVision::LlavaVision(ParamStore& store, const ParallelContext& ctx, const Ll
   projector_ids_ = {tower_ids_.second, store.count()};
 }
 
-void LlavaVision::set_images(const Tensor& pixels) {
-  MEGADLM_CHECK(pixels.dim() == 4 && pixels.size(1) == 3 && pixels.size(2) == opt_.clip.image_size &&
-                    pixels.size(3) == opt_.clip.image_size,
-                "LLaVA: images must be [n, 3, ", opt_.clip.image_size, ", ", opt_.clip.image_size,
-                "] pixel values (--img-h / --img-w of the model)");
-  set_images(pixels.data<float>(), pixels.size(0));
-}
-
-void LlavaVision::set_images(const float* pixels, int64_t n) {
-  const int64_t S = opt_.clip.image_size;
-  images_ = n;
-  if (n == 0) return;
-  pixels_ = Tensor::empty({n, 3, S, S}, DType::F32);
-  if (n > 0) std::memcpy(pixels_.data<float>(), pixels, pixels_.nbytes());
-}
-
 void LlavaVision::forward(const MicroBatch& mb, const BatchInfo& info, Tensor& x) {
   const int64_t N = info.B * info.T, C = x.size(1), P = patches(), S = opt_.clip.image_size;
   rows_.clear();
   for (int64_t i = 0; i < N; ++i)
     if (mb.tokens[static_cast<size_t>(i)] == opt_.image_token) rows_.push_back(i);
-  const bool own = mb.images > 0;
-  const int64_t images = own ? mb.images : images_;
-  MEGADLM_CHECK(!own || static_cast<int64_t>(mb.pixels.size()) == mb.images * 3 * S * S, "LLaVA: the micro-batch's ",
-                mb.images, " images of ", S, " x ", S, " come with ", mb.pixels.size(), " pixel values");
+  const int64_t images = mb.images;
+  MEGADLM_CHECK(static_cast<int64_t>(mb.pixels.size()) == images * 3 * S * S, "LLaVA: the micro-batch's ", images,
+                " images of ", S, " x ", S, " come with ", mb.pixels.size(), " pixel values");
   // No image rows: nothing to insert (a KV-cached decode step after the prompt).
   MEGADLM_CHECK(rows_.empty() || static_cast<int64_t>(rows_.size()) == images * P, "LLaVA: the micro-batch has ",
                 rows_.size(), " image positions (token ", opt_.image_token, ") but ", images, " images of ", P,
@@ -65,8 +48,7 @@ void LlavaVision::forward(const MicroBatch& mb, const BatchInfo& info, Tensor& x
   arena_.reset();
   if (rows_.empty()) return;
   // The tower reads the micro-batch's pixels in place (it does not write them).
-  const Tensor pixels =
-      own ? Tensor::borrow(const_cast<float*>(mb.pixels.data()), {images, 3, S, S}, DType::F32) : pixels_;
+  const Tensor pixels = Tensor::borrow(const_cast<float*>(mb.pixels.data()), {images, 3, S, S}, DType::F32);
   const Tensor features = tower_.forward(pixels, false).features;  // [n*P, C_v]
   const Tensor y = projector_.forward(arena_, features);           // [n*P, C_t]
   const int64_t first = first_local_row(N);

@@ -5,9 +5,8 @@
 // parameter: vision_tower.* (the tower, HuggingFace's CLIPVisionModel names under that prefix), then
 // multi_modal_projector.linear_{1,2}, then the language model's own (embed_tokens, layers.N, norm, ...).
 //
-// A micro-batch's images come in the micro-batch (MicroBatch::pixels: the trainer and the scorers), or,
-// for one that carries none, with set_images before its forward (the samplers, which build
-// their micro-batches themselves), in the order of their placeholder runs (row-major over the B x T
+// A micro-batch's images come in the micro-batch (MicroBatch::pixels: the trainer, the scorers and the
+// samplers put them there), in the order of their placeholder runs (row-major over the B x T
 // positions): image k fills the k-th P placeholder positions. The backward takes the gradient of those
 // rows through the projector into the tower (nothing reaches the placeholder's token-embedding row from
 // them). It keeps one micro-batch's rows and activations: a backward needs the forward of the same
@@ -42,10 +41,6 @@ class LlavaVision : public EmbeddingInserts {
   LlavaVision(const LlavaVision&) = delete;
   LlavaVision& operator=(const LlavaVision&) = delete;
 
-  // pixels [n, 3, H, W] fp32 (copied): the images of the next forwards' placeholders, in order, for
-  // micro-batches that carry none of their own.
-  void set_images(const Tensor& pixels);
-  void set_images(const float* pixels, int64_t n);
   int64_t patches() const { return tower_.patches(); }  // P
   const LlavaOptions& options() const { return opt_; }
   // Parameter id ranges [first, end) of the tower and of the projector in the store.
@@ -54,7 +49,7 @@ class LlavaVision : public EmbeddingInserts {
   void freeze_vision(bool frozen) { tower_.set_frozen(frozen); }
 
   // mb.tokens [N], x [N, C_t]: the image rows (tokens == image_token) overwritten with
-  // projector(tower(pixels)), the pixels mb's own or else set_images's.
+  // projector(tower(mb.pixels)).
   void forward(const MicroBatch& mb, const BatchInfo& info, Tensor& x) override;
   // dx [N, C_t]: the image rows' gradient into the projector and the tower, then zeroed in dx.
   void backward(const MicroBatch& mb, const BatchInfo& info, Tensor& dx) override;
@@ -67,8 +62,6 @@ class LlavaVision : public EmbeddingInserts {
   ClipVisionModel tower_;
   VisionProjector projector_;
   Arena arena_;  // the projector's activations and the image rows' gradients
-  Tensor pixels_;       // set_images's
-  int64_t images_ = 0;
   std::vector<int64_t> rows_;  // the last forward's image rows, in order
   std::pair<int, int> tower_ids_, projector_ids_;
 

@@ -20,8 +20,8 @@ struct MicroBatch {
   std::vector<int32_t> token_types;
   std::vector<int32_t> sequence_labels;
   // LLaVA (models/llava_model.h): the images of the micro-batch's placeholder runs, in their order (row-major
-  // over the B x T positions), [images, 3, H, W] fp32. None (0): the model takes the images given to it
-  // beforehand (LlavaVision::set_images, as the samplers do), or the micro-batch holds no image positions.
+  // over the B x T positions), [images, 3, H, W] fp32; none when the micro-batch holds no image positions
+  // (a KV-cached decode step after the prompt).
   std::vector<float> pixels;
   int64_t images = 0;
   // Context parallelism (models/context_parallel.h): the arrays above hold this rank's chunks of each

@@ -60,7 +60,9 @@ double logits_error(LanguageModel& model, const std::string& name = kFixture) {
   mb.tokens.assign(ids.data<int32_t>(), ids.data<int32_t>() + B * T);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) mb.positions.push_back(static_cast<int32_t>(t));
-  llava_vision(model).set_images(ref.get("pixel_values"));
+  const Tensor px = ref.get("pixel_values");
+  mb.pixels.assign(px.data<float>(), px.data<float>() + px.numel());
+  mb.images = px.size(0);
   const Tensor got = model.forward_logits(mb);
   EXPECT_EQ(got.numel(), B * T * V);
   const std::vector<double> r(want.data<float>(), want.data<float>() + B * T * V);

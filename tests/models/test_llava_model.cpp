@@ -2,16 +2,19 @@
 // model's loss back through the projector into the vision tower, with the causal (gpt) and the
 // bidirectional (difflm) backbone and both projectors; the image rows are the projected features (the
 // placeholder's embedding row gets no gradient from them); frozen parts stay bit for bit over an AdamW
-// step; under pipeline parallelism the tower and the projector are the first stage's; the refusals name
-// their flag.
+// step; the samplers put each prompt's image into the forwards that hold it (a batch decodes as its
+// prompts alone do); under pipeline parallelism the tower and the projector are the first stage's; the
+// refusals name their flag.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "grad_check.h"
+#include "infer/sampling.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
 #include "models/llava_model.h"
@@ -70,6 +73,13 @@ Tensor images(int64_t n, uint64_t seed) {
   return t;
 }
 
+// mb with the images `px` [n, 3, 8, 8] as its own.
+MicroBatch with_images(MicroBatch mb, const Tensor& px) {
+  mb.pixels.assign(px.data<float>(), px.data<float>() + px.numel());
+  mb.images = px.size(0);
+  return mb;
+}
+
 // Text around the image runs; no loss at image positions (the objectives' loss mask 0 there).
 MicroBatch llava_batch() {
   MicroBatch mb;
@@ -100,8 +110,7 @@ TEST_P(LlavaGradients, EveryParameterFromTheTowerToTheHeadMatchesFiniteDifferenc
   const Case c = GetParam();
   auto model = tiny_llava(c.causal, c.projector);
   randomize(model->params(), 70);
-  llava_vision(*model).set_images(images(3, 71));
-  const MicroBatch mb = llava_batch();
+  const MicroBatch mb = with_images(llava_batch(), images(3, 71));
   const RunFn run = [&](Arena&, const Tensor&, Tensor* dx) {
     return dx ? model->forward_backward(mb, 1.0f) : model->forward_loss(mb);
   };
@@ -131,10 +140,8 @@ TEST(Llava, TheImageRowsAreTheProjectedFeaturesOfTheirImages) {
   // Swapping the two images of sequence 1 changes its logits; sequence 0 (causal, its own image) keeps its.
   auto model = tiny_llava(true, ProjectorType::Linear);
   model->params().init(3);
-  const MicroBatch mb = llava_batch();
   const Tensor px = images(3, 72);
-  llava_vision(*model).set_images(px);
-  const Tensor a = model->forward_logits(mb);
+  const Tensor a = model->forward_logits(with_images(llava_batch(), px));
   const std::vector<float> first(a.data<float>(), a.data<float>() + a.numel());
   model->arena().reset();
   Tensor swapped = Tensor::empty(px.shape(), DType::F32);
@@ -142,15 +149,18 @@ TEST(Llava, TheImageRowsAreTheProjectedFeaturesOfTheirImages) {
   std::memcpy(swapped.data<float>(), px.data<float>(), one * sizeof(float));
   std::memcpy(swapped.data<float>() + one, px.data<float>() + 2 * one, one * sizeof(float));
   std::memcpy(swapped.data<float>() + 2 * one, px.data<float>() + one, one * sizeof(float));
-  llava_vision(*model).set_images(swapped);
-  const Tensor b = model->forward_logits(mb);
+  const Tensor b = model->forward_logits(with_images(llava_batch(), swapped));
   const int64_t V = 16;
   EXPECT_EQ(0, std::memcmp(first.data(), b.data<float>(), kT * V * sizeof(float)));
   EXPECT_NE(0, std::memcmp(first.data() + kT * V, b.data<float>() + kT * V, kT * V * sizeof(float)));
   model->arena().reset();
   // Too few images for the placeholders: an Error that says so.
-  llava_vision(*model).set_images(images(2, 73));
-  expect_error([&] { model->forward_logits(mb); }, "12 image positions");
+  const MicroBatch two = with_images(llava_batch(), images(2, 73));
+  expect_error([&] { model->forward_logits(two); }, "12 image positions");
+  // Pixel values that are not the images' count: an Error that says so.
+  MicroBatch short_pixels = with_images(llava_batch(), px);
+  short_pixels.pixels.pop_back();
+  expect_error([&] { model->forward_logits(short_pixels); }, "pixel values");
 }
 
 TEST(Llava, FrozenPartsStayBitForBitOverAnAdamWStep) {
@@ -171,9 +181,8 @@ TEST(Llava, FrozenPartsStayBitForBitOverAnAdamWStep) {
       opt.freeze(proj_end, p.count());  // the language model
     }
     const std::vector<float> before(p.values(), p.values() + p.numel());
-    v.set_images(images(3, 75));
     p.zero_grads();
-    model->forward_backward(llava_batch(), 1.0f);
+    model->forward_backward(with_images(llava_batch(), images(3, 75)), 1.0f);
     opt.apply_and_zero_grads(1e-2, 1.0, {});
     const int frozen_begin = freeze_vision ? tower_begin : proj_end, frozen_end = freeze_vision ? tower_end : p.count();
     for (int id = 0; id < p.count(); ++id) {
@@ -187,6 +196,81 @@ TEST(Llava, FrozenPartsStayBitForBitOverAnAdamWStep) {
       if (id >= proj_begin && id < proj_end) {
         EXPECT_FALSE(same) << info.name;  // the projector always trains
       }
+    }
+  }
+}
+
+// The samplers' PromptInputs: a batch of three prompts, each with its own image, decodes as each prompt
+// alone with its image (autoregressive with and without the KV cache; diffusion with and without cfg and
+// the prefix cache), and the first autoregressive token is the argmax of the prompt's forward with its
+// image. Prompt 2 has the image of prompt 0: its text differs, so the batch cannot pass by repeating one.
+TEST(Llava, SamplersPutEachPromptsImageIntoTheForwardsThatHoldIt) {
+  const Tensor px = images(3, 76);
+  const std::vector<int> image_of = {0, 1, 0};
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 5, 5, 5, 5, 7}, {2, 5, 5, 5, 5, 8}, {3, 5, 5, 5, 5, 9}};  // P = 4 image rows each
+  const int64_t one = 3 * 8 * 8;
+  auto put = [&](const std::vector<int>& which) {
+    return [&px, which, one](int64_t first, int64_t count, MicroBatch& mb) {
+      mb.pixels.clear();
+      for (int64_t j = first; j < first + count; ++j)
+        mb.pixels.insert(mb.pixels.end(), px.data<float>() + which[j] * one, px.data<float>() + (which[j] + 1) * one);
+      mb.images = count;
+    };
+  };
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "gpt" : "difflm");
+    auto model = tiny_llava(causal, ProjectorType::Mlp2xGelu);
+    randomize(model->params(), 77);
+    for (int variant = 0; variant < 2; ++variant) {
+      std::vector<std::vector<int32_t>> batch;
+      std::vector<std::vector<std::vector<int32_t>>> alone(3);
+      if (causal) {
+        ARSampleOptions o;
+        o.max_new_tokens = 4;
+        o.vocab_limit = kImage;  // ids below the placeholder's: no image row among the generated
+        o.kv_cache = variant == 0;
+        o.inputs = put(image_of);
+        batch = ar_generate_batch(*model, prompts, o);
+        for (int j = 0; j < 3; ++j) {
+          o.inputs = put({image_of[j]});
+          alone[j] = ar_generate_batch(*model, {prompts[j]}, o);
+        }
+      } else {
+        DiffusionSampleOptions o;
+        o.gen_length = o.steps = o.block_length = 4;
+        o.mask_token = 15;
+        o.vocab_limit = kImage;
+        o.cfg_scale = variant == 1 ? 1.0f : 0.0f;
+        o.prefix_cache = variant == 1;
+        o.block_length = variant == 1 ? 2 : 4;
+        o.inputs = put(image_of);
+        batch = diffusion_generate_batch(*model, prompts, o);
+        for (int j = 0; j < 3; ++j) {
+          o.inputs = put({image_of[j]});
+          o.seeds = {static_cast<uint64_t>(j)};  // the batch's prompt j draws with seed + j
+          alone[j] = diffusion_generate_batch(*model, {prompts[j]}, o);
+        }
+      }
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(batch[j], alone[j][0]) << "variant " << variant << ", prompt " << j;
+    }
+    if (!causal) continue;
+    for (int j = 0; j < 3; ++j) {
+      MicroBatch mb;
+      mb.B = 1;
+      mb.T = static_cast<int64_t>(prompts[j].size());
+      mb.tokens = prompts[j];
+      for (int64_t t = 0; t < mb.T; ++t) mb.positions.push_back(static_cast<int32_t>(t));
+      put({image_of[j]})(0, 1, mb);
+      const Tensor lg = model->forward_logits(mb);
+      const float* last = lg.data<float>() + (mb.T - 1) * 16;
+      const int32_t argmax = static_cast<int32_t>(std::max_element(last, last + kImage) - last);
+      model->arena().reset();
+      ARSampleOptions o;
+      o.max_new_tokens = 1;
+      o.vocab_limit = kImage;
+      o.inputs = put({image_of[j]});
+      EXPECT_EQ(ar_generate_batch(*model, {prompts[j]}, o)[0].at(0), argmax) << j;
     }
   }
 }
