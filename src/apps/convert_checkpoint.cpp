@@ -37,6 +37,7 @@
 #include "core/log.h"
 #include "core/cli_flags.h"
 #include "tokenizers/tokenizer.h"
+#include "data/clip_image_processor.h"
 #include "models/config_json.h"
 #include "models/difflm_spec.h"
 #include "models/gpt_spec.h"
@@ -120,6 +121,29 @@ std::string save_family_native(const std::string& src, const std::string& dst, P
   return tok.type.empty() ? "; no tokenizer files found" : "; tokenizer " + tok.type;
 }
 
+// An HF directory's preprocessor_config.json as a native checkpoint records it (meta "image_processor",
+// what generate and evaluate then use), or null without one. A malformed one is an Error naming it,
+// raised before anything is written.
+nlohmann::json import_image_processor(const std::string& src) {
+  const std::string path = src + "/preprocessor_config.json";
+  if (!fs::exists(path)) return nullptr;
+  return clip_image_config_json(read_clip_image_config(path));
+}
+
+// dst/preprocessor_config.json for a vision model of images S x S: the checkpoint's recorded settings (its
+// training data's, or the HF model's it was imported from), else CLIP's processor at S. Returns the
+// report's words.
+std::string export_image_processor(const nlohmann::json& meta, const std::string& dir, int64_t S,
+                                   const std::string& dst) {
+  const bool recorded = meta.contains("image_processor") && !meta["image_processor"].is_null();
+  const ClipImageConfig cfg =
+      recorded ? clip_image_config_recorded(meta["image_processor"], dir + "/state.json: \"image_processor\"")
+               : clip_image_config_for_size(S);
+  write_file_atomic(dst + "/preprocessor_config.json", clip_preprocessor_config(cfg).dump(2) + "\n");
+  return recorded ? "; preprocessor_config.json (the checkpoint's image processor)"
+                  : "; preprocessor_config.json (CLIP's processor at the model's image size)";
+}
+
 // --dtype (default: the dtype the weights were imported from) and --max-shard-size of an export.
 HfWriteOptions hf_write_options(const CliFlags& f, const nlohmann::json& hf, const std::string& dir) {
   HfWriteOptions opt;
@@ -200,6 +224,7 @@ void t5_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoint
 
 void clip_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
   check_family_import_flags(f, src, "CLIP vision", "clip_vision");
+  const nlohmann::json processor = import_image_processor(src);
   const HfClipVisionCheckpoint ck = read_hf_clip_vision_checkpoint(src);
   ClipVisionModel model(ck.info.config, ck.info.options, ParallelContext::single());
   load_params_into(ck.params, model.params(), src);
@@ -209,10 +234,11 @@ void clip_hf_to_native(const CliFlags& f, const std::string& src, const std::str
                                   {"hidden_act", clip_activation_name(o.activation)},
                                   {"vision_feature_layer", o.feature_layer},
                                   {"hf_prefix", ck.info.prefix}};
-  const std::string tok =
-      save_family_native(src, dst, model.params(), "clip_vision", ck.info.config, options, ck.dtype, 0);
-  std::printf("CLIPVisionModel, %s weights, %lld parameters)%s\n", safetensors_dtype_name(ck.dtype),
-              static_cast<long long>(model.params().numel()), tok.c_str());
+  const std::string tok = save_family_native(src, dst, model.params(), "clip_vision", ck.info.config, options,
+                                             ck.dtype, 0, {{"image_processor", processor}});
+  std::printf("CLIPVisionModel, %s weights, %lld parameters)%s%s\n", safetensors_dtype_name(ck.dtype),
+              static_cast<long long>(model.params().numel()), tok.c_str(),
+              processor.is_null() ? "; no preprocessor_config.json" : "; preprocessor_config.json");
 }
 
 // A native CLIP vision checkpoint's tower, rebuilt from state.json's config and "clip_vision" options.
@@ -241,11 +267,13 @@ void clip_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpoi
   load_checkpoint_tensors(dir, model.params(), nullptr);
   const HfWriteOptions opt = hf_write_options(f, state.meta.value("hf", nlohmann::json::object()), dir);
   write_hf_clip_vision_checkpoint(dst, model_params(model.params()), info, opt);
-  std::printf("wrote %s (CLIPVisionModel, %s)\n", dst.c_str(), dtype_name(opt.dtype));
+  const std::string processor = export_image_processor(state.meta, dir, info.options.image_size, dst);
+  std::printf("wrote %s (CLIPVisionModel, %s)%s\n", dst.c_str(), dtype_name(opt.dtype), processor.c_str());
 }
 
 void llava_hf_to_native(const CliFlags& f, const std::string& src, const std::string& dst) {
   check_family_import_flags(f, src, "LLaVA", "llava");
+  const nlohmann::json processor = import_image_processor(src);
   const int64_t tokenizer_vocab = hf_tokenizer_vocab(src);
   const HfLlavaCheckpoint ck = read_hf_llava_checkpoint(src);
   const TransformerConfig& cfg = ck.info.text.config;
@@ -257,11 +285,13 @@ void llava_hf_to_native(const CliFlags& f, const std::string& src, const std::st
                                 {"mask_token", -1},
                                 {"eod", ck.info.text.eos_token_id},
                                 {"hf", {{"bos_token_id", ck.info.text.bos_token_id},
-                                        {"eos_token_id", ck.info.text.eos_token_id}}}};
+                                        {"eos_token_id", ck.info.text.eos_token_id}}},
+                                {"image_processor", processor}};
   const std::string tok = save_family_native(src, dst, model->params(), "llava", cfg, llava_to_json(ck.info.options),
                                              ck.dtype, tokenizer_vocab, extra);
-  std::printf("LlavaForConditionalGeneration, gpt backbone, %s weights, %lld parameters)%s\n",
-              safetensors_dtype_name(ck.dtype), static_cast<long long>(model->params().numel()), tok.c_str());
+  std::printf("LlavaForConditionalGeneration, gpt backbone, %s weights, %lld parameters)%s%s\n",
+              safetensors_dtype_name(ck.dtype), static_cast<long long>(model->params().numel()), tok.c_str(),
+              processor.is_null() ? "; no preprocessor_config.json" : "; preprocessor_config.json");
 }
 
 void llava_native_to_hf(const CliFlags& f, const std::string& dir, const CheckpointState& state,
@@ -280,8 +310,10 @@ void llava_native_to_hf(const CliFlags& f, const std::string& dir, const Checkpo
   const HfWriteOptions opt = hf_write_options(f, hf, dir);
   write_hf_llava_checkpoint(dst, model_params(lm.model->params()), info, opt);
   const std::vector<std::string> tok_files = export_tokenizer(state.meta, dst);
-  std::printf("wrote %s (LlavaForConditionalGeneration, %s)%s%s\n", dst.c_str(), dtype_name(opt.dtype),
-              tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:", joined(tok_files).c_str());
+  const std::string processor = export_image_processor(state.meta, dir, info.options.clip.image_size, dst);
+  std::printf("wrote %s (LlavaForConditionalGeneration, %s)%s%s%s\n", dst.c_str(), dtype_name(opt.dtype),
+              tok_files.empty() ? "; no tokenizer files" : "; tokenizer files:", joined(tok_files).c_str(),
+              processor.c_str());
 }
 
 void hf_to_native(const CliFlags& f) {

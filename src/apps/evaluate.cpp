@@ -157,8 +157,8 @@ int main(int argc, char** argv) {
     f.add_string("answer", "", "conditional log-likelihood: the scored continuation");
     f.add_string("image", "", "llava: the image of the --prompt's <image> (PNG or JPEG)");
     f.add_string("image-processor", "",
-                 "llava: a preprocessor_config.json for the images (default: CLIP's, resized and cropped to the "
-                 "model's image size)");
+                 "llava: a preprocessor_config.json for the images (default: the checkpoint's, as its training "
+                 "data or HuggingFace model had it; else CLIP's, resized and cropped to the model's image size)");
     f.add_int("seed", 1234, "Monte Carlo seed (bert, t5: the samples' seed; default: the checkpoint's)");
     f.add_string("split", "969,30,1", "bert, t5: train,valid,test proportions of --data-path documents; the valid ones are scored");
     f.add_double("mask-prob", 0.15, "bert: mask probability; t5: noise density (default: the checkpoint's)", at_least(0));
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
                     " holds a language model without a vision tower");
     MEGADLM_CHECK(!f.given("image") || !f.get_string("answer").empty(), "--image is the image of --prompt, "
                   "scored with --answer (--choices-file lines carry their own \"image\")");
-    LlavaPrompts llava(vision, f.get_string("image-processor"));
+    LlavaPrompts llava(vision, f.get_string("image-processor"), lm.state.meta, lm.dir);
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
     LanguageModel& model = *lm.model;

@@ -262,8 +262,8 @@ int main(int argc, char** argv) {
     f.add_int("seed", 0, "sampling seed (prompt i uses seed + i)");
     f.add_string("image", "", "llava: the image of the --prompt prompts (PNG or JPEG)");
     f.add_string("image-processor", "",
-                 "llava: a preprocessor_config.json for the images (default: CLIP's, resized and cropped to the "
-                 "model's image size)");
+                 "llava: a preprocessor_config.json for the images (default: the checkpoint's, as its training "
+                 "data or HuggingFace model had it; else CLIP's, resized and cropped to the model's image size)");
     f.parse(argc, argv);
     if (f.help_requested()) {
       std::fputs(f.help().c_str(), stdout);
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
       MEGADLM_CHECK(vision != nullptr || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
                     " holds a language model without a vision tower");
     MEGADLM_CHECK(!(vision && bd3), "--sampler bd3 does not take llava checkpoints");
-    LlavaPrompts llava(vision, f.get_string("image-processor"));
+    LlavaPrompts llava(vision, f.get_string("image-processor"), lm.state.meta, lm.dir);
     // Sampled ids stay in the tokenizer's vocabulary; a LLaVA model's image token, when it is the last id
     // there, is left out (it is an input only).
     int64_t vocab_limit = tok->vocab_size();

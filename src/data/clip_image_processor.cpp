@@ -137,6 +137,28 @@ json clip_image_config_json(const ClipImageConfig& cfg) {
   return j;
 }
 
+ClipImageConfig clip_image_config_recorded(const json& j, const std::string& where) {
+  MEGADLM_CHECK(j.is_object(), where, ": the image processor's settings are not a JSON object");
+  MEGADLM_CHECK(!j.contains("rounding") || j["rounding"].is_string(), where, ": \"rounding\" is not a string");
+  const std::string rounding = j.value("rounding", std::string("torchvision"));
+  return clip_image_config_from_json(j, where, resize_rounding_from_name(rounding, where + ": \"rounding\""));
+}
+
+json clip_preprocessor_config(const ClipImageConfig& cfg) {
+  json j = clip_image_config_json(cfg);
+  j.erase("rounding");
+  j["do_convert_rgb"] = true;
+  j["image_processor_type"] = "CLIPImageProcessor";
+  return j;
+}
+
+ClipImageConfig clip_image_config_for_size(int64_t S) {
+  ClipImageConfig cfg;
+  cfg.shortest_edge = S;
+  cfg.crop_height = cfg.crop_width = S;
+  return cfg;
+}
+
 ClipImageConfig clip_image_config_from_json(const json& j, const std::string& path, ResizeRounding rounding) {
   MEGADLM_CHECK(j.is_object(), path, ": not a JSON object");
   ClipImageConfig cfg;

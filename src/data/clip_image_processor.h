@@ -51,6 +51,14 @@ ClipImageConfig read_clip_image_config(const std::string& path, ResizeRounding r
 ClipImageConfig clip_image_config_from_json(const nlohmann::json& j, const std::string& where, ResizeRounding rounding);
 // The settings as preprocessor_config.json keys (with "resample": 3), plus "rounding": "torchvision" | "pil".
 nlohmann::json clip_image_config_json(const ClipImageConfig& cfg);
+// The inverse of clip_image_config_json, the rounding included (as a sidecar or a checkpoint records it;
+// torchvision's when absent).
+ClipImageConfig clip_image_config_recorded(const nlohmann::json& j, const std::string& where);
+// The preprocessor_config.json transformers' CLIPImageProcessor saves for these settings.
+nlohmann::json clip_preprocessor_config(const ClipImageConfig& cfg);
+// CLIP's processor for images of S x S: resized to a shortest edge of S and cropped to S x S, OpenAI CLIP's
+// mean and std.
+ClipImageConfig clip_image_config_for_size(int64_t S);
 const char* resize_rounding_name(ResizeRounding r);  // "torchvision", "pil"
 // "torchvision" or "pil"; an Error naming `what` otherwise.
 ResizeRounding resize_rounding_from_name(const std::string& name, const std::string& what);

@@ -95,10 +95,7 @@ ImageDataset::ImageDataset(const std::string& prefix) : data_(prefix) {
   token_id_ = j["image_token_id"].get<int32_t>();
   MEGADLM_CHECK(height_ >= 1 && width_ >= 1, path, ": the images are ", width_, " x ", height_,
                 "; stored images need a fixed size (a processor with do_center_crop)");
-  const nlohmann::json& proc = j["processor"];
-  const std::string rounding = proc.value("rounding", std::string("torchvision"));
-  processor_ = clip_image_config_from_json(proc, path + ": \"processor\"",
-                                           resize_rounding_from_name(rounding, path + ": \"rounding\""));
+  processor_ = clip_image_config_recorded(j["processor"], path + ": \"processor\"");
   MEGADLM_CHECK(data_.dtype() == IndexDType::U8, prefix, ".idx: image data is uint8, not ", index_dtype_name(data_.dtype()));
   for (int64_t s = 0; s < data_.num_sequences(); ++s)
     MEGADLM_CHECK(data_.sequence_length(s) == height_ * width_ * 3, prefix, ".idx: image ", s, " has ",

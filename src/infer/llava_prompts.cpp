@@ -6,15 +6,16 @@
 
 namespace megadlm {
 
-LlavaPrompts::LlavaPrompts(LlavaVision* vision, const std::string& processor_path) : vision_(vision) {
+LlavaPrompts::LlavaPrompts(LlavaVision* vision, const std::string& processor_path, const nlohmann::json& meta,
+                           const std::string& dir)
+    : vision_(vision) {
   if (!vision_) return;
-  if (!processor_path.empty()) {
+  if (!processor_path.empty())
     processor_ = read_clip_image_config(processor_path);
-  } else {
-    const int64_t S = vision_->options().clip.image_size;
-    processor_.shortest_edge = S;
-    processor_.crop_height = processor_.crop_width = S;
-  }
+  else if (meta.contains("image_processor"))
+    processor_ = clip_image_config_recorded(meta["image_processor"], dir + "/state.json: \"image_processor\"");
+  else
+    processor_ = clip_image_config_for_size(vision_->options().clip.image_size);
 }
 
 std::vector<int32_t> LlavaPrompts::encode(const Tokenizer& tok, const std::string& prompt,

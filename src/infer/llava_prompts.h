@@ -20,8 +20,12 @@ namespace megadlm {
 class LlavaPrompts {
  public:
   // vision: the model's (null for a model without a tower: then encode is the tokenizer's and images are
-  // refused). processor_path: a preprocessor_config.json, or "" for CLIP's processor at the model's S.
-  LlavaPrompts(LlavaVision* vision, const std::string& processor_path);
+  // refused). processor_path: a preprocessor_config.json, or "" for the one the checkpoint records (its
+  // meta's "image_processor": the training data's, or the HuggingFace model's), else CLIP's processor at
+  // the model's S. `dir` names the checkpoint in errors.
+  LlavaPrompts(LlavaVision* vision, const std::string& processor_path, const nlohmann::json& meta,
+               const std::string& dir);
+  const ClipImageConfig& processor() const { return processor_; }
 
   bool active() const { return vision_ != nullptr; }
   // Prompt k (k = the number of earlier calls): its ids, the marker expanded; image_path "" when it has none.

@@ -148,12 +148,26 @@ std::string llava_image_prefix(const std::string& data_prefix) {
   return (std::filesystem::path(data_prefix).parent_path() / side.image_data).string();
 }
 
-int32_t llava_image_token(const TrainArgs& a) {
+namespace {
+
+// --model-type llava's one data prefix.
+std::string llava_data_prefix(const TrainArgs& a) {
   const std::vector<std::string>& paths = a.data_path.empty() ? a.train_data_path : a.data_path;
   const DataBlend blend = parse_data_path(paths);
   MEGADLM_CHECK(blend.prefixes.size() == 1, "--model-type llava takes one data prefix of --sft conversations (no blend)");
-  llava_image_prefix(blend.prefixes[0]);
-  return read_data_sidecar(blend.prefixes[0]).image_token;
+  return blend.prefixes[0];
+}
+
+}  // namespace
+
+int32_t llava_image_token(const TrainArgs& a) {
+  const std::string prefix = llava_data_prefix(a);
+  llava_image_prefix(prefix);
+  return read_data_sidecar(prefix).image_token;
+}
+
+ClipImageConfig llava_image_processor(const TrainArgs& a) {
+  return ImageDataset(llava_image_prefix(llava_data_prefix(a))).processor();
 }
 
 Datasets build_datasets(const TrainArgs& a, int64_t train_samples, int64_t valid_samples, int64_t test_samples) {

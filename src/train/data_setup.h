@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "data/clip_image_processor.h"
 #include "data/token_dataset.h"
 #include "objectives/objective.h"
 #include "tokenizers/tokenizer.h"
@@ -34,6 +35,8 @@ void check_data_tokenizers(const TrainArgs& args, const Tokenizer& tok);
 // placeholder's id of the run's data. Errors name the sidecar (no image data) or the flag (a blend).
 std::string llava_image_prefix(const std::string& data_prefix);
 int32_t llava_image_token(const TrainArgs& args);
+// The image processor's settings the data was stored with (its image sidecar's).
+ClipImageConfig llava_image_processor(const TrainArgs& args);
 
 struct Datasets {
   std::shared_ptr<const TokenDataset> train, valid, test;  // valid / test may be null

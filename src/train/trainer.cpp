@@ -62,7 +62,10 @@ Trainer::Trainer(const TrainArgs& args)
   args_.model.real_vocab_size = args_.load_hf.empty() ? tokenizer_->vocab_size() : 0;
   args_.diffusion.mask_token = mask_token_;
   args_.diffusion.eod = eod_;
-  if (args_.llava.enabled) args_.llava.options.image_token = llava_image_token(args_);
+  if (args_.llava.enabled) {
+    args_.llava.options.image_token = llava_image_token(args_);
+    image_processor_ = clip_image_config_json(llava_image_processor(args_));
+  }
   objective_ = make_objective(args_);
   eval_objective_ = objective_->for_evaluation();
 
@@ -153,6 +156,7 @@ nlohmann::json Trainer::checkpoint_meta() const {
   if (args_.llava.enabled) {
     m["language_model_type"] = model_type_name(args_.model_type);
     m["llava"] = llava_to_json(args_.llava.options);
+    m["image_processor"] = image_processor_;  // generate's and the HuggingFace export's
   }
   m["model_running_mode"] = args_.model_running_mode;
   m["config"] = config_to_json(args_.model);

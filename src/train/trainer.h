@@ -101,6 +101,7 @@ class Trainer {
   ExitSignalScope exit_signals_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int32_t mask_token_ = -1, eod_ = -1;
+  nlohmann::json image_processor_;  // --model-type llava: the training data's (its image sidecar's) settings
   Datasets data_;
   std::unique_ptr<Objective> objective_, eval_objective_;
   MemoryEstimate memory_;  // of the model at --micro-batch-size, checked against the host's memory

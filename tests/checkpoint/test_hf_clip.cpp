@@ -20,6 +20,7 @@
 #include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_sharded.h"
+#include "data/clip_image_processor.h"
 #include "hf_fixture_util.h"
 #include "nn/vision_projector.h"
 #include "test_util.h"
@@ -141,6 +142,13 @@ TEST(HfClipVision, ConvertCheckpointRoundTripsThroughTheNativeCheckpoint) {
   EXPECT_EQ(state["meta"]["model_type"], "clip_vision");
   EXPECT_EQ(state["meta"]["clip_vision"]["hidden_act"], "quick_gelu");
   EXPECT_EQ(state["meta"]["clip_vision"]["vision_feature_layer"], -2);
+  // The fixture has no preprocessor_config.json: the export writes CLIP's processor for its 32 x 32
+  // images (HfLlava.TheImageProcessorTravelsWithTheModel: a recorded one is written back).
+  EXPECT_FALSE(state["meta"].contains("image_processor"));
+  const ClipImageConfig processor = read_clip_image_config(out + "/preprocessor_config.json");
+  EXPECT_EQ(processor.shortest_edge, 32);
+  EXPECT_EQ(processor.crop_height, 32);
+  EXPECT_EQ(processor.crop_width, 32);
   // A CLIP tower exports to its own layout only.
   const auto r = test::run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", tmp / "x", "--layout", "bert"},
                             tmp / "log.txt");

@@ -23,7 +23,9 @@
 #include "checkpoint/model_loader.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_sharded.h"
+#include "data/clip_image_processor.h"
 #include "hf_fixture_util.h"
+#include "infer/llava_prompts.h"
 #include "models/gpt_spec.h"
 #include "models/llava_model.h"
 #include "test_util.h"
@@ -219,6 +221,65 @@ TEST(HfLlava, ConvertCheckpointRoundTripsThroughTheNativeCheckpoint) {
   EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
   EXPECT_NE(r.output.find("layout llava: the language model is a difflm"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(tmp / "z/model.safetensors"));
+}
+
+// The image processor's settings travel with the model: an HF directory's preprocessor_config.json is
+// recorded in the native checkpoint (and used by generate and evaluate when no --image-processor is
+// given), and the export writes it back; without one the export writes CLIP's processor at the model's
+// image size. A malformed one stops the import before anything is written, naming the file.
+TEST(HfLlava, TheImageProcessorTravelsWithTheModel) {
+  MEGADLM_REQUIRE_BINARY("convert_checkpoint");
+  TempDir tmp;
+  const std::string src = tmp / "src";
+  fs::copy(fixture(), src, fs::copy_options::recursive);
+  const nlohmann::json processor = {{"crop_size", {{"height", 8}, {"width", 8}}},
+                                    {"do_center_crop", true},
+                                    {"do_convert_rgb", true},
+                                    {"do_normalize", true},
+                                    {"do_rescale", true},
+                                    {"do_resize", true},
+                                    {"image_mean", {0.5, 0.4, 0.3}},
+                                    {"image_std", {0.2, 0.25, 0.3}},
+                                    {"image_processor_type", "CLIPImageProcessor"},
+                                    {"resample", 3},
+                                    {"rescale_factor", 1.0 / 255.0},
+                                    {"size", {{"shortest_edge", 10}}}};
+  test::write_json(src + "/preprocessor_config.json", processor);
+  const std::string native = tmp / "native", out = tmp / "hf";
+  auto r = test::run_binary("convert_checkpoint", {"--from-hf", src, "--to-native", native}, tmp / "log.txt");
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  EXPECT_NE(r.output.find("; preprocessor_config.json"), std::string::npos) << r.output;
+  const ClipImageConfig want = read_clip_image_config(src + "/preprocessor_config.json");
+  const nlohmann::json state = test::read_json(native + "/iter_0000000/state.json");
+  EXPECT_EQ(state["meta"]["image_processor"], clip_image_config_json(want));
+  // generate's and evaluate's prompts take it when no --image-processor is given.
+  LoadedModel lm = load_model(native);
+  const LlavaPrompts prompts(&llava_vision(*lm.model), "", lm.state.meta, lm.dir);
+  EXPECT_EQ(clip_image_config_json(prompts.processor()), clip_image_config_json(want));
+  r = test::run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", out}, tmp / "log.txt");
+  ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;
+  EXPECT_NE(r.output.find("preprocessor_config.json (the checkpoint's image processor)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(clip_image_config_json(read_clip_image_config(out + "/preprocessor_config.json")),
+            clip_image_config_json(want));
+
+  // The fixture itself has none: nothing recorded; the export writes CLIP's processor for 8 x 8 images.
+  const auto [plain_native, plain_out] = test::convert_through_native(tmp, kFixture);
+  if (HasFailure()) return;
+  EXPECT_FALSE(test::read_json(plain_native + "/iter_0000000/state.json")["meta"].contains("image_processor"));
+  const ClipImageConfig plain = read_clip_image_config(plain_out + "/preprocessor_config.json");
+  EXPECT_EQ(plain.shortest_edge, 8);
+  EXPECT_EQ(plain.crop_height, 8);
+  EXPECT_EQ(plain.crop_width, 8);
+  EXPECT_EQ(plain.mean, ClipImageConfig{}.mean);
+
+  nlohmann::json bad = processor;
+  bad["resample"] = 2;
+  test::write_json(src + "/preprocessor_config.json", bad);
+  r = test::run_binary("convert_checkpoint", {"--from-hf", src, "--to-native", tmp / "bad"}, tmp / "log.txt");
+  EXPECT_TRUE(r.exited && r.exit_code == 1) << r.output;
+  EXPECT_NE(r.output.find(src + "/preprocessor_config.json"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp / "bad"));
 }
 
 TEST(HfLlava, WhatOurModelCannotHoldIsAnErrorNamingTheKey) {

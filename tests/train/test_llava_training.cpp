@@ -18,6 +18,7 @@
 #include "core/file_io.h"
 #include "data/clip_image_processor.h"
 #include "data/image.h"
+#include "data/image_data.h"
 #include "data/image_write.h"
 #include "data/llava_dataset.h"
 #include "data/loss_mask.h"
@@ -146,6 +147,8 @@ TEST(LlavaTraining, BothBackbonesResumeBitwise) {
     const CheckpointState st = read_checkpoint_state(resolve_checkpoint_dir(full));
     EXPECT_EQ(st.meta["model_type"], "llava");
     EXPECT_EQ(st.meta["language_model_type"], lm);
+    // The training data's image processor, which generate and the HuggingFace export then use.
+    EXPECT_EQ(st.meta["image_processor"], clip_image_config_json(ImageDataset(llava_image_prefix(data)).processor()));
     // A resume with another tower is refused, naming what differs.
     const std::string e = error_of_run(plus(flags, {"--save", part, "--load", part, "--vision-feature-layer", "-1"}));
     EXPECT_NE(e.find("vision tower"), std::string::npos) << e;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that transformers loads our LLaVA export with the fixture's logits.
+"""Checks that transformers loads our LLaVA export with the fixture's logits, and its image processor.
 
 Runs convert_checkpoint on tests/checkpoint/fixtures/hf_llava (LLaMA text model) and hf_llava_qwen2 (Qwen2,
 tied): HF -> native -> HF (fp32, and bfloat16), loads
@@ -8,6 +8,11 @@ allowed; the export holds transformers 5's names: model.vision_tower., model.mul
 model.language_model., lm_head.), and prints the largest relative difference of its float64 logits on the
 fixture's batch (two sequences with one image each) from the fixture's.
 
+Then the image processor: a copy of the LLaMA fixture with a CLIPImageProcessor of non-default settings
+saved beside it (save_pretrained) goes HF -> native -> HF; transformers' CLIPImageProcessor loads the
+export's preprocessor_config.json, and its pixel values of a random image are compared with the original
+processor's. The export of the fixture without one must load as CLIP's processor at the model's image size.
+
 Usage: python3 tools/reference/check_llava_export.py [--bin build/bin/convert_checkpoint]
 """
 import argparse
@@ -15,8 +20,11 @@ import os
 import subprocess
 import tempfile
 
+import numpy as np
+import shutil
 import torch
 import transformers as tf
+from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -39,6 +47,29 @@ def main():
     print(f"transformers {tf.__version__}, torch {torch.__version__}")
     for name in ["hf_llava", "hf_llava_qwen2"]:
         check(args.bin, os.path.join(root, "tests", "checkpoint", "fixtures", name))
+    check_processor(args.bin, os.path.join(root, "tests", "checkpoint", "fixtures", "hf_llava"))
+
+
+def check_processor(binary, fixture):
+    rng = np.random.default_rng(7)
+    image = Image.fromarray(rng.integers(0, 256, (23, 31, 3), dtype=np.uint8))
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src")
+        shutil.copytree(fixture, src)
+        original = tf.CLIPImageProcessor(size={"shortest_edge": 10}, crop_size={"height": 8, "width": 8},
+                                         image_mean=[0.5, 0.4, 0.3], image_std=[0.2, 0.25, 0.3])
+        original.save_pretrained(src)
+        for name, directory, want in [("with the fixture's processor", src, original),
+                                      ("without one", fixture, tf.CLIPImageProcessor(
+                                          size={"shortest_edge": 8}, crop_size={"height": 8, "width": 8}))]:
+            native, out = os.path.join(tmp, "native_" + name[:4]), os.path.join(tmp, "hf_" + name[:4])
+            subprocess.run([binary, "--from-hf", directory, "--to-native", native], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([binary, "--from-native", native, "--to-hf", out], check=True, stdout=subprocess.DEVNULL)
+            got = tf.CLIPImageProcessor.from_pretrained(out)
+            a = got(image, return_tensors="np")["pixel_values"]
+            b = want(image, return_tensors="np")["pixel_values"]
+            print(f"image processor {name}: export loads as {type(got).__name__}, pixel values {a.shape}, "
+                  f"max |export - expected| {np.abs(a - b).max():.2e}")
 
 
 def check(binary, fixture):
