@@ -3,12 +3,14 @@
 // process, and reading metrics.jsonl back.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/native_checkpoint.h"
 #include "data/indexed_dataset.h"
 #include "train/arguments.h"
 #include "train/trainer.h"
@@ -72,6 +74,26 @@ inline std::vector<nlohmann::json> training_lines(const std::string& metrics) {
     if (j.contains("loss")) out.push_back(j);
   }
   return out;
+}
+
+// A run of `flags` (their --train-iters = `steps`, even) saved in `full`, and the same stopped at
+// steps / 2 and resumed in `part`: the same losses, finite and positive, and the same final
+// model.safetensors, bit for bit.
+inline void expect_bitwise_resume(const std::vector<std::string>& flags, const std::string& full,
+                                  const std::string& part, int steps) {
+  run_training(flags, {"--save", full});
+  run_training(flags, {"--save", part, "--exit-interval", std::to_string(steps / 2)});
+  run_training(flags, {"--save", part, "--load", part});
+  const auto a = training_lines(full + "/metrics.jsonl"), b = training_lines(part + "/metrics.jsonl");
+  ASSERT_EQ(a.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(b.size(), static_cast<size_t>(steps));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i]["loss"].get<double>();
+    EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+    EXPECT_EQ(x, b[i]["loss"].get<double>()) << "iteration " << i + 1;  // bitwise
+  }
+  EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/model.safetensors"),
+            file_checksum(resolve_checkpoint_dir(part) + "/model.safetensors"));
 }
 
 }  // namespace megadlm::test

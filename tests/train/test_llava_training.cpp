@@ -118,23 +118,6 @@ TEST(LlavaData, PlaceholdersExpandIntoPPositionsOutOfTheLossWithTheirImages) {
   EXPECT_NE(e.find("--seq-length"), std::string::npos) << e;
 }
 
-// A 4-step run of `flags` saved in `full`, and the same stopped at step 2 and resumed in `part`: the same
-// 4 losses and the same model.safetensors, bit for bit.
-void expect_bitwise_resume(const std::vector<std::string>& flags, const std::string& full, const std::string& part) {
-  test::run_training(flags, {"--save", full});
-  test::run_training(flags, {"--save", part, "--exit-interval", "2"});
-  test::run_training(flags, {"--save", part, "--load", part});
-  const auto a = losses(full), b = losses(part);
-  ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), 4u);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(a[i]) && a[i] > 0) << a[i];
-    EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;  // bitwise
-  }
-  EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/model.safetensors"),
-            file_checksum(resolve_checkpoint_dir(part) + "/model.safetensors"));
-}
-
 TEST(LlavaTraining, BothBackbonesResumeBitwise) {
   test::TempDir dir;
   const std::string data = make_llava_data(dir, 12);
@@ -142,7 +125,7 @@ TEST(LlavaTraining, BothBackbonesResumeBitwise) {
     SCOPED_TRACE(lm);
     const auto flags = plus(llava_flags(data, lm), {"--train-iters", "4"});
     const std::string full = dir / (lm + "_full"), part = dir / (lm + "_part");
-    expect_bitwise_resume(flags, full, part);
+    test::expect_bitwise_resume(flags, full, part, 4);
     if (HasFatalFailure()) return;
     const CheckpointState st = read_checkpoint_state(resolve_checkpoint_dir(full));
     EXPECT_EQ(st.meta["model_type"], "llava");
@@ -165,7 +148,7 @@ TEST(LlavaTraining, MoeBackbonesTrainAndResumeBitwise) {
     const auto flags = plus(llava_flags(data, lm), {"--train-iters", "4", "--num-experts", "4", "--moe-router-topk",
                                                     "2", "--moe-aux-loss-coeff", "0.01"});
     const std::string full = dir / (lm + "_moe_full"), part = dir / (lm + "_moe_part");
-    expect_bitwise_resume(flags, full, part);
+    test::expect_bitwise_resume(flags, full, part, 4);
     if (HasFatalFailure()) return;
     const SafetensorsFile ckpt(resolve_checkpoint_dir(full) + "/model.safetensors");
     int experts = 0, tower = 0;

@@ -71,16 +71,7 @@ TEST(SftRuns, ResumeIsBitwiseIdentical) {
     test::TempDir tmp(type);
     const std::string data = test::make_sft_dataset(tmp.str(), 60);
     const auto flags = in_process(plus(test::tiny_sft_flags(data, type), {"--train-iters", "8"}));
-    const std::string full = tmp / "full", part = tmp / "part";
-    test::run_training(flags, {"--save", full});
-    test::run_training(flags, {"--save", part, "--exit-interval", "4"});
-    test::run_training(flags, {"--save", part, "--load", part});
-    const auto a = losses(full), b = losses(part);
-    ASSERT_EQ(a.size(), 8u);
-    ASSERT_EQ(b.size(), 8u);
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;  // bitwise
-    EXPECT_EQ(file_checksum(resolve_checkpoint_dir(full) + "/model.safetensors"),
-              file_checksum(resolve_checkpoint_dir(part) + "/model.safetensors"));
+    test::expect_bitwise_resume(flags, tmp / "full", tmp / "part", 8);
   }
 }
 
