@@ -32,6 +32,10 @@ PROJECTOR=${PROJECTOR:-linear}
 FEATURE_LAYER=${FEATURE_LAYER:-0}
 BACKBONES=${BACKBONES:-gpt difflm}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+if [[ " $BACKBONES " == *" difflm "* && " $BACKBONES " != *" gpt "* && "$DIFFLM_FROM" == gpt && ! -d "$WORK/gpt" ]]; then
+  echo "llava_shapes.sh: difflm starts from $WORK/gpt: train gpt first (BACKBONES=\"gpt difflm\") or set DIFFLM_FROM=scratch" >&2
+  exit 2
+fi
 mkdir -p "$WORK/data"
 
 "$BIN/make_shapes" --output "$WORK/shapes" --num-train "$NUM_TRAIN" --num-test 200 --image-size "$IMAGE_SIZE" --seed 1234
@@ -96,8 +100,6 @@ for lm in $BACKBONES; do
     iters=$GPT_ITERS; START=(--lr 1e-3)
   else
     iters=$DIFFLM_ITERS; START=("${DIFFLM_START[@]}")
-    [ "$DIFFLM_FROM" = scratch ] || [ -d "$WORK/gpt" ] ||
-      { echo "llava_shapes.sh: difflm starts from $WORK/gpt: train gpt first (BACKBONES=\"gpt difflm\") or set DIFFLM_FROM=scratch" >&2; exit 2; }
   fi
   /usr/bin/time -f "$lm training: %e s" "$BIN/pretrain_difflm" --model-type llava --language-model-type "$lm" \
     "${MODEL[@]}" "${TRAIN[@]}" "${START[@]}" --train-iters "$iters" --save "$WORK/$lm" 2>&1 | tee "$WORK/$lm.log" | grep -E "iteration .*00/|training:|error"
