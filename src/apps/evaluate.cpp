@@ -175,13 +175,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     LoadedModel lm = load_model(f.get_string("load"), device_from_name(f.get_string("device"), "--device"));
-    LlavaVision* vision = dynamic_cast<LlavaVision*>(lm.model->inserts());
+    LlavaPrompts llava(lm, f.get_string("image-processor"));
     for (const char* flag : {"image", "image-processor"})
-      MEGADLM_CHECK(vision != nullptr || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
+      MEGADLM_CHECK(llava.active() || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
                     " holds a language model without a vision tower");
     MEGADLM_CHECK(!f.given("image") || !f.get_string("answer").empty(), "--image is the image of --prompt, "
                   "scored with --answer (--choices-file lines carry their own \"image\")");
-    LlavaPrompts llava(vision, f.get_string("image-processor"), lm.state.meta, lm.dir);
     MEGADLM_CHECK(!(lm.diffusion && lm.state.meta.value("model_running_mode", std::string()) == "vanilla"), lm.dir,
                   ": a shifted (--model-running-mode vanilla) diffusion model is not supported by evaluate yet");
     LanguageModel& model = *lm.model;
@@ -217,7 +216,7 @@ int main(int argc, char** argv) {
       if (!lm.diffusion) {
         // Windows of T + 1 tokens: inputs [0, T), targets [1, T + 1); exact NLL.
         const auto w = windows(f.get_string("data-path"), T + 1, n);
-        check_text_only(w, vision, f.get_string("data-path"));
+        check_text_only(w, llava.vision(), f.get_string("data-path"));
         const int64_t mb_size = dopt.batch;
         for (size_t s = 0; s < w.size(); s += static_cast<size_t>(mb_size)) {
           const int64_t B = std::min<int64_t>(mb_size, static_cast<int64_t>(w.size() - s));
@@ -255,7 +254,7 @@ int main(int argc, char** argv) {
         MEGADLM_CHECK(!block_diffusion || T % model.config().attention_block_size == 0, "--seq-length ", T,
                       " is not a multiple of the checkpoint's block length ", model.config().attention_block_size);
         const auto w = windows(f.get_string("data-path"), T, n);
-        check_text_only(w, vision, f.get_string("data-path"));
+        check_text_only(w, llava.vision(), f.get_string("data-path"));
         double mc_se = 0;
         for (size_t s = 0; s < w.size(); ++s) {
           const MCEstimate e = block_diffusion ? block_diffusion_nll(model, w[s], dopt, bd3_eps, s)
@@ -298,17 +297,12 @@ int main(int argc, char** argv) {
       if (!lm.diffusion && ids.empty()) ids.push_back(lm.eod);
       return ids;
     };
-    // The images of the context encoded last, for its likelihood's micro-batches.
-    auto last_context_inputs = [&]() -> SequenceInputs {
-      if (!llava.active()) return nullptr;
-      return [&llava, k = llava.count() - 1](int64_t copies, MicroBatch& mb) { llava.put_copies(k, copies, mb); };
-    };
 
     if (!f.get_string("answer").empty()) {
       did = true;
       Timer t;
       std::vector<int32_t> seq = context_ids(f.get_string("prompt"), f.get_string("image"));
-      const SequenceInputs inputs = last_context_inputs();
+      const SequenceInputs inputs = llava.sequence_inputs(llava.count() - 1);
       const int64_t begin = static_cast<int64_t>(seq.size());
       const std::vector<int32_t> ans = tokenizer().encode(f.get_string("answer"));
       MEGADLM_CHECK(!ans.empty(), "--answer encodes to no tokens");
@@ -352,7 +346,7 @@ int main(int argc, char** argv) {
         MEGADLM_CHECK(!j.contains("image") || j["image"].is_string(), path, ":", ln, ": \"image\" is not a path");
         ChoiceItem it;
         it.context = context_ids(j["context"].get<std::string>(), j.value("image", std::string()));
-        it.inputs = last_context_inputs();
+        it.inputs = llava.sequence_inputs(llava.count() - 1);
         for (const auto& c : j["choices"]) {
           MEGADLM_CHECK(c.is_string(), path, ":", ln, ": choices must be strings");
           it.choices.push_back(tokenizer().encode(c.get<std::string>()));

@@ -295,16 +295,15 @@ int main(int argc, char** argv) {
       prompts.push_back("");
       prompt_images.push_back("");
     }
-    LlavaVision* vision = dynamic_cast<LlavaVision*>(lm.model->inserts());
+    LlavaPrompts llava(lm, f.get_string("image-processor"));
     for (const char* flag : {"image", "image-processor"})
-      MEGADLM_CHECK(vision != nullptr || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
+      MEGADLM_CHECK(llava.active() || !f.given(flag), "--", flag, " needs a llava checkpoint; ", lm.dir,
                     " holds a language model without a vision tower");
-    MEGADLM_CHECK(!(vision && bd3), "--sampler bd3 does not take llava checkpoints");
-    LlavaPrompts llava(vision, f.get_string("image-processor"), lm.state.meta, lm.dir);
+    MEGADLM_CHECK(!(llava.active() && bd3), "--sampler bd3 does not take llava checkpoints");
     // Sampled ids stay in the tokenizer's vocabulary; a LLaVA model's image token, when it is the last id
     // there, is left out (it is an input only).
     int64_t vocab_limit = tok->vocab_size();
-    if (vision && vision->options().image_token == vocab_limit - 1) vocab_limit -= 1;
+    if (llava.active() && llava.vision()->options().image_token == vocab_limit - 1) vocab_limit -= 1;
     const int64_t batch = f.get_int("batch-size");
     const uint64_t seed = static_cast<uint64_t>(f.get_int("seed"));
 

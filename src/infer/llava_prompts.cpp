@@ -6,14 +6,14 @@
 
 namespace megadlm {
 
-LlavaPrompts::LlavaPrompts(LlavaVision* vision, const std::string& processor_path, const nlohmann::json& meta,
-                           const std::string& dir)
-    : vision_(vision) {
+LlavaPrompts::LlavaPrompts(const LoadedModel& lm, const std::string& processor_path)
+    : vision_(dynamic_cast<LlavaVision*>(lm.model->inserts())) {
   if (!vision_) return;
+  const nlohmann::json& meta = lm.state.meta;
   if (!processor_path.empty())
     processor_ = read_clip_image_config(processor_path);
   else if (meta.contains("image_processor"))
-    processor_ = clip_image_config_recorded(meta["image_processor"], dir + "/state.json: \"image_processor\"");
+    processor_ = clip_image_config_recorded(meta["image_processor"], lm.dir + "/state.json: \"image_processor\"");
   else
     processor_ = clip_image_config_for_size(vision_->options().clip.image_size);
 }
@@ -51,24 +51,27 @@ std::vector<int32_t> LlavaPrompts::encode(const Tokenizer& tok, const std::strin
   return ids;
 }
 
+void LlavaPrompts::append(size_t i, MicroBatch& mb) const {
+  mb.pixels.insert(mb.pixels.end(), pixels_.at(i).begin(), pixels_.at(i).end());
+  mb.images += images_.at(i);
+}
+
 PromptInputs LlavaPrompts::inputs_for(const std::vector<size_t>& idx) const {
   if (!vision_) return nullptr;
   return [this, idx](int64_t first, int64_t count, MicroBatch& mb) {
     mb.pixels.clear();
     mb.images = 0;
-    for (int64_t j = first; j < first + count; ++j) {
-      const size_t i = idx.at(static_cast<size_t>(j));
-      mb.pixels.insert(mb.pixels.end(), pixels_.at(i).begin(), pixels_.at(i).end());
-      mb.images += images_.at(i);
-    }
+    for (int64_t j = first; j < first + count; ++j) append(idx.at(static_cast<size_t>(j)), mb);
   };
 }
 
-void LlavaPrompts::put_copies(size_t k, int64_t copies, MicroBatch& mb) const {
-  const std::vector<float>& px = pixels_.at(k);
-  mb.pixels.clear();
-  for (int64_t c = 0; c < copies; ++c) mb.pixels.insert(mb.pixels.end(), px.begin(), px.end());
-  mb.images = copies * images_.at(k);
+SequenceInputs LlavaPrompts::sequence_inputs(size_t k) const {
+  if (!vision_) return nullptr;
+  return [this, k](int64_t copies, MicroBatch& mb) {
+    mb.pixels.clear();
+    mb.images = 0;
+    for (int64_t c = 0; c < copies; ++c) append(k, mb);
+  };
 }
 
 }  // namespace megadlm

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/model_loader.h"
 #include "data/clip_image_processor.h"
+#include "infer/likelihood.h"
 #include "infer/sampling.h"
 #include "models/llava_model.h"
 #include "models/micro_batch.h"
@@ -19,15 +21,15 @@ namespace megadlm {
 
 class LlavaPrompts {
  public:
-  // vision: the model's (null for a model without a tower: then encode is the tokenizer's and images are
+  // The prompts of lm's model: a LLaVA model's, or for a model without a tower the tokenizer's (images
   // refused). processor_path: a preprocessor_config.json, or "" for the one the checkpoint records (its
   // meta's "image_processor": the training data's, or the HuggingFace model's), else CLIP's processor at
-  // the model's S. `dir` names the checkpoint in errors.
-  LlavaPrompts(LlavaVision* vision, const std::string& processor_path, const nlohmann::json& meta,
-               const std::string& dir);
+  // the model's S.
+  LlavaPrompts(const LoadedModel& lm, const std::string& processor_path);
   const ClipImageConfig& processor() const { return processor_; }
 
   bool active() const { return vision_ != nullptr; }
+  const LlavaVision* vision() const { return vision_; }  // null: not a LLaVA model
   // Prompt k (k = the number of earlier calls): its ids, the marker expanded; image_path "" when it has none.
   // Errors name `tool` (the program) and --image: a marker without an image, more than one marker, an image
   // of another size than the model's.
@@ -36,13 +38,16 @@ class LlavaPrompts {
   // The samplers' inputs for a batch of prompts `idx` (its prompt j is prompt idx[j] here): their images
   // into each micro-batch that holds them. Empty for a model without a tower. Valid while this object is.
   PromptInputs inputs_for(const std::vector<size_t>& idx) const;
-  // Prompt k's images `copies` times into mb (MicroBatch::pixels): a forward over `copies` rows that each
-  // hold prompt k.
-  void put_copies(size_t k, int64_t copies, MicroBatch& mb) const;
+  // The scorers' inputs for prompt k: its images once for each of a forward's rows that hold it. Empty for
+  // a model without a tower. Valid while this object is.
+  SequenceInputs sequence_inputs(size_t k) const;
   // The prompts encoded so far.
   size_t count() const { return images_.size(); }
 
  private:
+  // Appends prompt i's images to mb's.
+  void append(size_t i, MicroBatch& mb) const;
+
   LlavaVision* vision_;
   ClipImageConfig processor_;
   std::vector<std::vector<float>> pixels_;  // per prompt: [n, 3, S, S]

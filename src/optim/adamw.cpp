@@ -86,8 +86,7 @@ void AdamW::update(double lr, double norm, const std::vector<uint16_t*>& bf16_co
   MEGADLM_CHECK(has_state_, "AdamW: an update after release_state()");
   ++step_;
   adamw_update_range(params_, cfg_, lr, norm, step_, 0, params_.numel(), params_.grads(), m_.data<float>(),
-                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, zero_grads,
-                     frozen_.empty() ? nullptr : &frozen_);
+                     v_.data<float>(), bf16_copies.empty() ? nullptr : &bf16_copies, zero_grads, frozen_ids());
 }
 
 void AdamW::freeze(int first_id, int end_id) {

@@ -60,6 +60,8 @@ class AdamW {
   // gradient norm is the trained parameters'.
   void freeze(int first_id, int end_id);
   bool is_frozen(int id) const { return !frozen_.empty() && frozen_.at(static_cast<size_t>(id)) != 0; }
+  // Per parameter id, nonzero for a frozen one (adamw_update_range's `frozen`), or null when none is.
+  const std::vector<uint8_t>* frozen_ids() const { return frozen_.empty() ? nullptr : &frozen_; }
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

@@ -57,10 +57,10 @@ double DistributedOptimizer::grad_norm(std::function<bool(const ParamInfo&)> ski
   return std::sqrt(global_grad_norm_sq(params_, ctx_, o));
 }
 
-void DistributedOptimizer::apply(double lr, double norm) {
+void DistributedOptimizer::apply(double lr, double norm, const std::vector<uint8_t>* frozen) {
   ++step_;
   adamw_update_range(params_, cfg_, lr, norm, step_, begin_, end_, g_.data<float>(), m_.data<float>(),
-                     v_.data<float>(), nullptr, false, frozen_.empty() ? nullptr : &frozen_);
+                     v_.data<float>(), nullptr, false, frozen);
   // Every rank needs the whole updated model: all-gather the shards.
   const int64_t n = params_.numel();
   float* out = padded_ ? staging_.data<float>() : params_.values();
@@ -70,11 +70,6 @@ void DistributedOptimizer::apply(double lr, double norm) {
   if (end_ > begin_) backend().copy(mine, params_.values() + begin_, static_cast<size_t>(end_ - begin_) * sizeof(float));
   dp_comm().all_gather(mine, out, shard_);
   if (padded_) backend().copy(params_.values(), out, static_cast<size_t>(n) * sizeof(float));
-}
-
-void DistributedOptimizer::freeze(int first_id, int end_id) {
-  frozen_.resize(static_cast<size_t>(params_.count()), 0);
-  for (int id = first_id; id < end_id; ++id) frozen_[static_cast<size_t>(id)] = 1;
 }
 
 void DistributedOptimizer::gather_state(AdamW& full) {

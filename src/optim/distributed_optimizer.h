@@ -33,11 +33,9 @@ class DistributedOptimizer {
   // Global gradient norm (collective over dp, tp, pp), from the shards; skip_param marks parameters
   // counted on another rank (parallel/grad_norm.h).
   double grad_norm(std::function<bool(const ParamInfo&)> skip_param = nullptr) const;
-  // Clips the shard by grad_norm, one AdamW update of the shard, all-gathers the parameters.
-  void apply(double lr, double grad_norm);
-  // Parameters [first_id, end_id) are frozen: the shard's update leaves their values and moments as
-  // they are (AdamW::freeze's rule, on this rank's part of them).
-  void freeze(int first_id, int end_id);
+  // Clips the shard by grad_norm, one AdamW update of the shard, all-gathers the parameters. frozen (or
+  // null): the full optimizer's frozen parameters (AdamW::frozen_ids), whose part in the shard stays as it is.
+  void apply(double lr, double grad_norm, const std::vector<uint8_t>* frozen = nullptr);
 
   int64_t shard_begin() const { return begin_; }
   int64_t shard_end() const { return end_; }
@@ -62,7 +60,6 @@ class DistributedOptimizer {
   Tensor send_;                // [S] this rank's updated values, the all-gather's input
   bool padded_ = false;
   int64_t step_ = 0;
-  std::vector<uint8_t> frozen_;  // per parameter id, or empty: none frozen
 };
 
 }  // namespace megadlm

@@ -130,7 +130,6 @@ std::function<bool(const ParamInfo&)> ParallelTraining::norm_filter() const {
 void ParallelTraining::freeze(AdamW& opt, int first_id, int end_id) {
   MEGADLM_CHECK(params_ != nullptr, "ParallelTraining::freeze before attach");
   opt.freeze(first_id, end_id);
-  if (dist_) dist_->freeze(first_id, end_id);
   for (int id = first_id; id < end_id; ++id) frozen_offsets_.push_back(params_->info(id).offset);
   std::sort(frozen_offsets_.begin(), frozen_offsets_.end());
 }
@@ -144,7 +143,7 @@ double ParallelTraining::grad_norm() {
 
 bool ParallelTraining::apply(AdamW& opt, double lr, double norm, const std::vector<uint16_t*>& bf16_copies) {
   if (dist_) {
-    dist_->apply(lr, norm);
+    dist_->apply(lr, norm, opt.frozen_ids());
     opt.set_steps_taken(dist_->steps_taken());
     return false;
   }

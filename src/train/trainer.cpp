@@ -178,25 +178,22 @@ void Trainer::load() {
   const CheckpointState st = read_checkpoint_state(dir);
   const nlohmann::json want = config_to_json(args_.model);
   const nlohmann::json got = st.meta.value("config", nlohmann::json::object());
-  // The model type first: it implies config differences (the attention mask) that would hide it.
-  // --finetune may carry gpt weights into difflm or back (AR-to-diffusion adaptation, as DiffuGPT and
-  // Dream start; for LLaVA the language model's, as Dimple's autoregressive-then-diffusion training):
-  // the same parameters, only the attention mask and the token rows in use differ.
+  // The model type first: it implies config differences (the attention mask) that would hide it. A LLaVA
+  // checkpoint loads into a LLaVA run only, which compares its language model's type. --finetune may carry
+  // gpt weights into difflm or back (AR-to-diffusion adaptation, as DiffuGPT and Dream start; for LLaVA,
+  // Dimple's autoregressive-then-diffusion training): the same parameters, only the attention mask and
+  // the token rows in use differ.
   const std::string ckpt_type = st.meta.value("model_type", "?");
-  const std::string our_type = args_.llava.enabled ? "llava" : model_type_name(args_.model_type);
-  MEGADLM_CHECK(ckpt_type == our_type || (args_.finetune && is_decoder_type(ckpt_type) && is_decoder_type(our_type)),
-                dir, ": the checkpoint is a ", ckpt_type, " model but --model-type is ", our_type,
-                is_decoder_type(ckpt_type) && is_decoder_type(our_type)
-                    ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)"
-                    : "");
+  MEGADLM_CHECK(!args_.llava.enabled || ckpt_type == "llava", dir, ": the checkpoint is a ", ckpt_type,
+                " model but --model-type is llava");
   const std::string ckpt_lm = args_.llava.enabled ? st.meta.value("language_model_type", "?") : ckpt_type;
   const std::string our_lm = model_type_name(args_.model_type);
-  const bool adapts = args_.finetune && ckpt_lm != our_lm && is_decoder_type(ckpt_lm) && is_decoder_type(our_lm);
-  MEGADLM_CHECK(ckpt_lm == our_lm || adapts, dir, ": the checkpoint's language model is ", ckpt_lm,
-                " but --language-model-type is ", our_lm,
-                is_decoder_type(ckpt_lm) && is_decoder_type(our_lm)
-                    ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)"
-                    : "");
+  const bool decoders = is_decoder_type(ckpt_lm) && is_decoder_type(our_lm);
+  const bool adapts = args_.finetune && ckpt_lm != our_lm && decoders;
+  MEGADLM_CHECK(ckpt_lm == our_lm || adapts, dir,
+                args_.llava.enabled ? ": the checkpoint's language model is " : ": the checkpoint is a ", ckpt_lm,
+                args_.llava.enabled ? " but --language-model-type is " : " model but --model-type is ", our_lm,
+                decoders ? " (add --finetune to start a new run from its weights: AR-to-diffusion adaptation)" : "");
   if (adapts)
     log_info("--finetune: adapting the ", ckpt_lm, " checkpoint into a ", our_lm, " model (same weights, ",
              want.value("attention_mask_type", "?"), " attention)");

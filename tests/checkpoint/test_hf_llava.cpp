@@ -254,7 +254,7 @@ TEST(HfLlava, TheImageProcessorTravelsWithTheModel) {
   EXPECT_EQ(state["meta"]["image_processor"], clip_image_config_json(want));
   // generate's and evaluate's prompts take it when no --image-processor is given.
   LoadedModel lm = load_model(native);
-  const LlavaPrompts prompts(&llava_vision(*lm.model), "", lm.state.meta, lm.dir);
+  const LlavaPrompts prompts(lm, "");
   EXPECT_EQ(clip_image_config_json(prompts.processor()), clip_image_config_json(want));
   r = test::run_binary("convert_checkpoint", {"--from-native", native, "--to-hf", out}, tmp / "log.txt");
   ASSERT_TRUE(r.exited && r.exit_code == 0) << r.output;

@@ -141,4 +141,9 @@ inline std::string find_mpirun() {
   return "";
 }
 
+// Skips the test unless mpirun is installed; declares `var`, its path.
+#define MEGADLM_REQUIRE_MPIRUN(var)                                 \
+  const std::string var = ::megadlm::test::find_mpirun();           \
+  if (var.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)"
+
 }  // namespace megadlm::test

@@ -108,9 +108,8 @@ void resume_across_layouts(const std::string& mpirun, const test::TempDir& tmp, 
 }  // namespace
 
 TEST(LlavaLayoutRuns, DataParallelGivesTheSingleProcessLosses) {
-  if (!std::filesystem::exists(test::binary_path("pretrain_difflm"))) GTEST_SKIP() << "pretrain_difflm not built";
-  const std::string mpirun = test::find_mpirun();
-  if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_MPIRUN(mpirun);
   test::TempDir tmp;
   const std::string data = test::make_llava_data(tmp, 24);
   for (const std::string lm : {"gpt", "difflm"}) {
@@ -156,9 +155,8 @@ TEST(LlavaLayoutRuns, DataParallelGivesTheSingleProcessLosses) {
 }
 
 TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
-  if (!std::filesystem::exists(test::binary_path("pretrain_difflm"))) GTEST_SKIP() << "pretrain_difflm not built";
-  const std::string mpirun = test::find_mpirun();
-  if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_MPIRUN(mpirun);
   test::TempDir tmp;
   const std::string data = test::make_llava_data(tmp, 24);
   // One layer a stage; 4 micro-batches of 2 a step; 4 of the 24 conversations held out for validation.
@@ -213,9 +211,8 @@ TEST(LlavaLayoutRuns, PipelineParallelGivesTheSingleProcessLosses) {
 }
 
 TEST(LlavaLayoutRuns, TensorParallelGivesTheSingleProcessLosses) {
-  if (!std::filesystem::exists(test::binary_path("pretrain_difflm"))) GTEST_SKIP() << "pretrain_difflm not built";
-  const std::string mpirun = test::find_mpirun();
-  if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
+  MEGADLM_REQUIRE_BINARY("pretrain_difflm");
+  MEGADLM_REQUIRE_MPIRUN(mpirun);
   test::TempDir tmp;
   const std::string data = test::make_llava_data(tmp, 24);
   const std::vector<std::string> tp2 = {"--tensor-model-parallel-size", "2"};
