@@ -29,6 +29,9 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) const = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) const = 0;  // within the device
   virtual void zero(void* dst, size_t bytes) const = 0;
+  // rows pieces of `width` bytes within the device: piece r from src + r * src_pitch to dst + r * dst_pitch.
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                       size_t rows) const = 0;
   virtual void synchronize() const = 0;  // waits for the device's queued work; reports a kernel fault
 
   // ---- matrix products, row-major (kernels/cpu/gemm.h) ----
@@ -186,6 +189,11 @@ class Backend {
                                   const float* v, const float* out, const float* lse, int64_t B, int64_t T,
                                   int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                                   float scale) const = 0;
+
+  // acc_out [B,T,H,D], acc_lse [B,H,T] merged with out, lse: the attention over both key sets
+  // (kernels/cpu/attention.h; context parallelism's ring).
+  virtual void attention_merge(float* acc_out, float* acc_lse, const float* out, const float* lse, int64_t B,
+                               int64_t T, int64_t H, int64_t D) const = 0;
 
   // The same on bf16 q, k, v (and the backward's bf16 forward output), fp32 out, lse and gradients: a
   // --bf16 run's attention (kernels/cpu/attention_bf16.h on the CPU; on a device the bf16 kernels,

@@ -40,6 +40,11 @@ class CpuBackend final : public Backend {
   void zero(void* dst, size_t bytes) const override {
     if (bytes) std::memset(dst, 0, bytes);
   }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) const override {
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, width);
+  }
   void synchronize() const override {}
 
   double peak_gemm_flops(bool bf16) const override { return cpu::gemm_peak_flops(bf16); }
@@ -227,6 +232,10 @@ class CpuBackend final : public Backend {
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
                           int64_t K, int64_t D, const AttentionMask& mask, float scale) const override {
     cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale);
+  }
+  void attention_merge(float* acc_out, float* acc_lse, const float* out, const float* lse, int64_t B, int64_t T,
+                       int64_t H, int64_t D) const override {
+    cpu::attention_merge(acc_out, acc_lse, out, lse, B, T, H, D);
   }
   void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                               int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,

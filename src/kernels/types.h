@@ -32,7 +32,7 @@ struct AttentionMask {
                                          // (documents packed in one sequence)
   // [B, T] the keys' segment ids when they are not the queries' (context parallelism pairs a query
   // chunk with another rank's key chunk: nn/ring_attention.h), or null: the keys' are segment_ids.
-  // The CPU kernels only; with it, segment_ids must be set too.
+  // With it, segment_ids must be set too. The fp32 kernels only (the ring runs its attention in fp32).
   const int32_t* key_segment_ids = nullptr;
 };
 

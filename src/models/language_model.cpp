@@ -64,10 +64,6 @@ LanguageModel::LanguageModel(const TransformerConfig& cfg, const ModelSpec& spec
                 stack.num_layers, " layers must be --num-layers ", cfg.num_layers, " and end in a final norm");
   if (device != Device::CPU) {
     backend_for(device);  // throws when the build has no CUDA or no GPU is visible
-    // Data, tensor, pipeline and expert parallelism (train/parallel_training.cpp gives their groups
-    // device communicators); context parallelism's ring runs on CPU groups only (nn/ring_attention.h).
-    MEGADLM_CHECK(ctx.cp.size == 1, "--device ", device_name(device), " runs one GPU per rank without context ",
-                  "parallelism (--context-parallel-size must be 1: the ring attention is CPU only)");
     params_.set_device(device);
     arena_.set_device(device);
   }

@@ -21,7 +21,8 @@
 // local; dk and dv are accumulated into buffers that travel round the ring behind the keys and
 // values and, one exchange after the last step, arrive at their owner.
 //
-// CPU groups only (the exchange is Communicator::send_recv_async).
+// The tensors live on the arena's device; the exchange is the cp group's Communicator::send_recv_async
+// for that device (MPI on the CPU, NCCL's grouped send and receive on a GPU, on its own stream).
 // Legend: B batch, T = 2c local rows, H query heads, K kv heads, D head dim.
 #include <cstdint>
 

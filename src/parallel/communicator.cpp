@@ -7,7 +7,7 @@
 namespace megadlm {
 
 CommRequest Communicator::send_recv_async(const void*, int64_t, int, void*, int64_t, int, int) {
-  fail("the ", name_, " group's communicator has no non-blocking send/receive (context parallelism runs on CPU groups)");
+  fail("the ", name_, " group's communicator has no non-blocking send/receive (context parallelism's ring needs it)");
 }
 
 CommRequest SelfCommunicator::send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv,

@@ -73,7 +73,7 @@ class Communicator {
   // Non-blocking exchange (context parallelism's ring): send_bytes of `send` to dst and recv_bytes from
   // src into `recv`, both under `tag`; neither buffer may be touched until wait(req). Every rank of a
   // ring posts one, so no ordering between the halves is needed. Communicators that do not implement
-  // it throw (CPU groups only: the device communicators do not).
+  // it throw.
   virtual CommRequest send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv, int64_t recv_bytes,
                                       int src, int tag);
   // Variable all-to-all (expert parallelism): send_counts[size] / recv_counts[size] in floats; the

@@ -271,8 +271,6 @@ void check_context_parallel_flags(const TrainArgs& a, int cp) {
   MEGADLM_CHECK(a.model.attention_mask != MaskType::BlockCausal || chunk % a.model.attention_block_size == 0,
                 "--block-length ", a.model.attention_block_size, " does not divide the context-parallel chunk of ",
                 chunk, " tokens (--seq-length ", a.seq_length, " / (2 x --context-parallel-size ", cp, "))");
-  MEGADLM_CHECK(a.device == Device::CPU, "--context-parallel-size ", cp, " runs on the CPU only (the ring attention ",
-                "exchanges host buffers); use --device cpu or --context-parallel-size 1");
 }
 
 }  // namespace

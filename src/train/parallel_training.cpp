@@ -33,18 +33,19 @@ ParallelTraining::ParallelTraining(const ParallelArgs& args, const TransformerCo
                                    int64_t global, Device device)
     : args_(args) {
   validate_parallel_layout(args, world_size(), model, micro, global);
-  // Context parallelism is refused by the flags, and on a device by the model too (LanguageModel).
   ctx_ = make_parallel_context(args.layout);
   ctx_.sequence_parallel = args.sequence_parallel;
   if (device != Device::CPU) {
     backend_for(device);  // started first: it registers the device communicator factory
     // The groups that move device buffers (gradients, stage activations, the tied embedding's
     // gradient, the tensor-parallel activations and their gradients, the vocab-parallel loss's row
-    // statistics, the rows sent to and back from the experts) get NCCL beside their MPI communicator,
-    // which keeps the host's scalars (losses, counts, norms' partial sums, exit decisions). Collective
-    // over each group, in this order on every rank.
+    // statistics, the rows sent to and back from the experts, the ring attention's keys and values and
+    // their gradients) get NCCL beside their MPI communicator, which keeps the host's scalars (losses,
+    // counts, norms' partial sums, exit decisions). Collective over each group, in this order on every
+    // rank.
     for (auto [g, name] : {std::pair<ParallelGroup*, const char*>{&ctx_.dp, "dp"}, {&ctx_.edp, "edp"},
-                           {&ctx_.pp, "pp"}, {&ctx_.embd, "embd"}, {&ctx_.tp, "tp"}, {&ctx_.ep, "ep"}})
+                           {&ctx_.pp, "pp"}, {&ctx_.embd, "embd"}, {&ctx_.tp, "tp"}, {&ctx_.ep, "ep"},
+                           {&ctx_.cp, "cp"}})
       if (g->size > 1) g->device_comm = make_device_communicator(device, g->communicator(), name);
   }
 }
@@ -87,7 +88,7 @@ void ParallelTraining::reduce_gradients() {
   // The cp sum goes over the whole buffer: before the distributed optimizer's reduce-scatter, after
   // the buckets' dp reductions (which may be in flight on the buffer until finish()).
   auto sum_over_cp = [this] {
-    if (ctx_.cp.size > 1) ctx_.cp.communicator().all_reduce_sum(params_->grads(), params_->numel());
+    if (ctx_.cp.size > 1) ctx_.cp.communicator(device_).all_reduce_sum(params_->grads(), params_->numel());
   };
   if (dist_) {
     sum_over_cp();

@@ -161,6 +161,10 @@ class EmulatedCudaBackend final : public Backend {
   void zero(void* dst, size_t bytes) const override {
     on_cpu({dst}, "zero", [&] { return cpu().zero(dst, bytes); });
   }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) const override {
+    on_cpu({dst, src}, "copy_2d", [&] { return cpu().copy_2d(dst, dst_pitch, src, src_pitch, width, rows); });
+  }
   void synchronize() const override {}
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const override {
@@ -335,14 +339,19 @@ class EmulatedCudaBackend final : public Backend {
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
                          int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
                          float scale) const override {
-    on_cpu({out, lse, q, k, v, mask.segment_ids}, "attention_forward",
+    on_cpu({out, lse, q, k, v, mask.segment_ids, mask.key_segment_ids}, "attention_forward",
            [&] { return cpu().attention_forward(out, lse, q, k, v, B, T, H, K, D, mask, scale); });
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
                           int64_t K, int64_t D, const AttentionMask& mask, float scale) const override {
-    on_cpu({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids}, "attention_backward",
+    on_cpu({dq, dk, dv, dout, q, k, v, out, lse, mask.segment_ids, mask.key_segment_ids}, "attention_backward",
            [&] { return cpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale); });
+  }
+  void attention_merge(float* acc_out, float* acc_lse, const float* out, const float* lse, int64_t B, int64_t T,
+                       int64_t H, int64_t D) const override {
+    on_cpu({acc_out, acc_lse, out, lse}, "attention_merge",
+           [&] { return cpu().attention_merge(acc_out, acc_lse, out, lse, B, T, H, D); });
   }
   void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                               int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const AttentionMask& mask,
@@ -452,6 +461,15 @@ class EmulatedDeviceCommunicator final : public Communicator {
   }
   void recv(void* data, int64_t bytes, int src, int tag) override {
     run({data}, "recv", 0, [&] { host_.recv(data, bytes, src, tag); });
+  }
+  // Completed before returning, as all_reduce_sum_async.
+  CommRequest send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv, int64_t recv_bytes, int src,
+                              int tag) override {
+    run({send, recv}, "send_recv_async", static_cast<double>(send_bytes), [&] {
+      CommRequest req = host_.send_recv_async(send, send_bytes, dst, recv, recv_bytes, src, tag);
+      host_.wait(req);
+    });
+    return {};
   }
   void all_to_all_v(const float* send, const int64_t* send_counts, float* recv, const int64_t* recv_counts) override {
     on_host(send_counts, "all_to_all_v (counts)"), on_host(recv_counts, "all_to_all_v (counts)");

@@ -1,12 +1,14 @@
-// Data, tensor, pipeline and expert parallelism on --device cuda: two ranks, one GPU each, the
-// gradients, the stages' activations, the tied embedding's gradient, the tensor-parallel activations
-// and the rows sent to the experts moved over the device communicator (NCCL;
+// Data, tensor, pipeline, expert and context parallelism on --device cuda: two ranks, one GPU each, the
+// gradients, the stages' activations, the tied embedding's gradient, the tensor-parallel activations,
+// the rows sent to the experts and the ring attention's keys and values moved over the device
+// communicator (NCCL;
 // parallel/device_communicator.h). The trainer's losses and gradient norms on the device follow the
 // same two-rank run on the CPU: data parallel for a dense and a MoE model (experts' gradients over the
 // edp group), with overlapped buckets, and with the distributed optimizer; two pipeline stages (1F1B
 // over four micro-batches, tied embeddings); two tensor-parallel ranks (vocab-parallel embedding and
 // loss, column- and row-parallel projections), with and without sequence parallelism; two
-// expert-parallel ranks of two experts each. A run saved and resumed on the device continues as it
+// expert-parallel ranks of two experts each; two context-parallel ranks (the diffusion model with
+// per-document masks, and a GPT). A run saved and resumed on the device continues as it
 // would have.
 //
 // Run by ctest under `mpirun -np 2` (mpi_cuda_parallel_np2); alone, or with another number of ranks,
@@ -23,7 +25,10 @@
 
 #include "emulated_device.h"
 #include "kernels/dispatch.h"
+#include "parallel/device_communicator.h"
+#include "parallel/layout.h"
 #include "parallel/mpi_communicator.h"
+#include "ring_check.h"
 #include "test_util.h"
 #include "train_fixture.h"
 
@@ -196,8 +201,40 @@ void sequence_parallel_follows_the_cpu() {
                       {"loss", "grad_norm"}, "tp");
 }
 
-// The layouts resume_continues_the_run trains under (dp_flags, pp_flags, tp_flags, ep_flags).
-enum class Layout { Data, Pipeline, Tensor, Expert };
+// Two context-parallel ranks (dp = 1, two micro-batches a step, 32-token sequences: chunks of 8): the
+// ring attention's keys and values and their gradients go round the cp group's device communicator,
+// and the gradients are summed over it. `extra` picks the model.
+std::vector<std::string> cp_flags(const SharedDir& data_dir, const std::vector<std::string>& extra,
+                                  int iters = 3) {
+  return with_flag(dp_flags(data_dir, test::plus({"--context-parallel-size", "2"}, extra), iters), "--seq-length",
+                   "32");
+}
+
+// The diffusion model (bidirectional) with per-document masks: the keys' document ids of another
+// rank's chunk reach the device kernel apart from the queries'.
+void context_parallel_follows_the_cpu() {
+  SharedDir data_dir("data");
+  run_follows_the_cpu(cp_flags(data_dir, {"--reset-attention-mask"}), {"loss", "grad_norm"}, "cp");
+}
+
+// A GPT (causal): the ring skips the later key chunks and pairs the rest whole.
+void causal_context_parallel_follows_the_cpu() {
+  SharedDir data_dir("data");
+  run_follows_the_cpu(with_flag(cp_flags(data_dir, {}), "--model-type", "gpt"), {"loss", "grad_norm"}, "cp");
+}
+
+// The ring attention alone on two cp ranks: each rank's rows on the device follow the CPU ring's
+// (bit for bit on the emulated device, whose kernels are the CPU's), every mask kind.
+void ring_attention_follows_the_cpu() {
+  ParallelLayout layout;
+  layout.cp = 2;
+  ParallelContext ctx = make_parallel_context(layout);
+  ctx.cp.device_comm = make_device_communicator(Device::CUDA, ctx.cp.communicator(), "cp");
+  test::ring_on_device_matches_the_cpu(Device::CUDA, ctx, cuda_available() ? 1e-4 : 0.0);
+}
+
+// The layouts resume_continues_the_run trains under (dp_flags, pp_flags, tp_flags, ep_flags, cp_flags).
+enum class Layout { Data, Pipeline, Tensor, Expert, Context };
 
 // A device run of 4 steps stopped after iteration 2 (saved by rank 0 into the shared directory) and
 // resumed by both ranks takes iterations 3 and 4 as the uninterrupted device run did (with `extra`
@@ -209,8 +246,9 @@ void resume_continues_the_run(const std::vector<std::string>& extra, Layout layo
   const auto on_device = test::plus({"--device", "cuda"}, extra);
   const auto flags = layout == Layout::Pipeline ? pp_flags(data_dir, on_device, 4)
                      : layout == Layout::Tensor ? tp_flags(data_dir, on_device, 4)
-                     : layout == Layout::Expert ? ep_flags(data_dir, on_device, 4)
-                                                : dp_flags(data_dir, on_device, 4);
+                     : layout == Layout::Expert  ? ep_flags(data_dir, on_device, 4)
+                     : layout == Layout::Context ? cp_flags(data_dir, on_device, 4)
+                                                 : dp_flags(data_dir, on_device, 4);
   test::run_training(flags, {"--save", dir / "whole"});
   test::run_training(flags, {"--exit-interval", "2", "--save", dir / "half"});
   test::run_training(flags, {"--save", dir / "half", "--load", dir / "half"});
@@ -260,5 +298,9 @@ BOTH_DEVICES(SequenceParallelFollowsTheCpu, sequence_parallel_follows_the_cpu())
 BOTH_DEVICES(TensorParallelResumes, resume_continues_the_run({"--sequence-parallel"}, Layout::Tensor))
 BOTH_DEVICES(ExpertParallelFollowsTheCpu, expert_parallel_follows_the_cpu())
 BOTH_DEVICES(ExpertParallelResumes, resume_continues_the_run({}, Layout::Expert))
+BOTH_DEVICES(RingAttentionFollowsTheCpu, ring_attention_follows_the_cpu())
+BOTH_DEVICES(ContextParallelFollowsTheCpu, context_parallel_follows_the_cpu())
+BOTH_DEVICES(CausalContextParallelFollowsTheCpu, causal_context_parallel_follows_the_cpu())
+BOTH_DEVICES(ContextParallelResumes, resume_continues_the_run({"--reset-attention-mask"}, Layout::Context))
 
 }  // namespace

@@ -1,6 +1,6 @@
 // --context-parallel-size's own checks, made while the flags are parsed (before the sizes are checked
 // against the world, so they hold on any launch): the sequence must be two equal chunks per rank, a
-// block-causal block must not straddle two chunks, and the ring runs on the CPU only.
+// block-causal block must not straddle two chunks.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -37,11 +37,6 @@ TEST(ContextParallelFlags, BlockMustNotStraddleTwoChunks) {
       parse_error({"--context-parallel-size", "4", "--attention-mask-type", "block_causal", "--block-length", "2"});
   EXPECT_EQ(ok.find("--block-length"), std::string::npos) << ok;
   EXPECT_NE(ok.find("--context-parallel-size 4"), std::string::npos) << ok;
-}
-
-TEST(ContextParallelFlags, RingRunsOnTheCpuOnly) {
-  const std::string e = parse_error({"--context-parallel-size", "2", "--device", "cuda"});
-  EXPECT_NE(e.find("--context-parallel-size 2 runs on the CPU only"), std::string::npos) << e;
 }
 
 }  // namespace

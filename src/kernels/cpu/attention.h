@@ -23,4 +23,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
                         int64_t K, int64_t D, const AttentionMask& mask, float scale);
 
+// Two attentions of the same queries over disjoint key sets, made one (context parallelism's ring,
+// nn/ring_attention.h): acc_out [B,T,H,D], acc_lse [B,H,T] <- the attention over both key sets, from
+// themselves and out [B,T,H,D], lse [B,H,T]:
+//   lse' = log(exp(acc_lse) + exp(lse)),  out' = exp(acc_lse - lse') acc_out + exp(lse - lse') out.
+// A row with lse = -inf (no visible key) leaves acc as it is; one with acc_lse = -inf takes out, lse.
+void attention_merge(float* acc_out, float* acc_lse, const float* out, const float* lse, int64_t B, int64_t T,
+                     int64_t H, int64_t D);
+
 }  // namespace megadlm::cpu

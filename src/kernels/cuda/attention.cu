@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kWarps, i = i0 + warp;
   const bool active = i < Tn;
-  const int32_t* seg = mask.seg ? mask.seg + b * Tn : nullptr;
+  const SegRows seg = segment_rows(mask, b, Tn);
   if (active)
     for (int d = lane; d < D; d += 32) qs[warp][d] = to_f32(q[((b * Tn + i) * H + h) * D + d]) * scale;
   float m = -INFINITY, l = 0.0f, acc[DPL];
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t b = blockIdx.z, h = blockIdx.y, kh = h / (H / KH);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kWarps, i = i0 + warp;
-  const int32_t* seg = mask.seg ? mask.seg + b * Tn : nullptr;
+  const SegRows seg = segment_rows(mask, b, Tn);
   float lse_i = -INFINITY, delta_i = 0.0f;
   if (i < Tn) {
     for (int d = lane; d < D; d += 32) {
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j_min = static_cast<int64_t>(blockIdx.x) * kWarps, j = j_min + warp;
   const bool active = j < Tn;
-  const int32_t* seg = mask.seg ? mask.seg + b * Tn : nullptr;
+  const SegRows seg = segment_rows(mask, b, Tn);
   if (active)
     for (int d = lane; d < D; d += 32) {
       kself[warp][d] = to_f32(k[((b * Tn + j) * KH + kh) * D + d]);
@@ -353,10 +353,11 @@ MaskDev attention_check_args(const char* who, int64_t B, int64_t Tn, int64_t H, 
   MEGADLM_CHECK(mask.type != MaskType::BlockDiffusion || Tn % 2 == 0, who,
                 ": BlockDiffusion needs an even T (the noised and the clean half), got T = ", Tn);
   MEGADLM_CHECK(Tn <= 65535LL * kWarps && H <= 65535 && B <= 65535, who, ": grid too large (B=", B, " T=", Tn, " H=", H, ")");
-  MEGADLM_CHECK(mask.key_segment_ids == nullptr, who, ": separate key segment ids (context parallelism) are CPU only");
+  MEGADLM_CHECK(mask.key_segment_ids == nullptr || mask.segment_ids != nullptr, who,
+                ": the keys' segment ids need the queries' too");
   if (mask.type == MaskType::BlockDiffusion)
-    return MaskDev{mask.type, std::min(mask.block_size, Tn / 2), mask.segment_ids, Tn / 2};
-  return MaskDev{mask.type, std::min(mask.block_size, Tn), mask.segment_ids, 0};
+    return MaskDev{mask.type, std::min(mask.block_size, Tn / 2), mask.segment_ids, Tn / 2, mask.key_segment_ids};
+  return MaskDev{mask.type, std::min(mask.block_size, Tn), mask.segment_ids, 0, mask.key_segment_ids};
 }
 
 void set_attention_impl(AttentionImpl impl) { g_impl.store(static_cast<int>(impl)); }

@@ -71,7 +71,7 @@ template <typename T, bool kVec>
 __global__ void softmax_rows_kernel(T* P, float* lse, const float* S, int64_t Tn, int64_t H, MaskDev mask, float scale) {
   __shared__ float scratch[32];
   const int64_t R = blockIdx.x, i = R % Tn, b = R / Tn / H;
-  const int32_t* seg = mask.seg ? mask.seg + b * Tn : nullptr;
+  const SegRows seg = segment_rows(mask, b, Tn);
   const float* s = S + R * Tn;
   T* p = P + R * Tn;
   constexpr int kN = kVec ? 4 : 1;
@@ -113,7 +113,7 @@ template <typename T, bool kVec>
 __global__ void dscores_rows_kernel(T* P, T* dS, const float* S, const float* dP, const float* lse, const float* delta,
                                     int64_t Tn, int64_t H, MaskDev mask, float scale) {
   const int64_t R = blockIdx.x, i = R % Tn, b = R / Tn / H;
-  const int32_t* seg = mask.seg ? mask.seg + b * Tn : nullptr;
+  const SegRows seg = segment_rows(mask, b, Tn);
   const float L = lse[R], dl = delta[R];
   constexpr int kN = kVec ? 4 : 1;
   for (int64_t j = threadIdx.x * kN; j < Tn; j += blockDim.x * kN) {

@@ -9,12 +9,24 @@ namespace megadlm::cuda {
 struct MaskDev {
   MaskType type;
   int64_t block;
-  const int32_t* seg;  // [B, T] device pointer or null
-  int64_t half;        // BlockDiffusion: T / 2, the rows of each copy of the sequence
+  const int32_t* seg;   // [B, T] device pointer or null
+  int64_t half;         // BlockDiffusion: T / 2, the rows of each copy of the sequence
+  const int32_t* kseg;  // [B, T] the keys' segment ids when not seg's (context parallelism), or null
 };
 
-// Key j visible to query i (seg: this batch row's segment ids or null).
-__device__ __forceinline__ bool visible(const MaskDev& m, const int32_t* seg, int64_t i, int64_t j) {
+// One batch row's document ids: the queries' and the keys' (the same row unless kseg is set); null q
+// when the mask has none.
+struct SegRows {
+  const int32_t* q;
+  const int32_t* k;
+};
+__device__ __forceinline__ SegRows segment_rows(const MaskDev& m, int64_t b, int64_t Tn) {
+  if (m.seg == nullptr) return SegRows{nullptr, nullptr};
+  return SegRows{m.seg + b * Tn, (m.kseg ? m.kseg : m.seg) + b * Tn};
+}
+
+// Key j visible to query i (seg: this batch row's segment ids, segment_rows).
+__device__ __forceinline__ bool visible(const MaskDev& m, const SegRows& seg, int64_t i, int64_t j) {
   if (m.type == MaskType::Causal && j > i) return false;
   if (m.type == MaskType::BlockCausal && j / m.block > i / m.block) return false;
   if (m.type == MaskType::BlockDiffusion) {
@@ -24,7 +36,7 @@ __device__ __forceinline__ bool visible(const MaskDev& m, const int32_t* seg, in
     const int64_t bi = (clean_i ? i - m.half : i) / m.block, bj = (clean_j ? j - m.half : j) / m.block;
     if (clean_i ? (!clean_j || bj > bi) : (clean_j ? bj >= bi : bj != bi)) return false;
   }
-  if (seg && seg[i] != seg[j]) return false;
+  if (seg.q && seg.q[i] != seg.k[j]) return false;
   return true;
 }
 // One past the last key any query <= i_max can see (BlockDiffusion: any key, its keys are not a prefix).

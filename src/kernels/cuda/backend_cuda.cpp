@@ -68,6 +68,10 @@ class CudaBackend final : public Backend {
   }
   void copy(void* dst, const void* src, size_t bytes) const override { memory_copy(dst, true, src, true, bytes); }
   void zero(void* dst, size_t bytes) const override { memory_zero(dst, bytes); }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t rows) const override {
+    cuda::copy_2d_device(dst, dst_pitch, src, src_pitch, width, rows, kStream);
+  }
   void synchronize() const override { cuda::synchronize(); }
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -251,6 +255,10 @@ class CudaBackend final : public Backend {
                           const float* v, const float* out, const float* lse, int64_t B, int64_t T, int64_t H,
                           int64_t K, int64_t D, const AttentionMask& mask, float scale) const override {
     cuda::attention_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, K, D, mask, scale, kStream);
+  }
+  void attention_merge(float* acc_out, float* acc_lse, const float* out, const float* lse, int64_t B, int64_t T,
+                       int64_t H, int64_t D) const override {
+    cuda::attention_merge(acc_out, acc_lse, out, lse, B, T, H, D, kStream);
   }
   // The bf16 kernels (cuDNN's where Auto picks it) between casts: the output, dout and the gradients go
   // through stream-ordered bf16 scratch.

@@ -65,10 +65,7 @@ class NcclCommunicator final : public Communicator {
     CommTimer t(stats_, ring(4.0 * n, 2));
     after_compute();
     nccl_check(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_), "AllReduce");
-    auto ev = std::make_shared<PendingEvent>();
-    cuda_check(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming), "cudaEventCreate");
-    cuda_check(cudaEventRecord(ev->event, stream_), "cudaEventRecord");
-    return CommRequest(std::static_pointer_cast<void>(ev));
+    return record_pending();
   }
   void wait(CommRequest& r) override {
     if (!r.pending()) return;
@@ -108,6 +105,19 @@ class NcclCommunicator final : public Communicator {
     nccl_check(ncclRecv(data, bytes, ncclUint8, src, comm_, stream_), "Recv");
     sync();
   }
+  // One grouped send and receive on the communicator's stream; wait() synchronises on its event, so
+  // the backend's kernels queued meanwhile (the ring's compute) overlap it. The tag is ignored (NCCL
+  // orders the traffic per peer; every rank of the ring posts its exchanges in the same order).
+  CommRequest send_recv_async(const void* send, int64_t send_bytes, int dst, void* recv, int64_t recv_bytes, int src,
+                              int) override {
+    CommTimer t(stats_, static_cast<double>(send_bytes));
+    after_compute();
+    nccl_check(ncclGroupStart(), "GroupStart");
+    nccl_check(ncclSend(send, send_bytes, ncclUint8, dst, comm_, stream_), "Send");
+    nccl_check(ncclRecv(recv, recv_bytes, ncclUint8, src, comm_, stream_), "Recv");
+    nccl_check(ncclGroupEnd(), "GroupEnd");
+    return record_pending();
+  }
   void all_to_all_v(const float* send, const int64_t* send_counts, float* recv, const int64_t* recv_counts) override {
     double sent = 0;
     for (int r = 0; r < size_; ++r)
@@ -136,6 +146,13 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void sync() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  // A request that completes with the work queued on the stream so far.
+  CommRequest record_pending() {
+    auto ev = std::make_shared<PendingEvent>();
+    cuda_check(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventRecord(ev->event, stream_), "cudaEventRecord");
+    return CommRequest(std::static_pointer_cast<void>(ev));
+  }
   // The backend's kernels run on the legacy default stream, which a non-blocking stream does not wait
   // for: the collective's stream waits for everything queued there so far (the gradients the backward
   // just wrote), without making later kernels wait for the collective (so a bucket's all-reduce

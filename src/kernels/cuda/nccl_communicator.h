@@ -9,10 +9,10 @@
 //
 // Collectives run on the communicator's own stream, after the work queued so far on the legacy default
 // stream (the backend's kernels; an event recorded there is waited for). The blocking calls synchronise
-// their stream before returning, so the data is ready on return as with MPI; all_reduce_sum_async
-// records an event that wait() synchronises on. Tags of send/recv are ignored: NCCL orders
-// point-to-point traffic per peer, so pipeline stages must post matching sends and receives in the same
-// order (as the 1F1B schedule does).
+// their stream before returning, so the data is ready on return as with MPI; all_reduce_sum_async and
+// send_recv_async (context parallelism's ring) record an event that wait() synchronises on. Tags of
+// send/recv are ignored: NCCL orders point-to-point traffic per peer, so pipeline stages must post
+// matching sends and receives in the same order (as the 1F1B schedule does).
 #include <memory>
 #include <string>
 

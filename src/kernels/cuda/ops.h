@@ -290,6 +290,14 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
                         const float* lse, int64_t B, int64_t Tn, int64_t H, int64_t K, int64_t D,
                         const AttentionMask& mask, float scale, cudaStream_t stream = 0);
 
+// Two attentions of the same queries over disjoint key sets made one (attention_merge.cu;
+// kernels/cpu/attention.h's contract): acc_out [B,T,H,D], acc_lse [B,H,T] merged with out, lse.
+void attention_merge(float* acc_out, float* acc_lse, const float* out, const float* lse, int64_t B, int64_t T,
+                     int64_t H, int64_t D, cudaStream_t stream = 0);
+// rows pieces of `width` bytes, device to device, stream-ordered (attention_merge.cu: the ring's chunks).
+void copy_2d_device(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                    cudaStream_t stream = 0);
+
 // ---- MoE token permutation (moe.cu), the layout of nn/moe/moe_router.h's MoERouting -------------------
 // rows [P,C] = x[token[p]] (* weight[p] when weight is not null); rows with token[p] < 0 (padding) = 0.
 template <typename T>
