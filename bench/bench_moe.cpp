@@ -31,6 +31,8 @@
 #include "nn/mlp.h"
 #include "nn/moe/moe_layer.h"
 
+#include "expert_products.h"
+
 using namespace megadlm;
 
 namespace {
@@ -48,22 +50,8 @@ double median_seconds(const std::function<void()>& fn, int reps) {
 }
 
 void fill_normal(float* x, int64_t n, uint64_t seed, float std) {
-  CounterRng rng(seed, RngPurpose::Test);
-  for (int64_t i = 0; i < n; ++i) x[i] = std * (rng.uniform(i, 0) * 2.0f - 1.0f) * 1.7320508f;
-}
-
-// Skewed loads over E experts summing to P: expert e gets a share proportional to ratio^e, the last none.
-std::vector<int64_t> skewed_offsets(int64_t E, int64_t P, double ratio) {
-  std::vector<double> w(static_cast<size_t>(E), 0.0);
-  double sum = 0;
-  for (int64_t e = 0; e + 1 < E; ++e) sum += (w[e] = std::pow(ratio, static_cast<double>(e)));
-  std::vector<int64_t> off{0};
-  double acc = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    acc += w[e];
-    off.push_back(e + 1 == E ? P : static_cast<int64_t>(std::llround(acc / sum * static_cast<double>(P))));
-  }
-  return off;
+  const std::vector<float> v = bench::uniform_values(n, seed, std);
+  std::copy(v.begin(), v.end(), x);
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -72,88 +60,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-// The six products of an SwiGLU expert layer (fc1 [F1, C], fc2 [C, F], F1 = 2F) over P rows grouped by
-// offsets, forward and backward, through either the per-expert loop or the grouped ops of `be`.
-struct ExpertProducts {
-  int64_t E, P, C, F, F1;
-  std::vector<int64_t> off;
-  std::vector<float> x, h, a, y, dy, da, dh, dx;
-  std::vector<std::vector<float>> w1, w2, dw1, dw2;
-
-  ExpertProducts(int64_t E_, const std::vector<int64_t>& off_, int64_t C_, int64_t F_)
-      : E(E_), P(off_.back()), C(C_), F(F_), F1(2 * F_), off(off_) {
-    x.resize(P * C), h.resize(P * F1), a.resize(P * F), y.resize(P * C);
-    dy.resize(P * C), da.resize(P * F), dh.resize(P * F1), dx.resize(P * C);
-    fill_normal(x.data(), P * C, 11, 1.0f);
-    fill_normal(a.data(), P * F, 12, 1.0f);
-    fill_normal(dy.data(), P * C, 13, 1e-3f);
-    fill_normal(dh.data(), P * F1, 14, 1e-3f);
-    for (int64_t e = 0; e < E; ++e) {
-      w1.emplace_back(F1 * C), w2.emplace_back(C * F), dw1.emplace_back(F1 * C, 0.0f), dw2.emplace_back(C * F, 0.0f);
-      fill_normal(w1.back().data(), F1 * C, 100 + e, 0.02f);
-      fill_normal(w2.back().data(), C * F, 200 + e, 0.02f);
-    }
-  }
-  template <typename T>
-  static std::vector<T*> ptrs(std::vector<std::vector<float>>& v) {
-    std::vector<T*> p;
-    for (auto& m : v) p.push_back(m.data());
-    return p;
-  }
-  // The forward's two products, the backward's four (the activation between them is not timed: both
-  // paths run the same one-pass activation).
-  void forward(const Backend& be, bool grouped) {
-    const auto W1 = ptrs<const float>(w1), W2 = ptrs<const float>(w2);
-    if (grouped) {
-      be.grouped_gemm_forward(E, off.data(), F1, C, x.data(), W1.data(), h.data());
-      be.grouped_gemm_forward(E, off.data(), C, F, a.data(), W2.data(), y.data());
-    } else {
-      be.Backend::grouped_gemm_forward(E, off.data(), F1, C, x.data(), W1.data(), h.data());
-      be.Backend::grouped_gemm_forward(E, off.data(), C, F, a.data(), W2.data(), y.data());
-    }
-  }
-  // The backward's two input-gradient products (fc2's then fc1's).
-  void backward_data(const Backend& be, bool grouped) {
-    const auto W1 = ptrs<const float>(w1), W2 = ptrs<const float>(w2);
-    if (grouped) {
-      be.grouped_gemm_backward_data(E, off.data(), C, F, dy.data(), W2.data(), da.data());
-      be.grouped_gemm_backward_data(E, off.data(), F1, C, dh.data(), W1.data(), dx.data());
-    } else {
-      be.Backend::grouped_gemm_backward_data(E, off.data(), C, F, dy.data(), W2.data(), da.data());
-      be.Backend::grouped_gemm_backward_data(E, off.data(), F1, C, dh.data(), W1.data(), dx.data());
-    }
-  }
-  // The backward's two weight-gradient products (fc2's then fc1's).
-  void backward_weight(const Backend& be, bool grouped) {
-    const auto dW1 = ptrs<float>(dw1), dW2 = ptrs<float>(dw2);
-    if (grouped) {
-      be.grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
-      be.grouped_gemm_backward_weight(E, off.data(), F1, C, dh.data(), x.data(), dW1.data());
-    } else {
-      be.Backend::grouped_gemm_backward_weight(E, off.data(), C, F, dy.data(), a.data(), dW2.data());
-      be.Backend::grouped_gemm_backward_weight(E, off.data(), F1, C, dh.data(), x.data(), dW1.data());
-    }
-  }
-  void backward(const Backend& be, bool grouped) {
-    backward_data(be, grouped);
-    backward_weight(be, grouped);
-  }
-  void zero_weight_grads() {
-    for (auto& m : dw1) std::fill(m.begin(), m.end(), 0.0f);
-    for (auto& m : dw2) std::fill(m.begin(), m.end(), 0.0f);
-  }
-  // Every output of one forward + backward (weight gradients from zero), in one vector.
-  std::vector<float> outputs(const Backend& be, bool grouped) {
-    zero_weight_grads();
-    forward(be, grouped);
-    backward(be, grouped);
-    std::vector<float> out;
-    for (const auto* v : {&h, &y, &da, &dx}) out.insert(out.end(), v->begin(), v->end());
-    for (const auto* m : {&dw1, &dw2})
-      for (const auto& w : *m) out.insert(out.end(), w.begin(), w.end());
-    return out;
-  }
-};
+using ExpertProducts = bench::ExpertProducts<bench::HostStore>;
+using bench::skewed_offsets;
 
 void print_products_header(int64_t P, int64_t C, int64_t F) {
   std::printf("Grouped expert products vs the per-expert gemm loop, SwiGLU (fc1 [%lld, %lld], fc2 [%lld, %lld]), "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for a lent GPU machine (sm_90, e.g. an H100 or H200; CUDA 13, CMake, ninja, g++ and
 # Python with PyTorch, no package registry): test_cuda (every suite, one process each), the DLM
-# training-step benchmark and its PyTorch peer side by side, and a few pretrain_difflm --device cuda
+# training-step benchmark and its PyTorch peer side by side, the MoE grouped-products benchmark
+# (bench_grouped_gemm: grouped against the per-expert loop), and a few pretrain_difflm --device cuda
 # runs; meanwhile it builds the CUDA backend stand-alone there (bench/cuda/CMakeLists.txt: no oneDNN,
 # MPI, json or zlib needed) and reports that build. Its usual duration is in docs/cuda.md; the
 # timeouts cap it near 9 minutes.
@@ -48,7 +49,7 @@ if [[ "${1:-}" == "--pack" ]]; then
     cmake -S "$ROOT" -B "$BC" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEGADLM_CUDA=ON -DMEGADLM_NATIVE=OFF \
       -DCMAKE_CXX_FLAGS="-march=x86-64-v4" -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" \
       -DMEGADLM_CUDA_ARCHS=90 "${LAUNCHER[@]}" >/dev/null \
-      && ninja -C "$BC" test_cuda pretrain_difflm preprocess_data bench_dlm_step \
+      && ninja -C "$BC" test_cuda pretrain_difflm preprocess_data bench_dlm_step bench_grouped_gemm \
       || { echo "gpu_check.sh --pack: the portable build failed" >&2; exit 1; }
   fi
   "$ROOT/scripts/gpu_dispatch_bundle.sh" pack "$BC" \
@@ -92,7 +93,8 @@ stamp "configure + build in the background ($BUILD, sm_$ARCHS; log $LOGS/build.l
 GTEST_ARG=()
 [[ -f "$DEPS/googletest/CMakeLists.txt" ]] && GTEST_ARG=(-DGTEST_SOURCE_DIR="$DEPS/googletest")
 ( cmake -S "$ROOT/bench/cuda" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEGADLM_CUDA_ARCHS="$ARCHS" \
-    "${GTEST_ARG[@]}" "${FE_ARG[@]}" && nice -n 10 ninja -C "$BUILD" test_cuda bench_dlm_step ) >"$LOGS/build.log" 2>&1 &
+    "${GTEST_ARG[@]}" "${FE_ARG[@]}" && nice -n 10 ninja -C "$BUILD" test_cuda bench_dlm_step bench_grouped_gemm ) \
+    >"$LOGS/build.log" 2>&1 &
 build_pid=$!
 wait_build() {  # waits for the background build once; 0 when it built
   if [[ -z "${build_rc:-}" ]]; then
@@ -146,6 +148,13 @@ if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
   stamp "bench_dlm_step (MegaDLMs CUDA)"
   # shellcheck disable=SC2086
   timeout 120 "$BENCH_BIN" --steps 8 --warmup 2 $BENCH_ARGS 2>&1 | tee "$LOGS/bench.log"
+fi
+if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
+  stamp "bench_grouped_gemm (MoE experts: grouped products vs the per-expert loop, 8 and 16 experts)"
+  GROUPED_BIN="$BUILD/bench_grouped_gemm"
+  if [[ $PREBUILT == 1 && -x "$D/bin/bench_grouped_gemm" ]]; then GROUPED_BIN="$D/bin/bench_grouped_gemm"
+  elif [[ $PREBUILT == 1 ]]; then wait_build || true; fi
+  timeout 90 "$GROUPED_BIN" --reps 10 2>&1 | tee "$LOGS/grouped.log"
 fi
 if [[ "${SKIP_PEER:-0}" != 1 ]]; then
   stamp "PyTorch peer (SDPA flash, torch.compile)"

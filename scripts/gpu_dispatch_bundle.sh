@@ -2,7 +2,7 @@
 # The model-level GPU checks (the nn/ modules on the CUDA backend, pretrain_difflm --device cuda) need the
 # whole library, whose CPU side links oneDNN, MPI, zlib and SentencePiece: absent from the lent GPU
 # machine, which has only the CUDA toolkit, a compiler and PyTorch. So they are built HERE and carried
-# there as a bundle: test_cuda (every suite), pretrain_difflm and bench_dlm_step, the non-CUDA shared
+# there as a bundle: test_cuda (every suite), pretrain_difflm, bench_dlm_step and bench_grouped_gemm, the non-CUDA shared
 # libraries they load (libc itself excepted) and a tiny packed dataset.
 #
 #   scripts/gpu_dispatch_bundle.sh pack [BUILD_CUDA]   here: writes build-gpu-deps/dispatch.tar.xz (~17 MB)
@@ -29,6 +29,8 @@ if [[ "$cmd" == pack ]]; then
   stage=$(mktemp -d)
   mkdir -p "$stage/dispatch/bin" "$stage/dispatch/lib" "$stage/dispatch/data"
   cp "$BC/tests/test_cuda" "$BC/bin/pretrain_difflm" "$BC/bench/bench_dlm_step" "$stage/dispatch/bin/"
+  # The grouped-products benchmark, when the build has it (gpu_check.sh runs it).
+  [[ -x "$BC/bench/bench_grouped_gemm" ]] && cp "$BC/bench/bench_grouped_gemm" "$stage/dispatch/bin/"
   # Every resolved library except glibc's own and the CUDA ones (the GPU machine's must match its driver).
   ldd "$BC/tests/test_cuda" "$BC/bin/pretrain_difflm" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
