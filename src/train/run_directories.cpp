@@ -68,11 +68,7 @@ void check_load_path(const std::string& load) {
 void check_save_dir(const std::string& save, const std::string& resumed_from, int64_t iteration, bool finetune) {
   const std::vector<int64_t> its = checkpoint_iterations_in(save);
   if (its.empty()) return;
-  std::filesystem::path loaded(resumed_from);
-  if (!loaded.has_filename()) loaded = loaded.parent_path();  // --load given with a trailing '/'
-  const std::string parent = loaded.parent_path().string();
-  const bool resumes_here = !resumed_from.empty() && same_directory(parent.empty() ? "." : parent, save);
-  MEGADLM_CHECK(resumes_here, "--save ", save, " already holds checkpoints (iterations ", iteration_list(its),
+  MEGADLM_CHECK(saves_where_it_resumed(save, resumed_from), "--save ", save, " already holds checkpoints (iterations ", iteration_list(its),
                 ") that this run does not resume from",
                 finetune ? " (--finetune starts a new run at iteration 0)" : "",
                 "; it would replace them: give --load ", save,
@@ -83,6 +79,14 @@ void check_save_dir(const std::string& save, const std::string& resumed_from, in
     if (it > iteration)
       log_info("warning: --save ", save, " holds iteration ", it, ", newer than the one resumed (", iteration,
                "); this run replaces it if it saves that iteration");
+}
+
+bool saves_where_it_resumed(const std::string& save, const std::string& resumed_from) {
+  if (resumed_from.empty()) return false;
+  std::filesystem::path loaded(resumed_from);
+  if (!loaded.has_filename()) loaded = loaded.parent_path();  // --load given with a trailing '/'
+  const std::string parent = loaded.parent_path().string();
+  return same_directory(parent.empty() ? "." : parent, save);
 }
 
 std::string checkpoint_to_load(const std::string& load) {

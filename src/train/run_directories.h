@@ -33,6 +33,9 @@ std::string config_mismatch(const nlohmann::json& want, const nlohmann::json& go
 // the one it starts from.
 void check_save_dir(const std::string& save, const std::string& resumed_from, int64_t iteration, bool finetune);
 
+// Whether --save is the directory that holds resumed_from (the checkpoint directory a resume loaded).
+bool saves_where_it_resumed(const std::string& save, const std::string& resumed_from);
+
 // The checkpoint directory --load designates; "" (logged) when it holds none yet.
 std::string checkpoint_to_load(const std::string& load);
 // The log line of a loaded checkpoint.

@@ -315,6 +315,9 @@ int64_t Trainer::run() {
 
   Timer run_timer;  // --exit-duration-in-mins
   if (iteration_ == 0 && data_.valid && args_.eval_interval > 0 && args_.eval_iters > 0) evaluate_and_log(0);
+  const int64_t first_iteration = iteration_;
+  if (iteration_ >= args_.train_iters)
+    log_info("iteration ", iteration_, " already reaches --train-iters ", args_.train_iters, ": no step to take");
   Interval interval;
   while (iteration_ < args_.train_iters) {
     const Step step = train_step(loader, M);
@@ -328,6 +331,12 @@ int64_t Trainer::run() {
     }
     if (save_or_exit(run_timer)) break;
   }
+  // A resume that takes no step still writes its state into another --save directory, as Megatron's
+  // pretrain saves at its end: the checkpoint as this run's layout loaded it (checkpoints hold the
+  // full tensors, so the files are the loaded ones when the load and the gather are exact).
+  if (iteration_ == first_iteration && !resumed_from_.empty() && !args_.save.empty() &&
+      !saves_where_it_resumed(args_.save, resumed_from_))
+    save(iteration_);
   return iteration_;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -73,9 +74,18 @@ TEST(VocabLayoutRuns, UnevenVocabularyTrainsTheSameModelAtEveryTp) {
   }
 }
 
+// The bytes of a file.
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // Saved under tp 2 at step 10 (259 rows split 130 + 129), resumed under tp 1 and tp 4 (65 + 65 + 65
 // + 64): the checkpoint holds the full tables, and the resumed steps 11..20 give the uninterrupted
-// single-process run's losses.
+// single-process run's losses. Loaded under tp 1 and tp 4 with nothing left to train (--train-iters
+// 10) and saved elsewhere, the state comes back bit for bit: the parameters and AdamW's moments
+// (model.safetensors, optimizer.safetensors) are the tp 2 run's bytes.
 TEST(VocabLayoutRuns, Tp2CheckpointResumesUnderTp1AndTp4) {
   REQUIRE_MPIRUN(mpirun);
   test::TempDir dir;
@@ -91,6 +101,15 @@ TEST(VocabLayoutRuns, Tp2CheckpointResumesUnderTp1AndTp4) {
     train(mpirun, np, test::plus(flags, {"--save", resumed, "--load", saved}), resumed + ".log");
     if (HasFatalFailure()) return;
     expect_same_losses(losses_of(ref), losses_of(resumed), 10, 1e-4, "tp2 checkpoint resumed under tp" + std::to_string(np));
+    const std::string copy = dir / ("loaded_tp" + std::to_string(np));
+    train(mpirun, np, test::plus(uneven_flags(data, "difflm", 10), {"--save", copy, "--load", saved}), copy + ".log");
+    if (HasFatalFailure()) return;
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      const std::string a = file_bytes(saved + "/iter_0000010/" + file), b = file_bytes(copy + "/iter_0000010/" + file);
+      EXPECT_FALSE(a.empty()) << file;
+      EXPECT_TRUE(a == b) << file << " of the tp2 checkpoint loaded and saved under tp" << np << " differs ("
+                          << a.size() << " and " << b.size() << " bytes)";
+    }
   }
 }
 

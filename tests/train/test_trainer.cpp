@@ -63,6 +63,25 @@ void expect_resume_identical(const std::string& model_type) {
 TEST(Trainer, ResumeIsBitwiseIdenticalGPT) { expect_resume_identical("gpt"); }
 TEST(Trainer, ResumeIsBitwiseIdenticalDiffLM) { expect_resume_identical("difflm"); }
 
+// A resume with nothing left to train (the checkpoint at --train-iters) takes no step and, as Megatron's
+// pretrain does, saves its state: into another --save directory the checkpoint's own files, bit for
+// bit; into the directory it resumed from nothing (the checkpoint is already there).
+TEST(Trainer, AResumeWithNoStepLeftSavesItsStateElsewhereOnly) {
+  test::TempDir tmp;
+  const std::string data = test::make_counting_dataset(tmp.str(), 200);
+  const std::string a = tmp / "a", b = tmp / "b";
+  test::run_training(base_flags("difflm", data, a), {"--train-iters", "3"});
+  const std::string ckpt = resolve_checkpoint_dir(a);
+  const auto written = fs::last_write_time(ckpt + "/model.safetensors");
+  test::run_training(base_flags("difflm", data, b), {"--train-iters", "3", "--load", a});
+  ASSERT_EQ(resolve_checkpoint_dir(b), b + "/iter_0000003");
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(file_checksum(ckpt + "/" + file), file_checksum(b + "/iter_0000003/" + file)) << file;
+  EXPECT_TRUE(test::training_lines(b + "/metrics.jsonl").empty()) << "no step was taken";
+  test::run_training(base_flags("difflm", data, a), {"--train-iters", "3", "--load", a});
+  EXPECT_EQ(fs::last_write_time(ckpt + "/model.safetensors"), written) << "the checkpoint was rewritten";
+}
+
 TEST(Trainer, LossGoesDownOnALearnablePattern) {
   for (const char* type : {"gpt", "difflm"}) {
     test::TempDir tmp;
