@@ -1,8 +1,7 @@
 // Data, tensor, pipeline, expert and context parallelism on --device cuda: two ranks, one GPU each, the
 // gradients, the stages' activations, the tied embedding's gradient, the tensor-parallel activations,
 // the rows sent to the experts and the ring attention's keys and values moved over the device
-// communicator (NCCL;
-// parallel/device_communicator.h). The trainer's losses and gradient norms on the device follow the
+// communicator (NCCL; parallel/device_communicator.h). The trainer's losses and gradient norms on the device follow the
 // same two-rank run on the CPU: data parallel for a dense and a MoE model (experts' gradients over the
 // edp group), with overlapped buckets, and with the distributed optimizer; two pipeline stages (1F1B
 // over four micro-batches, tied embeddings); two tensor-parallel ranks (vocab-parallel embedding and
@@ -229,6 +228,7 @@ void ring_attention_follows_the_cpu() {
   ParallelLayout layout;
   layout.cp = 2;
   ParallelContext ctx = make_parallel_context(layout);
+  backend_for(Device::CUDA);  // started first: it registers the device communicator factory
   ctx.cp.device_comm = make_device_communicator(Device::CUDA, ctx.cp.communicator(), "cp");
   test::ring_on_device_matches_the_cpu(Device::CUDA, ctx, cuda_available() ? 1e-4 : 0.0);
 }
