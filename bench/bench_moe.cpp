@@ -83,8 +83,10 @@ void bench_grouped_products(int64_t E, double ratio, int64_t P, int64_t C, int64
   const auto bwd = [&](bool g) { ep.backward(be, g); };
   const auto both = [&](bool g) { ep.forward(be, g), ep.backward(be, g); };
   std::printf("%-22s %12s %12s %10s\n", "products", "loop (ms)", "grouped (ms)", "loop/grp");
-  for (const auto& [name, fn] : std::vector<std::pair<const char*, std::function<void(bool)>>>{
+  for (const auto& part : std::vector<std::pair<const char*, std::function<void(bool)>>>{
            {"forward (2)", fwd}, {"backward (4)", bwd}, {"forward + backward", both}}) {
+    const char* name = part.first;
+    const std::function<void(bool)>& fn = part.second;  // a named reference: lambdas may capture it
     const double t_loop = median_seconds([&] { fn(false); }, reps);
     const double t_grp = median_seconds([&] { fn(true); }, reps);
     std::printf("%-22s %12.2f %12.2f %10.2f\n", name, 1e3 * t_loop, 1e3 * t_grp, t_loop / t_grp);
