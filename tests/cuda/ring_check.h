@@ -12,18 +12,11 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "core/philox.h"
 #include "kernels/backend.h"
 #include "nn/ring_attention.h"
+#include "parallel/cp_rows.h"
 
 namespace megadlm::test {
-
-inline std::vector<float> ring_inputs(int64_t n, uint64_t seed) {
-  const CounterRng rng(seed, RngPurpose::Test);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 2.0f * rng.uniform(static_cast<uint64_t>(i), 0) - 1.0f;
-  return v;
-}
 
 // The ring's outputs on one device: out, lse, dq, dk, dv, read back to the host.
 struct RingResults {
@@ -59,20 +52,6 @@ inline RingResults run_ring(Device device, const ParallelContext& ctx, const Rin
   return {down(out, nq), down(lse, nl), down(dq, nq), down(dk, nk), down(dv, nk)};
 }
 
-// max |a - b| over finite pairs; infinite entries must be equal.
-inline double ring_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isinf(a[i]) || std::isinf(b[i])) {
-      if (a[i] != b[i]) return INFINITY;
-      continue;
-    }
-    m = std::fmax(m, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return m;
-}
-
 // This rank's ring on `device` (ctx.cp's device communicator) within `tol` of the CPU's.
 inline void ring_on_device_matches_the_cpu(Device device, const ParallelContext& ctx, double tol) {
   const int64_t B = 2, T = 16, H = 4, K = 2, D = 8, S = T * ctx.cp.size;
@@ -88,11 +67,9 @@ inline void ring_on_device_matches_the_cpu(Device device, const ParallelContext&
                         {"causal, documents", MaskType::Causal, 0, true},
                         {"bidirectional, documents", MaskType::None, 0, true}};
   const uint64_t seed = 100 + 10 * static_cast<uint64_t>(ctx.cp.rank);
-  const std::vector<float> q = ring_inputs(B * T * H * D, seed), k = ring_inputs(B * T * K * D, seed + 1),
-                           v = ring_inputs(B * T * K * D, seed + 2), dout = ring_inputs(B * T * H * D, seed + 3);
-  std::vector<int32_t> segs(static_cast<size_t>(B * S));  // uneven documents, a different cut in each sequence
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < S; ++i) segs[static_cast<size_t>(b * S + i)] = static_cast<int32_t>((i + 3 * b) / 5);
+  const std::vector<float> q = cp_test_values(B * T * H * D, seed), k = cp_test_values(B * T * K * D, seed + 1),
+                           v = cp_test_values(B * T * K * D, seed + 2), dout = cp_test_values(B * T * H * D, seed + 3);
+  const std::vector<int32_t> segs = cp_test_documents(B, S);
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.name) + " (cp " + std::to_string(ctx.cp.size) + ", rank " +
                  std::to_string(ctx.cp.rank) + ")");
@@ -104,11 +81,11 @@ inline void ring_on_device_matches_the_cpu(Device device, const ParallelContext&
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
     const RingResults cpu = run_ring(Device::CPU, ctx, a, q, k, v, dout);
     const RingResults dev = run_ring(device, ctx, a, q, k, v, dout);
-    EXPECT_LE(ring_max_diff(dev.out, cpu.out), tol);
-    EXPECT_LE(ring_max_diff(dev.lse, cpu.lse), tol);
-    EXPECT_LE(ring_max_diff(dev.dq, cpu.dq), tol);
-    EXPECT_LE(ring_max_diff(dev.dk, cpu.dk), tol);
-    EXPECT_LE(ring_max_diff(dev.dv, cpu.dv), tol);
+    EXPECT_LE(cp_max_diff(dev.out, cpu.out), tol);
+    EXPECT_LE(cp_max_diff(dev.lse, cpu.lse), tol);
+    EXPECT_LE(cp_max_diff(dev.dq, cpu.dq), tol);
+    EXPECT_LE(cp_max_diff(dev.dk, cpu.dk), tol);
+    EXPECT_LE(cp_max_diff(dev.dv, cpu.dv), tol);
   }
 }
 

@@ -35,8 +35,8 @@ TEST(CudaRingAttention, MergeAndStridedCopyFollowTheCpuOnAGpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device here (the CPU's ops: tests/kernels/test_attention_merge.cpp)";
   const int64_t B = 2, T = 5, H = 3, D = 40;
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> acc_out = ring_inputs(B * T * H * D, 1), out = ring_inputs(B * T * H * D, 2);
-  std::vector<float> acc_lse = ring_inputs(B * H * T, 3), lse = ring_inputs(B * H * T, 4);
+  std::vector<float> acc_out = cp_test_values(B * T * H * D, 1), out = cp_test_values(B * T * H * D, 2);
+  std::vector<float> acc_lse = cp_test_values(B * H * T, 3), lse = cp_test_values(B * H * T, 4);
   for (size_t i = 0; i < lse.size(); i += 3) lse[i] = -inf;
   for (size_t i = 1; i < acc_lse.size(); i += 4) acc_lse[i] = -inf;
   std::vector<float> want_out = acc_out, want_lse = acc_lse;
@@ -44,11 +44,11 @@ TEST(CudaRingAttention, MergeAndStridedCopyFollowTheCpuOnAGpu) {
   const Backend& be = backend_for(Device::CUDA);
   auto d_acc_out = to_device(acc_out), d_acc_lse = to_device(acc_lse), d_out = to_device(out), d_lse = to_device(lse);
   be.attention_merge(d_acc_out.get(), d_acc_lse.get(), d_out.get(), d_lse.get(), B, T, H, D);
-  EXPECT_LE(ring_max_diff(to_host(d_acc_out), want_out), 1e-6);
-  EXPECT_LE(ring_max_diff(to_host(d_acc_lse), want_lse), 1e-6);
+  EXPECT_LE(cp_max_diff(to_host(d_acc_out), want_out), 1e-6);
+  EXPECT_LE(cp_max_diff(to_host(d_acc_lse), want_lse), 1e-6);
 
   const int64_t W = 7, c = 2;
-  const std::vector<float> src = ring_inputs(B * T * W, 5);
+  const std::vector<float> src = cp_test_values(B * T * W, 5);
   auto d_src = to_device(src);
   auto d_dst = poisoned(static_cast<size_t>(B * c * W));
   be.copy_2d(d_dst.get(), sizeof(float) * c * W, d_src.get() + 3 * W, sizeof(float) * T * W, sizeof(float) * c * W,

@@ -25,12 +25,8 @@ using namespace megadlm;
 
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint64_t seed) {
-  const CounterRng rng(seed, RngPurpose::Test);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 2.0f * rng.uniform(static_cast<uint64_t>(i), 0) - 1.0f;
-  return v;
-}
+using test::cp_max_diff;
+using test::cp_test_values;
 
 // One attention problem over whole sequences of S tokens, and its reference results from the backend's
 // kernel on the whole sequence.
@@ -43,15 +39,11 @@ struct Problem {
   std::vector<float> out, lse, dq, dk, dv;  // reference
 
   Problem(int64_t seq, MaskType m, int64_t blk, bool documents) : S(seq), mask(m), block(blk) {
-    q = random_floats(B * S * H * D, 1);
-    k = random_floats(B * S * K * D, 2);
-    v = random_floats(B * S * K * D, 3);
-    dout = random_floats(B * S * H * D, 4);
-    if (documents) {  // uneven documents, a different cut in each sequence
-      segs.resize(static_cast<size_t>(B * S));
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = 0; i < S; ++i) segs[static_cast<size_t>(b * S + i)] = static_cast<int32_t>((i + 3 * b) / 5);
-    }
+    q = cp_test_values(B * S * H * D, 1);
+    k = cp_test_values(B * S * K * D, 2);
+    v = cp_test_values(B * S * K * D, 3);
+    dout = cp_test_values(B * S * H * D, 4);
+    if (documents) segs = test::cp_test_documents(B, S);  // uneven documents, a different cut in each sequence
     AttentionMask am;
     am.type = mask;
     am.block_size = block;
@@ -79,19 +71,6 @@ std::vector<float> lse_rows_of(const std::vector<float>& full, int64_t BH, int64
   return rows_of(full, BH, S, 1, cp, r);
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isinf(a[i]) || std::isinf(b[i])) {
-      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
-      continue;
-    }
-    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return m;
-}
-
 // This rank's ring attention against the reference rows, forward and backward.
 void check_ring(const ParallelContext& ctx, const Problem& p, const std::string& what) {
   SCOPED_TRACE(what + " (cp " + std::to_string(ctx.cp.size) + ", rank " + std::to_string(ctx.cp.rank) + ")");
@@ -112,13 +91,13 @@ void check_ring(const ParallelContext& ctx, const Problem& p, const std::string&
   Arena arena(1 << 20);
   std::vector<float> out(q.size()), lse(static_cast<size_t>(p.B * p.H * T)), dq(q.size()), dk(k.size()), dv(v.size());
   ring_attention_forward(arena, ctx, a, out.data(), lse.data(), q.data(), k.data(), v.data());
-  EXPECT_LE(max_abs_diff(out, rows_of(p.out, p.B, p.S, HD, cp, r)), 1e-5);
-  EXPECT_LE(max_abs_diff(lse, lse_rows_of(p.lse, p.B * p.H, p.S, cp, r)), 1e-5);
+  EXPECT_LE(cp_max_diff(out, rows_of(p.out, p.B, p.S, HD, cp, r)), 1e-5);
+  EXPECT_LE(cp_max_diff(lse, lse_rows_of(p.lse, p.B * p.H, p.S, cp, r)), 1e-5);
   ring_attention_backward(arena, ctx, a, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
                           out.data(), lse.data());
-  EXPECT_LE(max_abs_diff(dq, rows_of(p.dq, p.B, p.S, HD, cp, r)), 1e-5);
-  EXPECT_LE(max_abs_diff(dk, rows_of(p.dk, p.B, p.S, KD, cp, r)), 1e-5);
-  EXPECT_LE(max_abs_diff(dv, rows_of(p.dv, p.B, p.S, KD, cp, r)), 1e-5);
+  EXPECT_LE(cp_max_diff(dq, rows_of(p.dq, p.B, p.S, HD, cp, r)), 1e-5);
+  EXPECT_LE(cp_max_diff(dk, rows_of(p.dk, p.B, p.S, KD, cp, r)), 1e-5);
+  EXPECT_LE(cp_max_diff(dv, rows_of(p.dv, p.B, p.S, KD, cp, r)), 1e-5);
   EXPECT_EQ(arena.mark(), 0u) << "the ring's temporaries are released";
 }
 
@@ -136,8 +115,8 @@ void check_every_mask(const ParallelContext& ctx, int64_t S) {
 // reference: key j visible to query i iff seg_q[i] == seg_k[j] (and the position rule).
 TEST(ContextParallel, KernelTakesSeparateKeySegmentIds) {
   const int64_t B = 1, T = 12, H = 2, K = 1, D = 4;
-  const std::vector<float> q = random_floats(B * T * H * D, 11), k = random_floats(B * T * K * D, 12),
-                           v = random_floats(B * T * K * D, 13);
+  const std::vector<float> q = cp_test_values(B * T * H * D, 11), k = cp_test_values(B * T * K * D, 12),
+                           v = cp_test_values(B * T * K * D, 13);
   std::vector<int32_t> sq(T), sk(T);
   for (int64_t i = 0; i < T; ++i) {
     sq[static_cast<size_t>(i)] = static_cast<int32_t>(i / 4);
